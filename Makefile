@@ -1,0 +1,92 @@
+# zayac build. `make` builds build/zayac and build/libzayac.a; `make test` builds and runs the tests.
+#   CUDA=0|1   build the CUDA code (default: 1 when nvcc is on PATH). The CPU build needs no CUDA.
+#   SAN=1      AddressSanitizer + UndefinedBehaviorSanitizer (tests in CI run this way)
+#   BUILD=dir  build folder (default build, or build-san with SAN=1)
+#   DEPS_ROOT  a folder with Debian packages unpacked by `dpkg -x` (used on the GPU machine)
+CC       ?= gcc
+NVCC     ?= nvcc
+CUDA_HOME ?= /usr/local/cuda
+CUDA     ?= $(if $(shell command -v $(NVCC) 2>/dev/null),1,0)
+SAN      ?= 0
+BUILD    ?= $(if $(filter 1,$(SAN)),build-san,build)
+WERROR   ?= 0
+CUDA_ARCH ?= -gencode=arch=compute_90a,code=sm_90a
+
+MULTIARCH := x86_64-linux-gnu
+BLAS_DIR ?= $(firstword $(wildcard $(DEPS_ROOT)/usr/lib/$(MULTIARCH)/openblas-openmp /usr/lib/$(MULTIARCH)/openblas-openmp))
+
+CFLAGS   ?= -O2 -g
+CFLAGS   += -std=c11 -D_GNU_SOURCE -fopenmp -Isrc -Wall -Wextra -Wshadow -Wno-unused-parameter \
+            -Wstrict-prototypes -Wmissing-prototypes -MMD -MP
+LDLIBS   := -lcjson -lm -lpthread
+LDFLAGS  := -fopenmp
+ifneq ($(BLAS_DIR),)
+LDFLAGS  += -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR)
+endif
+LDLIBS   := -lopenblas $(LDLIBS)
+ifneq ($(DEPS_ROOT),)
+CFLAGS   += -I$(DEPS_ROOT)/usr/include -I$(DEPS_ROOT)/usr/include/$(MULTIARCH)
+LDFLAGS  += -L$(DEPS_ROOT)/usr/lib/$(MULTIARCH) -Wl,-rpath,$(abspath $(DEPS_ROOT))/usr/lib/$(MULTIARCH)
+endif
+ifeq ($(WERROR),1)
+CFLAGS   += -Werror
+endif
+ifeq ($(SAN),1)
+CFLAGS   += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+LDFLAGS  += -fsanitize=address,undefined
+endif
+
+SRC_C    := $(sort $(shell find src -name '*.c'))
+SRC_CU   :=
+ifeq ($(CUDA),1)
+SRC_CU   := $(sort $(shell find src -name '*.cu'))
+CFLAGS   += -DZY_HAVE_CUDA -I$(CUDA_HOME)/include
+NVFLAGS  := -O2 -g -std=c++17 $(CUDA_ARCH) -Isrc -DZY_HAVE_CUDA -Xcompiler -Wall,-Wno-unused-parameter,-fopenmp \
+            -MMD -MP
+LDFLAGS  += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64
+LDLIBS   += -lnccl -lcublasLt -lcublas -lcudart_static -ldl -lrt -lstdc++
+endif
+
+OBJ      := $(SRC_C:%.c=$(BUILD)/%.o) $(SRC_CU:%.cu=$(BUILD)/%.cu.o)
+LIB      := $(BUILD)/libzayac.a
+TOOL_SRC := $(sort $(wildcard tools/*.c))
+TOOL_OBJ := $(TOOL_SRC:%.c=$(BUILD)/%.o)
+TEST_SRC := $(sort $(wildcard tests/test_*.c))
+TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+
+.PHONY: all test clean format format-check
+.SECONDARY:
+all: $(BUILD)/zayac
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/%.cu.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -c $< -o $@
+
+$(LIB): $(OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/zayac: $(TOOL_OBJ) $(LIB)
+	$(CC) $(LDFLAGS) $(TOOL_OBJ) $(LIB) $(LDLIBS) -o $@
+
+$(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIB)
+	$(CC) $(LDFLAGS) $< $(LIB) -lcmocka $(LDLIBS) -o $@
+
+# Tests find the zayac binary and the fixtures through these variables.
+test: $(TESTS) $(BUILD)/zayac
+	ZAYAC_BIN=$(abspath $(BUILD)/zayac) ZAYAC_ROOT=$(CURDIR) bash scripts/run_tests.sh $(TESTS)
+
+format:
+	clang-format -i $(shell find src tools tests -name '*.[ch]' -o -name '*.cu')
+
+format-check:
+	clang-format --dry-run --Werror $(shell find src tools tests -name '*.[ch]' -o -name '*.cu')
+
+clean:
+	rm -rf build build-san
+
+-include $(OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(TESTS:%=%.d)

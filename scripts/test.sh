@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The test command: installs what is needed, then builds with ASan/UBSan and runs every test
+# (GPU tests skip without a GPU). Ends with "N passed, N failed, N skipped".
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install_deps.sh
+jobs=$(nproc)
+make -j"$jobs" SAN=1 WERROR=1 all
+make -j"$jobs" SAN=1 WERROR=1 test

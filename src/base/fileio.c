@@ -1,0 +1,173 @@
+/* File helpers (see fileio.h). */
+#define _GNU_SOURCE
+#include "base/fileio.h"
+#include "base/err.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int zy_mmap_open(zy_mmap *m, const char *path) {
+    m->data = NULL;
+    m->size = 0;
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return zy_fail("%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        close(fd);
+        return zy_fail("%s: cannot stat: %s", path, strerror(errno));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return zy_fail("%s: not a regular file", path);
+    }
+    if (st.st_size > 0) {
+        void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (p == MAP_FAILED) {
+            close(fd);
+            return zy_fail("%s: cannot mmap: %s", path, strerror(errno));
+        }
+        m->data = p;
+        m->size = (size_t)st.st_size;
+    }
+    close(fd);
+    return ZY_OK;
+}
+
+void zy_mmap_close(zy_mmap *m) {
+    if (m->data) munmap(m->data, m->size);
+    m->data = NULL;
+    m->size = 0;
+}
+
+int zy_read_file(const char *path, char **out, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return zy_fail("%s: cannot open: %s", path, strerror(errno));
+    size_t cap = 4096, n = 0;
+    char *buf = zy_malloc(cap);
+    for (;;) {
+        if (n + 1 >= cap) buf = zy_realloc(buf, cap *= 2);
+        size_t got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+        if (got == 0) break;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(buf);
+        return zy_fail("%s: read error", path);
+    }
+    buf[n] = 0;
+    *out = buf;
+    if (len) *len = n;
+    return ZY_OK;
+}
+
+int zy_fsync_path(const char *path) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return zy_fail("%s: cannot open for fsync: %s", path, strerror(errno));
+    int rc = fsync(fd);
+    close(fd);
+    if (rc != 0 && errno != EINVAL) return zy_fail("%s: fsync failed: %s", path, strerror(errno));
+    return ZY_OK;
+}
+
+static void parent_dir(const char *path, char *dir, size_t n) {
+    snprintf(dir, n, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, n, ".");
+    else if (slash == dir) dir[1] = 0;
+    else *slash = 0;
+}
+
+int zy_write_file_atomic(const char *path, const void *data, size_t len) {
+    char tmp[4096];
+    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= sizeof tmp)
+        return zy_fail("%s: path too long", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return zy_fail("%s: cannot create: %s", tmp, strerror(errno));
+    const char *p = data;
+    size_t left = len;
+    while (left > 0) {
+        ssize_t w = write(fd, p, left);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            int e = errno;
+            close(fd);
+            unlink(tmp);
+            return zy_fail("%s: write failed: %s", tmp, strerror(e));
+        }
+        p += w;
+        left -= (size_t)w;
+    }
+    if (fsync(fd) != 0 || close(fd) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return zy_fail("%s: fsync/close failed: %s", tmp, strerror(e));
+    }
+    if (rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return zy_fail("%s: rename failed: %s", path, strerror(e));
+    }
+    char dir[4096];
+    parent_dir(path, dir, sizeof dir);
+    return zy_fsync_path(dir);
+}
+
+int zy_mkdirs(const char *path) {
+    char buf[4096];
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
+        return zy_fail("%s: path too long", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+            return zy_fail("%s: cannot create directory: %s", buf, strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+        return zy_fail("%s: cannot create directory: %s", buf, strerror(errno));
+    return ZY_OK;
+}
+
+int zy_path_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+int zy_remove_tree(const char *path) {
+    struct stat st;
+    if (lstat(path, &st) != 0) return errno == ENOENT ? ZY_OK : zy_fail("%s: %s", path, strerror(errno));
+    if (S_ISDIR(st.st_mode)) {
+        DIR *d = opendir(path);
+        if (!d) return zy_fail("%s: cannot open directory: %s", path, strerror(errno));
+        struct dirent *e;
+        while ((e = readdir(d)) != NULL) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+            char child[4096];
+            if (zy_path_join(child, sizeof child, path, e->d_name) != ZY_OK ||
+                zy_remove_tree(child) != ZY_OK) {
+                closedir(d);
+                return ZY_ERR;
+            }
+        }
+        closedir(d);
+        if (rmdir(path) != 0) return zy_fail("%s: cannot remove: %s", path, strerror(errno));
+        return ZY_OK;
+    }
+    if (unlink(path) != 0) return zy_fail("%s: cannot remove: %s", path, strerror(errno));
+    return ZY_OK;
+}
+
+int zy_path_join(char *buf, size_t n, const char *dir, const char *name) {
+    if ((size_t)snprintf(buf, n, "%s/%s", dir, name) >= n)
+        return zy_fail("%s/%s: path too long", dir, name);
+    return ZY_OK;
+}

@@ -1,0 +1,33 @@
+/* Files: whole-file reads, read-only mmaps, atomic writes (temporary file, fsync, rename) and
+ * directory helpers. Every failure names the path and the reason. */
+#ifndef ZY_FILEIO_H
+#define ZY_FILEIO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    void *data;  /* mapped bytes (read-only) */
+    size_t size; /* bytes */
+} zy_mmap;
+
+/* Maps a whole file read-only; an empty file maps to data=NULL, size=0. */
+int zy_mmap_open(zy_mmap *m, const char *path);
+void zy_mmap_close(zy_mmap *m);
+
+/* Reads a whole file into a NUL-terminated heap buffer (*out, *len without the NUL). */
+int zy_read_file(const char *path, char **out, size_t *len);
+/* Writes a file atomically: path.tmp.<pid>, fsync, rename over path, fsync the directory. */
+int zy_write_file_atomic(const char *path, const void *data, size_t len);
+/* fsyncs a file or directory by path. */
+int zy_fsync_path(const char *path);
+/* Creates a directory and its parents (like mkdir -p). */
+int zy_mkdirs(const char *path);
+/* 1 if the path exists, else 0. */
+int zy_path_exists(const char *path);
+/* Removes a directory tree (like rm -rf); missing is not an error. */
+int zy_remove_tree(const char *path);
+/* Joins a directory and a name into buf (size n); fails if it does not fit. */
+int zy_path_join(char *buf, size_t n, const char *dir, const char *name);
+
+#endif

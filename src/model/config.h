@@ -1,0 +1,66 @@
+/* The ZAYA1 model configuration: the fields of a Hugging Face `config.json` with model_type "zaya".
+ * Reading validates every field (a bad value is an error naming the field and the file); writing
+ * emits a file transformers' ZayaConfig loads as it is. */
+#ifndef ZY_CONFIG_H
+#define ZY_CONFIG_H
+
+#include <stdint.h>
+
+#define ZY_MAX_LAYERS 256
+
+typedef enum { ZY_LAYER_HYBRID = 0, ZY_LAYER_HYBRID_SLIDING = 1 } zy_layer_type;
+
+/* RoPE settings of one layer type (HF rope_parameters[layer_type]). */
+typedef struct {
+    double theta;                 /* rope_theta */
+    double partial_rotary_factor; /* fraction of head_dim that is rotated */
+    int present;                  /* 1 if the config names this layer type's parameters */
+} zy_rope_params;
+
+typedef struct {
+    int vocab_size;              /* V */
+    int hidden_size;             /* D */
+    int num_hidden_layers;       /* L */
+    int num_attention_heads;     /* Hq */
+    int num_key_value_heads;     /* Hk */
+    int head_dim;                /* d */
+    int num_experts;             /* E (the router scores E+1 classes: the last is skip) */
+    int num_experts_per_tok;     /* must be 1 */
+    int moe_intermediate_size;   /* F */
+    int router_hidden_size;      /* R */
+    int max_position_embeddings; /* */
+    int cca_time0, cca_time1;    /* kernel sizes of the depthwise and grouped convolutions */
+    int sliding_window;          /* 0 = none; required when a layer is hybrid_sliding */
+    int tie_word_embeddings;     /* must be 1 */
+    int attention_bias;          /* must be 0 */
+    int lm_head_bias;            /* must be 0 */
+    int pad_token_id;            /* -1 = none */
+    int bos_token_id;            /* -1 = none */
+    int eos_token_id;            /* -1 = none (first id when a list) */
+    double rms_norm_eps;
+    double initializer_range;    /* std of normal init for matrices and the embedding */
+    char hidden_act[16];         /* must be "silu" */
+    zy_rope_params rope[2];      /* indexed by zy_layer_type */
+    uint8_t layer_types[ZY_MAX_LAYERS]; /* zy_layer_type per layer */
+} zy_config;
+
+/* Fills the HF ZayaConfig defaults (the full ZAYA1-base shape). */
+void config_defaults(zy_config *c);
+/* Checks every field; the error names the field and `source` (a file name or "preset tiny"). */
+int config_validate(const zy_config *c, const char *source);
+/* Parses a config.json text; `source` names it in errors. Unknown keys are ignored. */
+int config_parse_json(zy_config *c, const char *json, const char *source);
+/* Reads and validates DIR/config.json or a config.json path. */
+int config_load(zy_config *c, const char *path);
+/* Serialises as HF config.json text (heap string, caller frees). */
+char *config_to_json(const zy_config *c);
+/* Writes config.json into a directory atomically. */
+int config_save(const zy_config *c, const char *dir);
+/* Fills a named preset: "tiny", "bench-small", "zaya1-base" (from configs/<name>.json when present,
+ * else the built-in table). */
+int config_preset(zy_config *c, const char *name);
+
+/* Rotated channels per head for a layer: d * partial_rotary_factor (even). */
+int config_rotary_dim(const zy_config *c, int layer);
+
+#endif
