@@ -4,6 +4,7 @@
 #ifndef ZY_CONFIG_H
 #define ZY_CONFIG_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define ZY_MAX_LAYERS 256
@@ -38,9 +39,9 @@ typedef struct {
     int bos_token_id;            /* -1 = none */
     int eos_token_id;            /* -1 = none (first id when a list) */
     double rms_norm_eps;
-    double initializer_range;    /* std of normal init for matrices and the embedding */
-    char hidden_act[16];         /* must be "silu" */
-    zy_rope_params rope[2];      /* indexed by zy_layer_type */
+    double initializer_range;           /* std of normal init for matrices and the embedding */
+    char hidden_act[16];                /* must be "silu" */
+    zy_rope_params rope[2];             /* indexed by zy_layer_type */
     uint8_t layer_types[ZY_MAX_LAYERS]; /* zy_layer_type per layer */
 } zy_config;
 
@@ -48,7 +49,9 @@ typedef struct {
 void config_defaults(zy_config *c);
 /* Checks every field; the error names the field and `source` (a file name or "preset tiny"). */
 int config_validate(const zy_config *c, const char *source);
-/* Parses a config.json text; `source` names it in errors. Unknown keys are ignored. */
+/* Parses a config.json text over the defaults; `source` names it in errors. Checks JSON types (a
+ * string where a number belongs is an error) but not values: call config_validate. Unknown keys are
+ * ignored; a repeated key takes its last value, as Python's json does. */
 int config_parse_json(zy_config *c, const char *json, const char *source);
 /* Reads and validates DIR/config.json or a config.json path. */
 int config_load(zy_config *c, const char *path);
@@ -56,9 +59,18 @@ int config_load(zy_config *c, const char *path);
 char *config_to_json(const zy_config *c);
 /* Writes config.json into a directory atomically. */
 int config_save(const zy_config *c, const char *dir);
-/* Fills a named preset: "tiny", "bench-small", "zaya1-base" (from configs/<name>.json when present,
- * else the built-in table). */
+/* Fills and validates a named preset: "tiny", "bench-small", "zaya1-base", from configs/<name>.json
+ * under $ZAYAC_ROOT, the current directory or the executable's folder and its parents when found
+ * (a broken file there is an error, not skipped), else from the built-in copy. */
 int config_preset(zy_config *c, const char *name);
+
+/* Fills a built-in preset, ignoring configs/ files (the copy compiled into the binary). */
+int config_preset_builtin(zy_config *c, const char *name);
+/* Name of built-in preset i (0, 1, ...), or NULL past the last. */
+const char *config_preset_name(int i);
+/* Finds configs/<name>.json under $ZAYAC_ROOT, the current directory, or the executable's folder
+ * and its parents; returns 1 and writes the path into out[n] when found, else 0. */
+int config_preset_path(const char *name, char *out, size_t n);
 
 /* Rotated channels per head for a layer: d * partial_rotary_factor (even). */
 int config_rotary_dim(const zy_config *c, int layer);

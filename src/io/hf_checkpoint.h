@@ -1,0 +1,22 @@
+/* Hugging Face checkpoint folders: the weights of a parameter table as DIR/model.safetensors, or
+ * sharded as DIR/model.safetensors.index.json + the shard files its weight_map names. Names are the
+ * HF `zaya` names (the table's names), so transformers reads what we write and we read what it
+ * writes with no renaming. The config.json beside them is config_load/config_save's job. */
+#ifndef ZY_HF_CHECKPOINT_H
+#define ZY_HF_CHECKPOINT_H
+
+#include "io/safetensors.h"
+#include "tensor/params.h"
+
+/* Loads every tensor of the table into buf (fp32, laid out by the table's offsets) from DIR's
+ * model.safetensors, else from its sharded index. Each tensor must be present with the table's
+ * shape and a float dtype; a tensor the table does not know is an error (except lm_head.weight,
+ * which tied checkpoints may carry and which is ignored). On error buf is left unchanged. */
+int hf_load_weights(const char *dir, const zy_param_table *t, float *buf);
+/* Writes DIR/model.safetensors atomically (DIR is created if needed) with every table tensor in
+ * dtype ZY_ST_F32 or ZY_ST_BF16 (round to nearest even); ZY_PARAM_BUFFER tensors (the router's
+ * balancing biases) stay F32 either way. __metadata__ is {"format": "pt"} as transformers expects.
+ */
+int hf_save_weights(const char *dir, const zy_param_table *t, const float *buf, zy_st_dtype dtype);
+
+#endif
