@@ -1,11 +1,89 @@
-/* zayac generate: placeholder until its issue lands. */
+/* zayac generate: greedy or sampled continuation of a prompt given as token ids (.npy int32
+ * [1,T0]); writes prompt + new tokens (.npy int32 [1,T0+N]). */
+#include "args.h"
+#include "base/err.h"
 #include "cmds.h"
+#include "io/npy.h"
+#include "model/generate.h"
+#include "model_cli.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 int cmd_generate(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "zayac generate: not implemented yet\n");
-    return 2;
+    zy_opt opts[] = {
+        {"--model", 1, "HF checkpoint folder", NULL},
+        {"--prompt-tokens", 1, "prompt ids: .npy int32 [1,T0]", NULL},
+        {"--max-new", 1, "tokens to generate (default 32)", NULL},
+        {"--greedy", 0, "argmax decoding (default: sampling)", NULL},
+        {"--temperature", 1, "sampling temperature (default 1.0)", NULL},
+        {"--top-p", 1, "nucleus sampling mass (default 1.0)", NULL},
+        {"--seed", 1, "sampling seed (default 0)", NULL},
+        {"--out", 1, "output ids: .npy int32 [1,T0+N]", NULL},
+        {"--help", 0, "this help", NULL},
+        {NULL, 0, NULL, NULL},
+    };
+    int help = 0;
+    if (args_parse(argc, argv, opts, NULL, 0, NULL) != 0 || (help = !!args_get(opts, "--help")) ||
+        !args_get(opts, "--model") || !args_get(opts, "--prompt-tokens") ||
+        !args_get(opts, "--out")) {
+        if (!help) {
+            if (!*zy_errmsg()) zy_fail("--model, --prompt-tokens and --out are required");
+            cli_error("generate");
+        }
+        args_usage("generate",
+                   "--model DIR --prompt-tokens IN.npy --out OUT.npy [--max-new N] [--greedy | "
+                   "--temperature T --top-p P --seed S]",
+                   opts);
+        return help ? 0 : 2;
+    }
+    long long max_new, seed;
+    double temperature, top_p;
+    if (args_int(opts, "--max-new", 32, &max_new) != 0 || args_int(opts, "--seed", 0, &seed) != 0 ||
+        args_double(opts, "--temperature", 1.0, &temperature) != 0 ||
+        args_double(opts, "--top-p", 1.0, &top_p) != 0)
+        return cli_error("generate");
+    if (max_new < 0 || max_new > 1000000) {
+        zy_fail("--max-new %lld is out of range", max_new);
+        return cli_error("generate");
+    }
+    if (!(temperature > 0) || !(top_p > 0 && top_p <= 1)) {
+        zy_fail("--temperature must be > 0 and --top-p in (0, 1]");
+        return cli_error("generate");
+    }
+    const char *path = args_get(opts, "--prompt-tokens");
+    zy_npy prompt;
+    if (npy_read_as(&prompt, path, ZY_NPY_I32) != 0) return cli_error("generate");
+    if (prompt.ndim != 2 || prompt.shape[0] != 1 || prompt.shape[1] < 1) {
+        char shape[128];
+        npy_shape_str(&prompt, shape, sizeof shape);
+        npy_free(&prompt);
+        zy_fail("%s: expected int32 prompt ids of shape [1, T0], found %s", path, shape);
+        return cli_error("generate");
+    }
+    zy_ctx ctx = {ZY_DEV_CPU, 0};
+    zy_model m;
+    if (cli_load_model(&m, &ctx, args_get(opts, "--model"), 0) != 0) {
+        npy_free(&prompt);
+        return cli_error("generate");
+    }
+    const int T0 = (int)prompt.shape[1];
+    zy_sampling s = {.greedy = args_get(opts, "--greedy") != NULL,
+                     .temperature = (float)temperature,
+                     .top_p = (float)top_p,
+                     .seed = (uint64_t)seed};
+    int32_t *out = malloc((size_t)(T0 + max_new) * sizeof *out);
+    int n = 0;
+    int rc = model_generate(&m, prompt.data, T0, (int)max_new, &s, 0, out, &n);
+    if (rc == 0) {
+        int64_t shape[2] = {1, n};
+        rc = npy_write_i32(args_get(opts, "--out"), 2, shape, out);
+    }
+    if (rc == 0) {
+        for (int i = T0; i < n; i++) printf("%d%c", out[i], i + 1 < n ? ' ' : '\n');
+    }
+    free(out);
+    model_free(&m);
+    npy_free(&prompt);
+    return rc == 0 ? 0 : cli_error("generate");
 }

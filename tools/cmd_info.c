@@ -1,11 +1,45 @@
-/* zayac info: placeholder until its issue lands. */
+/* zayac info: a model's config and parameter counts. */
+#include "args.h"
 #include "cmds.h"
+#include "model_cli.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 int cmd_info(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "zayac info: not implemented yet\n");
-    return 2;
+    zy_opt opts[] = {
+        {"--model", 1, "HF checkpoint folder (config.json + safetensors)", NULL},
+        {"--config", 1, "an HF config.json file", NULL},
+        {"--preset", 1, "a preset: tiny, bench-small, zaya1-base", NULL},
+        {"--json", 0, "print the config as HF config.json only", NULL},
+        {"--help", 0, "this help", NULL},
+        {NULL, 0, NULL, NULL},
+    };
+    if (args_parse(argc, argv, opts, NULL, 0, NULL) != 0 || args_get(opts, "--help")) {
+        if (!args_get(opts, "--help")) cli_error("info");
+        args_usage("info", "(--model DIR | --config FILE | --preset NAME) [--json]", opts);
+        return args_get(opts, "--help") ? 0 : 2;
+    }
+    zy_config c;
+    if (cli_config(&c, args_get(opts, "--model"), args_get(opts, "--config"),
+                   args_get(opts, "--preset")) != 0)
+        return cli_error("info");
+    char *json = config_to_json(&c);
+    if (args_get(opts, "--json")) {
+        printf("%s\n", json);
+        free(json);
+        return 0;
+    }
+    printf("config:\n%s\n", json);
+    free(json);
+    zy_param_counts k = model_count_params(&c);
+    printf("parameters:\n");
+    printf("  total                      %14lld  (%.3fB)\n", (long long)k.total, k.total / 1e9);
+    printf("  embedding (tied head)      %14lld  (%.3fB)\n", (long long)k.embedding,
+           k.embedding / 1e9);
+    printf("  total without embedding    %14lld  (%.3fB)\n", (long long)(k.total - k.embedding),
+           (k.total - k.embedding) / 1e9);
+    printf("  active per token, no emb.  %14lld  (%.1fM)\n", (long long)k.active_no_embed,
+           k.active_no_embed / 1e6);
+    return 0;
 }

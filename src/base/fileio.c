@@ -1,5 +1,4 @@
 /* File helpers (see fileio.h). */
-#define _GNU_SOURCE
 #include "base/fileio.h"
 #include "base/err.h"
 

@@ -173,4 +173,11 @@ void ops_scatter_add_rows(zy_ctx *ctx, float *dx, const float *dxs, const int32_
 double ops_xent_fwd_bwd(zy_ctx *ctx, float *dlogits, const float *logits, const int32_t *targets,
                         int N, int V, int ignore_index, float grad_scale, int *count);
 
+/* ---- router depth averaging (EDA) ----
+ * z[N,R] += r_prev[N,R] * g[R] (g broadcast over rows). */
+void ops_eda_fwd(zy_ctx *ctx, float *z, const float *r_prev, const float *g, int N, int R);
+/* dr_prev = dz * g (overwrite); dg += sum over rows dz * r_prev. */
+void ops_eda_bwd(zy_ctx *ctx, float *dr_prev, float *dg, const float *dz, const float *r_prev,
+                 const float *g, int N, int R);
+
 #endif

@@ -35,9 +35,19 @@ int params_add(zy_param_table *t, const char *name, int ndim, const int64_t *sha
     }
     p->kind = kind;
     p->layer = layer;
-    p->offset = t->total;
-    t->total += (p->numel + 15) & ~(size_t)15; /* 64-byte alignment for vector loads */
+    if (t->pack_next && t->count > 0) {
+        const zy_param *prev = &t->items[t->count - 1];
+        p->offset = prev->offset + prev->numel;
+        t->pack_next = 0;
+    } else {
+        p->offset = t->total;
+    }
+    t->total = (p->offset + p->numel + 15) & ~(size_t)15; /* 64-byte alignment for vector loads */
     return t->count++;
+}
+
+void params_pack_next(zy_param_table *t) {
+    t->pack_next = 1;
 }
 
 int params_find(const zy_param_table *t, const char *name) {

@@ -32,7 +32,8 @@ typedef struct {
 typedef struct {
     zy_param *items;
     int count, cap;
-    size_t total; /* floats */
+    size_t total;  /* floats */
+    int pack_next; /* 1: the next tensor starts right after the previous one (no padding) */
 } zy_param_table;
 
 void params_init(zy_param_table *t);
@@ -40,6 +41,9 @@ void params_free(zy_param_table *t);
 /* Appends a tensor (shape of ndim dims) and returns its index; offsets are 16-float aligned. */
 int params_add(zy_param_table *t, const char *name, int ndim, const int64_t *shape,
                zy_param_kind kind, int layer);
+/* Makes the next params_add start exactly where the previous tensor ends, so the two can be used
+ * as one matrix (q_proj and k_proj rows form one [(Hq+Hk)*d, D] weight for a single GEMM). */
+void params_pack_next(zy_param_table *t);
 /* Index of a name, or -1. */
 int params_find(const zy_param_table *t, const char *name);
 /* Formats a shape as "[a, b, c]" into buf. */

@@ -1,0 +1,233 @@
+/* Atomic, checksummed training checkpoints (see checkpoint.h). */
+#include "io/checkpoint.h"
+#include "base/crc32c.h"
+#include "base/err.h"
+#include "base/fileio.h"
+#include "io/hf_checkpoint.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define STEP_PREFIX "step_"
+#define TMP_PREFIX ".tmp_step_"
+#define MAX_FILES 8
+
+/* Test hook: ZAYAC_CKPT_CRASH_AFTER=<file> kills the process right after writing that file, so
+ * tests can show that a save interrupted at any point leaves earlier checkpoints usable. */
+static void maybe_crash(const char *stage) {
+    const char *at = getenv("ZAYAC_CKPT_CRASH_AFTER");
+    if (at && strcmp(at, stage) == 0) raise(SIGKILL);
+}
+
+static int file_crc(const char *path, uint32_t *crc, size_t *bytes) {
+    zy_mmap m;
+    ZY_TRY(zy_mmap_open(&m, path));
+    *crc = zy_crc32c(0, m.data, m.size);
+    *bytes = m.size;
+    zy_mmap_close(&m);
+    return ZY_OK;
+}
+
+static int copy_file(const char *src, const char *dst) {
+    char *data;
+    size_t len;
+    ZY_TRY(zy_read_file(src, &data, &len));
+    int rc = zy_write_file_atomic(dst, data, len);
+    free(data);
+    return rc;
+}
+
+static int write_manifest(const char *dir, long long step, const char **files, int n) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "format", "zayac-checkpoint");
+    cJSON_AddNumberToObject(root, "version", 1);
+    cJSON_AddNumberToObject(root, "step", (double)step);
+    cJSON *list = cJSON_AddArrayToObject(root, "files");
+    int rc = ZY_OK;
+    for (int i = 0; i < n && rc == ZY_OK; i++) {
+        char path[4096], hex[16];
+        uint32_t crc;
+        size_t bytes;
+        rc = zy_path_join(path, sizeof path, dir, files[i]);
+        if (rc == ZY_OK) rc = file_crc(path, &crc, &bytes);
+        if (rc != ZY_OK) break;
+        snprintf(hex, sizeof hex, "%08x", crc);
+        cJSON *f = cJSON_CreateObject();
+        cJSON_AddStringToObject(f, "name", files[i]);
+        cJSON_AddNumberToObject(f, "bytes", (double)bytes);
+        cJSON_AddStringToObject(f, "crc32c", hex);
+        cJSON_AddItemToArray(list, f);
+    }
+    if (rc == ZY_OK) {
+        char *text = cJSON_Print(root), path[4096];
+        rc = zy_path_join(path, sizeof path, dir, "manifest.json");
+        if (rc == ZY_OK) rc = zy_write_file_atomic(path, text, strlen(text));
+        free(text);
+    }
+    cJSON_Delete(root);
+    return rc;
+}
+
+/* Lists step folders (complete names only) under root, sorted by step descending. */
+static int list_steps(const char *root, long long **steps, int *n) {
+    *steps = NULL;
+    *n = 0;
+    DIR *d = opendir(root);
+    if (!d) return ZY_OK; /* no root: no checkpoints */
+    struct dirent *e;
+    int cap = 0;
+    while ((e = readdir(d)) != NULL) {
+        long long s;
+        char tail;
+        if (sscanf(e->d_name, STEP_PREFIX "%lld%c", &s, &tail) != 1) continue;
+        if (*n == cap) *steps = zy_realloc(*steps, (size_t)(cap = cap ? 2 * cap : 16) * sizeof **steps);
+        (*steps)[(*n)++] = s;
+    }
+    closedir(d);
+    for (int i = 1; i < *n; i++) /* insertion sort, descending */
+        for (int j = i; j > 0 && (*steps)[j] > (*steps)[j - 1]; j--) {
+            long long t = (*steps)[j];
+            (*steps)[j] = (*steps)[j - 1];
+            (*steps)[j - 1] = t;
+        }
+    return ZY_OK;
+}
+
+/* Removes temporary folders left by saves that died. */
+static void remove_stale_tmp(const char *root) {
+    DIR *d = opendir(root);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, TMP_PREFIX, strlen(TMP_PREFIX)) != 0) continue;
+        char path[4096];
+        if (zy_path_join(path, sizeof path, root, e->d_name) == ZY_OK) zy_remove_tree(path);
+    }
+    closedir(d);
+}
+
+int ckpt_save(const char *root, long long step, const zy_ckpt_content *c, int keep_last,
+              char *saved_dir, size_t n) {
+    char tmp[4096], final[4096], name[64], path[4096];
+    ZY_TRY(zy_mkdirs(root));
+    remove_stale_tmp(root);
+    snprintf(name, sizeof name, TMP_PREFIX "%09lld.%d", step, (int)getpid());
+    ZY_TRY(zy_path_join(tmp, sizeof tmp, root, name));
+    snprintf(name, sizeof name, STEP_PREFIX "%09lld", step);
+    ZY_TRY(zy_path_join(final, sizeof final, root, name));
+    ZY_TRY(zy_mkdirs(tmp));
+    const char *files[MAX_FILES];
+    int nf = 0;
+    int rc = config_save(c->config, tmp);
+    files[nf++] = "config.json";
+    maybe_crash("config.json");
+    if (rc == ZY_OK) rc = hf_save_weights(tmp, c->table, c->params, ZY_ST_F32);
+    files[nf++] = "model.safetensors";
+    maybe_crash("model.safetensors");
+    if (rc == ZY_OK) rc = zy_path_join(path, sizeof path, tmp, "train_state.safetensors");
+    if (rc == ZY_OK) {
+        const char *meta[2] = {"format", "zayac-train-state"};
+        rc = safetensors_write(path, c->state, c->n_state, meta, 1);
+    }
+    files[nf++] = "train_state.safetensors";
+    maybe_crash("train_state.safetensors");
+    if (rc == ZY_OK) rc = zy_path_join(path, sizeof path, tmp, "state.json");
+    if (rc == ZY_OK) rc = zy_write_file_atomic(path, c->state_json, strlen(c->state_json));
+    files[nf++] = "state.json";
+    if (rc == ZY_OK && c->tokenizer_path) {
+        rc = zy_path_join(path, sizeof path, tmp, "tokenizer.json");
+        if (rc == ZY_OK) rc = copy_file(c->tokenizer_path, path);
+        files[nf++] = "tokenizer.json";
+    }
+    if (rc == ZY_OK) rc = write_manifest(tmp, step, files, nf);
+    maybe_crash("manifest.json");
+    if (rc == ZY_OK) rc = zy_fsync_path(tmp);
+    if (rc == ZY_OK && zy_path_exists(final)) rc = zy_remove_tree(final); /* re-save of a step */
+    if (rc == ZY_OK && rename(tmp, final) != 0) rc = zy_fail("%s: cannot rename to %s", tmp, final);
+    if (rc == ZY_OK) rc = zy_fsync_path(root);
+    if (rc != ZY_OK) {
+        zy_fail_ctx("saving checkpoint step %lld under %s", step, root);
+        zy_remove_tree(tmp);
+        return ZY_ERR;
+    }
+    if (saved_dir) snprintf(saved_dir, n, "%s", final);
+    if (keep_last > 0) { /* prune the oldest; a failure here loses nothing */
+        long long *steps;
+        int count;
+        list_steps(root, &steps, &count);
+        for (int i = keep_last; i < count; i++) {
+            snprintf(name, sizeof name, STEP_PREFIX "%09lld", steps[i]);
+            if (zy_path_join(path, sizeof path, root, name) == ZY_OK) zy_remove_tree(path);
+        }
+        free(steps);
+    }
+    return ZY_OK;
+}
+
+int ckpt_verify(const char *dir) {
+    char path[4096], *text;
+    ZY_TRY(zy_path_join(path, sizeof path, dir, "manifest.json"));
+    if (!zy_path_exists(path)) return zy_fail("%s: no manifest.json (incomplete save)", dir);
+    ZY_TRY(zy_read_file(path, &text, NULL));
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    if (!root) return zy_fail("%s: manifest.json is not valid JSON", dir);
+    int rc = ZY_OK;
+    cJSON *files = cJSON_GetObjectItem(root, "files");
+    if (!cJSON_IsArray(files) || cJSON_GetArraySize(files) == 0)
+        rc = zy_fail("%s: manifest.json lists no files", dir);
+    cJSON *f;
+    cJSON_ArrayForEach(f, files) {
+        if (rc != ZY_OK) break;
+        cJSON *nm = cJSON_GetObjectItem(f, "name"), *by = cJSON_GetObjectItem(f, "bytes");
+        cJSON *cr = cJSON_GetObjectItem(f, "crc32c");
+        if (!cJSON_IsString(nm) || !cJSON_IsNumber(by) || !cJSON_IsString(cr) ||
+            strchr(nm->valuestring, '/')) {
+            rc = zy_fail("%s: manifest.json has a malformed file entry", dir);
+            break;
+        }
+        uint32_t crc;
+        size_t bytes;
+        rc = zy_path_join(path, sizeof path, dir, nm->valuestring);
+        if (rc == ZY_OK && !zy_path_exists(path))
+            rc = zy_fail("%s: %s is listed in the manifest but missing", dir, nm->valuestring);
+        if (rc == ZY_OK) rc = file_crc(path, &crc, &bytes);
+        if (rc != ZY_OK) break;
+        char hex[16];
+        snprintf(hex, sizeof hex, "%08x", crc);
+        if ((double)bytes != by->valuedouble)
+            rc = zy_fail("%s: %s has %zu bytes, the manifest says %.0f", dir, nm->valuestring,
+                         bytes, by->valuedouble);
+        else if (strcmp(hex, cr->valuestring) != 0)
+            rc = zy_fail("%s: %s is corrupt (CRC-32C %s, the manifest says %s)", dir,
+                         nm->valuestring, hex, cr->valuestring);
+    }
+    cJSON_Delete(root);
+    return rc;
+}
+
+int ckpt_find_latest(const char *root, zy_ckpt_found *f) {
+    memset(f, 0, sizeof *f);
+    long long *steps;
+    int count;
+    ZY_TRY(list_steps(root, &steps, &count));
+    for (int i = 0; i < count; i++) {
+        char name[64], dir[4096];
+        snprintf(name, sizeof name, STEP_PREFIX "%09lld", steps[i]);
+        if (zy_path_join(dir, sizeof dir, root, name) != ZY_OK) continue;
+        if (ckpt_verify(dir) == ZY_OK) {
+            snprintf(f->dir, sizeof f->dir, "%s", dir);
+            f->step = steps[i];
+            break;
+        }
+        if (f->n_skipped < 4) snprintf(f->skipped[f->n_skipped], sizeof f->skipped[0], "%s", zy_errmsg());
+        f->n_skipped++;
+    }
+    free(steps);
+    return ZY_OK;
+}

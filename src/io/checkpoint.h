@@ -1,0 +1,45 @@
+/* Training checkpoints: a folder that is either complete or absent.
+ *   ROOT/step_000001234/ config.json, model.safetensors (fp32 master weights, loads in HF as is),
+ *                        train_state.safetensors (optimiser moments, balancing state, by name),
+ *                        state.json (step, RNGs, loader position, ...), tokenizer.json (if any),
+ *                        manifest.json (every file's size and CRC-32C; written last).
+ * A save writes ROOT/.tmp_step_..., fsyncs every file and the folder, renames it into place and
+ * fsyncs ROOT; a crash at any point leaves the previous checkpoints untouched. */
+#ifndef ZY_CHECKPOINT_H
+#define ZY_CHECKPOINT_H
+
+#include "io/safetensors.h"
+#include "model/config.h"
+#include "tensor/params.h"
+
+#include <stddef.h>
+
+typedef struct {
+    const zy_config *config;
+    const zy_param_table *table;
+    const float *params;           /* host fp32 weights laid out by table */
+    const zy_st_write_item *state; /* named training-state tensors */
+    int n_state;
+    const char *state_json;     /* JSON text: step, RNGs, loader position, ... */
+    const char *tokenizer_path; /* copied in as tokenizer.json when not NULL */
+} zy_ckpt_content;
+
+/* Saves checkpoint `step` under root, then keeps only the newest keep_last (0 = all). The folder
+ * written goes to saved_dir (may be NULL). */
+int ckpt_save(const char *root, long long step, const zy_ckpt_content *c, int keep_last,
+              char *saved_dir, size_t n);
+/* Checks a checkpoint folder: manifest present and parseable, every file listed with the right
+ * size and CRC-32C. The error names the folder and the first problem. */
+int ckpt_verify(const char *dir);
+
+typedef struct {
+    char dir[4096];    /* newest complete checkpoint ("" when there is none) */
+    long long step;
+    int n_skipped;     /* newer folders that failed verification */
+    char skipped[4][600]; /* their errors (first four) */
+} zy_ckpt_found;
+
+/* Finds the newest checkpoint under root that verifies; skips (and reports in f) corrupt ones. */
+int ckpt_find_latest(const char *root, zy_ckpt_found *f);
+
+#endif

@@ -1,0 +1,325 @@
+/* ZAYA1 parameter table, weight views, initialisation, parameter counts and the activation arena
+ * (see model.h). */
+#include "model/model.h"
+#include "base/err.h"
+#include "base/rng.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SHAPE(...) ((const int64_t[]){__VA_ARGS__})
+#define NDIM(...) ((int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)))
+#define ADD(t, kind, layer, name, ...)                                                             \
+    params_add(t, name, NDIM(__VA_ARGS__), SHAPE(__VA_ARGS__), kind, layer)
+
+static const char *lname(char *buf, int layer, const char *suffix) {
+    snprintf(buf, ZY_PARAM_NAME_MAX, "model.layers.%d.%.70s", layer, suffix);
+    return buf;
+}
+
+void model_build_table(zy_param_table *t, const zy_config *c) {
+    const int64_t D = c->hidden_size, V = c->vocab_size, d = c->head_dim;
+    const int64_t Hq = c->num_attention_heads, Hk = c->num_key_value_heads;
+    const int64_t C = (Hq + Hk) * d, E1 = c->num_experts + 1, E = c->num_experts;
+    const int64_t F = c->moe_intermediate_size, R = c->router_hidden_size;
+    char n[ZY_PARAM_NAME_MAX];
+    params_init(t);
+    ADD(t, ZY_PARAM_EMBED, -1, "model.embed_tokens.weight", V, D);
+    ADD(t, ZY_PARAM_VECTOR, -1, "model.input_hidden_states_scale", D);
+    ADD(t, ZY_PARAM_VECTOR, -1, "model.input_hidden_states_bias", D);
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        ADD(t, ZY_PARAM_MATRIX, l, lname(n, l, "self_attn.qkv_proj.q_proj.weight"), Hq * d, D);
+        params_pack_next(t); /* q and k rows form one [C, D] matrix */
+        ADD(t, ZY_PARAM_MATRIX, l, lname(n, l, "self_attn.qkv_proj.k_proj.weight"), Hk * d, D);
+        ADD(t, ZY_PARAM_MATRIX, l, lname(n, l, "self_attn.qkv_proj.v_proj_current.weight"),
+            Hk * d / 2, D);
+        ADD(t, ZY_PARAM_MATRIX, l, lname(n, l, "self_attn.qkv_proj.v_proj_delayed.weight"),
+            Hk * d / 2, D);
+        ADD(t, ZY_PARAM_CONV, l, lname(n, l, "self_attn.qkv_proj.conv_qk_depthwise.weight"), C, 1,
+            c->cca_time0);
+        ADD(t, ZY_PARAM_VECTOR, l, lname(n, l, "self_attn.qkv_proj.conv_qk_depthwise.bias"), C);
+        ADD(t, ZY_PARAM_CONV, l, lname(n, l, "self_attn.qkv_proj.conv_qk_grouped.weight"), C, d,
+            c->cca_time1);
+        ADD(t, ZY_PARAM_VECTOR, l, lname(n, l, "self_attn.qkv_proj.conv_qk_grouped.bias"), C);
+        ADD(t, ZY_PARAM_VECTOR, l, lname(n, l, "self_attn.qk_norm.temp"), Hk);
+        ADD(t, ZY_PARAM_MATRIX, l, lname(n, l, "self_attn.o_proj.weight"), D, Hq * d);
+        ADD(t, ZY_PARAM_VECTOR, l, lname(n, l, "input_layernorm.weight"), D);
+        ADD(t, ZY_PARAM_VECTOR, l, lname(n, l, "post_attention_layernorm.weight"), D);
+        static const char *rs[2] = {"post_attention_residual_scale", "post_mlp_residual_scale"};
+        static const char *rf[4] = {"hidden_states_bias", "hidden_states_scale", "residual_bias",
+                                    "residual_scale"};
+        for (int i = 0; i < 2; i++)
+            for (int j = 0; j < 4; j++) {
+                char suffix[ZY_PARAM_NAME_MAX];
+                snprintf(suffix, sizeof suffix, "%s.%s", rs[i], rf[j]);
+                ADD(t, ZY_PARAM_VECTOR, l, lname(n, l, suffix), D);
+            }
+        ADD(t, ZY_PARAM_MATRIX, l, lname(n, l, "mlp.gate.down_proj.weight"), R, D);
+        ADD(t, ZY_PARAM_VECTOR, l, lname(n, l, "mlp.gate.down_proj.bias"), R);
+        if (l > 0) ADD(t, ZY_PARAM_VECTOR, l, lname(n, l, "mlp.gate.router_states_scale"), R);
+        ADD(t, ZY_PARAM_VECTOR, l, lname(n, l, "mlp.gate.router_mlp.norm.weight"), R);
+        ADD(t, ZY_PARAM_MATRIX, l, lname(n, l, "mlp.gate.router_mlp.fc1.weight"), R, R);
+        ADD(t, ZY_PARAM_VECTOR, l, lname(n, l, "mlp.gate.router_mlp.fc1.bias"), R);
+        ADD(t, ZY_PARAM_MATRIX, l, lname(n, l, "mlp.gate.router_mlp.fc2.weight"), R, R);
+        ADD(t, ZY_PARAM_VECTOR, l, lname(n, l, "mlp.gate.router_mlp.fc2.bias"), R);
+        ADD(t, ZY_PARAM_MATRIX, l, lname(n, l, "mlp.gate.router_mlp.out_proj.weight"), E1, R);
+        ADD(t, ZY_PARAM_BUFFER, l, lname(n, l, "mlp.gate.balancing_biases"), E1);
+        ADD(t, ZY_PARAM_MATRIX, l, lname(n, l, "mlp.experts.gate_up_proj"), E, 2 * F, D);
+        ADD(t, ZY_PARAM_MATRIX, l, lname(n, l, "mlp.experts.down_proj"), E, D, F);
+    }
+    ADD(t, ZY_PARAM_VECTOR, -1, "model.norm.weight", D);
+}
+
+static float *view(const zy_param_table *t, float *base, const char *name) {
+    int i = params_find(t, name);
+    ZY_CHECKF(i >= 0, "missing tensor %s", name);
+    return base + t->items[i].offset;
+}
+
+static void build_views(zy_weights *w, const zy_model *m, float *base) {
+    const zy_param_table *t = &m->table;
+    char n[ZY_PARAM_NAME_MAX];
+    w->emb = view(t, base, "model.embed_tokens.weight");
+    w->in_scale = view(t, base, "model.input_hidden_states_scale");
+    w->in_bias = view(t, base, "model.input_hidden_states_bias");
+    w->norm_f = view(t, base, "model.norm.weight");
+    w->layers = zy_calloc((size_t)m->cfg.num_hidden_layers, sizeof *w->layers);
+    for (int l = 0; l < m->cfg.num_hidden_layers; l++) {
+        zy_layer_w *x = &w->layers[l];
+#define V(field, suffix) x->field = view(t, base, lname(n, l, suffix))
+        V(wqk, "self_attn.qkv_proj.q_proj.weight");
+        V(wvc, "self_attn.qkv_proj.v_proj_current.weight");
+        V(wvd, "self_attn.qkv_proj.v_proj_delayed.weight");
+        V(conv1_w, "self_attn.qkv_proj.conv_qk_depthwise.weight");
+        V(conv1_b, "self_attn.qkv_proj.conv_qk_depthwise.bias");
+        V(conv2_w, "self_attn.qkv_proj.conv_qk_grouped.weight");
+        V(conv2_b, "self_attn.qkv_proj.conv_qk_grouped.bias");
+        V(temp, "self_attn.qk_norm.temp");
+        V(wo, "self_attn.o_proj.weight");
+        V(ln_in, "input_layernorm.weight");
+        V(ln_post, "post_attention_layernorm.weight");
+        V(pa_hb, "post_attention_residual_scale.hidden_states_bias");
+        V(pa_hs, "post_attention_residual_scale.hidden_states_scale");
+        V(pa_rb, "post_attention_residual_scale.residual_bias");
+        V(pa_rs, "post_attention_residual_scale.residual_scale");
+        V(pm_hb, "post_mlp_residual_scale.hidden_states_bias");
+        V(pm_hs, "post_mlp_residual_scale.hidden_states_scale");
+        V(pm_rb, "post_mlp_residual_scale.residual_bias");
+        V(pm_rs, "post_mlp_residual_scale.residual_scale");
+        V(r_down_w, "mlp.gate.down_proj.weight");
+        V(r_down_b, "mlp.gate.down_proj.bias");
+        x->r_scale = l > 0 ? view(t, base, lname(n, l, "mlp.gate.router_states_scale")) : NULL;
+        V(r_norm, "mlp.gate.router_mlp.norm.weight");
+        V(r_fc1_w, "mlp.gate.router_mlp.fc1.weight");
+        V(r_fc1_b, "mlp.gate.router_mlp.fc1.bias");
+        V(r_fc2_w, "mlp.gate.router_mlp.fc2.weight");
+        V(r_fc2_b, "mlp.gate.router_mlp.fc2.bias");
+        V(r_out, "mlp.gate.router_mlp.out_proj.weight");
+        V(bal, "mlp.gate.balancing_biases");
+        V(gate_up, "mlp.experts.gate_up_proj");
+        V(down, "mlp.experts.down_proj");
+#undef V
+        const zy_param *kp =
+            &t->items[params_find(t, lname(n, l, "self_attn.qkv_proj.k_proj.weight"))];
+        ZY_CHECK(base + kp->offset == x->wqk + (size_t)m->cfg.num_attention_heads *
+                                                   m->cfg.head_dim * m->cfg.hidden_size);
+    }
+}
+
+int model_init(zy_model *m, const zy_config *cfg, zy_ctx *ctx, int with_grads) {
+    memset(m, 0, sizeof *m);
+    ZY_TRY(config_validate(cfg, "model"));
+    m->cfg = *cfg;
+    m->ctx = ctx;
+    model_build_table(&m->table, cfg);
+    m->params = ops_alloc(ctx, m->table.total * sizeof(float));
+    build_views(&m->w, m, m->params);
+    if (with_grads) {
+        m->grads = ops_alloc(ctx, m->table.total * sizeof(float));
+        build_views(&m->g, m, m->grads);
+    }
+    return ZY_OK;
+}
+
+void model_free(zy_model *m) {
+    if (m->params) ops_free(m->ctx, m->params);
+    if (m->grads) ops_free(m->ctx, m->grads);
+    free(m->w.layers);
+    free(m->g.layers);
+    params_free(&m->table);
+    memset(m, 0, sizeof *m);
+}
+
+void model_zero_grads(zy_model *m) {
+    if (m->grads) ops_fill(m->ctx, m->grads, 0.0f, m->table.total);
+}
+
+/* The fill value of a tensor that is not drawn from a normal distribution. */
+static int const_init(const zy_param *p, float *value) {
+    const char *n = p->name;
+    size_t len = strlen(n);
+#define ENDS(s) (len >= strlen(s) && strcmp(n + len - strlen(s), s) == 0)
+    if (ENDS("_scale") || ENDS("norm.weight") || ENDS("layernorm.weight") || ENDS("qk_norm.temp")) {
+        *value = 1.0f;
+        return 1;
+    }
+    if (ENDS("bias") || ENDS("balancing_biases")) {
+        *value = 0.0f;
+        return 1;
+    }
+#undef ENDS
+    return 0;
+}
+
+void model_init_weights(zy_model *m, uint64_t seed) {
+    const zy_param_table *t = &m->table;
+    size_t bytes = t->total * sizeof(float);
+    float *host = m->ctx->device == ZY_DEV_CPU ? m->params : zy_malloc(bytes);
+    memset(host, 0, bytes);
+    float std = (float)m->cfg.initializer_range;
+    for (int i = 0; i < t->count; i++) {
+        const zy_param *p = &t->items[i];
+        float *x = host + p->offset, value;
+        if (const_init(p, &value)) {
+            for (size_t j = 0; j < p->numel; j++) x[j] = value;
+            if (p->kind == ZY_PARAM_BUFFER) x[p->numel - 1] = -1.0f; /* skip class starts at -1 */
+            continue;
+        }
+        zy_rng r = zy_rng_init(seed, (uint64_t)i); /* one stream per tensor: order-independent */
+        for (size_t j = 0; j < p->numel; j++) x[j] = std * zy_rng_normal(&r);
+    }
+    if (host != m->params) {
+        ops_copy(m->ctx, m->params, host, bytes);
+        free(host);
+    }
+}
+
+zy_param_counts model_count_params(const zy_config *c) {
+    zy_param_table t;
+    model_build_table(&t, c);
+    zy_param_counts k = {0, 0, 0};
+    int64_t per_expert = 3 * (int64_t)c->moe_intermediate_size * c->hidden_size;
+    for (int i = 0; i < t.count; i++)
+        if (t.items[i].kind != ZY_PARAM_BUFFER) k.total += (int64_t)t.items[i].numel;
+    params_free(&t);
+    k.embedding = (int64_t)c->vocab_size * c->hidden_size;
+    k.active_no_embed = k.total - k.embedding -
+                        (int64_t)c->num_hidden_layers * (c->num_experts - 1) * per_expert;
+    return k;
+}
+
+/* Bump allocation inside one arena; with base == NULL it only measures. */
+typedef struct {
+    char *base;
+    size_t used;
+} carver;
+
+static void *carve(carver *cv, size_t bytes) {
+    size_t at = (cv->used + 255) & ~(size_t)255;
+    cv->used = at + bytes;
+    return cv->base ? cv->base + at : NULL;
+}
+
+static void plan_acts(zy_acts *a, const zy_model *m, carver *cv) {
+    const zy_config *c = &m->cfg;
+    const size_t N = (size_t)a->B * a->T, D = c->hidden_size, d = c->head_dim;
+    const size_t Hq = c->num_attention_heads, Hk = c->num_key_value_heads, C = (Hq + Hk) * d;
+    const size_t E = c->num_experts, E1 = E + 1, F = c->moe_intermediate_size;
+    const size_t R = c->router_hidden_size, V = c->vocab_size, half = Hk * d / 2;
+    const size_t f = sizeof(float), i4 = sizeof(int32_t);
+    const size_t Tm = (size_t)a->T + c->cca_time1 - 1;
+    a->ids = carve(cv, N * i4);
+    a->targets = carve(cv, N * i4);
+    a->pos = carve(cv, N * i4);
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        zy_layer_acts *x = &a->layers[l];
+        x->h_in = carve(cv, N * D * f);
+        x->a = carve(cv, N * D * f);
+        x->rstd_a = carve(cv, N * f);
+        x->qk0 = carve(cv, N * C * f);
+        x->mid = carve(cv, (size_t)a->B * Tm * C * f);
+        x->q = carve(cv, N * Hq * d * f);
+        x->k = carve(cv, N * Hk * d * f);
+        x->q_in = carve(cv, N * Hq * d * f);
+        x->k_in = carve(cv, N * Hk * d * f);
+        x->qn = carve(cv, N * Hq * f);
+        x->kn = carve(cv, N * Hk * f);
+        x->vcur = carve(cv, N * half * f);
+        x->vdel = carve(cv, N * half * f);
+        x->v = carve(cv, N * Hk * d * f);
+        x->att = carve(cv, N * Hq * d * f);
+        x->lse = carve(cv, N * Hq * f);
+        x->o = carve(cv, N * D * f);
+        x->h_mid = carve(cv, N * D * f);
+        x->m = carve(cv, N * D * f);
+        x->rstd_m = carve(cv, N * f);
+        x->z = carve(cv, N * R * f);
+        x->u0 = carve(cv, N * R * f);
+        x->rstd_z = carve(cv, N * f);
+        x->f1 = carve(cv, N * R * f);
+        x->g1 = carve(cv, N * R * f);
+        x->f2 = carve(cv, N * R * f);
+        x->g2 = carve(cv, N * R * f);
+        x->rlogits = carve(cv, N * E1 * f);
+        x->probs = carve(cv, N * E1 * f);
+        x->choice = carve(cv, N * i4);
+        x->gate = carve(cv, N * f);
+        x->counts = carve(cv, E * i4);
+        x->offsets = carve(cv, E1 * i4);
+        x->perm = carve(cv, N * i4);
+        x->xs = carve(cv, N * D * f);
+        x->gu = carve(cv, N * 2 * F * f);
+        x->act = carve(cv, N * F * f);
+        x->ys = carve(cv, N * D * f);
+        x->y = carve(cv, N * D * f);
+    }
+    a->h_final = carve(cv, N * D * f);
+    a->xf = carve(cv, N * D * f);
+    a->rstd_f = carve(cv, N * f);
+    a->logits = carve(cv, N * V * f);
+    size_t wide = D > C ? D : C;
+    a->dh = carve(cv, N * D * f);
+    a->dh2 = carve(cv, N * D * f);
+    a->dx = carve(cv, N * wide * f);
+    a->dm = carve(cv, N * D * f);
+    a->dz = carve(cv, N * R * f);
+    a->dz_carry = carve(cv, N * R * f);
+    a->dr = carve(cv, N * (R > E1 ? R : E1) * f);
+    a->dr2 = carve(cv, N * R * f);
+    a->dqk = carve(cv, N * C * f);
+    a->dq = carve(cv, N * Hq * d * f);
+    a->dk = carve(cv, N * Hk * d * f);
+    a->dv = carve(cv, N * Hk * d * f);
+    a->dvc = carve(cv, N * half * f);
+    a->dvd = carve(cv, N * half * f);
+    a->datt = carve(cv, N * Hq * d * f);
+    a->dys = carve(cv, N * D * f);
+    a->dgate = carve(cv, N * f);
+    a->dgu = carve(cv, N * 2 * F * f);
+    a->dact = carve(cv, N * F * f);
+    a->dxs = carve(cv, N * D * f);
+}
+
+int acts_init(zy_acts *a, const zy_model *m, int B, int T) {
+    memset(a, 0, sizeof *a);
+    if (B <= 0 || T <= 0) return zy_fail("batch %d x sequence %d: both must be positive", B, T);
+    if (T > m->cfg.max_position_embeddings)
+        return zy_fail("sequence length %d exceeds max_position_embeddings %d", T,
+                       m->cfg.max_position_embeddings);
+    a->B = B;
+    a->T = T;
+    a->layers = zy_calloc((size_t)m->cfg.num_hidden_layers, sizeof *a->layers);
+    carver cv = {NULL, 0};
+    plan_acts(a, m, &cv);
+    a->arena = ops_alloc(m->ctx, cv.used);
+    cv = (carver){a->arena, 0};
+    plan_acts(a, m, &cv);
+    return ZY_OK;
+}
+
+void acts_free(zy_acts *a, const zy_model *m) {
+    if (a->arena) ops_free(m->ctx, a->arena);
+    free(a->layers);
+    memset(a, 0, sizeof *a);
+}

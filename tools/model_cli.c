@@ -1,0 +1,29 @@
+/* Model loading for the CLI (see model_cli.h). */
+#include "model_cli.h"
+#include "base/err.h"
+#include "io/hf_checkpoint.h"
+
+#include <stdio.h>
+
+int cli_config(zy_config *cfg, const char *model_dir, const char *config_path, const char *preset) {
+    if (model_dir) return config_load(cfg, model_dir);
+    if (config_path) return config_load(cfg, config_path);
+    if (preset) return config_preset(cfg, preset);
+    return zy_fail("name a model: --model DIR, --config FILE or --preset NAME");
+}
+
+int cli_load_model(zy_model *m, zy_ctx *ctx, const char *dir, int with_grads) {
+    zy_config cfg;
+    ZY_TRY(config_load(&cfg, dir));
+    ZY_TRY(model_init(m, &cfg, ctx, with_grads));
+    if (hf_load_weights(dir, &m->table, m->params) != ZY_OK) {
+        model_free(m);
+        return ZY_ERR;
+    }
+    return ZY_OK;
+}
+
+int cli_error(const char *cmd) {
+    fprintf(stderr, "zayac %s: %s\n", cmd, zy_errmsg());
+    return 1;
+}
