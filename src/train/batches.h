@@ -1,0 +1,23 @@
+/* The trainer's view of the data: [B, T+1] token windows from a weighted mixture of prepared
+ * sources, in a deterministic order, with a position that checkpoints save and restore. */
+#ifndef ZY_BATCHES_H
+#define ZY_BATCHES_H
+
+#include "train/train_config.h"
+
+#include <stdint.h>
+
+typedef struct zy_batches zy_batches;
+
+/* Opens the train (val = 0) or validation (val = 1) split of the config's sources. */
+int batches_open(zy_batches **b, const zy_train_config *c, int val, uint64_t seed);
+void batches_close(zy_batches *b);
+/* Fills ids [B,T] and targets [B,T] (the window shifted by one) with the next batch. */
+int batches_next(zy_batches *b, int32_t *ids, int32_t *targets);
+/* The position as JSON text (heap) / restored from it; `source` names the file in errors. */
+char *batches_state_json(const zy_batches *b);
+int batches_restore(zy_batches *b, const char *json, const char *source);
+/* Largest token id in the data (checked against the vocabulary before training). */
+int32_t batches_max_token(const zy_batches *b);
+
+#endif

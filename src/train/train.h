@@ -1,0 +1,20 @@
+/* The training loop: model, optimiser (AdamW/Muon), schedule, clipping, router balancing,
+ * metrics (console, JSONL, TensorBoard), periodic validation, checkpoints and exact resume. */
+#ifndef ZY_TRAIN_H
+#define ZY_TRAIN_H
+
+#include "train/train_config.h"
+
+typedef struct {
+    int resume;        /* continue from the newest complete checkpoint in out_dir/checkpoints */
+    int64_t stop_after; /* stop (with a checkpoint) after this many steps in this run; 0 = never */
+    const char *config_json; /* the merged training config, saved as out_dir/train_config.json */
+} zy_train_opts;
+
+/* Trains per c; prints progress to stdout. Returns ZY_ERR with a message on failure. */
+int train_run(const zy_train_config *c, const zy_train_opts *o);
+/* Mean validation loss of a model folder on the config's validation split. */
+int train_eval(const zy_train_config *c, const char *model_dir, int64_t batches, double *loss,
+               int64_t *tokens);
+
+#endif
