@@ -1,0 +1,66 @@
+/* The router balancing-bias controller (training only, see the spec's "Balancing"): after each
+ * step, for every MoE layer, the fraction f_e of the global batch's tokens routed to each of the
+ * E+1 classes (the skip class last) drives an Adam-style update of that layer's balancing bias on
+ * the "gradient" g_e = f_e - 1/(E+1), so over-used classes go down and the load moves toward
+ * uniform. It owns the Adam moments and the step counter; the biases are ZY_PARAM_BUFFER tensors
+ * ("model.layers.N.mlp.gate.balancing_biases" [E+1]) in the caller's parameter buffer.
+ * Also summarises a layer's load for logging. */
+#ifndef ZY_BALANCE_H
+#define ZY_BALANCE_H
+
+#include "optim/state.h"
+#include "tensor/params.h"
+
+#include <stdint.h>
+
+typedef struct {
+    float step_size;    /* bias change per step at full confidence, default 1e-3 */
+    float beta1, beta2; /* moment decays, default (0.9, 0.999) */
+    float eps;          /* default 1e-8 */
+} zy_balance_config;
+
+typedef struct {
+    zy_balance_config cfg;
+    int n_layers;  /* L */
+    int n_classes; /* E + 1 */
+    int64_t step;  /* controller updates taken (bias correction uses 1 - beta^step) */
+    float *m;      /* [L, E+1] first moments */
+    float *v;      /* [L, E+1] second moments */
+} zy_balance;
+
+/* Load of one layer over a batch, for logging. */
+typedef struct {
+    float max_frac, min_frac; /* largest and smallest fraction among the E experts */
+    float skip_frac;          /* fraction sent to the skip class */
+    float entropy;            /* nats, of the (E+1)-class distribution; log(E+1) when uniform */
+    float entropy_norm;       /* entropy / log(E+1), in [0, 1] */
+    int64_t tokens;           /* total routed */
+} zy_load_summary;
+
+/* Fills the defaults (step_size 1e-3, betas (0.9, 0.999), eps 1e-8). */
+void balance_config_default(zy_balance_config *c);
+/* Checks the fields; an error names the field, the allowed range and the value found. */
+int balance_config_check(const zy_balance_config *c);
+/* Allocates zeroed moments for n_layers layers of n_experts experts (+1 skip class). */
+int balance_init(zy_balance *b, const zy_balance_config *cfg, int n_layers, int n_experts);
+void balance_free(zy_balance *b);
+/* One controller step: step += 1, then for every layer l, biases[l] ([E+1]) is updated from
+ * counts[l * (E+1) + e] (tokens of the global batch routed to class e of layer l, [L, E+1]).
+ * A layer that routed no tokens is left as it is. */
+void balance_step(zy_balance *b, float *const *biases, const int64_t *counts);
+/* Adam-style update of one layer's bias [n] from its counts [n] at (already incremented) step t;
+ * m, v are that layer's moments [n]. */
+void balance_update_layer(float *bias, float *m, float *v, const int64_t *counts, int n,
+                          const zy_balance_config *cfg, int64_t t);
+/* Summarises counts [E+1] (skip last). */
+void balance_load_summary(const int64_t *counts, int n_experts, zy_load_summary *out);
+/* Finds "model.layers.N.mlp.gate.balancing_biases" for N in [0, L) in t and points biases[N] at
+ * it in params; an error names a missing tensor or a shape other than [n_experts + 1]. */
+int balance_find_biases(const zy_param_table *t, float *params, int n_layers, int n_experts,
+                        float **biases);
+/* Named state: "balance_exp_avg.model.layers.N.mlp.gate.balancing_biases" and
+ * "balance_exp_avg_sq.<same>" [E+1] per layer, pointing into b; a heap array (free() it) of
+ * *count entries. The step counter is b->step. */
+zy_state_tensor *balance_state_tensors(const zy_balance *b, int *count);
+
+#endif

@@ -1,0 +1,56 @@
+/* Global-norm gradient clipping (see clip.h). */
+#include "optim/clip.h"
+
+#include <math.h>
+
+/* Sum of squares of n floats, deterministic whatever the thread count: fixed-size chunks are
+ * summed in parallel, then their partial sums are added in order. */
+static double sumsq(const float *g, size_t n) {
+    enum { CHUNK = 16384, GROUP = 64 };
+    double total = 0, part[GROUP];
+    for (size_t base = 0; base < n; base += (size_t)CHUNK * GROUP) {
+        size_t left = n - base;
+        int chunks = (int)((left + CHUNK - 1) / CHUNK);
+        if (chunks > GROUP) chunks = GROUP;
+#pragma omp parallel for if (chunks > 1) schedule(static)
+        for (int c = 0; c < chunks; c++) {
+            size_t lo = base + (size_t)c * CHUNK, hi = lo + CHUNK < n ? lo + CHUNK : n;
+            double s = 0;
+            for (size_t j = lo; j < hi; j++) s += (double)g[j] * g[j];
+            part[c] = s;
+        }
+        for (int c = 0; c < chunks; c++) total += part[c];
+    }
+    return total;
+}
+
+double clip_grad_sumsq(const zy_param_table *t, const float *grads) {
+    double total = 0;
+    for (int i = 0; i < t->count; i++) {
+        const zy_param *p = &t->items[i];
+        if (p->kind != ZY_PARAM_BUFFER) total += sumsq(grads + p->offset, p->numel);
+    }
+    return total;
+}
+
+void clip_scale_grads(const zy_param_table *t, float *grads, float scale) {
+    for (int i = 0; i < t->count; i++) {
+        const zy_param *p = &t->items[i];
+        if (p->kind == ZY_PARAM_BUFFER) continue;
+        float *g = grads + p->offset;
+        for (size_t j = 0; j < p->numel; j++) g[j] *= scale;
+    }
+}
+
+float clip_factor(double norm, float max_norm) {
+    if (!(max_norm > 0) || !isfinite(norm)) return 1.0f;
+    double f = (double)max_norm / (norm + 1e-6);
+    return f < 1.0 ? (float)f : 1.0f;
+}
+
+double clip_grad_norm(const zy_param_table *t, float *grads, float max_norm) {
+    double norm = sqrt(clip_grad_sumsq(t, grads));
+    float f = clip_factor(norm, max_norm);
+    if (f < 1.0f) clip_scale_grads(t, grads, f);
+    return norm;
+}

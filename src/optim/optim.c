@@ -1,0 +1,287 @@
+/* AdamW and Muon over a parameter table (see optim.h). */
+#include "optim/optim.h"
+#include "base/err.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Newton-Schulz quintic coefficients (Keller Jordan's Muon): fast growth of small singular values
+ * at the price of not converging exactly to 1 (they settle in roughly [0.7, 1.2]). */
+#define NS_A   3.4445f
+#define NS_B   (-4.7750f)
+#define NS_C   2.0315f
+#define NS_EPS 1e-7
+
+/* Element-wise loops go parallel only when there is enough work to pay for the threads. */
+#define PAR_MIN 32768
+
+static size_t align16(size_t n) {
+    return (n + 15) & ~(size_t)15;
+}
+
+void optim_config_default(zy_optim_config *c) {
+    memset(c, 0, sizeof *c);
+    c->lr = 3e-4f;
+    c->beta1 = 0.9f;
+    c->beta2 = 0.95f;
+    c->eps = 1e-8f;
+    c->weight_decay = 0.1f;
+    c->decay_kinds = ZY_DECAY_KINDS_DEFAULT;
+    c->use_muon = 1;
+    c->muon_momentum = 0.95f;
+    c->muon_nesterov = 1;
+    c->muon_ns_steps = 5;
+    c->muon_scale = ZY_MUON_SCALE_MATCH_ADAMW_RMS;
+    c->muon_lr_ratio = 1.0f;
+}
+
+/* 1 when lo <= x < hi (or <= hi when closed) and x is finite. */
+static int in_range(float x, float lo, float hi, int closed_hi) {
+    return isfinite(x) && x >= lo && (closed_hi ? x <= hi : x < hi);
+}
+
+int optim_config_check(const zy_optim_config *c) {
+    if (!in_range(c->lr, 0, INFINITY, 1))
+        return zy_fail("optimizer: lr must be a finite number >= 0, found %g", c->lr);
+    if (!in_range(c->beta1, 0, 1, 0))
+        return zy_fail("optimizer: beta1 must be in [0, 1), found %g", c->beta1);
+    if (!in_range(c->beta2, 0, 1, 0))
+        return zy_fail("optimizer: beta2 must be in [0, 1), found %g", c->beta2);
+    if (!(isfinite(c->eps) && c->eps > 0))
+        return zy_fail("optimizer: eps must be a finite number > 0, found %g", c->eps);
+    if (!in_range(c->weight_decay, 0, INFINITY, 1))
+        return zy_fail("optimizer: weight_decay must be a finite number >= 0, found %g",
+                       c->weight_decay);
+    if (c->decay_kinds & ~(unsigned)(ZY_KIND_BIT(ZY_PARAM_BUFFER) - 1))
+        return zy_fail("optimizer: decay_kinds may name matrix, embed, vector and conv only, "
+                       "found mask 0x%x",
+                       c->decay_kinds);
+    if (c->use_muon != 0 && c->use_muon != 1)
+        return zy_fail("optimizer: use_muon must be 0 or 1, found %d", c->use_muon);
+    if (!in_range(c->muon_momentum, 0, 1, 0))
+        return zy_fail("optimizer: muon_momentum must be in [0, 1), found %g", c->muon_momentum);
+    if (c->muon_nesterov != 0 && c->muon_nesterov != 1)
+        return zy_fail("optimizer: muon_nesterov must be 0 or 1, found %d", c->muon_nesterov);
+    if (c->muon_ns_steps < 1 || c->muon_ns_steps > 100)
+        return zy_fail("optimizer: muon_ns_steps must be in [1, 100], found %d", c->muon_ns_steps);
+    if (c->muon_scale != ZY_MUON_SCALE_NONE && c->muon_scale != ZY_MUON_SCALE_MATCH_ADAMW_RMS &&
+        c->muon_scale != ZY_MUON_SCALE_SPECTRAL)
+        return zy_fail("optimizer: muon_scale must be none, match_adamw_rms or spectral, found %d",
+                       (int)c->muon_scale);
+    if (!(isfinite(c->muon_lr_ratio) && c->muon_lr_ratio > 0))
+        return zy_fail("optimizer: muon_lr_ratio must be a finite number > 0, found %g",
+                       c->muon_lr_ratio);
+    return ZY_OK;
+}
+
+/* Rows, columns and count of the matrices in a Muon tensor ([out, in] or [..., out, in]). */
+static void matrix_dims(const zy_param *p, int64_t *rows, int64_t *cols, int64_t *count) {
+    *rows = p->shape[p->ndim - 2];
+    *cols = p->shape[p->ndim - 1];
+    *count = (int64_t)p->numel / (*rows * *cols);
+}
+
+int optim_init(zy_optim *opt, const zy_optim_config *cfg, const zy_param_table *t) {
+    memset(opt, 0, sizeof *opt);
+    ZY_TRY(optim_config_check(cfg));
+    opt->cfg = *cfg;
+    opt->n_params = t->count;
+    opt->method = zy_calloc((size_t)(t->count ? t->count : 1), sizeof *opt->method);
+    opt->state_off = zy_calloc((size_t)(t->count ? t->count : 1), sizeof *opt->state_off);
+    for (int i = 0; i < t->count; i++) {
+        const zy_param *p = &t->items[i];
+        if (p->kind == ZY_PARAM_BUFFER) {
+            opt->method[i] = ZY_OPT_SKIP;
+        } else if (p->kind == ZY_PARAM_MATRIX && cfg->use_muon) {
+            ZY_CHECKF(p->ndim >= 2, "%s: a matrix parameter needs >= 2 dims", p->name);
+            opt->method[i] = ZY_OPT_MUON;
+            opt->state_off[i] = opt->muon_total;
+            opt->muon_total += align16(p->numel);
+            int64_t r, c, n;
+            matrix_dims(p, &r, &c, &n);
+            size_t need = (size_t)(r * c) + optim_ns_work_floats(r, c);
+            if (need > opt->work_floats) opt->work_floats = need;
+        } else {
+            opt->method[i] = ZY_OPT_ADAMW;
+            opt->state_off[i] = opt->adam_total;
+            opt->adam_total += align16(p->numel);
+        }
+    }
+    opt->exp_avg = zy_calloc(opt->adam_total ? opt->adam_total : 1, sizeof(float));
+    opt->exp_avg_sq = zy_calloc(opt->adam_total ? opt->adam_total : 1, sizeof(float));
+    opt->momentum = zy_calloc(opt->muon_total ? opt->muon_total : 1, sizeof(float));
+    opt->work = zy_calloc(opt->work_floats ? opt->work_floats : 1, sizeof(float));
+    return ZY_OK;
+}
+
+void optim_free(zy_optim *opt) {
+    free(opt->method);
+    free(opt->state_off);
+    free(opt->exp_avg);
+    free(opt->exp_avg_sq);
+    free(opt->momentum);
+    free(opt->work);
+    memset(opt, 0, sizeof *opt);
+}
+
+void optim_adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr,
+                        float beta1, float beta2, float eps, float wd, double bc1, double bc2) {
+    const float step = (float)(lr / bc1), inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
+    const float decay = lr * wd;
+#pragma omp parallel for simd if (n >= PAR_MIN) schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float gi = g[i];
+        float mi = beta1 * m[i] + (1.0f - beta1) * gi;
+        float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        p[i] -= step * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps) + decay * p[i];
+    }
+}
+
+void optim_muon_momentum(float *u, const float *g, float *mom, size_t n, float mu, int nesterov) {
+#pragma omp parallel for simd if (n >= PAR_MIN) schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float mi = mu * mom[i] + g[i];
+        mom[i] = mi;
+        u[i] = nesterov ? g[i] + mu * mi : mi;
+    }
+}
+
+size_t optim_ns_work_floats(int64_t rows, int64_t cols) {
+    int64_t s = rows < cols ? rows : cols;
+    return (size_t)(rows * cols + 2 * s * s); /* the next iterate, A, and B */
+}
+
+void optim_newton_schulz(float *x, int64_t rows, int64_t cols, int steps, float *work) {
+    const size_t n = (size_t)(rows * cols);
+    const int wide = rows <= cols; /* Gram on the smaller side */
+    const int s = (int)(wide ? rows : cols);
+    const int r = (int)rows, c = (int)cols;
+    float *y = work, *A = work + n, *B = A + (size_t)s * s;
+
+    double ss = 0;
+    for (size_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    const float inv = (float)(1.0 / (sqrt(ss) + NS_EPS));
+    for (size_t i = 0; i < n; i++) x[i] *= inv;
+
+    float *cur = x, *nxt = y;
+    for (int it = 0; it < steps; it++) {
+        if (wide) { /* A = X X^T [r, r]; B = b A + c A A; X' = a X + B X */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r, r, c, 1.0f, cur, c, cur, c,
+                        0.0f, A, s);
+        } else { /* A = X^T X [c, c]; B = b A + c A A; X' = a X + X B */
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c, c, r, 1.0f, cur, c, cur, c,
+                        0.0f, A, s);
+        }
+        memcpy(B, A, (size_t)s * s * sizeof *B);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s, s, s, NS_C, A, s, A, s, NS_B, B,
+                    s);
+        memcpy(nxt, cur, n * sizeof *nxt);
+        if (wide)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r, c, r, 1.0f, B, s, cur, c,
+                        NS_A, nxt, c);
+        else
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r, c, c, 1.0f, cur, c, B, s,
+                        NS_A, nxt, c);
+        float *tmp = cur;
+        cur = nxt;
+        nxt = tmp;
+    }
+    if (cur != x) memcpy(x, cur, n * sizeof *x);
+}
+
+float optim_muon_scale(zy_muon_scale rule, int64_t out, int64_t in) {
+    switch (rule) {
+    case ZY_MUON_SCALE_MATCH_ADAMW_RMS:
+        return 0.2f * sqrtf((float)(out > in ? out : in));
+    case ZY_MUON_SCALE_SPECTRAL:
+        return out > in ? sqrtf((float)out / (float)in) : 1.0f;
+    case ZY_MUON_SCALE_NONE:
+        return 1.0f;
+    }
+    return 1.0f;
+}
+
+void optim_apply_update(float *p, const float *u, size_t n, float lr, float scale, float wd) {
+    const float su = lr * scale, decay = lr * wd;
+#pragma omp parallel for simd if (n >= PAR_MIN) schedule(static)
+    for (size_t i = 0; i < n; i++) p[i] -= su * u[i] + decay * p[i];
+}
+
+/* Muon on one tensor: momentum over the whole stack, then each [rows, cols] matrix on its own. */
+static void muon_tensor(zy_optim *opt, const zy_param *p, float *param, const float *grad,
+                        float *mom, float lr, float wd) {
+    const zy_optim_config *c = &opt->cfg;
+    int64_t rows, cols, count;
+    matrix_dims(p, &rows, &cols, &count);
+    const size_t mn = (size_t)(rows * cols);
+    const float scale = optim_muon_scale(c->muon_scale, rows, cols);
+    float *u = opt->work, *ns_work = opt->work + mn;
+    for (int64_t e = 0; e < count; e++) {
+        size_t off = (size_t)e * mn;
+        optim_muon_momentum(u, grad + off, mom + off, mn, c->muon_momentum, c->muon_nesterov);
+        optim_newton_schulz(u, rows, cols, c->muon_ns_steps, ns_work);
+        optim_apply_update(param + off, u, mn, lr, scale, wd);
+    }
+}
+
+void optim_step(zy_optim *opt, const zy_param_table *t, float *params, const float *grads,
+                float lr_now) {
+    ZY_CHECKF(t->count == opt->n_params, "table has %d tensors, the optimiser was planned for %d",
+              t->count, opt->n_params);
+    const zy_optim_config *c = &opt->cfg;
+    opt->step++;
+    const double bc1 = 1.0 - pow((double)c->beta1, (double)opt->step);
+    const double bc2 = 1.0 - pow((double)c->beta2, (double)opt->step);
+    const float lr_muon = lr_now * c->muon_lr_ratio;
+    for (int i = 0; i < t->count; i++) {
+        const zy_param *p = &t->items[i];
+        const float wd = (c->decay_kinds & ZY_KIND_BIT(p->kind)) ? c->weight_decay : 0.0f;
+        float *param = params + p->offset;
+        const float *grad = grads + p->offset;
+        size_t so = opt->state_off[i];
+        switch ((zy_opt_method)opt->method[i]) {
+        case ZY_OPT_ADAMW:
+            optim_adamw_update(param, grad, opt->exp_avg + so, opt->exp_avg_sq + so, p->numel,
+                               lr_now, c->beta1, c->beta2, c->eps, wd, bc1, bc2);
+            break;
+        case ZY_OPT_MUON:
+            muon_tensor(opt, p, param, grad, opt->momentum + so, lr_muon, wd);
+            break;
+        case ZY_OPT_SKIP:
+            break;
+        }
+    }
+}
+
+/* Fills one state entry named prefix + the param's name, pointing at data. */
+static void state_entry(zy_state_tensor *s, const char *prefix, const zy_param *p, float *data) {
+    memset(s, 0, sizeof *s);
+    snprintf(s->name, sizeof s->name, "%s%s", prefix, p->name);
+    s->data = data;
+    s->ndim = p->ndim;
+    for (int d = 0; d < p->ndim; d++) s->shape[d] = p->shape[d];
+    s->numel = p->numel;
+}
+
+zy_state_tensor *optim_state_tensors(const zy_optim *opt, const zy_param_table *t, int *count) {
+    ZY_CHECK(t->count == opt->n_params);
+    zy_state_tensor *s = zy_calloc((size_t)(2 * t->count + 1), sizeof *s);
+    int n = 0;
+    for (int i = 0; i < t->count; i++) {
+        const zy_param *p = &t->items[i];
+        size_t so = opt->state_off[i];
+        if (opt->method[i] == ZY_OPT_ADAMW) {
+            state_entry(&s[n++], "exp_avg.", p, opt->exp_avg + so);
+            state_entry(&s[n++], "exp_avg_sq.", p, opt->exp_avg_sq + so);
+        } else if (opt->method[i] == ZY_OPT_MUON) {
+            state_entry(&s[n++], "muon_momentum.", p, opt->momentum + so);
+        }
+    }
+    *count = n;
+    return s;
+}

@@ -1,0 +1,106 @@
+/* The optimiser: AdamW for every trained tensor, or Muon for the hidden 2-D matrices (each matrix
+ * of an [E, out, in] expert stack on its own) with AdamW for the rest. It owns the optimiser state
+ * (AdamW moments, Muon momentum, the step counter and a Newton-Schulz workspace); parameters and
+ * gradients are flat fp32 buffers laid out by a zy_param_table and belong to the caller.
+ *
+ * The math lives in small functions over flat arrays (optim_adamw_update, optim_muon_momentum,
+ * optim_newton_schulz, optim_muon_scale, optim_apply_update) so a CUDA version can mirror each one.
+ *
+ * Weight decay (decoupled, p -= lr * wd * p) applies to the kinds in cfg.decay_kinds; the default
+ * is matrices and embeddings. Vectors (norms, scales, biases, temperatures) are excluded because
+ * decaying them pulls gains towards 0 rather than regularising; convolution kernels are excluded
+ * because they are tiny per-channel filters that behave like gains (the CCA short convolutions).
+ * Buffers (ZY_PARAM_BUFFER, the balancing biases) are never touched. */
+#ifndef ZY_OPTIM_H
+#define ZY_OPTIM_H
+
+#include "optim/state.h"
+#include "tensor/params.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* How the orthogonalised Muon update is scaled before the learning rate. */
+typedef enum {
+    ZY_MUON_SCALE_NONE = 0,            /* the raw orthogonal update (RMS ~ 1/sqrt(max(out,in))) */
+    ZY_MUON_SCALE_MATCH_ADAMW_RMS = 1, /* * 0.2 * sqrt(max(out, in)): update RMS ~0.2 like AdamW
+                                          (Moonlight), so AdamW's lr and wd carry over */
+    ZY_MUON_SCALE_SPECTRAL = 2,        /* * sqrt(max(1, out / in)) (Keller Jordan's Muon); wants a
+                                          larger lr (set muon_lr_ratio, e.g. 0.02 / adamw lr) */
+} zy_muon_scale;
+
+/* Bit of a zy_param_kind in zy_optim_config.decay_kinds. */
+#define ZY_KIND_BIT(kind)      (1u << (unsigned)(kind))
+#define ZY_DECAY_KINDS_DEFAULT (ZY_KIND_BIT(ZY_PARAM_MATRIX) | ZY_KIND_BIT(ZY_PARAM_EMBED))
+
+typedef struct {
+    float lr;                 /* peak lr, for the config file; optim_step uses its lr_now only */
+    float beta1, beta2, eps;  /* AdamW */
+    float weight_decay;       /* decoupled, for the kinds in decay_kinds (AdamW and Muon alike) */
+    unsigned decay_kinds;     /* ZY_KIND_BIT(...) mask; default matrices + embeddings */
+    int use_muon;             /* 0: AdamW for everything; 1: Muon for ZY_PARAM_MATRIX tensors */
+    float muon_momentum;      /* mu, 0.95 */
+    int muon_nesterov;        /* 1: update = g + mu*M; 0: update = M */
+    int muon_ns_steps;        /* Newton-Schulz iterations, 5 */
+    zy_muon_scale muon_scale; /* default ZY_MUON_SCALE_MATCH_ADAMW_RMS */
+    float muon_lr_ratio;      /* Muon lr = lr_now * muon_lr_ratio (1 with MATCH_ADAMW_RMS) */
+} zy_optim_config;
+
+/* What the optimiser does with one table entry. */
+typedef enum { ZY_OPT_SKIP = 0, ZY_OPT_ADAMW = 1, ZY_OPT_MUON = 2 } zy_opt_method;
+
+typedef struct {
+    zy_optim_config cfg;
+    int64_t step;      /* steps taken; AdamW bias correction at step t uses 1 - beta^t */
+    int n_params;      /* table->count at init; the table must not change afterwards */
+    uint8_t *method;   /* [n_params] zy_opt_method */
+    size_t *state_off; /* [n_params] offset into exp_avg/exp_avg_sq (AdamW) or momentum (Muon) */
+    float *exp_avg;    /* [adam_total] AdamW first moments, laid out param by param */
+    float *exp_avg_sq; /* [adam_total] AdamW second moments */
+    float *momentum;   /* [muon_total] Muon momentum buffers */
+    size_t adam_total; /* floats (each tensor 16-float aligned) */
+    size_t muon_total; /* floats */
+    float *work;       /* [work_floats] Muon update + Newton-Schulz workspace, largest matrix */
+    size_t work_floats;
+} zy_optim;
+
+/* Fills the defaults: lr 3e-4, betas (0.9, 0.95), eps 1e-8, wd 0.1 on matrices and embeddings,
+ * Muon on (mu 0.95, Nesterov, 5 steps, MATCH_ADAMW_RMS, lr ratio 1). */
+void optim_config_default(zy_optim_config *c);
+/* Checks every field; an error names the field, the allowed range and the value found. */
+int optim_config_check(const zy_optim_config *c);
+/* Plans the optimiser for a table and allocates zeroed state; ZY_ERR on a bad config. */
+int optim_init(zy_optim *opt, const zy_optim_config *cfg, const zy_param_table *t);
+void optim_free(zy_optim *opt);
+/* One step: step += 1, then every non-buffer tensor of params is updated from grads (both laid out
+ * by t, [t->total] floats) with learning rate lr_now (AdamW) or lr_now * muon_lr_ratio (Muon).
+ * grads is not modified. */
+void optim_step(zy_optim *opt, const zy_param_table *t, float *params, const float *grads,
+                float lr_now);
+
+/* The named state tensors in table order: "exp_avg.<param>" and "exp_avg_sq.<param>" for AdamW
+ * tensors, "muon_momentum.<param>" for Muon tensors, each with the param's shape, pointing into
+ * opt. Returns a heap array (free() it) and its length in *count. The step counter is opt->step. */
+zy_state_tensor *optim_state_tensors(const zy_optim *opt, const zy_param_table *t, int *count);
+
+/* ---- the math, over flat arrays (each a future CUDA kernel) ---- */
+
+/* AdamW on n elements: m, v moments; p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p) with
+ * mhat = m / bc1, vhat = v / bc2, bc = 1 - beta^t. */
+void optim_adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr,
+                        float beta1, float beta2, float eps, float wd, double bc1, double bc2);
+/* Muon momentum on n elements: mom = mu * mom + g; u = nesterov ? g + mu * mom : mom. */
+void optim_muon_momentum(float *u, const float *g, float *mom, size_t n, float mu, int nesterov);
+/* Floats of workspace optim_newton_schulz needs for a rows x cols matrix. */
+size_t optim_ns_work_floats(int64_t rows, int64_t cols);
+/* Orthogonalises x [rows, cols] in place: x /= (||x||_F + 1e-7), then `steps` quintic iterations
+ * x = a x + (b A + c A A) x with A = x x^T, (a, b, c) = (3.4445, -4.7750, 2.0315). When
+ * rows > cols it works on the transpose (A = x^T x, x = a x + x (b A + c A A)) so the Gram matrix
+ * is min(rows, cols) square. Matrix products go through cblas_sgemm. */
+void optim_newton_schulz(float *x, int64_t rows, int64_t cols, int steps, float *work);
+/* The multiplier a scale rule applies to the orthogonalised update of an [out, in] matrix. */
+float optim_muon_scale(zy_muon_scale rule, int64_t out, int64_t in);
+/* p -= lr * (scale * u + wd * p) on n elements (wd multiplies the old p). */
+void optim_apply_update(float *p, const float *u, size_t n, float lr, float scale, float wd);
+
+#endif

@@ -1,0 +1,899 @@
+/* Tests of src/optim: Newton-Schulz against an SVD (LAPACK dgesvd_ in double), AdamW against
+ * hand-computed steps, Muon against an independent double-precision step, schedules, clipping, the
+ * balancing controller on a synthetic router, state round trips and bad configs. The Muon vs AdamW
+ * step timing runs only with ZAYAC_BENCH=1. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "base/err.h"
+#include "base/rng.h"
+#include "base/timer.h"
+#include "optim/balance.h"
+#include "optim/clip.h"
+#include "optim/optim.h"
+#include "optim/schedule.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* LAPACK's SVD (column-major), from OpenBLAS; the trailing lengths are Fortran's hidden ones. */
+void dgesvd_(const char *jobu, const char *jobvt, const int *m, const int *n, double *a,
+             const int *lda, double *s, double *u, const int *ldu, double *vt, const int *ldvt,
+             double *work, const int *lwork, int *info, size_t jobu_len, size_t jobvt_len);
+
+/* Thin SVD of a row-major [r, c] matrix: x = U diag(s) Vt with U [r, k], Vt [k, c] row-major,
+ * k = min(r, c), s descending. */
+static void svd(const double *x, int r, int c, double *U, double *s, double *Vt) {
+    int k = r < c ? r : c, info = 0, lwork = -1;
+    double *a = malloc(sizeof(double) * (size_t)(r * c));
+    double *ucm = malloc(sizeof(double) * (size_t)(r * k));
+    double *vtcm = malloc(sizeof(double) * (size_t)(k * c));
+    for (int i = 0; i < r; i++)
+        for (int j = 0; j < c; j++) a[i + j * r] = x[i * c + j];
+    double wq;
+    dgesvd_("S", "S", &r, &c, a, &r, s, ucm, &r, vtcm, &k, &wq, &lwork, &info, 1, 1);
+    assert_int_equal(info, 0);
+    lwork = (int)wq;
+    double *work = malloc(sizeof(double) * (size_t)lwork);
+    dgesvd_("S", "S", &r, &c, a, &r, s, ucm, &r, vtcm, &k, work, &lwork, &info, 1, 1);
+    assert_int_equal(info, 0);
+    for (int i = 0; i < r; i++)
+        for (int l = 0; l < k; l++) U[i * k + l] = ucm[i + l * r];
+    for (int l = 0; l < k; l++)
+        for (int j = 0; j < c; j++) Vt[l * c + j] = vtcm[l + j * k];
+    free(a);
+    free(ucm);
+    free(vtcm);
+    free(work);
+}
+
+static void fill_normal(float *x, size_t n, float std, zy_rng *r) {
+    for (size_t i = 0; i < n; i++) x[i] = std * zy_rng_normal(r);
+}
+
+/* The quintic applied `steps` times to one (normalised) singular value. */
+static double ns_poly(double s, int steps) {
+    for (int i = 0; i < steps; i++)
+        s = 3.4445 * s - 4.7750 * s * s * s + 2.0315 * s * s * s * s * s;
+    return s;
+}
+
+/* Newton-Schulz keeps the singular vectors and maps each normalised singular value through the
+ * quintic: NS(X) = U diag(p^5(s / (||X||_F + 1e-7))) V^T, computed here in double via an SVD. */
+static void check_ns_shape(int r, int c, uint64_t seed) {
+    const int k = r < c ? r : c;
+    const size_t n = (size_t)r * (size_t)c;
+    zy_rng rng = zy_rng_init(seed, 1);
+    float *x = malloc(n * sizeof *x);
+    fill_normal(x, n, 0.3f, &rng);
+    double *xd = malloc(n * sizeof *xd), *U = malloc(sizeof(double) * (size_t)(r * k));
+    double *Vt = malloc(sizeof(double) * (size_t)(k * c)), *s = malloc(sizeof(double) * k);
+    double fro = 0;
+    for (size_t i = 0; i < n; i++) {
+        xd[i] = x[i];
+        fro += xd[i] * xd[i];
+    }
+    fro = sqrt(fro);
+    svd(xd, r, c, U, s, Vt);
+    double *sp = malloc(sizeof(double) * k);
+    for (int l = 0; l < k; l++) sp[l] = ns_poly(s[l] / (fro + 1e-7), 5);
+
+    float *work = malloc(optim_ns_work_floats(r, c) * sizeof *work);
+    optim_newton_schulz(x, r, c, 5, work);
+
+    double maxdiff = 0;
+    for (int i = 0; i < r; i++)
+        for (int j = 0; j < c; j++) {
+            double ref = 0;
+            for (int l = 0; l < k; l++) ref += U[i * k + l] * sp[l] * Vt[l * c + j];
+            double d = fabs(ref - x[i * c + j]);
+            if (d > maxdiff) maxdiff = d;
+        }
+    if (getenv("ZAYAC_VERBOSE")) printf("NS %dx%d: max |NS - U p(S) V^T| = %.2e\n", r, c, maxdiff);
+    /* fp32 products of O(1) entries through 5 iterations: errors of a few 1e-6 are expected */
+    assert_true(maxdiff < 1e-4);
+
+    /* the output's own singular values: the predicted ones, and inside [0.6, 1.3] wherever the
+     * input's normalised singular value is not vanishingly small (below ~1.5e-3, five quintic steps
+     * cannot lift it that far; see ns_poly) */
+    double *out_d = malloc(n * sizeof *out_d), *so = malloc(sizeof(double) * k);
+    for (size_t i = 0; i < n; i++) out_d[i] = x[i];
+    svd(out_d, r, c, U, so, Vt);
+    /* sort predicted values descending (p^5 is not monotone) to compare with LAPACK's order */
+    for (int a = 0; a < k; a++)
+        for (int b = a + 1; b < k; b++)
+            if (sp[b] > sp[a]) {
+                double tmp = sp[a];
+                sp[a] = sp[b];
+                sp[b] = tmp;
+            }
+    int small = 0; /* inputs too small for five steps to lift; they map below 0.6 and sort last */
+    for (int l = 0; l < k; l++) small += s[l] / fro < 2e-3;
+    for (int l = 0; l < k; l++) {
+        assert_true(fabs(so[l] - sp[l]) < 1e-4);
+        if (l < k - small) assert_true(so[l] >= 0.6 && so[l] <= 1.3);
+    }
+    /* rectangular Gaussian matrices are well conditioned: every value is in range there */
+    if (r != c) assert_int_equal(small, 0);
+    free(x);
+    free(xd);
+    free(U);
+    free(Vt);
+    free(s);
+    free(sp);
+    free(work);
+    free(out_d);
+    free(so);
+}
+
+static void test_newton_schulz_vs_svd(void **state) {
+    (void)state;
+    check_ns_shape(24, 24, 11); /* square */
+    check_ns_shape(40, 16, 12); /* tall: works on the transpose */
+    check_ns_shape(16, 40, 13); /* wide */
+    check_ns_shape(64, 64, 14);
+    check_ns_shape(1, 9, 15); /* a single row: normalised to unit norm, then the polynomial */
+}
+
+/* A zero gradient stays zero (no division by zero in the normalisation). */
+static void test_newton_schulz_zero(void **state) {
+    (void)state;
+    float x[12] = {0}, work[64];
+    assert_true(optim_ns_work_floats(3, 4) <= 64);
+    optim_newton_schulz(x, 3, 4, 5, work);
+    for (int i = 0; i < 12; i++) assert_true(x[i] == 0.0f);
+}
+
+/* Two AdamW steps on a 3-vector against values worked out by hand (lr 0.1, betas (0.9, 0.999),
+ * wd 0.1, eps 1e-8). Step 1: mhat = g and vhat = g^2, so the step is sign(g):
+ *   p1 = p0 - 0.1 * (sign(g1) + 0.1 p0).
+ * Step 2 (bc1 = 0.19, bc2 = 0.001999):
+ *   e0: g 0.5, 0.5:  m 0.095, mhat 0.5, vhat 0.25 -> 1;            p2 = 0.89 - 0.1 (1 + 0.089)
+ *   e1: g -1, 1:     m 0.01, mhat 0.0526316, vhat 1 -> 0.0526316;  p2 = 2.08 - 0.1 (0.0526316 +
+ * 0.208) e2: g 2, -2:     m -0.02, mhat -0.105263, vhat 4 -> -0.0526316; p2 = -0.595 - 0.1
+ * (-0.0526316 - 0.0595) A vector-kind copy gets no weight decay (step 1: p1 = p0 - 0.1 sign(g1)).
+ */
+static void test_adamw_hand_computed(void **state) {
+    (void)state;
+    zy_param_table t;
+    params_init(&t);
+    int64_t sh[1] = {3};
+    int iw = params_add(&t, "w", 1, sh, ZY_PARAM_EMBED, -1);
+    int iv = params_add(&t, "v", 1, sh, ZY_PARAM_VECTOR, -1);
+    float *p = calloc(t.total, sizeof *p), *g = calloc(t.total, sizeof *g);
+    const float p0[3] = {1.0f, 2.0f, -0.5f}, g1[3] = {0.5f, -1.0f, 2.0f},
+                g2[3] = {0.5f, 1.0f, -2.0f};
+    for (int k = 0; k < 2; k++) memcpy(p + t.items[k ? iv : iw].offset, p0, sizeof p0);
+
+    zy_optim_config cfg;
+    optim_config_default(&cfg);
+    cfg.beta1 = 0.9f;
+    cfg.beta2 = 0.999f;
+    cfg.eps = 1e-8f;
+    cfg.weight_decay = 0.1f;
+    zy_optim opt;
+    assert_int_equal(optim_init(&opt, &cfg, &t), ZY_OK);
+
+    for (int k = 0; k < 2; k++) memcpy(g + t.items[k ? iv : iw].offset, g1, sizeof g1);
+    optim_step(&opt, &t, p, g, 0.1f);
+    const float *w = p + t.items[iw].offset, *v = p + t.items[iv].offset;
+    const double w1[3] = {0.89, 2.08, -0.595}, v1[3] = {0.9, 2.1, -0.6};
+    for (int i = 0; i < 3; i++) {
+        assert_true(fabs(w[i] - w1[i]) < 1e-6);
+        assert_true(fabs(v[i] - v1[i]) < 1e-6);
+    }
+    for (int k = 0; k < 2; k++) memcpy(g + t.items[k ? iv : iw].offset, g2, sizeof g2);
+    optim_step(&opt, &t, p, g, 0.1f);
+    const double w2[3] = {0.89 - 0.1 * (1 + 0.089), 2.08 - 0.1 * (0.01 / 0.19 + 0.208),
+                          -0.595 - 0.1 * (-0.02 / 0.19 / 2 - 0.0595)};
+    const double v2[3] = {0.9 - 0.1, 2.1 - 0.1 * (0.01 / 0.19), -0.6 - 0.1 * (-0.02 / 0.19 / 2)};
+    for (int i = 0; i < 3; i++) {
+        assert_true(fabs(w[i] - w2[i]) < 2e-6);
+        assert_true(fabs(v[i] - v2[i]) < 2e-6);
+    }
+    assert_int_equal(opt.step, 2);
+    optim_free(&opt);
+    params_free(&t);
+    free(p);
+    free(g);
+}
+
+/* ---- an independent double-precision Muon (literal algorithm: transpose tall matrices) ---- */
+
+/* c[m, n] = a[m, k] b[k, n] (row-major, double) */
+static void matmul_d(const double *a, const double *b, double *c, int m, int k, int n) {
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            double s = 0;
+            for (int l = 0; l < k; l++) s += a[i * k + l] * b[l * n + j];
+            c[i * n + j] = s;
+        }
+}
+
+static void ns_ref(double *x, int r, int c, int steps) {
+    int tr = r > c, R = tr ? c : r, C = tr ? r : c;
+    double *X = malloc(sizeof(double) * (size_t)(r * c)), *A = malloc(sizeof(double) * R * R);
+    double *AA = malloc(sizeof(double) * R * R), *BX = malloc(sizeof(double) * R * C);
+    double *Xt = malloc(sizeof(double) * R * C);
+    for (int i = 0; i < r; i++)
+        for (int j = 0; j < c; j++) X[tr ? j * r + i : i * c + j] = x[i * c + j];
+    double fro = 0;
+    for (int i = 0; i < R * C; i++) fro += X[i] * X[i];
+    fro = sqrt(fro) + 1e-7;
+    for (int i = 0; i < R * C; i++) X[i] /= fro;
+    for (int it = 0; it < steps; it++) {
+        for (int i = 0; i < R; i++) /* Xt = X^T */
+            for (int j = 0; j < C; j++) Xt[j * R + i] = X[i * C + j];
+        matmul_d(X, Xt, A, R, C, R);
+        matmul_d(A, A, AA, R, R, R);
+        for (int i = 0; i < R * R; i++) AA[i] = -4.7750 * A[i] + 2.0315 * AA[i];
+        matmul_d(AA, X, BX, R, R, C);
+        for (int i = 0; i < R * C; i++) X[i] = 3.4445 * X[i] + BX[i];
+    }
+    for (int i = 0; i < r; i++)
+        for (int j = 0; j < c; j++) x[i * c + j] = X[tr ? j * r + i : i * c + j];
+    free(X);
+    free(A);
+    free(AA);
+    free(BX);
+    free(Xt);
+}
+
+/* A small model-like table: Muon matrices of every shape class, and the AdamW kinds. */
+static void build_table(zy_param_table *t) {
+    params_init(t);
+    params_add(t, "wide", 2, (int64_t[]){6, 10}, ZY_PARAM_MATRIX, 0);
+    params_add(t, "tall", 2, (int64_t[]){12, 5}, ZY_PARAM_MATRIX, 0);
+    params_add(t, "experts", 3, (int64_t[]){3, 8, 6}, ZY_PARAM_MATRIX, 0);
+    params_add(t, "norm", 1, (int64_t[]){7}, ZY_PARAM_VECTOR, 0);
+    params_add(t, "emb", 2, (int64_t[]){9, 4}, ZY_PARAM_EMBED, -1);
+    params_add(t, "conv", 3, (int64_t[]){4, 1, 3}, ZY_PARAM_CONV, 0);
+    params_add(t, "bias_buf", 1, (int64_t[]){5}, ZY_PARAM_BUFFER, 0);
+}
+
+/* Two steps of the whole optimiser (Muon + AdamW) against a double-precision reference. */
+static void check_muon_steps(zy_muon_scale rule, float ratio) {
+    zy_param_table t;
+    build_table(&t);
+    zy_rng rng = zy_rng_init(5, 0);
+    float *p = calloc(t.total, sizeof *p), *g = calloc(t.total, sizeof *g);
+    float *p0 = malloc(t.total * sizeof *p0);
+    fill_normal(p, t.total, 1.0f, &rng);
+    memcpy(p0, p, t.total * sizeof *p);
+    double *ref = malloc(t.total * sizeof *ref), *mom = calloc(t.total, sizeof *mom);
+    double *m = calloc(t.total, sizeof *m), *v = calloc(t.total, sizeof *v);
+    for (size_t i = 0; i < t.total; i++) ref[i] = p[i];
+
+    zy_optim_config cfg;
+    optim_config_default(&cfg);
+    cfg.weight_decay = 0.05f;
+    cfg.muon_scale = rule;
+    cfg.muon_lr_ratio = ratio;
+    zy_optim opt;
+    assert_int_equal(optim_init(&opt, &cfg, &t), ZY_OK);
+    const double lr = 0.02, mu = 0.95, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.05;
+    for (int step = 1; step <= 2; step++) {
+        fill_normal(g, t.total, 0.5f, &rng);
+        optim_step(&opt, &t, p, g, (float)lr);
+        for (int i = 0; i < t.count; i++) {
+            const zy_param *q = &t.items[i];
+            size_t o = q->offset;
+            if (q->kind == ZY_PARAM_BUFFER) continue;
+            double dec = (q->kind == ZY_PARAM_MATRIX || q->kind == ZY_PARAM_EMBED) ? wd : 0;
+            if (q->kind == ZY_PARAM_MATRIX) {
+                int r = (int)q->shape[q->ndim - 2], c = (int)q->shape[q->ndim - 1];
+                double scale = rule == ZY_MUON_SCALE_MATCH_ADAMW_RMS ? 0.2 * sqrt(r > c ? r : c)
+                               : rule == ZY_MUON_SCALE_SPECTRAL ? sqrt(fmax(1.0, (double)r / c))
+                                                                : 1.0;
+                double *u = malloc(sizeof(double) * (size_t)(r * c));
+                for (size_t e = 0; e < q->numel / (size_t)(r * c); e++) {
+                    size_t b = o + e * (size_t)(r * c);
+                    for (int j = 0; j < r * c; j++) {
+                        mom[b + j] = mu * mom[b + j] + g[b + j];
+                        u[j] = g[b + j] + mu * mom[b + j];
+                    }
+                    ns_ref(u, r, c, 5);
+                    for (int j = 0; j < r * c; j++)
+                        ref[b + j] -= lr * ratio * (scale * u[j] + wd * ref[b + j]);
+                }
+                free(u);
+            } else {
+                double bc1 = 1 - pow(b1, step), bc2 = 1 - pow(b2, step);
+                for (size_t j = o; j < o + q->numel; j++) {
+                    m[j] = b1 * m[j] + (1 - b1) * g[j];
+                    v[j] = b2 * v[j] + (1 - b2) * g[j] * g[j];
+                    ref[j] -= lr * ((m[j] / bc1) / (sqrt(v[j] / bc2) + eps) + dec * ref[j]);
+                }
+            }
+        }
+    }
+    /* compare the parameter change; it is O(lr) and float rounding of p (O(1)) is ~1e-7 */
+    for (int i = 0; i < t.count; i++) {
+        const zy_param *q = &t.items[i];
+        double maxd = 0, maxref = 0;
+        for (size_t j = q->offset; j < q->offset + q->numel; j++) {
+            double dref = ref[j] - p0[j], d = (double)p[j] - p0[j];
+            if (fabs(d - dref) > maxd) maxd = fabs(d - dref);
+            if (fabs(dref) > maxref) maxref = fabs(dref);
+        }
+        if (q->kind == ZY_PARAM_BUFFER)
+            assert_true(maxref == 0 && maxd == 0); /* untouched */
+        else
+            assert_true(maxd < 1e-4 * maxref + 1e-6);
+    }
+    optim_free(&opt);
+    params_free(&t);
+    free(p);
+    free(g);
+    free(p0);
+    free(ref);
+    free(mom);
+    free(m);
+    free(v);
+}
+
+static void test_muon_vs_double_reference(void **state) {
+    (void)state;
+    check_muon_steps(ZY_MUON_SCALE_MATCH_ADAMW_RMS, 1.0f);
+    check_muon_steps(ZY_MUON_SCALE_SPECTRAL, 5.0f);
+    check_muon_steps(ZY_MUON_SCALE_NONE, 1.0f);
+}
+
+/* MATCH_ADAMW_RMS gives an update RMS near 0.2 whatever the shape; the scale rules as formulas. */
+static void test_muon_scale_rules(void **state) {
+    (void)state;
+    assert_true(fabsf(optim_muon_scale(ZY_MUON_SCALE_MATCH_ADAMW_RMS, 64, 256) - 3.2f) < 1e-6f);
+    assert_true(fabsf(optim_muon_scale(ZY_MUON_SCALE_SPECTRAL, 256, 64) - 2.0f) < 1e-6f);
+    assert_true(optim_muon_scale(ZY_MUON_SCALE_SPECTRAL, 64, 256) == 1.0f);
+    assert_true(optim_muon_scale(ZY_MUON_SCALE_NONE, 64, 256) == 1.0f);
+    const int shapes[3][2] = {{64, 256}, {256, 64}, {96, 96}};
+    zy_rng rng = zy_rng_init(3, 0);
+    for (int s = 0; s < 3; s++) {
+        int r = shapes[s][0], c = shapes[s][1];
+        size_t n = (size_t)(r * c);
+        float *x = malloc(n * sizeof *x), *w = malloc(optim_ns_work_floats(r, c) * sizeof *w);
+        fill_normal(x, n, 1.0f, &rng);
+        optim_newton_schulz(x, r, c, 5, w);
+        double ss = 0, k = optim_muon_scale(ZY_MUON_SCALE_MATCH_ADAMW_RMS, r, c);
+        for (size_t i = 0; i < n; i++) ss += (k * x[i]) * (k * x[i]);
+        double rms = sqrt(ss / (double)n);
+        /* singular values in ~[0.7, 1.2] put the RMS within that band of 0.2 */
+        assert_true(rms > 0.2 * 0.65 && rms < 0.2 * 1.25);
+        free(x);
+        free(w);
+    }
+}
+
+/* use_muon = 0: matrices get AdamW (first step = -lr * (sign(g) + wd p)), vectors and conv no wd.
+ */
+static void test_adamw_only_and_decay_kinds(void **state) {
+    (void)state;
+    zy_param_table t;
+    build_table(&t);
+    zy_optim_config cfg;
+    optim_config_default(&cfg);
+    cfg.use_muon = 0;
+    cfg.weight_decay = 0.5f;
+    zy_optim opt;
+    assert_int_equal(optim_init(&opt, &cfg, &t), ZY_OK);
+    assert_int_equal(opt.muon_total, 0);
+    float *p = malloc(t.total * sizeof *p), *g = malloc(t.total * sizeof *g);
+    for (size_t i = 0; i < t.total; i++) {
+        p[i] = 1.0f;
+        g[i] = (i % 2) ? 0.25f : -3.0f;
+    }
+    optim_step(&opt, &t, p, g, 0.01f);
+    for (int i = 0; i < t.count; i++) {
+        const zy_param *q = &t.items[i];
+        double wd = (q->kind == ZY_PARAM_MATRIX || q->kind == ZY_PARAM_EMBED) ? 0.5 : 0.0;
+        for (size_t j = q->offset; j < q->offset + q->numel; j++) {
+            double want =
+                q->kind == ZY_PARAM_BUFFER ? 1.0 : 1.0 - 0.01 * ((g[j] > 0 ? 1 : -1) + wd);
+            assert_true(fabs(p[j] - want) < 1e-6);
+        }
+    }
+    optim_free(&opt);
+    params_free(&t);
+    free(p);
+    free(g);
+}
+
+/* Names, shapes and a round trip through a name-keyed store: a fresh optimiser loaded from the
+ * saved state continues bit-identically. */
+static void test_optim_state_round_trip(void **state) {
+    (void)state;
+    zy_param_table t;
+    build_table(&t);
+    zy_optim_config cfg;
+    optim_config_default(&cfg);
+    zy_optim a, b;
+    assert_int_equal(optim_init(&a, &cfg, &t), ZY_OK);
+    assert_int_equal(optim_init(&b, &cfg, &t), ZY_OK);
+    zy_rng rng = zy_rng_init(9, 0);
+    float *pa = malloc(t.total * sizeof *pa), *pb = malloc(t.total * sizeof *pb);
+    float *g = malloc(t.total * sizeof *g);
+    fill_normal(pa, t.total, 1.0f, &rng);
+    for (int s = 0; s < 3; s++) {
+        fill_normal(g, t.total, 1.0f, &rng);
+        optim_step(&a, &t, pa, g, 1e-2f);
+    }
+    int na, nb;
+    zy_state_tensor *sa = optim_state_tensors(&a, &t, &na);
+    zy_state_tensor *sb = optim_state_tensors(&b, &t, &nb);
+    /* 3 Muon tensors (1 each) + norm, emb, conv (2 each); the buffer has none */
+    assert_int_equal(na, 3 + 2 * 3);
+    assert_int_equal(nb, na);
+    assert_string_equal(sa[0].name, "muon_momentum.wide");
+    assert_string_equal(sa[2].name, "muon_momentum.experts");
+    assert_int_equal(sa[2].ndim, 3);
+    assert_int_equal(sa[2].shape[0], 3);
+    assert_int_equal(sa[2].numel, 3 * 8 * 6);
+    assert_string_equal(sa[3].name, "exp_avg.norm");
+    assert_string_equal(sa[4].name, "exp_avg_sq.norm");
+    for (int i = 0; i < na; i++)
+        for (int j = i + 1; j < na; j++) assert_true(strcmp(sa[i].name, sa[j].name) != 0);
+    /* "save" by name, "load" by name in reverse order */
+    for (int i = nb - 1; i >= 0; i--) {
+        int found = 0;
+        for (int j = 0; j < na; j++)
+            if (strcmp(sa[j].name, sb[i].name) == 0) {
+                assert_int_equal(sa[j].numel, sb[i].numel);
+                memcpy(sb[i].data, sa[j].data, sa[j].numel * sizeof(float));
+                found = 1;
+            }
+        assert_true(found);
+    }
+    b.step = a.step;
+    memcpy(pb, pa, t.total * sizeof *pa);
+    fill_normal(g, t.total, 1.0f, &rng);
+    optim_step(&a, &t, pa, g, 1e-2f);
+    optim_step(&b, &t, pb, g, 1e-2f);
+    assert_memory_equal(pa, pb, t.total * sizeof *pa);
+    free(sa);
+    free(sb);
+    optim_free(&a);
+    optim_free(&b);
+    params_free(&t);
+    free(pa);
+    free(pb);
+    free(g);
+}
+
+static void test_optim_bad_config(void **state) {
+    (void)state;
+    zy_param_table t;
+    build_table(&t);
+    zy_optim opt;
+    zy_optim_config c;
+    optim_config_default(&c);
+    assert_int_equal(optim_config_check(&c), ZY_OK);
+    c.beta1 = 1.0f;
+    assert_int_equal(optim_init(&opt, &c, &t), ZY_ERR);
+    assert_non_null(strstr(zy_errmsg(), "beta1"));
+    assert_non_null(strstr(zy_errmsg(), "found 1"));
+    optim_free(&opt); /* safe after a failed init */
+    optim_config_default(&c);
+    c.muon_ns_steps = 0;
+    assert_int_equal(optim_config_check(&c), ZY_ERR);
+    assert_non_null(strstr(zy_errmsg(), "muon_ns_steps"));
+    optim_config_default(&c);
+    c.eps = 0;
+    assert_int_equal(optim_config_check(&c), ZY_ERR);
+    assert_non_null(strstr(zy_errmsg(), "eps"));
+    optim_config_default(&c);
+    c.lr = NAN;
+    assert_int_equal(optim_config_check(&c), ZY_ERR);
+    assert_non_null(strstr(zy_errmsg(), "lr"));
+    optim_config_default(&c);
+    c.muon_scale = (zy_muon_scale)7;
+    assert_int_equal(optim_config_check(&c), ZY_ERR);
+    assert_non_null(strstr(zy_errmsg(), "muon_scale"));
+    optim_config_default(&c);
+    c.decay_kinds |= ZY_KIND_BIT(ZY_PARAM_BUFFER);
+    assert_int_equal(optim_config_check(&c), ZY_ERR);
+    assert_non_null(strstr(zy_errmsg(), "decay_kinds"));
+    params_free(&t);
+}
+
+/* ---- schedules ---- */
+
+static void test_schedule_cosine(void **state) {
+    (void)state;
+    zy_schedule s;
+    schedule_default(&s, 110);
+    s.kind = ZY_SCHED_COSINE;
+    s.lr = 2.0f;
+    s.warmup_steps = 10;
+    s.min_lr_ratio = 0.1f;
+    assert_int_equal(schedule_check(&s), ZY_OK);
+    assert_true(fabsf(schedule_lr(&s, 0) - 0.2f) < 1e-6f);  /* 2 * 1/10 */
+    assert_true(fabsf(schedule_lr(&s, 4) - 1.0f) < 1e-6f);  /* 2 * 5/10 */
+    assert_true(fabsf(schedule_lr(&s, 9) - 2.0f) < 1e-6f);  /* warmup end: peak */
+    assert_true(fabsf(schedule_lr(&s, 10) - 2.0f) < 1e-6f); /* cosine start */
+    assert_true(fabsf(schedule_lr(&s, 60) - 1.1f) < 1e-6f); /* midpoint: (2 + 0.2) / 2 */
+    assert_true(fabs(schedule_lr(&s, 35) - (0.2 + 1.8 * 0.5 * (1 + cos(M_PI / 4)))) < 1e-6);
+    assert_true(fabsf(schedule_lr(&s, 110) - 0.2f) < 1e-6f); /* end: min */
+    assert_true(fabsf(schedule_lr(&s, 500) - 0.2f) < 1e-6f);
+    for (int64_t k = 10; k < 110; k++) assert_true(schedule_lr(&s, k + 1) <= schedule_lr(&s, k));
+    s.kind = ZY_SCHED_CONSTANT;
+    assert_true(fabsf(schedule_lr(&s, 60) - 2.0f) < 1e-6f);
+    assert_true(fabsf(schedule_lr(&s, 0) - 0.2f) < 1e-6f);
+}
+
+static void test_schedule_wsd(void **state) {
+    (void)state;
+    zy_schedule s;
+    schedule_default(&s, 100);
+    s.kind = ZY_SCHED_WSD;
+    s.lr = 1.0f;
+    s.warmup_steps = 10;
+    s.min_lr_ratio = 0.0f;
+    s.decay_frac = 0.2f; /* decay over steps 80..100 */
+    assert_int_equal(schedule_check(&s), ZY_OK);
+    assert_true(fabsf(schedule_lr(&s, 9) - 1.0f) < 1e-6f);
+    assert_true(fabsf(schedule_lr(&s, 50) - 1.0f) < 1e-6f);
+    assert_true(fabsf(schedule_lr(&s, 80) - 1.0f) < 1e-6f);
+    assert_true(fabsf(schedule_lr(&s, 90) - 0.5f) < 1e-6f); /* halfway through a linear decay */
+    assert_true(fabsf(schedule_lr(&s, 95) - 0.25f) < 1e-6f);
+    assert_true(schedule_lr(&s, 100) == 0.0f);
+    s.decay = ZY_DECAY_SQRT;
+    assert_true(fabs(schedule_lr(&s, 90) - (1.0 - sqrt(0.5))) < 1e-6);
+    assert_true(fabsf(schedule_lr(&s, 85) - 0.5f) < 1e-6f); /* 1 - sqrt(1/4) */
+    s.min_lr_ratio = 0.1f;
+    assert_true(fabsf(schedule_lr(&s, 85) - 0.55f) < 1e-6f);
+    assert_true(fabsf(schedule_lr(&s, 100) - 0.1f) < 1e-6f);
+    /* a decay phase longer than the post-warmup part starts after warmup */
+    s.decay_frac = 1.0f;
+    s.decay = ZY_DECAY_LINEAR;
+    s.min_lr_ratio = 0.0f;
+    assert_true(fabsf(schedule_lr(&s, 10) - 1.0f) < 1e-6f);
+    assert_true(fabsf(schedule_lr(&s, 55) - 0.5f) < 1e-6f);
+}
+
+static void test_schedule_bad_config(void **state) {
+    (void)state;
+    zy_schedule s;
+    schedule_default(&s, 100);
+    s.warmup_steps = 101;
+    assert_int_equal(schedule_check(&s), ZY_ERR);
+    assert_non_null(strstr(zy_errmsg(), "warmup_steps"));
+    schedule_default(&s, 0);
+    assert_int_equal(schedule_check(&s), ZY_ERR);
+    assert_non_null(strstr(zy_errmsg(), "total_steps"));
+    schedule_default(&s, 100);
+    s.min_lr_ratio = 1.5f;
+    assert_int_equal(schedule_check(&s), ZY_ERR);
+    assert_non_null(strstr(zy_errmsg(), "min_lr_ratio"));
+    schedule_default(&s, 100);
+    s.decay_frac = -0.1f;
+    assert_int_equal(schedule_check(&s), ZY_ERR);
+    assert_non_null(strstr(zy_errmsg(), "decay_frac"));
+}
+
+/* ---- clipping ---- */
+
+static void test_clip(void **state) {
+    (void)state;
+    zy_param_table t;
+    params_init(&t);
+    int ia = params_add(&t, "a", 1, (int64_t[]){2}, ZY_PARAM_VECTOR, -1);
+    int ib = params_add(&t, "b", 2, (int64_t[]){1, 1}, ZY_PARAM_MATRIX, 0);
+    int ic = params_add(&t, "buf", 1, (int64_t[]){3}, ZY_PARAM_BUFFER, 0);
+    float *g = calloc(t.total, sizeof *g);
+    float *ga = g + t.items[ia].offset, *gb = g + t.items[ib].offset, *gc = g + t.items[ic].offset;
+    ga[0] = 3;
+    ga[1] = 4;
+    gb[0] = -12;
+    gc[0] = gc[1] = gc[2] = 100;                                    /* ignored */
+    assert_true(fabs(clip_grad_norm(&t, g, 100.0f) - 13.0) < 1e-9); /* below max: unchanged */
+    assert_true(ga[0] == 3 && ga[1] == 4 && gb[0] == -12);
+    assert_true(fabs(clip_grad_norm(&t, g, 0.0f) - 13.0) < 1e-9); /* 0 = off */
+    assert_true(ga[0] == 3);
+    assert_true(fabs(clip_grad_norm(&t, g, 6.5f) - 13.0) < 1e-9);
+    double f = 6.5 / (13.0 + 1e-6);
+    assert_true(fabs(ga[0] - 3 * f) < 1e-6 && fabs(ga[1] - 4 * f) < 1e-6);
+    assert_true(fabs(gb[0] + 12 * f) < 1e-6);
+    assert_true(gc[0] == 100.0f);
+    assert_true(fabs(sqrt(clip_grad_sumsq(&t, g)) - 6.5) < 1e-5);
+    /* a non-finite gradient is reported and left alone */
+    ga[0] = NAN;
+    assert_true(isnan(clip_grad_norm(&t, g, 1.0f)));
+    assert_true(fabs(ga[1] - 4 * f) < 1e-6);
+    params_free(&t);
+    free(g);
+
+    /* a large tensor (several chunks) against a direct double sum */
+    params_init(&t);
+    params_add(&t, "big", 1, (int64_t[]){1000003}, ZY_PARAM_EMBED, -1);
+    g = malloc(t.total * sizeof *g);
+    zy_rng rng = zy_rng_init(1, 2);
+    fill_normal(g, t.total, 1.0f, &rng);
+    double want = 0;
+    for (size_t i = 0; i < 1000003; i++) want += (double)g[i] * g[i];
+    assert_true(fabs(clip_grad_sumsq(&t, g) - want) < 1e-9 * want);
+    params_free(&t);
+    free(g);
+}
+
+/* ---- the balancing controller ---- */
+
+/* The first update moves each bias by step_size * g / (|g| + eps) against the sign of g. */
+static void test_balance_single_update(void **state) {
+    (void)state;
+    zy_balance_config cfg;
+    balance_config_default(&cfg);
+    cfg.step_size = 0.01f;
+    zy_balance b;
+    assert_int_equal(balance_init(&b, &cfg, 2, 3), ZY_OK);
+    float bias0[4] = {0, 0, 0, -1}, bias1[4] = {0.5f, 0, 0, -1};
+    float *biases[2] = {bias0, bias1};
+    const int64_t counts[8] = {6, 2, 2, 0, /* layer 1 routed nothing: unchanged */ 0, 0, 0, 0};
+    balance_step(&b, biases, counts);
+    const double f[4] = {0.6, 0.2, 0.2, 0.0}, init[4] = {0, 0, 0, -1};
+    for (int e = 0; e < 4; e++) {
+        double g = f[e] - 0.25;
+        assert_true(fabs(bias0[e] - (init[e] - 0.01 * g / (fabs(g) + 1e-8))) < 1e-6);
+    }
+    assert_true(bias1[0] == 0.5f && bias1[3] == -1.0f);
+    assert_int_equal(b.step, 1);
+    balance_free(&b);
+}
+
+static void test_balance_load_summary(void **state) {
+    (void)state;
+    const int64_t counts[4] = {10, 30, 0, 60};
+    zy_load_summary s;
+    balance_load_summary(counts, 3, &s);
+    assert_true(fabsf(s.max_frac - 0.3f) < 1e-6f);
+    assert_true(s.min_frac == 0.0f);
+    assert_true(fabsf(s.skip_frac - 0.6f) < 1e-6f);
+    double h = -(0.1 * log(0.1) + 0.3 * log(0.3) + 0.6 * log(0.6));
+    assert_true(fabs(s.entropy - h) < 1e-6);
+    assert_true(fabs(s.entropy_norm - h / log(4.0)) < 1e-6);
+    assert_int_equal(s.tokens, 100);
+    const int64_t uniform[5] = {7, 7, 7, 7, 7};
+    balance_load_summary(uniform, 4, &s);
+    assert_true(fabsf(s.entropy_norm - 1.0f) < 1e-6f);
+    assert_true(fabsf(s.max_frac - s.min_frac) < 1e-7f);
+}
+
+/* A synthetic router: fixed per-token probabilities where expert 0 dominates; each step routes by
+ * argmax(p + bias) and runs the controller. The load must move toward uniform: the max expert
+ * fraction falls toward 1/(E+1) and the skip fraction (0 at first, bias -1) rises toward it. */
+static void test_balance_moves_load_to_uniform(void **state) {
+    (void)state;
+    enum { N = 1024, E = 8, C = E + 1, STEPS = 3000, TAIL = 500 };
+    float *p = malloc(sizeof(float) * N * C);
+    zy_rng rng = zy_rng_init(21, 0);
+    for (int i = 0; i < N; i++) {
+        float z[C], mx = -1e30f, s = 0;
+        for (int e = 0; e < C; e++) {
+            z[e] = zy_rng_normal(&rng) + (e == 0 ? 2.0f : 0.0f);
+            if (z[e] > mx) mx = z[e];
+        }
+        for (int e = 0; e < C; e++) s += (z[e] = expf(z[e] - mx));
+        for (int e = 0; e < C; e++) p[i * C + e] = z[e] / s;
+    }
+    zy_balance_config cfg;
+    balance_config_default(&cfg);
+    zy_balance b;
+    assert_int_equal(balance_init(&b, &cfg, 1, E), ZY_OK);
+    float bias[C] = {0};
+    bias[E] = -1.0f;
+    float *biases[1] = {bias};
+    double first_max = 0, first_skip = 0, first_h = 0, tail_max = 0, tail_skip = 0, tail_h = 0;
+    double worst_tail_max = 0;
+    for (int step = 0; step < STEPS; step++) {
+        int64_t counts[C] = {0};
+        for (int i = 0; i < N; i++) {
+            int best = 0;
+            for (int e = 1; e < C; e++)
+                if (p[i * C + e] + bias[e] > p[i * C + best] + bias[best]) best = e;
+            counts[best]++;
+        }
+        zy_load_summary s;
+        balance_load_summary(counts, E, &s);
+        if (step == 0) {
+            first_max = s.max_frac;
+            first_skip = s.skip_frac;
+            first_h = s.entropy_norm;
+        }
+        if (step >= STEPS - TAIL) {
+            tail_max += s.max_frac / TAIL;
+            tail_skip += s.skip_frac / TAIL;
+            tail_h += s.entropy_norm / TAIL;
+            if (s.max_frac > worst_tail_max) worst_tail_max = s.max_frac;
+        }
+        balance_step(&b, biases, counts);
+    }
+    const double u = 1.0 / C;
+    if (getenv("ZAYAC_VERBOSE"))
+        printf("balance: max %.3f -> %.3f (worst %.3f), skip %.3f -> %.3f, H %.3f -> %.3f, "
+               "1/(E+1) %.3f\n",
+               first_max, tail_max, worst_tail_max, first_skip, tail_skip, first_h, tail_h, u);
+    assert_true(first_max > 0.4);   /* expert 0 dominates at the start */
+    assert_true(first_skip == 0.0); /* a -1 bias on a probability never wins */
+    assert_true(tail_max < 1.5 * u);
+    assert_true(worst_tail_max < 2.0 * u);
+    assert_true(fabs(tail_skip - u) < 0.5 * u);
+    assert_true(tail_h > 0.98);
+    balance_free(&b);
+    free(p);
+}
+
+static void test_balance_state_and_biases(void **state) {
+    (void)state;
+    zy_balance_config cfg;
+    balance_config_default(&cfg);
+    zy_balance a, b;
+    assert_int_equal(balance_init(&a, &cfg, 2, 3), ZY_OK);
+    assert_int_equal(balance_init(&b, &cfg, 2, 3), ZY_OK);
+    float ba[2][4] = {{0, 0, 0, -1}, {0, 0, 0, -1}};
+    float *pa[2] = {ba[0], ba[1]};
+    const int64_t c1[8] = {5, 1, 1, 1, 0, 4, 4, 0}, c2[8] = {2, 2, 3, 1, 1, 1, 5, 1};
+    balance_step(&a, pa, c1);
+    balance_step(&a, pa, c2);
+    int na, nb;
+    zy_state_tensor *sa = balance_state_tensors(&a, &na), *sb = balance_state_tensors(&b, &nb);
+    assert_int_equal(na, 4);
+    assert_string_equal(sa[0].name, "balance_exp_avg.model.layers.0.mlp.gate.balancing_biases");
+    assert_string_equal(sa[3].name, "balance_exp_avg_sq.model.layers.1.mlp.gate.balancing_biases");
+    assert_int_equal(sa[1].shape[0], 4);
+    for (int i = 0; i < nb; i++) {
+        assert_string_equal(sa[i].name, sb[i].name);
+        memcpy(sb[i].data, sa[i].data, sa[i].numel * sizeof(float));
+    }
+    b.step = a.step;
+    float bb[2][4];
+    memcpy(bb, ba, sizeof ba);
+    float *pb[2] = {bb[0], bb[1]};
+    balance_step(&a, pa, c1);
+    balance_step(&b, pb, c1);
+    assert_memory_equal(ba, bb, sizeof ba);
+    free(sa);
+    free(sb);
+    balance_free(&a);
+    balance_free(&b);
+
+    /* finding the biases in a parameter table */
+    zy_param_table t;
+    params_init(&t);
+    params_add(&t, "model.layers.0.mlp.gate.balancing_biases", 1, (int64_t[]){4}, ZY_PARAM_BUFFER,
+               0);
+    params_add(&t, "model.layers.1.mlp.gate.balancing_biases", 1, (int64_t[]){5}, ZY_PARAM_BUFFER,
+               1);
+    float *params = calloc(t.total, sizeof *params), *found[3];
+    assert_int_equal(balance_find_biases(&t, params, 1, 3, found), ZY_OK);
+    assert_ptr_equal(found[0], params + t.items[0].offset);
+    assert_int_equal(balance_find_biases(&t, params, 2, 3, found), ZY_ERR);
+    assert_non_null(strstr(zy_errmsg(), "model.layers.1.mlp.gate.balancing_biases"));
+    assert_non_null(strstr(zy_errmsg(), "[4]"));
+    assert_non_null(strstr(zy_errmsg(), "[5]"));
+    assert_int_equal(balance_find_biases(&t, params, 3, 4, found), ZY_ERR);
+    assert_non_null(strstr(zy_errmsg(), "[5]")); /* layer 0 has the wrong shape for E = 4 */
+    params_free(&t);
+    free(params);
+
+    cfg.beta2 = 1.0f;
+    assert_int_equal(balance_init(&a, &cfg, 2, 3), ZY_ERR);
+    assert_non_null(strstr(zy_errmsg(), "beta2"));
+    balance_config_default(&cfg);
+    cfg.step_size = -1;
+    assert_int_equal(balance_config_check(&cfg), ZY_ERR);
+    assert_non_null(strstr(zy_errmsg(), "step_size"));
+}
+
+/* ---- timing (ZAYAC_BENCH=1): one optimiser step, Muon vs AdamW, on tiny-model shapes ---- */
+
+static void bench_table(zy_param_table *t, int D, int L, int E, int F, int R, int V) {
+    params_init(t);
+    char name[ZY_PARAM_NAME_MAX];
+    params_add(t, "model.embed_tokens.weight", 2, (int64_t[]){V, D}, ZY_PARAM_EMBED, -1);
+    for (int l = 0; l < L; l++) {
+#define ADD(suffix, nd, kind, ...)                                                                 \
+    snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix);                                  \
+    params_add(t, name, nd, (int64_t[]){__VA_ARGS__}, kind, l)
+        ADD("q", 2, ZY_PARAM_MATRIX, D, D);
+        ADD("k", 2, ZY_PARAM_MATRIX, D / 2, D);
+        ADD("v_cur", 2, ZY_PARAM_MATRIX, D / 4, D);
+        ADD("v_del", 2, ZY_PARAM_MATRIX, D / 4, D);
+        ADD("o", 2, ZY_PARAM_MATRIX, D, D);
+        ADD("conv", 3, ZY_PARAM_CONV, 3 * D / 2, 1, 2);
+        ADD("router_down", 2, ZY_PARAM_MATRIX, R, D);
+        ADD("fc1", 2, ZY_PARAM_MATRIX, R, R);
+        ADD("fc2", 2, ZY_PARAM_MATRIX, R, R);
+        ADD("out_proj", 2, ZY_PARAM_MATRIX, E + 1, R);
+        ADD("gate_up", 3, ZY_PARAM_MATRIX, E, 2 * F, D);
+        ADD("down", 3, ZY_PARAM_MATRIX, E, D, F);
+        for (int k = 0; k < 12; k++) {
+            snprintf(name, sizeof name, "model.layers.%d.vec%d", l, k);
+            params_add(t, name, 1, (int64_t[]){D}, ZY_PARAM_VECTOR, l);
+        }
+#undef ADD
+    }
+}
+
+/* Multiply-adds of the Newton-Schulz iterations of one [r, c] matrix (3 products per step). */
+static double ns_flops(double r, double c, int steps) {
+    double s = r < c ? r : c, l = r < c ? c : r;
+    return steps * 2.0 * (s * s * l + s * s * s + s * s * l);
+}
+
+static void test_bench_muon_vs_adamw(void **state) {
+    (void)state;
+    if (!getenv("ZAYAC_BENCH")) skip();
+    /* D, L, E, F, R, V */
+    const int cfgs[3][6] = {
+        {128, 2, 4, 256, 32, 2048}, {256, 4, 8, 256, 64, 4096}, {512, 8, 16, 512, 128, 8192}};
+    const int n_cfgs = getenv("ZAYAC_BENCH_BIG") ? 3 : 2;
+    for (int k = 0; k < n_cfgs; k++) {
+        zy_param_table t;
+        bench_table(&t, cfgs[k][0], cfgs[k][1], cfgs[k][2], cfgs[k][3], cfgs[k][4], cfgs[k][5]);
+        size_t mat = 0;
+        double flops = 0;
+        for (int i = 0; i < t.count; i++) {
+            const zy_param *q = &t.items[i];
+            if (q->kind != ZY_PARAM_MATRIX) continue;
+            mat += q->numel;
+            double r = (double)q->shape[q->ndim - 2], c = (double)q->shape[q->ndim - 1];
+            flops += ns_flops(r, c, 5) * ((double)q->numel / (r * c));
+        }
+        float *p = malloc(t.total * sizeof *p), *g = malloc(t.total * sizeof *g);
+        zy_rng rng = zy_rng_init(1, 1);
+        fill_normal(p, t.total, 0.02f, &rng);
+        fill_normal(g, t.total, 1e-3f, &rng);
+        double ms[2];
+        for (int muon = 0; muon < 2; muon++) {
+            zy_optim_config cfg;
+            optim_config_default(&cfg);
+            cfg.use_muon = muon;
+            zy_optim opt;
+            assert_int_equal(optim_init(&opt, &cfg, &t), ZY_OK);
+            optim_step(&opt, &t, p, g, 1e-4f); /* warm */
+            ms[muon] = 1e30;
+            for (int r = 0; r < 5; r++) { /* best of 5: the machine is shared */
+                double t0 = zy_now();
+                optim_step(&opt, &t, p, g, 1e-4f);
+                double dt = (zy_now() - t0) * 1e3;
+                if (dt < ms[muon]) ms[muon] = dt;
+            }
+            optim_free(&opt);
+        }
+        printf("bench D=%d L=%d E=%d F=%d R=%d V=%d: %.2fM params (%.2fM in matrices): "
+               "AdamW step %.1f ms, Muon step %.1f ms (x%.1f; Newton-Schulz %.1f GFLOP, "
+               "%.0f GFLOP/s)\n",
+               cfgs[k][0], cfgs[k][1], cfgs[k][2], cfgs[k][3], cfgs[k][4], cfgs[k][5],
+               t.total / 1e6, mat / 1e6, ms[0], ms[1], ms[1] / ms[0], flops / 1e9,
+               flops / (ms[1] * 1e-3) / 1e9);
+        params_free(&t);
+        free(p);
+        free(g);
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_newton_schulz_vs_svd),
+        cmocka_unit_test(test_newton_schulz_zero),
+        cmocka_unit_test(test_adamw_hand_computed),
+        cmocka_unit_test(test_muon_vs_double_reference),
+        cmocka_unit_test(test_muon_scale_rules),
+        cmocka_unit_test(test_adamw_only_and_decay_kinds),
+        cmocka_unit_test(test_optim_state_round_trip),
+        cmocka_unit_test(test_optim_bad_config),
+        cmocka_unit_test(test_schedule_cosine),
+        cmocka_unit_test(test_schedule_wsd),
+        cmocka_unit_test(test_schedule_bad_config),
+        cmocka_unit_test(test_clip),
+        cmocka_unit_test(test_balance_single_update),
+        cmocka_unit_test(test_balance_load_summary),
+        cmocka_unit_test(test_balance_moves_load_to_uniform),
+        cmocka_unit_test(test_balance_state_and_biases),
+        cmocka_unit_test(test_bench_muon_vs_adamw),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
