@@ -1,0 +1,399 @@
+/* The training loop (see train.h). One step: grad_accum micro-batches of forward + backward, global
+ * gradient-norm clipping, the optimiser step at the scheduled learning rate, then the router
+ * balancing-bias update from the step's routed counts. Every quantity that decides the next step
+ * (weights, moments, step counters, balancing state, data position) is in the checkpoint, so a
+ * resumed run continues bit for bit. */
+#include "train/train.h"
+#include "base/err.h"
+#include "base/fileio.h"
+#include "base/timer.h"
+#include "data/tokenizer.h"
+#include "io/checkpoint.h"
+#include "io/hf_checkpoint.h"
+#include "model/generate.h"
+#include "model/model.h"
+#include "optim/clip.h"
+#include "train/batches.h"
+#include "train/metrics.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    const zy_train_config *cfg;
+    zy_ctx ctx;
+    zy_model model;
+    zy_acts acts;
+    zy_optim opt;
+    zy_balance bal;
+    float **biases;     /* [L] balancing biases inside model.params */
+    zy_batches *train, *val;
+    zy_metrics *metrics;
+    int32_t *ids, *targets; /* [B, T] host */
+    int64_t *counts, *step_counts; /* [L, E+1] */
+    int64_t step;       /* steps completed */
+    double tokens_seen;
+    char ckpt_root[ZY_PATH_MAX + 16];
+} trainer;
+
+static int setup_device(trainer *tr) {
+    const char *dev = tr->cfg->device;
+    if (!strcmp(dev, "cuda"))
+        return zy_fail("device cuda: GPU training is not built yet in this version; use cpu");
+    tr->ctx.device = ZY_DEV_CPU;
+    if (tr->cfg->threads > 0) omp_set_num_threads(tr->cfg->threads);
+    tr->ctx.num_threads = omp_get_max_threads();
+    return ZY_OK;
+}
+
+/* Copies a named state list into a checkpoint's train_state items. */
+static void add_state_items(zy_st_write_item *items, int *n, const zy_state_tensor *st, int count) {
+    for (int i = 0; i < count; i++) {
+        items[*n].name = st[i].name;
+        items[*n].dtype = ZY_ST_F32;
+        items[*n].ndim = st[i].ndim;
+        items[*n].shape = st[i].shape;
+        items[*n].data = st[i].data;
+        (*n)++;
+    }
+}
+
+static int save_checkpoint(trainer *tr) {
+    int no, nb;
+    zy_state_tensor *so = optim_state_tensors(&tr->opt, &tr->model.table, &no);
+    zy_state_tensor *sb = balance_state_tensors(&tr->bal, &nb);
+    zy_st_write_item *items = zy_calloc((size_t)(no + nb), sizeof *items);
+    int n = 0;
+    add_state_items(items, &n, so, no);
+    add_state_items(items, &n, sb, nb);
+    cJSON *st = cJSON_CreateObject();
+    cJSON_AddNumberToObject(st, "step", (double)tr->step);
+    cJSON_AddNumberToObject(st, "optimizer_step", (double)tr->opt.step);
+    cJSON_AddNumberToObject(st, "balance_step", (double)tr->bal.step);
+    cJSON_AddNumberToObject(st, "tokens_seen", tr->tokens_seen);
+    cJSON_AddNumberToObject(st, "seed", (double)tr->cfg->seed);
+    char *loader = batches_state_json(tr->train);
+    cJSON_AddItemToObject(st, "train_loader", cJSON_Parse(loader));
+    free(loader);
+    char *json = cJSON_Print(st);
+    cJSON_Delete(st);
+    zy_ckpt_content c = {.config = &tr->model.cfg,
+                         .table = &tr->model.table,
+                         .params = tr->model.params,
+                         .state = items,
+                         .n_state = n,
+                         .state_json = json,
+                         .tokenizer_path = tr->cfg->tokenizer[0] ? tr->cfg->tokenizer : NULL};
+    char dir[4096];
+    int rc = ckpt_save(tr->ckpt_root, tr->step, &c, tr->cfg->keep_checkpoints, dir, sizeof dir);
+    if (rc == ZY_OK) printf("checkpoint: %s\n", dir);
+    free(json);
+    free(items);
+    free(so);
+    free(sb);
+    return rc;
+}
+
+static int load_state_tensors(const zy_safetensors *f, zy_state_tensor *st, int count) {
+    for (int i = 0; i < count; i++)
+        ZY_TRY(safetensors_read_f32(f, st[i].name, st[i].ndim, st[i].shape, st[i].data));
+    return ZY_OK;
+}
+
+static int json_int(const cJSON *o, const char *key, const char *source, int64_t *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsNumber(v)) return zy_fail("%s: missing or non-numeric \"%s\"", source, key);
+    *out = (int64_t)v->valuedouble;
+    return ZY_OK;
+}
+
+static int resume_from(trainer *tr, const char *dir) {
+    char path[4096], *text;
+    ZY_TRY(hf_load_weights(dir, &tr->model.table, tr->model.params));
+    ZY_TRY(zy_path_join(path, sizeof path, dir, "train_state.safetensors"));
+    zy_safetensors f;
+    ZY_TRY(safetensors_open(&f, path));
+    int no, nb;
+    zy_state_tensor *so = optim_state_tensors(&tr->opt, &tr->model.table, &no);
+    zy_state_tensor *sb = balance_state_tensors(&tr->bal, &nb);
+    int rc = load_state_tensors(&f, so, no);
+    if (rc == ZY_OK) rc = load_state_tensors(&f, sb, nb);
+    free(so);
+    free(sb);
+    safetensors_close(&f);
+    ZY_TRY(rc);
+    ZY_TRY(zy_path_join(path, sizeof path, dir, "state.json"));
+    ZY_TRY(zy_read_file(path, &text, NULL));
+    cJSON *st = cJSON_Parse(text);
+    free(text);
+    if (!st) return zy_fail("%s: not valid JSON", path);
+    int64_t opt_step = 0, bal_step = 0;
+    rc = json_int(st, "step", path, &tr->step);
+    if (rc == ZY_OK) rc = json_int(st, "optimizer_step", path, &opt_step);
+    if (rc == ZY_OK) rc = json_int(st, "balance_step", path, &bal_step);
+    const cJSON *tok = cJSON_GetObjectItemCaseSensitive(st, "tokens_seen");
+    tr->tokens_seen = cJSON_IsNumber(tok) ? tok->valuedouble : 0;
+    const cJSON *loader = cJSON_GetObjectItemCaseSensitive(st, "train_loader");
+    if (rc == ZY_OK && !loader) rc = zy_fail("%s: missing \"train_loader\"", path);
+    if (rc == ZY_OK) {
+        char *lj = cJSON_PrintUnformatted(loader);
+        rc = batches_restore(tr->train, lj, path);
+        free(lj);
+    }
+    cJSON_Delete(st);
+    tr->opt.step = opt_step;
+    tr->bal.step = bal_step;
+    return rc;
+}
+
+/* Mean loss over the first `batches` validation batches (the same batches every time). */
+static int evaluate(trainer *tr, int64_t batches, double *loss, int64_t *tokens) {
+    const zy_train_config *c = tr->cfg;
+    batches_close(tr->val);
+    tr->val = NULL;
+    ZY_TRY(batches_open(&tr->val, c, 1, c->seed + 1000003));
+    double sum = 0;
+    int64_t count = 0;
+    for (int64_t i = 0; i < batches; i++) {
+        ZY_TRY(batches_next(tr->val, tr->ids, tr->targets));
+        sum += model_forward(&tr->model, &tr->acts, tr->ids, tr->targets);
+        count += tr->acts.count;
+    }
+    *loss = count ? sum / (double)count : NAN;
+    if (tokens) *tokens = count;
+    return ZY_OK;
+}
+
+static void log_step(trainer *tr, double loss, double gnorm, float lr, double tok_s) {
+    const zy_config *mc = &tr->model.cfg;
+    const int E = mc->num_experts, E1 = E + 1;
+    zy_metrics *m = tr->metrics;
+    metrics_scalar(m, "loss", tr->step, loss);
+    metrics_scalar(m, "grad_norm", tr->step, gnorm);
+    metrics_scalar(m, "lr", tr->step, lr);
+    metrics_scalar(m, "tokens_per_s", tr->step, tok_s);
+    metrics_scalar(m, "tokens_seen", tr->step, tr->tokens_seen);
+    for (int l = 0; l < mc->num_hidden_layers; l++) {
+        zy_load_summary s;
+        balance_load_summary(tr->step_counts + (size_t)l * E1, E, &s);
+        char tag[96];
+#define TAG(name, value)                                                                           \
+    snprintf(tag, sizeof tag, "router/layer%02d/" name, l);                                         \
+    metrics_scalar(m, tag, tr->step, value)
+        TAG("expert_max_frac", s.max_frac);
+        TAG("expert_min_frac", s.min_frac);
+        TAG("skip_frac", s.skip_frac);
+        TAG("entropy", s.entropy);
+#undef TAG
+    }
+}
+
+static void print_samples(trainer *tr) {
+    const zy_train_config *c = tr->cfg;
+    if (!c->tokenizer[0] || c->n_prompts == 0) return;
+    zy_tokenizer *tok;
+    if (tok_load(&tok, c->tokenizer) != ZY_OK) {
+        printf("samples skipped: %s\n", zy_errmsg());
+        return;
+    }
+    printf("samples (temperature %.2f, top-p %.2f):\n", c->sample_temperature, c->sample_top_p);
+    for (int i = 0; i < c->n_prompts; i++) {
+        zy_ids ids = {0};
+        if (tok_encode(tok, c->prompts[i], strlen(c->prompts[i]), 0, &ids) != ZY_OK || ids.n == 0)
+            continue;
+        int32_t *out = zy_malloc((ids.n + (size_t)c->sample_tokens) * sizeof *out);
+        zy_sampling s = {0, c->sample_temperature, c->sample_top_p, c->seed + (uint64_t)i};
+        int n = 0;
+        if (model_generate(&tr->model, ids.data, (int)ids.n, c->sample_tokens, &s, 1, out, &n) ==
+            ZY_OK) {
+            char *text = NULL;
+            size_t len = 0;
+            if (tok_decode(tok, out, (size_t)n, 0, &text, &len) == ZY_OK) {
+                printf("--- %s\n%.*s\n", c->prompts[i], (int)len, text);
+                free(text);
+            }
+        }
+        free(out);
+        ids_free(&ids);
+    }
+    tok_free(tok);
+}
+
+static int trainer_init(trainer *tr, const zy_train_config *c) {
+    memset(tr, 0, sizeof *tr);
+    tr->cfg = c;
+    ZY_TRY(setup_device(tr));
+    ZY_TRY(model_init(&tr->model, &c->model, &tr->ctx, 1));
+    if (c->init_from[0]) ZY_TRY(hf_load_weights(c->init_from, &tr->model.table, tr->model.params));
+    else model_init_weights(&tr->model, c->seed);
+    ZY_TRY(acts_init(&tr->acts, &tr->model, c->batch_size, c->seq_len));
+    ZY_TRY(optim_init(&tr->opt, &c->optim, &tr->model.table));
+    const int L = c->model.num_hidden_layers, E = c->model.num_experts;
+    ZY_TRY(balance_init(&tr->bal, &c->balance, L, E));
+    tr->biases = zy_calloc((size_t)L, sizeof *tr->biases);
+    ZY_TRY(balance_find_biases(&tr->model.table, tr->model.params, L, E, tr->biases));
+    ZY_TRY(batches_open(&tr->train, c, 0, c->seed));
+    if (batches_max_token(tr->train) >= c->model.vocab_size)
+        return zy_fail("data holds token id %d but the model's vocabulary is %d",
+                       batches_max_token(tr->train), c->model.vocab_size);
+    size_t N = (size_t)c->batch_size * c->seq_len;
+    tr->ids = zy_malloc(N * sizeof *tr->ids);
+    tr->targets = zy_malloc(N * sizeof *tr->targets);
+    tr->counts = zy_calloc((size_t)L * (E + 1), sizeof *tr->counts);
+    tr->step_counts = zy_calloc((size_t)L * (E + 1), sizeof *tr->step_counts);
+    snprintf(tr->ckpt_root, sizeof tr->ckpt_root, "%s/checkpoints", c->out_dir);
+    return ZY_OK;
+}
+
+static void trainer_free(trainer *tr) {
+    if (tr->metrics) metrics_close(tr->metrics);
+    batches_close(tr->train);
+    batches_close(tr->val);
+    free(tr->ids);
+    free(tr->targets);
+    free(tr->counts);
+    free(tr->step_counts);
+    free(tr->biases);
+    balance_free(&tr->bal);
+    optim_free(&tr->opt);
+    if (tr->acts.arena) acts_free(&tr->acts, &tr->model);
+    model_free(&tr->model);
+}
+
+/* One optimiser step over grad_accum micro-batches; returns the mean loss. */
+static int train_step(trainer *tr, float lr, double *loss, double *gnorm) {
+    const zy_train_config *c = tr->cfg;
+    const int L = c->model.num_hidden_layers, E1 = c->model.num_experts + 1;
+    const double tokens = (double)c->batch_size * c->seq_len * c->grad_accum;
+    model_zero_grads(&tr->model);
+    memset(tr->step_counts, 0, (size_t)L * E1 * sizeof *tr->step_counts);
+    double sum = 0;
+    for (int micro = 0; micro < c->grad_accum; micro++) {
+        ZY_TRY(batches_next(tr->train, tr->ids, tr->targets));
+        sum += model_forward(&tr->model, &tr->acts, tr->ids, tr->targets);
+        model_backward(&tr->model, &tr->acts, (float)(1.0 / tokens));
+        model_route_counts(&tr->model, &tr->acts, tr->counts);
+        for (int i = 0; i < L * E1; i++) tr->step_counts[i] += tr->counts[i];
+    }
+    *loss = sum / tokens;
+    *gnorm = clip_grad_norm(&tr->model.table, tr->model.grads, c->grad_clip);
+    if (!isfinite(*loss) || !isfinite(*gnorm))
+        return zy_fail("step %lld: loss %g, gradient norm %g: training diverged",
+                       (long long)tr->step + 1, *loss, *gnorm);
+    optim_step(&tr->opt, &tr->model.table, tr->model.params, tr->model.grads, lr);
+    if (c->balance_enabled) balance_step(&tr->bal, tr->biases, tr->step_counts);
+    tr->tokens_seen += tokens;
+    return ZY_OK;
+}
+
+int train_run(const zy_train_config *c, const zy_train_opts *o) {
+    trainer tr;
+    int rc = trainer_init(&tr, c);
+    if (rc == ZY_OK && o->resume) {
+        zy_ckpt_found found;
+        rc = ckpt_find_latest(tr.ckpt_root, &found);
+        for (int i = 0; rc == ZY_OK && i < found.n_skipped && i < 4; i++)
+            printf("resume: skipping a corrupt checkpoint: %s\n", found.skipped[i]);
+        if (rc == ZY_OK && found.dir[0]) {
+            rc = resume_from(&tr, found.dir);
+            if (rc == ZY_OK) printf("resumed from %s (step %lld)\n", found.dir, (long long)tr.step);
+            else zy_fail_ctx("resuming from %s", found.dir);
+        } else if (rc == ZY_OK) {
+            printf("resume: no checkpoint under %s; starting fresh\n", tr.ckpt_root);
+        }
+    }
+    if (rc == ZY_OK) rc = zy_mkdirs(c->out_dir);
+    if (rc == ZY_OK && o->config_json) {
+        char path[4096];
+        rc = zy_path_join(path, sizeof path, c->out_dir, "train_config.json");
+        if (rc == ZY_OK) rc = zy_write_file_atomic(path, o->config_json, strlen(o->config_json));
+    }
+    if (rc == ZY_OK) rc = metrics_open(&tr.metrics, c->out_dir);
+    if (rc != ZY_OK) {
+        trainer_free(&tr);
+        return ZY_ERR;
+    }
+    zy_param_counts k = model_count_params(&c->model);
+    printf("model %s: %.2fM parameters (%.2fM active per token without the embedding); "
+           "%d x %d tokens x %d accumulation per step; %s, %d threads\n",
+           c->model_desc, k.total / 1e6, k.active_no_embed / 1e6, c->batch_size, c->seq_len,
+           c->grad_accum, c->optim.use_muon ? "Muon + AdamW" : "AdamW", tr.ctx.num_threads);
+    double t_start = zy_now(), last_val = NAN;
+    int64_t first_step = tr.step, ran = 0;
+    if (tr.step == 0 && c->eval_interval > 0) {
+        rc = evaluate(&tr, c->eval_batches, &last_val, NULL);
+        if (rc == ZY_OK) {
+            metrics_scalar(tr.metrics, "val_loss", 0, last_val);
+            printf("step 0 | val loss %.4f\n", last_val);
+        }
+    }
+    while (rc == ZY_OK && tr.step < c->steps) {
+        float lr = schedule_lr(&c->schedule, tr.step);
+        double t0 = zy_now(), loss, gnorm;
+        rc = train_step(&tr, lr, &loss, &gnorm);
+        if (rc != ZY_OK) break;
+        tr.step++;
+        ran++;
+        double dt = zy_now() - t0;
+        double tok_s = (double)c->batch_size * c->seq_len * c->grad_accum / dt;
+        log_step(&tr, loss, gnorm, lr, tok_s);
+        if (tr.step % c->log_interval == 0 || tr.step == c->steps) {
+            char line[256];
+            double elapsed = zy_now() - t_start;
+            progress_line(line, sizeof line, tr.step - first_step, c->steps - first_step, loss,
+                          tok_s, elapsed);
+            printf("%s | step %lld | lr %.2e | gnorm %.3f\n", line, (long long)tr.step, lr, gnorm);
+            fflush(stdout);
+        }
+        int stopping = o->stop_after > 0 && ran >= o->stop_after;
+        if (c->eval_interval > 0 && (tr.step % c->eval_interval == 0 || tr.step == c->steps)) {
+            rc = evaluate(&tr, c->eval_batches, &last_val, NULL);
+            if (rc != ZY_OK) break;
+            metrics_scalar(tr.metrics, "val_loss", tr.step, last_val);
+            printf("step %lld | val loss %.4f | val ppl %.2f\n", (long long)tr.step, last_val,
+                   exp(last_val));
+        }
+        metrics_flush(tr.metrics);
+        if ((c->checkpoint_interval > 0 && tr.step % c->checkpoint_interval == 0) ||
+            tr.step == c->steps || stopping)
+            rc = save_checkpoint(&tr);
+        if (stopping) {
+            printf("stopping after %lld steps (--stop-after)\n", (long long)ran);
+            break;
+        }
+    }
+    if (rc == ZY_OK) {
+        metrics_flush(tr.metrics);
+        char png[4096];
+        if (zy_path_join(png, sizeof png, c->out_dir, "loss.png") == ZY_OK &&
+            metrics_plot_loss(metrics_jsonl_path(tr.metrics), png) == ZY_OK)
+            printf("loss curve: %s\n", png);
+        double wall = zy_now() - t_start;
+        printf("done: %lld steps in %.1f s (%.0f tokens/s)\n", (long long)ran, wall,
+               ran * (double)c->batch_size * c->seq_len * c->grad_accum / wall);
+        if (tr.step == c->steps) print_samples(&tr);
+    }
+    trainer_free(&tr);
+    return rc;
+}
+
+int train_eval(const zy_train_config *c, const char *model_dir, int64_t batches, double *loss,
+               int64_t *tokens) {
+    trainer tr;
+    memset(&tr, 0, sizeof tr);
+    tr.cfg = c;
+    int rc = setup_device(&tr);
+    if (rc == ZY_OK) rc = model_init(&tr.model, &c->model, &tr.ctx, 0);
+    if (rc == ZY_OK) rc = hf_load_weights(model_dir, &tr.model.table, tr.model.params);
+    if (rc == ZY_OK) rc = acts_init(&tr.acts, &tr.model, c->batch_size, c->seq_len);
+    size_t N = (size_t)c->batch_size * c->seq_len;
+    tr.ids = zy_malloc(N * sizeof *tr.ids);
+    tr.targets = zy_malloc(N * sizeof *tr.targets);
+    if (rc == ZY_OK) rc = evaluate(&tr, batches, loss, tokens);
+    trainer_free(&tr);
+    return rc;
+}
