@@ -6,6 +6,7 @@
  * { string tag = 1; float simple_value = 2; } Also the console progress line and the loss-curve
  * plot read back from the JSONL. */
 #include "train/metrics.h"
+#include "base/crc32c.h"
 
 #include "base/err.h"
 #include "base/fileio.h"
@@ -41,23 +42,9 @@ struct zy_metrics {
 /* ---------------------------------------------------------------------------------------------- */
 /* CRC-32C */
 
-static uint32_t crc32c_table[256];
-static pthread_once_t crc32c_once = PTHREAD_ONCE_INIT;
-
-static void crc32c_init(void) {
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++) c = (c & 1) ? 0x82F63B78u ^ (c >> 1) : c >> 1;
-        crc32c_table[i] = c;
-    }
-}
-
+/* TensorBoard frames records with CRC-32C (the shared base/crc32c). */
 uint32_t metrics_crc32c(const void *data, size_t n) {
-    pthread_once(&crc32c_once, crc32c_init);
-    const uint8_t *p = data;
-    uint32_t c = 0xFFFFFFFFu;
-    for (size_t i = 0; i < n; i++) c = crc32c_table[(c ^ p[i]) & 0xFF] ^ (c >> 8);
-    return c ^ 0xFFFFFFFFu;
+    return zy_crc32c(0, data, n);
 }
 
 uint32_t metrics_crc32c_masked(const void *data, size_t n) {
