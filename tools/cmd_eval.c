@@ -1,11 +1,54 @@
-/* zayac eval: placeholder until its issue lands. */
+/* zayac eval: validation loss and perplexity of a checkpoint on prepared data. */
+#include "args.h"
+#include "base/err.h"
 #include "cmds.h"
+#include "model_cli.h"
+#include "train/train.h"
 
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 int cmd_eval(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "zayac eval: not implemented yet\n");
-    return 2;
+    zy_opt opts[] = {
+        {"--model", 1, "HF checkpoint folder", NULL},
+        {"--data", 1, "a prepared data folder (zayac data prepare)", NULL},
+        {"--batches", 1, "validation batches (default 16)", NULL},
+        {"--batch-size", 1, "sequences per batch (default 8)", NULL},
+        {"--seq-len", 1, "tokens per sequence (default 128)", NULL},
+        {"--help", 0, "this help", NULL},
+        {NULL, 0, NULL, NULL},
+    };
+    int help = 0;
+    if (args_parse(argc, argv, opts, NULL, 0, NULL) != 0 || (help = !!args_get(opts, "--help")) ||
+        !args_get(opts, "--model") || !args_get(opts, "--data")) {
+        if (!help) {
+            if (!*zy_errmsg()) zy_fail("--model and --data are required");
+            cli_error("eval");
+        }
+        args_usage("eval", "--model DIR --data DIR [--batches N] [--batch-size B] [--seq-len T]",
+                   opts);
+        return help ? 0 : 2;
+    }
+    long long batches, bs, sl;
+    if (args_int(opts, "--batches", 16, &batches) != 0 ||
+        args_int(opts, "--batch-size", 8, &bs) != 0 || args_int(opts, "--seq-len", 128, &sl) != 0)
+        return cli_error("eval");
+    char set[3][1200];
+    snprintf(set[0], sizeof set[0], "model=\"%s\"", args_get(opts, "--model"));
+    snprintf(set[1], sizeof set[1], "data=\"%s\"", args_get(opts, "--data"));
+    snprintf(set[2], sizeof set[2], "batch_size=%lld", bs);
+    char sl_set[64];
+    snprintf(sl_set, sizeof sl_set, "seq_len=%lld", sl);
+    const char *over[4] = {set[0], set[1], set[2], sl_set};
+    zy_train_config *c = malloc(sizeof *c);
+    int rc = train_config_build(c, NULL, over, 4, NULL);
+    double loss = 0;
+    int64_t tokens = 0;
+    if (rc == 0) rc = train_eval(c, args_get(opts, "--model"), batches, &loss, &tokens);
+    free(c);
+    if (rc != 0) return cli_error("eval");
+    printf("validation loss %.4f | perplexity %.2f | %lld tokens\n", loss, exp(loss),
+           (long long)tokens);
+    return 0;
 }
