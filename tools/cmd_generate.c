@@ -7,6 +7,7 @@
 #include "model/generate.h"
 #include "model_cli.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -47,8 +48,13 @@ int cmd_generate(int argc, char **argv) {
         zy_fail("--max-new %lld is out of range", max_new);
         return cli_error("generate");
     }
-    if (!(temperature > 0) || !(top_p > 0 && top_p <= 1)) {
-        zy_fail("--temperature must be > 0 and --top-p in (0, 1]");
+    if (!(temperature > 0) || !isfinite(temperature)) {
+        zy_fail("--temperature must be a finite number > 0, not '%s'",
+                args_get(opts, "--temperature"));
+        return cli_error("generate");
+    }
+    if (!(top_p > 0 && top_p <= 1)) {
+        zy_fail("--top-p must be in (0, 1], not '%s'", args_get(opts, "--top-p"));
         return cli_error("generate");
     }
     const char *path = args_get(opts, "--prompt-tokens");
@@ -67,14 +73,29 @@ int cmd_generate(int argc, char **argv) {
         npy_free(&prompt);
         return cli_error("generate");
     }
-    const int T0 = (int)prompt.shape[1];
+    const int T0 = (int)prompt.shape[1], V = m.cfg.vocab_size;
+    const int32_t *ids = prompt.data;
+    int rc = 0;
+    for (int i = 0; i < T0 && rc == 0; i++) /* checked here so the error names the file */
+        if (ids[i] < 0 || ids[i] >= V)
+            rc = zy_fail("%s: token id %d at position %d is outside the vocabulary [0, %d)", path,
+                         ids[i], i, V);
+    if (rc == 0 && T0 + max_new > m.cfg.max_position_embeddings)
+        rc = zy_fail("--max-new %lld: the prompt's %d tokens plus %lld new ones exceed the model's "
+                     "max_position_embeddings %d",
+                     max_new, T0, max_new, m.cfg.max_position_embeddings);
+    if (rc != 0) {
+        model_free(&m);
+        npy_free(&prompt);
+        return cli_error("generate");
+    }
     zy_sampling s = {.greedy = args_get(opts, "--greedy") != NULL,
                      .temperature = (float)temperature,
                      .top_p = (float)top_p,
                      .seed = (uint64_t)seed};
     int32_t *out = malloc((size_t)(T0 + max_new) * sizeof *out);
     int n = 0;
-    int rc = model_generate(&m, prompt.data, T0, (int)max_new, &s, 0, out, &n);
+    rc = model_generate(&m, prompt.data, T0, (int)max_new, &s, 0, out, &n);
     if (rc == 0) {
         int64_t shape[2] = {1, n};
         rc = npy_write_i32(args_get(opts, "--out"), 2, shape, out);

@@ -45,11 +45,16 @@ int cmd_init(int argc, char **argv) {
     if (cli_config(&c, NULL, args_get(opts, "--config"), args_get(opts, "--preset")) != 0)
         return cli_error("init");
     const char *out = args_get(opts, "--out");
-    char probe[4096];
-    if (zy_path_join(probe, sizeof probe, out, "model.safetensors") != 0) return cli_error("init");
-    if (zy_path_exists(probe)) {
-        zy_fail("%s already holds a checkpoint; refusing to overwrite it", out);
-        return cli_error("init");
+    /* Weights in either HF layout mean a checkpoint is there: never write over it. */
+    const char *weights[] = {"model.safetensors", "model.safetensors.index.json"};
+    for (int i = 0; i < 2; i++) {
+        char probe[4096];
+        if (zy_path_join(probe, sizeof probe, out, weights[i]) != 0) return cli_error("init");
+        if (zy_path_exists(probe)) {
+            zy_fail("%s already holds a checkpoint (%s); refusing to overwrite it", out,
+                    weights[i]);
+            return cli_error("init");
+        }
     }
     zy_ctx ctx = {ZY_DEV_CPU, 0};
     zy_model m;

@@ -133,6 +133,9 @@ int zy_mkdirs(const char *path) {
     }
     if (mkdir(buf, 0755) != 0 && errno != EEXIST)
         return zy_fail("%s: cannot create directory: %s", buf, strerror(errno));
+    struct stat st; /* EEXIST also covers a plain file of that name */
+    if (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode))
+        return zy_fail("%s: exists and is not a directory", buf);
     return ZY_OK;
 }
 

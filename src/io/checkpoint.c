@@ -7,6 +7,8 @@
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,6 +75,18 @@ static int write_manifest(const char *dir, long long step, const char **files, i
     return rc;
 }
 
+/* The step of a folder name "step_<digits>" (nothing else after the prefix), or -1. */
+static long long parse_step_name(const char *name) {
+    size_t pre = strlen(STEP_PREFIX), len = strlen(name);
+    if (strncmp(name, STEP_PREFIX, pre) != 0 || len == pre || len - pre > 18) return -1;
+    long long s = 0;
+    for (const char *p = name + pre; *p; p++) {
+        if (*p < '0' || *p > '9') return -1;
+        s = s * 10 + (*p - '0');
+    }
+    return s;
+}
+
 /* Lists step folders (complete names only) under root, sorted by step descending. */
 static int list_steps(const char *root, long long **steps, int *n) {
     *steps = NULL;
@@ -82,10 +96,10 @@ static int list_steps(const char *root, long long **steps, int *n) {
     struct dirent *e;
     int cap = 0;
     while ((e = readdir(d)) != NULL) {
-        long long s;
-        char tail;
-        if (sscanf(e->d_name, STEP_PREFIX "%lld%c", &s, &tail) != 1) continue;
-        if (*n == cap) *steps = zy_realloc(*steps, (size_t)(cap = cap ? 2 * cap : 16) * sizeof **steps);
+        long long s = parse_step_name(e->d_name);
+        if (s < 0) continue;
+        if (*n == cap)
+            *steps = zy_realloc(*steps, (size_t)(cap = cap ? 2 * cap : 16) * sizeof **steps);
         (*steps)[(*n)++] = s;
     }
     closedir(d);
@@ -111,9 +125,28 @@ static void remove_stale_tmp(const char *root) {
     closedir(d);
 }
 
+/* Renames the complete folder tmp to final. A re-save of an existing step swaps the two atomically
+ * (so a crash leaves one complete copy under the final name) and then removes the old one. */
+static int install(const char *tmp, const char *final, const char *root) {
+    if (zy_path_exists(final)) {
+        if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) == 0) {
+            ZY_TRY(zy_fsync_path(root));
+            return zy_remove_tree(tmp); /* now the old checkpoint */
+        }
+        if (errno != EINVAL && errno != ENOSYS)
+            return zy_fail("%s: cannot swap with %s: %s", tmp, final, strerror(errno));
+        ZY_TRY(zy_remove_tree(final)); /* a file system without RENAME_EXCHANGE */
+    }
+    if (rename(tmp, final) != 0)
+        return zy_fail("%s: cannot rename to %s: %s", tmp, final, strerror(errno));
+    return zy_fsync_path(root);
+}
+
 int ckpt_save(const char *root, long long step, const zy_ckpt_content *c, int keep_last,
               char *saved_dir, size_t n) {
     char tmp[4096], final[4096], name[64], path[4096];
+    if (step < 0)
+        return zy_fail("%s: cannot save checkpoint step %lld (steps are >= 0)", root, step);
     ZY_TRY(zy_mkdirs(root));
     remove_stale_tmp(root);
     snprintf(name, sizeof name, TMP_PREFIX "%09lld.%d", step, (int)getpid());
@@ -139,17 +172,17 @@ int ckpt_save(const char *root, long long step, const zy_ckpt_content *c, int ke
     if (rc == ZY_OK) rc = zy_path_join(path, sizeof path, tmp, "state.json");
     if (rc == ZY_OK) rc = zy_write_file_atomic(path, c->state_json, strlen(c->state_json));
     files[nf++] = "state.json";
+    maybe_crash("state.json");
     if (rc == ZY_OK && c->tokenizer_path) {
         rc = zy_path_join(path, sizeof path, tmp, "tokenizer.json");
         if (rc == ZY_OK) rc = copy_file(c->tokenizer_path, path);
         files[nf++] = "tokenizer.json";
+        maybe_crash("tokenizer.json");
     }
     if (rc == ZY_OK) rc = write_manifest(tmp, step, files, nf);
     maybe_crash("manifest.json");
     if (rc == ZY_OK) rc = zy_fsync_path(tmp);
-    if (rc == ZY_OK && zy_path_exists(final)) rc = zy_remove_tree(final); /* re-save of a step */
-    if (rc == ZY_OK && rename(tmp, final) != 0) rc = zy_fail("%s: cannot rename to %s", tmp, final);
-    if (rc == ZY_OK) rc = zy_fsync_path(root);
+    if (rc == ZY_OK) rc = install(tmp, final, root);
     if (rc != ZY_OK) {
         zy_fail_ctx("saving checkpoint step %lld under %s", step, root);
         zy_remove_tree(tmp);
@@ -157,10 +190,14 @@ int ckpt_save(const char *root, long long step, const zy_ckpt_content *c, int ke
     }
     if (saved_dir) snprintf(saved_dir, n, "%s", final);
     if (keep_last > 0) { /* prune the oldest; a failure here loses nothing */
+        /* Only this step and older ones count: folders of higher steps are left by a run that
+         * resumed from an older checkpoint (the newer one was corrupt), and must neither be
+         * deleted silently nor push the checkpoint just written out of the kept set. */
         long long *steps;
-        int count;
+        int count, kept = 0;
         list_steps(root, &steps, &count);
-        for (int i = keep_last; i < count; i++) {
+        for (int i = 0; i < count; i++) {
+            if (steps[i] > step || kept++ < keep_last) continue;
             snprintf(name, sizeof name, STEP_PREFIX "%09lld", steps[i]);
             if (zy_path_join(path, sizeof path, root, name) == ZY_OK) zy_remove_tree(path);
         }
@@ -168,6 +205,10 @@ int ckpt_save(const char *root, long long step, const zy_ckpt_content *c, int ke
     }
     return ZY_OK;
 }
+
+/* Files every checkpoint has; a manifest that leaves one out describes no usable checkpoint. */
+static const char *const required[] = {"config.json", "model.safetensors",
+                                       "train_state.safetensors", "state.json"};
 
 int ckpt_verify(const char *dir) {
     char path[4096], *text;
@@ -178,7 +219,7 @@ int ckpt_verify(const char *dir) {
     free(text);
     if (!root) return zy_fail("%s: manifest.json is not valid JSON", dir);
     int rc = ZY_OK;
-    cJSON *files = cJSON_GetObjectItem(root, "files");
+    cJSON *files = cJSON_IsObject(root) ? cJSON_GetObjectItem(root, "files") : NULL;
     if (!cJSON_IsArray(files) || cJSON_GetArraySize(files) == 0)
         rc = zy_fail("%s: manifest.json lists no files", dir);
     cJSON *f;
@@ -186,9 +227,13 @@ int ckpt_verify(const char *dir) {
         if (rc != ZY_OK) break;
         cJSON *nm = cJSON_GetObjectItem(f, "name"), *by = cJSON_GetObjectItem(f, "bytes");
         cJSON *cr = cJSON_GetObjectItem(f, "crc32c");
-        if (!cJSON_IsString(nm) || !cJSON_IsNumber(by) || !cJSON_IsString(cr) ||
-            strchr(nm->valuestring, '/')) {
-            rc = zy_fail("%s: manifest.json has a malformed file entry", dir);
+        if (!cJSON_IsString(nm)) {
+            rc = zy_fail("%s: manifest.json has a file entry without a name", dir);
+            break;
+        }
+        if (!cJSON_IsNumber(by) || !cJSON_IsString(cr) || strchr(nm->valuestring, '/') ||
+            !strcmp(nm->valuestring, ".") || !strcmp(nm->valuestring, "..")) {
+            rc = zy_fail("%s: manifest.json has a malformed entry for '%s'", dir, nm->valuestring);
             break;
         }
         uint32_t crc;
@@ -206,6 +251,15 @@ int ckpt_verify(const char *dir) {
         else if (strcmp(hex, cr->valuestring) != 0)
             rc = zy_fail("%s: %s is corrupt (CRC-32C %s, the manifest says %s)", dir,
                          nm->valuestring, hex, cr->valuestring);
+    }
+    for (int i = 0; i < (int)(sizeof required / sizeof required[0]) && rc == ZY_OK; i++) {
+        int listed = 0;
+        cJSON *g;
+        cJSON_ArrayForEach(g, files) {
+            cJSON *nm = cJSON_GetObjectItem(g, "name");
+            listed |= cJSON_IsString(nm) && !strcmp(nm->valuestring, required[i]);
+        }
+        if (!listed) rc = zy_fail("%s: manifest.json does not list %s", dir, required[i]);
     }
     cJSON_Delete(root);
     return rc;

@@ -24,8 +24,10 @@ typedef struct {
     const char *tokenizer_path; /* copied in as tokenizer.json when not NULL */
 } zy_ckpt_content;
 
-/* Saves checkpoint `step` under root, then keeps only the newest keep_last (0 = all). The folder
- * written goes to saved_dir (may be NULL). */
+/* Saves checkpoint `step` (>= 0) under root, then keeps only the newest keep_last (0 = all) of the
+ * steps at or below `step`: higher steps (left by a run resumed from an older checkpoint) are neither
+ * counted nor removed. Re-saving an existing step replaces it atomically. The folder written goes to
+ * saved_dir (may be NULL). */
 int ckpt_save(const char *root, long long step, const zy_ckpt_content *c, int keep_last,
               char *saved_dir, size_t n);
 /* Checks a checkpoint folder: manifest present and parseable, every file listed with the right
