@@ -468,6 +468,50 @@ static void test_threads_deterministic(void **state) {
     free(ids);
 }
 
+/* Every op accepts zero rows (an empty batch, or a rank whose experts got no tokens) and writes
+ * nothing. */
+static void test_zero_rows(void **state) {
+    (void)state;
+    float f[64], g[64], h[64];
+    int32_t i32[8] = {0}, counts[4], offsets[5], perm[1];
+    for (int i = 0; i < 64; i++) f[i] = g[i] = h[i] = 1.0f;
+    zy_ctx *c = &tu_ctx;
+    ops_matmul(c, f, g, h, 0, 4, 4, 0, 0, 1, 0);
+    ops_add_bias(c, f, g, 0, 8);
+    ops_bias_bwd(c, f, g, 0, 8);
+    ops_embed_fwd(c, f, g, i32, g, g, 0, 8);
+    ops_embed_bwd(c, f, f, f, g, g, i32, g, g, 0, 8, -1);
+    ops_rmsnorm_fwd(c, f, f, g, g, 0, 8, 1e-5f);
+    ops_rmsnorm_bwd(c, f, f, g, g, g, g, 0, 8, 0);
+    ops_resscale_fwd(c, f, g, g, g, g, g, g, 0, 8);
+    ops_resscale_bwd(c, f, f, f, f, f, f, g, g, g, g, g, g, g, 0, 8);
+    ops_cca_conv_fwd(c, f, f, NULL, g, NULL, g, g, g, g, 0, 4, 2, 1, 2, 2, 2);
+    ops_cca_conv_fwd(c, f, f, h, g, NULL, g, g, g, g, 1, 0, 2, 1, 2, 2, 2);
+    ops_cca_conv_bwd(c, f, f, f, f, f, g, g, g, h, g, g, 1, 0, 2, 1, 2, 2, 2);
+    ops_value_delay_fwd(c, f, g, g, NULL, 0, 4, 2);
+    ops_value_delay_bwd(c, f, f, g, 2, 0, 2);
+    ops_qknorm_rope_fwd(c, f, f, f, f, NULL, NULL, g, i32, 0, 2, 1, 4, 2, 1e4, 1e-7f);
+    ops_qknorm_rope_bwd(c, f, f, f, g, g, g, g, g, i32, 0, 2, 1, 4, 2, 1e4, 1e-7f);
+    ops_attention_fwd(c, f, f, g, g, g, 1, 0, 2, 1, 4, 0.5f, 0);
+    ops_attention_bwd(c, f, f, f, g, g, g, g, g, g, 0, 5, 2, 1, 4, 0.5f, 0);
+    ops_gelu_fwd(c, f, g, 0);
+    ops_gelu_bwd(c, f, g, g, 0);
+    ops_swiglu_fwd(c, f, g, 0, 4);
+    ops_swiglu_bwd(c, f, g, g, 0, 4);
+    ops_router_select(c, f, i32, f, g, g, 0, 5);
+    ops_router_bwd(c, f, g, g, i32, 0, 5);
+    assert_int_equal(ops_moe_dispatch(c, counts, offsets, perm, i32, 0, 4), 0);
+    for (int e = 0; e <= 4; e++) assert_int_equal(offsets[e], 0);
+    ops_gather_rows(c, f, g, perm, 0, 8);
+    ops_moe_combine(c, f, g, g, perm, 0, 0, 8);
+    ops_moe_combine_bwd(c, f, f, g, g, g, perm, 0, 0, 8);
+    ops_scatter_add_rows(c, f, g, perm, 0, 8);
+    int cnt = -1;
+    assert_true(ops_xent_fwd_bwd(c, f, g, i32, 0, 8, -100, 1.0f, &cnt) == 0.0);
+    assert_int_equal(cnt, 0);
+    for (int i = 0; i < 64; i++) assert_true(f[i] == 1.0f);
+}
+
 static void test_summary(void **state) {
     (void)state;
     tu_print_worst("test_ops_dense");
@@ -483,6 +527,7 @@ int main(void) {
         cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_resscale),
         cmocka_unit_test(test_threads_deterministic),
+        cmocka_unit_test(test_zero_rows),
         cmocka_unit_test(test_summary),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

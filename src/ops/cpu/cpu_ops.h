@@ -1,9 +1,11 @@
 /* Internal interface of the CPU (fp32 reference) ops: one cpu_* function per ops_* function of
  * ops/ops.h, with the same arguments except that the context is replaced by nt, the number of
  * OpenMP threads to use (>= 1). ops.c dispatches here; nothing else should include this file.
- * Shared habits: reductions accumulate in double; reductions over rows (parameter gradients) are
- * computed per column block or per fixed row chunk and combined in a fixed order, so results do
- * not depend on the thread count. */
+ * Shared habits: norms, softmax sums, log-sum-exps and bias/scale/temperature gradients accumulate
+ * in double; matrix products (matmul, the grouped conv, attention's Q K^T and P V) are fp32 sgemm
+ * like HF's own fp32 path. Reductions over rows (parameter gradients) run per column block, per
+ * head group or per fixed row chunk and are combined in a fixed order, so results do not depend
+ * on the thread count. */
 #ifndef ZY_CPU_OPS_H
 #define ZY_CPU_OPS_H
 
