@@ -66,8 +66,7 @@ static void sgemm_threads(int nt, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M,
     if (prev != nt) omp_set_num_threads(prev);
 }
 
-/* Strided single-threaded sgemm used inside the CPU ops (head or group blocks of larger tensors).
- */
+/* Strided single-threaded sgemm for head or group blocks inside the CPU ops. */
 void cpu_sgemm(int transA, int transB, int M, int N, int K, const float *A, int lda, const float *B,
                int ldb, float beta, float *C, int ldc) {
     if (M <= 0 || N <= 0) return;
