@@ -17,15 +17,13 @@
 #include <cjson/cJSON.h>
 #include <fcntl.h>
 #include <math.h>
-#include <spawn.h>
+#include "spawn_util.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-extern char **environ;
 
 #define SAN_EXIT 99 /* exit code of a sanitizer report in the child (set in setup) */
 
@@ -34,45 +32,10 @@ static const char *bin;   /* the zayac binary */
 static char root[512];    /* the repository (fixtures) */
 static char small_a[600]; /* tests/fixtures/hf/small_a */
 
-typedef struct {
-    int code;  /* exit status; -signal when killed */
-    char *out; /* stdout text */
-    char *err; /* stderr text */
-} run_result;
-
-static void result_free(run_result *r) {
-    free(r->out);
-    free(r->err);
-}
-
 /* Runs zayac with args (NULL-terminated, without argv[0]); captures stdout and stderr. */
 static run_result run_args(const char *const *args) {
-    const char *argv[64];
-    int n = 0;
-    argv[n++] = bin;
-    for (; *args; args++) {
-        assert_true(n < 63);
-        argv[n++] = *args;
-    }
-    argv[n] = NULL;
-    char out_path[128], err_path[128];
-    snprintf(out_path, sizeof out_path, "%s/stdout.txt", tmp);
-    snprintf(err_path, sizeof err_path, "%s/stderr.txt", tmp);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&fa, 2, err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    pid_t pid;
-    fflush(NULL);
-    int rc = posix_spawn(&pid, bin, &fa, NULL, (char *const *)argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc != 0) fail_msg("cannot run %s: %s", bin, strerror(rc));
-    int status;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    run_result r;
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
-    if (zy_read_file(out_path, &r.out, NULL) != ZY_OK) fail_msg("%s", zy_errmsg());
-    if (zy_read_file(err_path, &r.err, NULL) != ZY_OK) fail_msg("%s", zy_errmsg());
+    run_result r = spawn_capture(bin, tmp, args);
+    if (r.code == -1000) fail_msg("cannot run %s: %s", bin, r.err);
     return r;
 }
 

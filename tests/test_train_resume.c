@@ -1,0 +1,168 @@
+/* Exact resume, end to end through the CLI: train N steps straight, and N/2 + checkpoint + resume +
+ * N/2, on the same data and config; the per-step losses must be bit-identical and so must the
+ * final weights. Also: --resume skips (and reports) a corrupt newest checkpoint. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "base/err.h"
+#include "base/fileio.h"
+#include "base/rng.h"
+#include "spawn_util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char tmp[64];
+static const char *bin;
+
+static void run_ok(const char *const *args) {
+    run_result r = spawn_capture(bin, tmp, args);
+    if (r.code != 0) fail_msg("zayac %s failed (%d):\n%s\n%s", args[0], r.code, r.out, r.err);
+    result_free(&r);
+}
+#define RUN_OK(...) run_ok((const char *const[]){__VA_ARGS__, NULL})
+
+static void path(char *buf, size_t n, const char *name) {
+    snprintf(buf, n, "%s/%s", tmp, name);
+}
+
+/* A deterministic corpus of sentences from a small vocabulary (documents split by blank lines). */
+static void write_corpus(void) {
+    static const char *words[] = {"the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran",
+                                  "far", "away", "from", "home", "while", "birds", "sang",
+                                  "softly", "in", "trees", "near", "river", "bank", "at", "dawn"};
+    const int nw = (int)(sizeof words / sizeof words[0]);
+    char p[256];
+    path(p, sizeof p, "corpus.txt");
+    FILE *f = fopen(p, "w");
+    assert_non_null(f);
+    zy_rng r = zy_rng_init(7, 0);
+    for (int doc = 0; doc < 200; doc++) {
+        int n = 20 + (int)zy_rng_below(&r, 40);
+        for (int i = 0; i < n; i++)
+            fprintf(f, "%s%s", words[zy_rng_below(&r, (uint64_t)nw)], i + 1 < n ? " " : ".\n\n");
+    }
+    fclose(f);
+}
+
+static const char *config_json =
+    "{\"model\": {\"model_type\": \"zaya\", \"vocab_size\": 320, \"hidden_size\": 32,"
+    " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,"
+    " \"head_dim\": 8, \"num_experts\": 3, \"moe_intermediate_size\": 16, \"router_hidden_size\": 8,"
+    " \"max_position_embeddings\": 64, \"pad_token_id\": 2, \"bos_token_id\": 0,"
+    " \"eos_token_id\": 1},"
+    " \"tokenizer\": \"%s/tok.json\", \"data\": \"%s/data\", \"batch_size\": 2, \"seq_len\": 16,"
+    " \"grad_accum\": 2, \"steps\": 8, \"eval_interval\": 4, \"eval_batches\": 2,"
+    " \"checkpoint_interval\": 4, \"keep_checkpoints\": 3, \"log_interval\": 1, \"seed\": 5,"
+    " \"optimizer\": {\"name\": \"muon\", \"lr\": 0.01}, \"schedule\": {\"warmup\": 2}}";
+
+static int setup(void **state) {
+    (void)state;
+    bin = getenv("ZAYAC_BIN");
+    if (!bin) bin = "build/zayac";
+    snprintf(tmp, sizeof tmp, "/tmp/zy_resume_XXXXXX");
+    assert_non_null(mkdtemp(tmp));
+    write_corpus();
+    char corpus[256], tok[256], data[256], cfg[256];
+    path(corpus, sizeof corpus, "corpus.txt");
+    path(tok, sizeof tok, "tok.json");
+    path(data, sizeof data, "data");
+    path(cfg, sizeof cfg, "train.json");
+    RUN_OK("tokenizer", "train", "--input", corpus, "--vocab-size", "320", "--out", tok);
+    RUN_OK("data", "prepare", "--tokenizer", tok, "--input", corpus, "--out", data,
+           "--val-fraction", "0.1");
+    char text[2048];
+    snprintf(text, sizeof text, config_json, tmp, tmp);
+    assert_int_equal(zy_write_file_atomic(cfg, text, strlen(text)), ZY_OK);
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    zy_remove_tree(tmp);
+    return 0;
+}
+
+/* The "loss" value text of each JSONL line, in order, joined by newlines. */
+static char *losses(const char *run) {
+    char p[256], *text;
+    snprintf(p, sizeof p, "%s/%s/metrics.jsonl", tmp, run);
+    if (zy_read_file(p, &text, NULL) != ZY_OK) fail_msg("%s", zy_errmsg());
+    char *out = zy_calloc(strlen(text) + 1, 1);
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        char *l = strstr(line, "\"loss\":");
+        if (!l) continue;
+        l += 7;
+        size_t n = strcspn(l, ",}");
+        strncat(out, line, (size_t)(strchr(line, ',') - line)); /* the "step" field */
+        strncat(out, " ", 2);
+        strncat(out, l, n);
+        strcat(out, "\n");
+    }
+    free(text);
+    return out;
+}
+
+static void test_resume_is_exact(void **state) {
+    (void)state;
+    char cfg[256], out_a[256], out_b[256];
+    path(cfg, sizeof cfg, "train.json");
+    path(out_a, sizeof out_a, "a");
+    path(out_b, sizeof out_b, "b");
+    RUN_OK("train", "--config", cfg, "--out", out_a);
+    RUN_OK("train", "--config", cfg, "--out", out_b, "--stop-after", "4");
+    RUN_OK("train", "--config", cfg, "--out", out_b, "--resume");
+    char *la = losses("a"), *lb = losses("b");
+    print_message("straight:\n%sresumed:\n%s", la, lb);
+    int lines = 0;
+    for (char *p = la; *p; p++) lines += *p == '\n';
+    assert_int_equal(lines, 8);
+    assert_string_equal(la, lb);
+    free(la);
+    free(lb);
+    zy_mmap wa, wb;
+    char pa[512], pb[512];
+    snprintf(pa, sizeof pa, "%s/checkpoints/step_000000008/model.safetensors", out_a);
+    snprintf(pb, sizeof pb, "%s/checkpoints/step_000000008/model.safetensors", out_b);
+    assert_int_equal(zy_mmap_open(&wa, pa), ZY_OK);
+    assert_int_equal(zy_mmap_open(&wb, pb), ZY_OK);
+    assert_int_equal(wa.size, wb.size);
+    assert_memory_equal(wa.data, wb.data, wa.size);
+    zy_mmap_close(&wa);
+    zy_mmap_close(&wb);
+}
+
+static void test_resume_skips_corrupt(void **state) {
+    (void)state;
+    char cfg[256], out_c[256], p[512];
+    path(cfg, sizeof cfg, "train.json");
+    path(out_c, sizeof out_c, "c");
+    RUN_OK("train", "--config", cfg, "--out", out_c, "--stop-after", "4");
+    RUN_OK("train", "--config", cfg, "--out", out_c, "--resume", "--stop-after", "2");
+    /* corrupt the newest (step 6): resume must fall back to step 4 and say so */
+    snprintf(p, sizeof p, "%s/checkpoints/step_000000006/train_state.safetensors", out_c);
+    FILE *f = fopen(p, "r+b");
+    assert_non_null(f);
+    fseek(f, -3, SEEK_END);
+    fputc('x', f);
+    fclose(f);
+    run_result r = spawn_capture(bin, tmp, (const char *const[]){"train", "--config", cfg,
+                                                                 "--out", out_c, "--resume", NULL});
+    if (r.code != 0) fail_msg("resume failed:\n%s\n%s", r.out, r.err);
+    assert_non_null(strstr(r.out, "skipping a corrupt checkpoint"));
+    assert_non_null(strstr(r.out, "step_000000006"));
+    assert_non_null(strstr(r.out, "(step 4)"));
+    result_free(&r);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_resume_is_exact),
+        cmocka_unit_test(test_resume_skips_corrupt),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
