@@ -2,6 +2,8 @@
 # Runs each cmocka test binary given on the command line and ends with one summary line
 # "N passed, N failed, N skipped" (counts of test cases across all binaries).
 set -u
+# Passive OpenMP waiting: spinning threads starve each other on a shared 2-core machine.
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 passed=0 failed=0 skipped=0 broken=()
 for t in "$@"; do
     name=$(basename "$t")
