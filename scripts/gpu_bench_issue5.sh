@@ -7,7 +7,7 @@
 # Everything lands in $OUT/r (tarred to $OUT/issue5.tgz); the comparison is printed last.
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1 PATH=/usr/local/cuda/bin:$PATH
 ROOT=$(pwd)
 DEBS=${DEBS:-../debs}
 NCCL_TESTS=${NCCL_TESTS:-../nccl-tests}
