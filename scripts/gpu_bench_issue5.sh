@@ -24,6 +24,10 @@ step() {
     local name=$1 limit=$2
     shift 2
     local t=$(date +%s)
+    if [ $((t - T0)) -gt ${BUDGET_S:-530} ]; then # leave time to pack the results
+        echo "$name skipped: out of time" | tee -a "$R/steps.txt"
+        return 99
+    fi
     timeout --kill-after=10 "$limit" "$@" >"$R/logs/$name.log" 2>&1
     local rc=$?
     echo "$name rc=$rc $(($(date +%s) - t))s (at $(($(date +%s) - T0))s)" | tee -a "$R/steps.txt"
