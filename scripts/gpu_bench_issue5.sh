@@ -15,7 +15,7 @@ OUT=${OUT:-/tmp/issue5_out}
 R=$OUT/r
 mkdir -p "$R/logs" "$R/zayac" "$R/nccl-tests"
 SIZES="-b 8 -e 4G -f 2"
-ITERS="-w 5 -n 20"
+ITERS="-w 5 -n 40"
 NJ=$(nproc)
 T0=$(date +%s)
 
@@ -88,27 +88,31 @@ wait $NT_PID
 tail -2 "$R/logs/nccl_tests_build.log"
 wait $DEMO_PID
 
-# --- collectives: zayac on 1 and 2 GPUs
-for n in 1 2; do
-    step zayac_coll_bf16_n$n 240 $Z launch -n $n -- $Z bench collectives $SIZES $ITERS \
-        --dtypes bf16 -o "$R/zayac/bf16"
-    step zayac_coll_fp32_n$n 120 $Z launch -n $n -- $Z bench collectives $SIZES $ITERS \
-        --dtypes fp32 --ops all_reduce -o "$R/zayac/fp32"
+# --- collectives: zayac and nccl-tests (one process, -g GPUs) over the same sizes, interleaved per
+# collective so both see the GPUs in the same state
+run_pair() { # NGPU COLLECTIVE DTYPE
+    local n=$1 c=$2 dt=$3 ntd=bfloat16
+    [ "$dt" = fp32 ] && ntd=float
+    step zayac_${c}_${dt}_n$n 240 $Z launch -n $n -- $Z bench collectives $SIZES $ITERS \
+        --ops $c --dtypes $dt -o "$R/zayac/${c}_${dt}"
+    step nt_${c}_${dt}_n$n 240 $NT/build/${c}_perf $SIZES $ITERS -g $n -d $ntd -c 1
+    cp "$R/logs/nt_${c}_${dt}_n$n.log" "$R/nccl-tests/"
+}
+for n in 2 1; do
+    for c in all_reduce reduce_scatter all_gather broadcast alltoall; do run_pair $n $c bf16; done
+    run_pair $n all_reduce fp32
 done
-step zayac_combine 60 $Z bench collectives --combine -o "$R/zayac/plots" \
-    "$R/zayac/bf16/collectives_n1.json" "$R/zayac/bf16/collectives_n2.json"
-step zayac_combine_fp32 60 $Z bench collectives --combine -o "$R/zayac/plots" \
-    "$R/zayac/fp32/collectives_n1.json" "$R/zayac/fp32/collectives_n2.json"
-
-# --- nccl-tests over the same sizes (one process, -g GPUs)
-for n in 1 2; do
-    for c in all_reduce reduce_scatter all_gather broadcast alltoall; do
-        step nt_${c}_bf16_n$n 240 $NT/build/${c}_perf $SIZES $ITERS -g $n -d bfloat16 -c 1
-        cp "$R/logs/nt_${c}_bf16_n$n.log" "$R/nccl-tests/"
-    done
-    step nt_all_reduce_fp32_n$n 240 $NT/build/all_reduce_perf $SIZES $ITERS -g $n -d float -c 1
-    cp "$R/logs/nt_all_reduce_fp32_n$n.log" "$R/nccl-tests/"
+for c in all_reduce reduce_scatter all_gather broadcast alltoall; do
+    step combine_$c 60 $Z bench collectives --combine -o "$R/zayac/plots" \
+        "$R/zayac/${c}_bf16/collectives_n1.json" "$R/zayac/${c}_bf16/collectives_n2.json"
 done
+step combine_fp32 60 $Z bench collectives --combine -o "$R/zayac/plots" \
+    "$R/zayac/all_reduce_fp32/collectives_n1.json" "$R/zayac/all_reduce_fp32/collectives_n2.json"
+# the communicator mode: a non-blocking one costs a helper thread per call inside NCCL
+step diag_nonblocking 120 $Z launch -n 2 -- $Z bench collectives -b 64K -e 64M -f 4 \
+    --ops all_reduce --nccl-nonblocking -o /tmp/nb
+step diag_blocking 120 $Z launch -n 2 -- $Z bench collectives -b 64K -e 64M -f 4 \
+    --ops all_reduce -o /tmp/b
 
 # --- other launchers and failures with GPUs
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -126,6 +130,16 @@ step demo_rank_dies 120 bash -c "
     RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29721 \
         $Z bench collectives -b 64K -e 16M --timeout 60 -o /tmp/die
     echo \"rank 0 rc=\$? after \$(((\$(date +%s%N) - s) / 1000000)) ms\"; wait"
+# a rank that hangs (SIGSTOP at 1 MB) with a 10 s timeout: rank 0 must give up after ~10 s
+step demo_rank_hangs 120 bash -c "
+    s=\$(date +%s%N)
+    RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29731 ZAYAC_DEBUG_KILL=1:1048576:19 \
+        $Z bench collectives -b 64K -e 16M --timeout 10 -o /tmp/hang &
+    p1=\$!
+    RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29731 \
+        $Z bench collectives -b 64K -e 16M --timeout 10 -o /tmp/hang
+    echo \"rank 0 rc=\$? after \$(((\$(date +%s%N) - s) / 1000000)) ms\"
+    kill -9 \$p1; wait"
 # the same under zayac launch: the launcher stops rank 0 and returns rank 1's code (137)
 step demo_launch_kill 120 bash -c "
     $Z launch -n 2 -- env ZAYAC_DEBUG_KILL=1:1048576 $Z bench collectives -b 64K -e 16M -o /tmp/die2
@@ -195,16 +209,17 @@ names = {"all_reduce": "all_reduce", "reduce_scatter": "reduce_scatter", "all_ga
 P("# Issue 5: zayac vs nccl-tests, torch (one call, same machine)")
 P()
 worst = []
-for dt, folder in (("bf16", "bf16"), ("fp32", "fp32")):
-    for n in (1, 2):
-        jp = f"{R}/zayac/{folder}/collectives_n{n}.json"
-        if not os.path.exists(jp): P(f"missing {jp}"); continue
-        z = json.load(open(jp))
+for dt in ("bf16", "fp32"):
+    for n in (2, 1):
         for c in names:
+            jp = f"{R}/zayac/{c}_{dt}/collectives_n{n}.json"
+            if not os.path.exists(jp): continue
+            z = json.load(open(jp))
             ntp = f"{R}/nccl-tests/nt_{c}_{dt}_n{n}.log"
             nt = nt_rows(ntp)
             zr = [r for r in z["rows"] if r["collective"] == c and r["dtype"] == dt]
             if not zr: continue
+            # one GPU: busbw is 0 by definition (except broadcast), and NCCL skips in-place work
             metric = "busbw_GBps" if (n > 1 or c == "broadcast") else "algbw_GBps"
             mi = 2 if metric == "busbw_GBps" else 1
             P(f"## {c} {dt} {n} GPU(s): {metric.split('_')[0]} GB/s, zayac / nccl-tests (out-of-place | in-place)")
@@ -218,12 +233,14 @@ for dt, folder in (("bf16", "bf16"), ("fp32", "fp32")):
                 zo, zi = r[metric], (rip[metric] if rip else float("nan"))
                 no, ni = (t["oop"][mi], t["ip"][mi]) if t else (float("nan"), float("nan"))
                 ro = zo / no if no and no == no and no > 0 else float("nan")
-                ri = zi / ni if ni and ni == ni and ni > 0 else float("nan")
-                peak[0] = max(peak[0], zo, zi); peak[1] = max(peak[1], no if no == no else 0, ni if ni == ni else 0)
+                ri = zi / ni if ni and ni == ni and ni > 0 and n > 1 else float("nan")
+                peak[0] = max(peak[0], zo, zi if n > 1 else 0)
+                peak[1] = max(peak[1], no if no == no else 0, ni if (ni == ni and n > 1) else 0)
                 if s > (1 << 20):
                     for rr in (ro, ri):
                         if rr == rr: worst.append((abs(rr - 1), rr, c, dt, n, s))
-                wz = f"{r['wrong']}/{rip['wrong'] if rip else '-'}"
+                fw = lambda v: "N/A" if v is None or v < 0 else str(int(v))
+                wz = f"{fw(r['wrong'])}/{fw(rip['wrong'] if rip else None)}"
                 wn = f"{t['oop'][3]}/{t['ip'][3]}" if t else "-"
                 P(f"| {s} | {zo:.2f} | {no:.2f} | {ro:.3f} | {zi:.2f} | {ni:.2f} | {ri:.3f} | {wz} {wn} |")
             P(f"peak: zayac {peak[0]:.1f}, nccl-tests {peak[1]:.1f}")
@@ -264,7 +281,9 @@ print("\n".join(lines))
 EOF
 step compare 60 python3 /tmp/compare.py "$R"
 echo "=== steps"; cat "$R/steps.txt"
-echo "=== demos"; cat "$R/logs/demo_missing_peer.log"; tail -4 "$R/logs/demo_rank_dies.log" "$R/logs/demo_launch_kill.log"
+echo "=== demos"; cat "$R/logs/demo_missing_peer.log"
+for d in demo_rank_dies demo_rank_hangs demo_launch_kill; do tail -n 4 "$R/logs/$d.log"; done
+echo "=== diag"; for d in diag_nonblocking diag_blocking demo_mpirun; do grep -E "^ +(65536|1048576|4194304|16777216|67108864) " "$R/logs/$d.log" | head -5; done
 echo "=== gemm observations"; sed -n '/# observations/,$p' "$R/logs/zayac_gemm.log" | head -60
 echo "=== membw"; grep "# best" "$R/logs/zayac_membw.log"
 echo "=== summary (short)"; grep -E "^(## sizes|- ratio|- [0-9]+|peak:|- peaks|- best)" "$R/summary.md"

@@ -53,19 +53,31 @@ static int opt_device(const zy_opt *opts, long long *dev) {
 
 typedef struct {
     int rank;
-    long long kill_rank, kill_bytes;
+    long long kill_rank, kill_bytes, kill_signal;
 } kill_hook;
 
-/* Test hook: ZAYAC_DEBUG_KILL="RANK:BYTES" makes that rank die (SIGKILL) when the sweep reaches
- * BYTES, to show that its peers end with an error instead of hanging. */
+/* Test hook: ZAYAC_DEBUG_KILL="RANK:BYTES[:SIGNAL]" sends that rank SIGNAL (default SIGKILL; 19 =
+ * SIGSTOP, a hung process) when the sweep reaches BYTES, to show that its peers then end with an
+ * error instead of hanging. */
 static void maybe_die(size_t bytes, void *ctx) {
     kill_hook *h = ctx;
     if (h->kill_rank == h->rank && (long long)bytes >= h->kill_bytes) {
-        fprintf(stderr, "zayac bench collectives: rank %d: ZAYAC_DEBUG_KILL: dying at %zu bytes\n",
-                h->rank, bytes);
+        fprintf(stderr,
+                "zayac bench collectives: rank %d: ZAYAC_DEBUG_KILL: signal %lld at %zu "
+                "bytes\n",
+                h->rank, h->kill_signal, bytes);
         fflush(stderr);
-        raise(SIGKILL);
+        h->kill_rank = -1; /* once (a stopped process may be continued) */
+        raise((int)h->kill_signal);
     }
+}
+
+/* The watchdog's report of a hung NCCL call or a dead peer: this process cannot continue (the
+ * call will not return), so it says why and exits; its peers see it go and stop too. */
+static void coll_stuck(const char *msg, void *ctx) {
+    fprintf(stderr, "zayac bench collectives: rank %d: %s\n", *(int *)ctx, msg);
+    fflush(stderr);
+    _exit(1);
 }
 
 static int parse_coll_opts(zy_opt *opts, bench_coll_opts *o) {
@@ -129,6 +141,7 @@ static int parse_coll_opts(zy_opt *opts, bench_coll_opts *o) {
             return zy_fail("--placement: '%s' is not out, in or both", s);
     }
     if ((s = args_get(opts, "--out"))) o->out_dir = s;
+    o->nonblocking = args_get(opts, "--nccl-nonblocking") != NULL;
     size_t *sizes;
     int n;
     ZY_TRY(bench_sizes(o->min_bytes, o->max_bytes, o->factor, &sizes, &n));
@@ -175,6 +188,7 @@ static int bench_collectives(int argc, char **argv) {
         {"--timeout", 1, "seconds any rendezvous or wait may take before failing (default 300)",
          NULL},
         {"--device", 1, "CUDA device (default: local rank modulo the visible devices)", NULL},
+        {"--nccl-nonblocking", 0, "create the communicator non-blocking (slower per call)", NULL},
         {"--out", 1, "-o: folder for collectives_n<N>.json/.csv and plots (default zayac-bench)",
          NULL},
         {"--combine", 0, "plot result files given as arguments (one line per GPU count)", NULL},
@@ -244,9 +258,11 @@ static int bench_collectives(int argc, char **argv) {
             printf("# warning: %d ranks on this host share %d GPU(s)\n", env.local_world, ngpu);
         fflush(stdout);
     }
-    kill_hook hook = {env.rank, -1, 0};
+    o.on_stuck = coll_stuck;
+    o.stuck_ctx = &env.rank;
+    kill_hook hook = {env.rank, -1, 0, SIGKILL};
     const char *dk = getenv("ZAYAC_DEBUG_KILL");
-    if (dk) sscanf(dk, "%lld:%lld", &hook.kill_rank, &hook.kill_bytes);
+    if (dk) sscanf(dk, "%lld:%lld:%lld", &hook.kill_rank, &hook.kill_bytes, &hook.kill_signal);
     bench_coll_result res;
     bench_coll_result_init(&res);
     if (rc == ZY_OK)
@@ -290,6 +306,7 @@ static int bench_collectives(int argc, char **argv) {
 /* ------------------------------------------------------------------ bench gemm */
 
 static int bench_gemm(int argc, char **argv) {
+    static const short_alias al[] = {{"-o", "--out"}, {NULL, NULL}};
     zy_opt opts[] = {
         {"--dtypes", 1, "bf16, tf32, fp32 (comma-separated; default all three)", NULL},
         {"--presets", 1, "model presets whose GEMMs are timed (default bench-small,zaya1-base)",
@@ -303,11 +320,14 @@ static int bench_gemm(int argc, char **argv) {
         {"--quick", 0, "squares and preset shapes only", NULL},
         {"--shapes", 1, "only these: MxNxK[:xwt|xw|xtw],... (Y = X W^T, X W, X^T W)", NULL},
         {"--device", 1, "CUDA device (default 0)", NULL},
-        {"--out", 1, "folder for gemm.json and the heatmaps (default zayac-bench)", NULL},
+        {"--out", 1, "-o: folder for gemm.json and the heatmaps (default zayac-bench)", NULL},
         {"--help", 0, "this help", NULL},
         {NULL, 0, NULL, NULL}};
-    if (args_parse(argc, argv, opts, NULL, 0, NULL) != ZY_OK || want_help(argc, argv)) {
-        int bad = !want_help(argc, argv);
+    char **av = expand_short(argc, argv, al);
+    int prc = args_parse(argc, av, opts, NULL, 0, NULL);
+    free(av);
+    if (prc != ZY_OK || want_help(argc, argv)) {
+        int bad = prc != ZY_OK;
         args_usage("bench", "gemm [options]", opts);
         return bad ? fail_line("gemm", 2) : 0;
     }

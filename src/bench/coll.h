@@ -7,6 +7,7 @@
 #include "bench/util.h"
 #include "base/plot.h"
 #include "dist/rdv.h"
+#include "dist/watchdog.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -64,7 +65,10 @@ typedef struct {
     int root;         /* broadcast root */
     double timeout_s; /* rendezvous and every wait */
     const char *out_dir;
-    int corrupt; /* self-test of the check: overwrite this many received elements before it */
+    int corrupt;     /* self-test of the check: overwrite this many received elements before it */
+    int nonblocking; /* create the NCCL communicator non-blocking (slower per call) */
+    dist_stuck_fn on_stuck; /* called when a blocking NCCL call hangs (see dist/watchdog.h) */
+    void *stuck_ctx;
 } bench_coll_opts;
 
 /* Fills the defaults: 8 B .. 128 MB by 2, 5 warm-up + 20 timed, all five, bf16, both, check. */

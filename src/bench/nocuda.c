@@ -36,8 +36,10 @@ int bench_membw_run(const bench_membw_opts *o, int dev, bench_membw_result *res,
     return zy_fail(NO_CUDA);
 }
 
-int dist_comm_init(dist_comm *c, dist_rdv *rdv, int device, double timeout_s) {
-    (void)c, (void)rdv, (void)device, (void)timeout_s;
+int dist_comm_init(dist_comm *c, dist_rdv *rdv, int device, double timeout_s, int nonblocking,
+                   dist_stuck_fn stuck, void *stuck_ctx) {
+    (void)c, (void)rdv, (void)device, (void)timeout_s, (void)nonblocking, (void)stuck;
+    (void)stuck_ctx;
     return zy_fail(NO_CUDA);
 }
 

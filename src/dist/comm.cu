@@ -54,13 +54,16 @@ int dist_nccl_version(void) {
     return v;
 }
 
-int dist_comm_init(dist_comm *c, dist_rdv *rdv, int device, double timeout_s) {
+int dist_comm_init(dist_comm *c, dist_rdv *rdv, int device, double timeout_s, int nonblocking,
+                   dist_stuck_fn stuck, void *stuck_ctx) {
     memset(c, 0, sizeof *c);
     c->rank = rdv->rank;
     c->world = rdv->world;
     c->device = device;
     c->timeout_s = timeout_s;
     c->rdv = rdv;
+    c->nonblocking = nonblocking;
+    ZY_TRY(dist_watchdog_start(&c->wd, rdv, timeout_s, stuck, stuck_ctx));
     CUDA_TRY(cudaSetDevice(device));
     cudaStream_t s;
     CUDA_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -76,9 +79,11 @@ int dist_comm_init(dist_comm *c, dist_rdv *rdv, int device, double timeout_s) {
     if (dist_rdv_bcast(rdv, &id, sizeof id) != ZY_OK)
         return zy_fail_ctx("sending the NCCL unique id");
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
-    cfg.blocking = 0; /* calls return ncclInProgress; we poll with a deadline */
+    cfg.blocking = nonblocking ? 0 : 1; /* non-blocking calls return ncclInProgress: polled */
     ncclComm_t comm = NULL;
+    dist_watchdog_enter(&c->wd, "ncclCommInitRankConfig");
     ncclResult_t r = ncclCommInitRankConfig(&comm, c->world, id, c->rank, &cfg);
+    dist_watchdog_leave(&c->wd);
     c->nccl = comm;
     if (r != ncclSuccess && r != ncclInProgress)
         return zy_fail("%s:%d: ncclCommInitRankConfig (rank %d of %d, device %d) failed: %s",
@@ -118,6 +123,7 @@ int dist_comm_wait_event(dist_comm *c, void *event, const char *what) {
 }
 
 void dist_comm_abort(dist_comm *c) {
+    dist_watchdog_stop(&c->wd);
     if (c->nccl) ncclCommAbort(nccl_of(c));
     c->nccl = NULL;
 }
@@ -125,10 +131,14 @@ void dist_comm_abort(dist_comm *c) {
 int dist_comm_free(dist_comm *c) {
     int st = ZY_OK;
     if (c->nccl) {
+        dist_watchdog_enter(&c->wd, "ncclCommFinalize");
         ncclResult_t r = ncclCommFinalize(nccl_of(c));
+        dist_watchdog_leave(&c->wd);
         st = dist_comm_check(c, r, "ncclCommFinalize", __FILE__, __LINE__);
         if (st == ZY_OK) {
+            dist_watchdog_enter(&c->wd, "ncclCommDestroy");
             r = ncclCommDestroy(nccl_of(c));
+            dist_watchdog_leave(&c->wd);
             if (r != ncclSuccess && r != ncclInProgress)
                 st = zy_fail("%s:%d: ncclCommDestroy failed: %s", __FILE__, __LINE__,
                              ncclGetErrorString(r));
@@ -137,6 +147,7 @@ int dist_comm_free(dist_comm *c) {
         }
         c->nccl = NULL;
     }
+    dist_watchdog_stop(&c->wd);
     if (c->stream) {
         CUDA_NOTE(st, cudaStreamDestroy((cudaStream_t)c->stream));
         c->stream = NULL;
