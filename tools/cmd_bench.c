@@ -312,7 +312,8 @@ static int bench_gemm(int argc, char **argv) {
         {"--presets", 1, "model presets whose GEMMs are timed (default bench-small,zaya1-base)",
          NULL},
         {"--tokens", 1, "tokens per step for the preset shapes (default 16384)", NULL},
-        {"--target-ms", 1, "timed run length per shape in ms (default 25)", NULL},
+        {"--target-ms", 1, "timed run length per shape in ms (default 50)", NULL},
+        {"--warmup-ms", 1, "sustained load before timing each shape in ms (default 50)", NULL},
         {"--algos", 1, "cuBLASLt heuristic candidates tried per shape, best kept (default 1)",
          NULL},
         {"--workspace", 1, "cuBLASLt workspace bytes (default 32M)", NULL},
@@ -356,10 +357,11 @@ static int bench_gemm(int argc, char **argv) {
     }
     o.tokens = (int)v;
     if (args_double(opts, "--target-ms", o.target_ms, &o.target_ms) != ZY_OK ||
+        args_double(opts, "--warmup-ms", o.warmup_ms, &o.warmup_ms) != ZY_OK ||
         args_int(opts, "--algos", 1, &v) != ZY_OK)
         return fail_line("gemm", 2);
-    if (v < 1 || v > 8 || !(o.target_ms > 0)) {
-        zy_fail("--algos must be 1..8 and --target-ms positive");
+    if (v < 1 || v > 8 || !(o.target_ms > 0) || !(o.warmup_ms >= 0)) {
+        zy_fail("--algos must be 1..8, --target-ms positive and --warmup-ms not negative");
         return fail_line("gemm", 2);
     }
     o.algos = (int)v;
@@ -374,6 +376,10 @@ static int bench_gemm(int argc, char **argv) {
         int n;
         snprintf(buf, sizeof buf, "%s", s);
         if (bench_split_list(buf, items, 64, &n) != ZY_OK) return fail_line("gemm", 2);
+        if (n == 0) {
+            zy_fail("--shapes: empty list");
+            return fail_line("gemm", 2);
+        }
         for (int i = 0; i < n; i++)
             if (bench_gemm_parse_shape(items[i], &custom[i]) != ZY_OK) return fail_line("gemm", 2);
         o.shapes = custom;

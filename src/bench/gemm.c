@@ -38,7 +38,8 @@ void bench_gemm_opts_default(bench_gemm_opts *o) {
     o->ndtypes = 3;
     o->tokens = 16384;
     snprintf(o->presets, sizeof o->presets, "bench-small,zaya1-base");
-    o->target_ms = 25;
+    o->target_ms = 50;
+    o->warmup_ms = 50;
     o->algos = 1;
     o->check = 1;
     o->workspace = 32u << 20;
@@ -318,21 +319,22 @@ static void observe_dtype(FILE *f, const bench_gemm_result *r, bench_dtype t) {
             peak, best->s.m, best->s.n, best->s.k, bench_gemm_layout_name(best->s.layout),
             best->s.label);
     /* How large a square must be. */
-    int first90 = 0;
-    fprintf(f, "  squares (XW^T):");
+    int first90 = 0, nsq = 0;
     for (int i = 0; i < NSQUARE; i++) {
         int s = square_sizes[i];
         const bench_gemm_row *w = find(r, t, "square", s, s, s, GEMM_XWT);
         if (!w) continue;
-        fprintf(f, " %d: %.0f%%", s, 100 * w->frac_peak);
+        fprintf(f, nsq++ ? " %d: %.0f%%" : "  squares (XW^T): %d: %.0f%%", s, 100 * w->frac_peak);
         if (!first90 && w->frac_peak >= 0.9) first90 = s;
     }
-    fputc('\n', f);
-    if (first90)
-        fprintf(f, "  near peak (>= 90%%) from M=N=K=%d; below that the GPU is not filled\n",
-                first90);
-    else
-        fprintf(f, "  no square of the sweep reaches 90%% of the peak\n");
+    if (nsq) {
+        fputc('\n', f);
+        if (first90)
+            fprintf(f, "  near peak (>= 90%%) from M=N=K=%d; below that the GPU is not filled\n",
+                    first90);
+        else
+            fprintf(f, "  no square of the sweep reaches 90%% of the peak\n");
+    }
     /* The grid: the cheapest shape that reaches 90%. */
     const bench_gemm_row *cheap = NULL;
     for (int i = 0; i < r->nrows; i++) {

@@ -39,6 +39,7 @@ typedef struct {
     int tokens;                     /* tokens per step for the preset shapes (16384) */
     char presets[128];              /* comma-separated: bench-small, zaya1-base */
     double target_ms;               /* timed run length per shape */
+    double warmup_ms;               /* sustained load before timing each shape */
     int algos;                      /* cuBLASLt heuristic candidates tried per shape (best kept) */
     int check;                      /* compare sampled outputs with a float64 reference */
     size_t workspace;               /* cuBLASLt workspace bytes */

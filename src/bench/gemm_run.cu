@@ -1,6 +1,8 @@
 /* GEMM benchmark, GPU side: cuBLASLt matmuls on random non-zero inputs, timed with events (see
- * gemm.h). Operands live in one pool filled once per element type; when a shape's operands are
- * small enough to stay in L2, successive runs rotate through copies spread over several times the
+ * gemm.h). Inputs live in one pool filled once per element type with random non-zero values and
+ * outputs in another, so no GEMM ever reads an earlier GEMM's output (values that would grow to
+ * inf/NaN); when a shape's operands are small enough to stay in L2, successive runs rotate
+ * through copies spread over several times the
  * L2 size, so the rate is that of data coming from HBM as in a real step. */
 #include "bench/gemm.h"
 #include "dist/cuda_check.h"
@@ -139,8 +141,10 @@ typedef struct {
     cudaEvent_t e0, e1;
     void *ws;
     size_t ws_bytes;
-    char *pool;
+    char *pool; /* inputs: [copies] x (W, X) */
     size_t pool_bytes;
+    char *out; /* outputs: [copies] x Y */
+    size_t out_bytes;
     char *scratch; /* [max K * 4] bytes for the check's gathered rows */
     size_t scratch_bytes;
     size_t l2;
@@ -208,8 +212,8 @@ static size_t rotation_copies(const gemm_ctx *c, size_t set_bytes) {
 
 static int run_matmul(gemm_ctx *c, gemm_op *g, const cublasLtMatmulAlgo_t *algo, size_t copy) {
     float alpha = 1.0f, beta = 0.0f;
-    char *base = c->pool + copy * (g->bytes_w + g->bytes_x + g->bytes_y);
-    void *w = base, *x = base + g->bytes_w, *y = base + g->bytes_w + g->bytes_x;
+    char *base = c->pool + copy * (g->bytes_w + g->bytes_x);
+    void *w = base, *x = base + g->bytes_w, *y = c->out + copy * g->bytes_y;
     CUBLAS_TRY(cublasLtMatmul(c->lt, g->desc, &alpha, w, g->la, x, g->lb, &beta, y, g->lc, y, g->lc,
                               algo, c->ws, c->ws_bytes, c->stream));
     return ZY_OK;
@@ -269,7 +273,7 @@ static int check_samples(gemm_ctx *c, gemm_op *g, const bench_gemm_shape *s, ben
                   : t == BENCH_TF32 ? ldexp(1, -8)
                                     : 0) +
                  2.0 * (double)K * ldexp(1, -24);
-    const char *w = c->pool, *x = c->pool + g->bytes_w, *y = c->pool + g->bytes_w + g->bytes_x;
+    const char *w = c->pool, *x = c->pool + g->bytes_w, *y = c->out;
     void *xv = zy_malloc(K * elt), *wv = zy_malloc(K * elt);
     *bad = 0;
     *worst = 0;
@@ -338,14 +342,23 @@ static int bench_shape(gemm_ctx *c, const bench_gemm_opts *o, const bench_gemm_s
     }
     size_t set = g.bytes_w + g.bytes_x + g.bytes_y;
     size_t copies = rotation_copies(c, set);
-    if (copies * set > c->pool_bytes) copies = c->pool_bytes / set;
+    if (copies * (g.bytes_w + g.bytes_x) > c->pool_bytes)
+        copies = c->pool_bytes / (g.bytes_w + g.bytes_x);
+    if (copies * g.bytes_y > c->out_bytes) copies = c->out_bytes / g.bytes_y;
     double best = INFINITY;
     int best_i = 0;
     for (int a = 0; a < found && rc == ZY_OK; a++) {
         const cublasLtMatmulAlgo_t *algo = &heur[a].algo;
         double est;
-        rc = run_matmul(c, &g, algo, 0); /* warm-up: loads the kernel */
+        rc = run_matmul(c, &g, algo, 0); /* loads the kernel */
         if (rc == ZY_OK) rc = time_matmul(c, &g, algo, copies, 2, &est);
+        /* Warm up for warmup_ms first: the clocks settle under sustained load (a short burst
+         * after idle runs faster than the same GEMM in a training step). */
+        if (rc == ZY_OK && o->warmup_ms > 0) {
+            int wi = (int)(o->warmup_ms * 1e-3 / (est > 1e-7 ? est : 1e-7));
+            wi = wi < 1 ? 1 : wi > 100000 ? 100000 : wi;
+            rc = time_matmul(c, &g, algo, copies, wi, &est);
+        }
         if (rc != ZY_OK) break;
         int iters = (int)(o->target_ms * 1e-3 / (est > 1e-7 ? est : 1e-7));
         iters = iters < 5 ? 5 : iters > 5000 ? 5000 : iters;
@@ -406,8 +419,10 @@ int bench_gemm_run(const bench_gemm_opts *o, int dev, bench_gemm_result *res, FI
             gemm_op g;
             rc = op_init(&g, &shapes[d][i], o->dtypes[d]);
             size_t set = g.bytes_w + g.bytes_x + g.bytes_y;
-            size_t need = rotation_copies(&c, set) * set;
-            if (need > c.pool_bytes) c.pool_bytes = need;
+            size_t n = rotation_copies(&c, set);
+            if (n * (g.bytes_w + g.bytes_x) > c.pool_bytes)
+                c.pool_bytes = n * (g.bytes_w + g.bytes_x);
+            if (n * g.bytes_y > c.out_bytes) c.out_bytes = n * g.bytes_y;
             if ((size_t)shapes[d][i].k * 4 > c.scratch_bytes)
                 c.scratch_bytes = (size_t)shapes[d][i].k * 4;
             op_free(&g);
@@ -415,9 +430,11 @@ int bench_gemm_run(const bench_gemm_opts *o, int dev, bench_gemm_result *res, FI
     }
     if (rc == ZY_OK) {
         cudaError_t e = cudaMalloc((void **)&c.pool, c.pool_bytes);
+        if (e == cudaSuccess) e = cudaMalloc((void **)&c.out, c.out_bytes);
         if (e != cudaSuccess)
-            rc = zy_fail("gemm: allocating the %.1f GB operand pool on device %d: %s",
-                         c.pool_bytes / 1e9, dev, cudaGetErrorString(e));
+            rc = zy_fail("gemm: allocating %.1f GB of inputs and %.1f GB of outputs on device %d: "
+                         "%s",
+                         c.pool_bytes / 1e9, c.out_bytes / 1e9, dev, cudaGetErrorString(e));
     }
     if (rc == ZY_OK) {
         cudaError_t e = cudaMalloc((void **)&c.scratch, c.scratch_bytes + 256);
@@ -466,6 +483,7 @@ int bench_gemm_run(const bench_gemm_opts *o, int dev, bench_gemm_result *res, FI
     if (c.lt) cublasLtDestroy(c.lt);
     cudaFree(c.ws);
     cudaFree(c.pool);
+    cudaFree(c.out);
     cudaFree(c.scratch);
     return rc;
 }
