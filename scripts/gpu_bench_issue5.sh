@@ -133,8 +133,14 @@ what = sys.argv[2] if len(sys.argv) > 2 else "all"
 torch.manual_seed(0)
 if what in ("all", "matmul"):
     for n in (8192, 16384):
-        x = torch.rand(n, n, device="cuda", dtype=torch.bfloat16) + 0.5  # like zayac: non-zero
-        w = torch.rand(n, n, device="cuda", dtype=torch.bfloat16) + 0.5
+        # zayac's inputs: uniform in +-[0.5, 1) with random signs. The distribution matters under
+        # the power cap: all-positive inputs (torch.rand + 0.5) ran ~9% faster than random signs
+        # on 2026-11-22 (bench/NOTES.md), so both sides must use the same one.
+        def operand():
+            mag = torch.rand(n, n, device="cuda") * 0.5 + 0.5
+            sign = torch.randint(0, 2, (n, n), device="cuda") * 2 - 1
+            return (mag * sign).to(torch.bfloat16)
+        x, w = operand(), operand()
         fl = 2.0 * n ** 3
         out[f"matmul_bf16_{n}_x@w"] = fl / timeit(lambda: torch.matmul(x, w), 0.5, 0.5) / 1e12
         out[f"matmul_bf16_{n}_x@w.T"] = fl / timeit(lambda: torch.matmul(x, w.t()), 0.5, 0.5) / 1e12
@@ -298,7 +304,9 @@ for n in (2, 1):
                     go = g["oop"][mi] if g else float("nan")
                     pk[2] = max(pk[2], go if go == go else 0)
                     ro, rg = ratio(zo, no), ratio(zo, go)
-                    if s > (1 << 20) and rg == rg: worst.append((abs(rg - 1), rg, c, dt, n, s, "out (vs graph)"))
+                    # acceptance against nccl-tests' own (plain) loop; its graph mode is shown only
+                    # to mark the launch-bound sizes (it runs a different copy path above 512 MB)
+                    if s > (1 << 20) and ro == ro: worst.append((abs(ro - 1), ro, c, dt, n, s, "out"))
                     P(f"| {s} | {zo:.2f} | {no:.2f} | {ro:.3f} | {go:.2f} | {rg:.3f} | {fw(r['wrong'])} |")
             P(f"peak {name}: zayac {pk[0]:.1f}, nccl-tests {pk[1]:.1f}" + (f", nccl-tests graph {pk[2]:.1f}" if n == 1 else ""))
             P()

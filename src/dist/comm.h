@@ -2,8 +2,8 @@
  * control channel and a deadline, so a dead or stuck peer turns into an error (and an aborted
  * communicator) instead of a hang. NCCL calls that can block (init, and the enqueue of an
  * operation that must first connect to its peers) run under a watchdog. The communicator is
- * blocking by default: a non-blocking one makes every NCCL call start a helper thread inside NCCL
- * (tens of microseconds, measured on H200: see bench/NOTES.md), too slow for small messages. */
+ * blocking by default: with a non-blocking one every NCCL call cost 40-90 us of host time on
+ * H200 (bench/NOTES.md), too slow for small messages. */
 #ifndef ZY_DIST_COMM_H
 #define ZY_DIST_COMM_H
 
