@@ -1,11 +1,532 @@
-/* zayac bench: placeholder until its issue lands. */
+/* zayac bench: the machine benchmarks. `bench collectives` (NCCL, one process per GPU, started by
+ * `zayac launch`, mpirun, srun or torchrun-style variables), `bench gemm` (cuBLASLt by shape) and
+ * `bench membw` (device and host copies). Option parsing and output only; src/bench does the work.
+ */
+#include "args.h"
+#include "base/err.h"
+#include "bench/coll.h"
+#include "bench/gemm.h"
+#include "bench/membw.h"
+#include "bench/util.h"
 #include "cmds.h"
+#include "dist/env.h"
+#include "dist/rdv.h"
 
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
-int cmd_bench(int argc, char **argv) {
+/* nccl-tests' short options, rewritten to their long names before parsing. */
+typedef struct {
+    const char *shrt, *lng;
+} short_alias;
+
+static char **expand_short(int argc, char **argv, const short_alias *al) {
+    char **out = zy_calloc((size_t)argc + 1, sizeof(char *));
+    for (int i = 0; i < argc; i++) {
+        out[i] = argv[i];
+        for (const short_alias *a = al; a && a->shrt; a++)
+            if (i > 0 && !strcmp(argv[i], a->shrt)) out[i] = (char *)a->lng;
+    }
+    return out;
+}
+
+static int fail_line(const char *cmd, int code) {
+    fprintf(stderr, "zayac bench %s: %s\n", cmd, zy_errmsg());
+    return code;
+}
+
+static int want_help(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return 1;
+    return 0;
+}
+
+/* A device index from --device, or -1. */
+static int opt_device(const zy_opt *opts, long long *dev) {
+    return args_int(opts, "--device", -1, dev);
+}
+
+/* ------------------------------------------------------------------ bench collectives */
+
+typedef struct {
+    int rank;
+    long long kill_rank, kill_bytes, kill_signal;
+} kill_hook;
+
+/* Test hook: ZAYAC_DEBUG_KILL="RANK:BYTES[:SIGNAL]" sends that rank SIGNAL (default SIGKILL; 19 =
+ * SIGSTOP, a hung process) when the sweep reaches BYTES, to show that its peers then end with an
+ * error instead of hanging. */
+static void maybe_die(size_t bytes, void *ctx) {
+    kill_hook *h = ctx;
+    if (h->kill_rank == h->rank && (long long)bytes >= h->kill_bytes) {
+        fprintf(stderr,
+                "zayac bench collectives: rank %d: ZAYAC_DEBUG_KILL: signal %lld at %zu "
+                "bytes\n",
+                h->rank, h->kill_signal, bytes);
+        fflush(stderr);
+        h->kill_rank = -1; /* once (a stopped process may be continued) */
+        raise((int)h->kill_signal);
+    }
+}
+
+/* The watchdog's report of a hung NCCL call or a dead peer: this process cannot continue (the
+ * call will not return), so it says why and exits; its peers see it go and stop too. */
+static void coll_stuck(const char *msg, void *ctx) {
+    fprintf(stderr, "zayac bench collectives: rank %d: %s\n", *(int *)ctx, msg);
+    fflush(stderr);
+    _exit(1);
+}
+
+static int parse_coll_opts(zy_opt *opts, bench_coll_opts *o) {
+    long long v;
+    const char *s;
+    if ((s = args_get(opts, "--min-bytes")) && bench_parse_bytes(s, &o->min_bytes) != ZY_OK)
+        return ZY_ERR;
+    if ((s = args_get(opts, "--max-bytes")) && bench_parse_bytes(s, &o->max_bytes) != ZY_OK)
+        return ZY_ERR;
+    ZY_TRY(args_int(opts, "--factor", 2, &v));
+    if (v < 2) return zy_fail("--factor must be at least 2, got %lld", v);
+    o->factor = (size_t)v;
+    ZY_TRY(args_int(opts, "--warmup", o->warmup, &v));
+    if (v < 0 || v > 100000) return zy_fail("--warmup must be 0..100000, got %lld", v);
+    o->warmup = (int)v;
+    ZY_TRY(args_int(opts, "--iters", o->iters, &v));
+    if (v < 1 || v > 1000000) return zy_fail("--iters must be 1..1000000, got %lld", v);
+    o->iters = (int)v;
+    ZY_TRY(args_int(opts, "--check", 1, &v));
+    o->check = v != 0;
+    ZY_TRY(args_int(opts, "--root", 0, &v));
+    o->root = (int)v;
+    double t;
+    ZY_TRY(args_double(opts, "--timeout", o->timeout_s, &t));
+    if (!(t > 0)) return zy_fail("--timeout must be positive, got %g", t);
+    o->timeout_s = t;
+    if ((s = args_get(opts, "--ops"))) {
+        char buf[256], *items[COLL_NKINDS * 2];
+        int n;
+        snprintf(buf, sizeof buf, "%s", s);
+        ZY_TRY(bench_split_list(buf, items, COLL_NKINDS * 2, &n));
+        if (n == 0) return zy_fail("--ops: empty list");
+        o->ncolls = 0;
+        for (int i = 0; i < n; i++) {
+            bench_coll_kind k;
+            ZY_TRY(bench_coll_parse(items[i], &k));
+            if (o->ncolls >= COLL_NKINDS) return zy_fail("--ops: too many collectives");
+            o->colls[o->ncolls++] = k;
+        }
+    }
+    if ((s = args_get(opts, "--dtypes"))) {
+        char buf[64], *items[4];
+        int n;
+        snprintf(buf, sizeof buf, "%s", s);
+        ZY_TRY(bench_split_list(buf, items, 4, &n));
+        if (n == 0 || n > 2) return zy_fail("--dtypes: expected bf16, fp32 or bf16,fp32");
+        for (int i = 0; i < n; i++) {
+            ZY_TRY(bench_dtype_parse(items[i], &o->dtypes[i]));
+            if (o->dtypes[i] == BENCH_TF32) return zy_fail("--dtypes: tf32 is a GEMM mode only");
+        }
+        o->ndtypes = n;
+    }
+    if ((s = args_get(opts, "--placement"))) {
+        if (!strcmp(s, "out"))
+            o->placement = 0;
+        else if (!strcmp(s, "in"))
+            o->placement = 1;
+        else if (!strcmp(s, "both"))
+            o->placement = 2;
+        else
+            return zy_fail("--placement: '%s' is not out, in or both", s);
+    }
+    if ((s = args_get(opts, "--out"))) o->out_dir = s;
+    o->nonblocking = args_get(opts, "--nccl-nonblocking") != NULL;
+    size_t *sizes;
+    int n;
+    ZY_TRY(bench_sizes(o->min_bytes, o->max_bytes, o->factor, &sizes, &n));
+    free(sizes);
+    return ZY_OK;
+}
+
+/* --combine: plots several result files (one line per GPU count) and prints their peaks. */
+static int coll_combine(const char *out_dir, const char **files, int nfiles) {
+    if (nfiles == 0) return zy_fail("--combine needs result files (collectives_n*.json)");
+    bench_coll_result *res = zy_calloc((size_t)nfiles, sizeof *res);
+    int rc = ZY_OK, nread = 0;
+    for (int i = 0; i < nfiles && rc == ZY_OK; i++) {
+        rc = bench_coll_read(files[i], &res[i]);
+        if (rc == ZY_OK) nread++;
+    }
+    for (int i = 0; i < nread && rc == ZY_OK; i++) bench_coll_print_summary(stdout, &res[i]);
+    if (rc == ZY_OK) rc = bench_coll_plot(out_dir, res, nread);
+    if (rc == ZY_OK) printf("# plots written to %s/busbw_<collective>_<dtype>.png\n", out_dir);
+    for (int i = 0; i < nread; i++) bench_coll_result_free(&res[i]);
+    free(res);
+    return rc;
+}
+
+static int bench_collectives(int argc, char **argv) {
+    static const short_alias al[] = {
+        {"-b", "--min-bytes"}, {"-e", "--max-bytes"}, {"-f", "--factor"}, {"-n", "--iters"},
+        {"-w", "--warmup"},    {"-c", "--check"},     {"-d", "--dtypes"}, {"-r", "--root"},
+        {"-o", "--out"},       {NULL, NULL}};
+    zy_opt opts[] = {
+        {"--min-bytes", 1, "-b: smallest message (bytes; K/M/G suffixes; default 8)", NULL},
+        {"--max-bytes", 1, "-e: largest message (default 128M)", NULL},
+        {"--factor", 1, "-f: size multiplier between steps (default 2)", NULL},
+        {"--warmup", 1, "-w: warm-up operations per size (default 5)", NULL},
+        {"--iters", 1, "-n: timed operations per size (default 20)", NULL},
+        {"--ops", 1,
+         "collectives (default all_reduce,reduce_scatter,all_gather,broadcast,"
+         "alltoall)",
+         NULL},
+        {"--dtypes", 1, "-d: bf16, fp32 or bf16,fp32 (default bf16)", NULL},
+        {"--placement", 1, "out, in or both (default both)", NULL},
+        {"--check", 1, "-c: 1 = count wrong elements after timing, 0 = skip (default 1)", NULL},
+        {"--root", 1, "-r: broadcast root (default 0)", NULL},
+        {"--timeout", 1, "seconds any rendezvous or wait may take before failing (default 300)",
+         NULL},
+        {"--device", 1, "CUDA device (default: local rank modulo the visible devices)", NULL},
+        {"--nccl-nonblocking", 0, "create the communicator non-blocking (slower per call)", NULL},
+        {"--out", 1, "-o: folder for collectives_n<N>.json/.csv and plots (default zayac-bench)",
+         NULL},
+        {"--combine", 0, "plot result files given as arguments (one line per GPU count)", NULL},
+        {"--help", 0, "this help", NULL},
+        {NULL, 0, NULL, NULL}};
+    const char *synopsis = "collectives [options]   (one process per GPU: zayac launch -n N -- "
+                           "zayac bench collectives ...; or mpirun / srun / RANK+WORLD_SIZE+"
+                           "MASTER_ADDR+MASTER_PORT)";
+    char **av = expand_short(argc, argv, al);
+    const char *files[64];
+    int nfiles = 0;
+    int rc = args_parse(argc, av, opts, files, 64, &nfiles);
+    free(av);
+    if (rc != ZY_OK || args_get(opts, "--help")) {
+        args_usage("bench", synopsis, opts);
+        if (rc != ZY_OK) return fail_line("collectives", 2);
+        return 0;
+    }
+    bench_coll_opts o;
+    bench_coll_opts_default(&o);
+    if (parse_coll_opts(opts, &o) != ZY_OK) return fail_line("collectives", 2);
+    if (args_get(opts, "--combine"))
+        return coll_combine(o.out_dir, files, nfiles) == ZY_OK ? 0 : fail_line("collectives", 1);
+    if (nfiles) {
+        zy_fail("unexpected argument '%s' (result files are only read with --combine)", files[0]);
+        return fail_line("collectives", 2);
+    }
+    long long devopt;
+    if (opt_device(opts, &devopt) != ZY_OK) return fail_line("collectives", 2);
+
+    int ngpu;
+    if (bench_gpu_count(&ngpu) != ZY_OK) return fail_line("collectives", 1);
+    dist_env env;
+    if (dist_env_from_environ(&env) != ZY_OK) return fail_line("collectives", 2);
+    dist_rdv rdv;
+    if (dist_rdv_init(&rdv, env.rank, env.world, env.master_addr, env.master_port, o.timeout_s) !=
+        ZY_OK) {
+        fprintf(stderr, "zayac bench collectives: rank %d: %s\n", env.rank, zy_errmsg());
+        return 1;
+    }
+    /* Host names: the local rank when the launcher did not say, and the node count. */
+    char me[64] = {0};
+    gethostname(me, sizeof me - 1);
+    char *hosts = zy_calloc((size_t)env.world, sizeof me);
+    rc = dist_rdv_allgather(&rdv, me, sizeof me, hosts);
+    int nnodes = 0;
+    if (rc == ZY_OK) {
+        int lr, lw;
+        dist_local_from_hosts(hosts, sizeof me, env.world, env.rank, &lr, &lw);
+        if (env.local_rank < 0) env.local_rank = lr, env.local_world = lw;
+        for (int r = 0; r < env.world; r++) {
+            int lr2, lw2;
+            dist_local_from_hosts(hosts, sizeof me, env.world, r, &lr2, &lw2);
+            if (lr2 == 0) nnodes++;
+        }
+    }
+    free(hosts);
+    int device = devopt >= 0 ? (int)devopt : env.local_rank % ngpu;
+    if (rc == ZY_OK && devopt >= ngpu)
+        rc = zy_fail("--device %lld: only %d device(s) visible", devopt, ngpu);
+    if (rc == ZY_OK && env.rank == 0) {
+        printf("# zayac bench collectives: %d rank(s) on %d node(s) (%s), rendezvous %s, "
+               "sizes %zu..%zu x%zu, %d warm-up + %d timed operations\n",
+               env.world, nnodes, env.source, rdv.where, o.min_bytes, o.max_bytes, o.factor,
+               o.warmup, o.iters);
+        if (env.local_world > ngpu)
+            printf("# warning: %d ranks on this host share %d GPU(s)\n", env.local_world, ngpu);
+        fflush(stdout);
+    }
+    o.on_stuck = coll_stuck;
+    o.stuck_ctx = &env.rank;
+    kill_hook hook = {env.rank, -1, 0, SIGKILL};
+    const char *dk = getenv("ZAYAC_DEBUG_KILL");
+    if (dk) sscanf(dk, "%lld:%lld:%lld", &hook.kill_rank, &hook.kill_bytes, &hook.kill_signal);
+    bench_coll_result res;
+    bench_coll_result_init(&res);
+    if (rc == ZY_OK)
+        rc = bench_coll_run(&o, &rdv, device, &res, env.rank == 0 ? stdout : NULL,
+                            dk ? maybe_die : NULL, &hook);
+    if (rc != ZY_OK) {
+        fprintf(stderr, "zayac bench collectives: rank %d: %s\n", env.rank, zy_errmsg());
+        dist_rdv_free(&rdv);
+        bench_coll_result_free(&res);
+        return 1;
+    }
+    res.nnodes = nnodes;
+    int code = 0;
+    if (env.rank == 0) {
+        bench_coll_print_summary(stdout, &res);
+        bench_machine_print(stdout, &res.machine);
+        if (bench_coll_write(o.out_dir, &res) != ZY_OK)
+            code = fail_line("collectives", 1);
+        else if (bench_coll_plot(o.out_dir, &res, 1) != ZY_OK)
+            code = fail_line("collectives", 1);
+        else
+            printf("# wrote %s/collectives_n%d.json, .csv and busbw_*.png\n", o.out_dir, env.world);
+    }
+    int64_t bad = 0;
+    for (int i = 0; i < res.nrows; i++)
+        if (res.rows[i].wrong > 0) bad += res.rows[i].wrong;
+    if (bad && !code) {
+        if (env.rank == 0)
+            fprintf(stderr, "zayac bench collectives: %lld wrong elements\n", (long long)bad);
+        code = 1;
+    }
+    if (dist_rdv_barrier(&rdv) != ZY_OK && !code) {
+        fprintf(stderr, "zayac bench collectives: rank %d: %s\n", env.rank, zy_errmsg());
+        code = 1;
+    }
+    dist_rdv_free(&rdv);
+    bench_coll_result_free(&res);
+    return code;
+}
+
+/* ------------------------------------------------------------------ bench gemm */
+
+static int bench_gemm(int argc, char **argv) {
+    static const short_alias al[] = {{"-o", "--out"}, {NULL, NULL}};
+    zy_opt opts[] = {
+        {"--dtypes", 1, "bf16, tf32, fp32 (comma-separated; default all three)", NULL},
+        {"--presets", 1, "model presets whose GEMMs are timed (default bench-small,zaya1-base)",
+         NULL},
+        {"--tokens", 1, "tokens per step for the preset shapes (default 16384)", NULL},
+        {"--target-ms", 1, "timed run length per shape in ms (default 50)", NULL},
+        {"--warmup-ms", 1, "sustained load before timing each shape in ms (default 50)", NULL},
+        {"--algos", 1, "cuBLASLt heuristic candidates tried per shape, best kept (default 1)",
+         NULL},
+        {"--workspace", 1, "cuBLASLt workspace bytes (default 32M)", NULL},
+        {"--no-check", 0, "skip comparing sampled outputs with a float64 reference", NULL},
+        {"--quick", 0, "squares and preset shapes only", NULL},
+        {"--shapes", 1, "only these: MxNxK[:xwt|xw|xtw],... (Y = X W^T, X W, X^T W)", NULL},
+        {"--device", 1, "CUDA device (default 0)", NULL},
+        {"--out", 1, "-o: folder for gemm.json and the heatmaps (default zayac-bench)", NULL},
+        {"--help", 0, "this help", NULL},
+        {NULL, 0, NULL, NULL}};
+    char **av = expand_short(argc, argv, al);
+    int prc = args_parse(argc, av, opts, NULL, 0, NULL);
+    free(av);
+    if (prc != ZY_OK || want_help(argc, argv)) {
+        int bad = prc != ZY_OK;
+        args_usage("bench", "gemm [options]", opts);
+        return bad ? fail_line("gemm", 2) : 0;
+    }
+    bench_gemm_opts o;
+    bench_gemm_opts_default(&o);
+    const char *s;
+    long long v;
+    if ((s = args_get(opts, "--dtypes"))) {
+        char buf[64], *items[4];
+        int n;
+        snprintf(buf, sizeof buf, "%s", s);
+        if (bench_split_list(buf, items, 3, &n) != ZY_OK) return fail_line("gemm", 2);
+        if (n == 0) {
+            zy_fail("--dtypes: empty list");
+            return fail_line("gemm", 2);
+        }
+        for (int i = 0; i < n; i++)
+            if (bench_dtype_parse(items[i], &o.dtypes[i]) != ZY_OK) return fail_line("gemm", 2);
+        o.ndtypes = n;
+    }
+    if ((s = args_get(opts, "--presets"))) snprintf(o.presets, sizeof o.presets, "%s", s);
+    if (args_int(opts, "--tokens", o.tokens, &v) != ZY_OK) return fail_line("gemm", 2);
+    if (v < 1 || v > (1 << 24)) {
+        zy_fail("--tokens must be 1..16777216, got %lld", v);
+        return fail_line("gemm", 2);
+    }
+    o.tokens = (int)v;
+    if (args_double(opts, "--target-ms", o.target_ms, &o.target_ms) != ZY_OK ||
+        args_double(opts, "--warmup-ms", o.warmup_ms, &o.warmup_ms) != ZY_OK ||
+        args_int(opts, "--algos", 1, &v) != ZY_OK)
+        return fail_line("gemm", 2);
+    if (v < 1 || v > 8 || !(o.target_ms > 0) || !(o.warmup_ms >= 0)) {
+        zy_fail("--algos must be 1..8, --target-ms positive and --warmup-ms not negative");
+        return fail_line("gemm", 2);
+    }
+    o.algos = (int)v;
+    if ((s = args_get(opts, "--workspace")) && bench_parse_bytes(s, &o.workspace) != ZY_OK)
+        return fail_line("gemm", 2);
+    o.check = !args_get(opts, "--no-check");
+    o.quick = args_get(opts, "--quick") != NULL;
+    if ((s = args_get(opts, "--out"))) o.out_dir = s;
+    bench_gemm_shape custom[64];
+    if ((s = args_get(opts, "--shapes"))) {
+        char buf[2048], *items[64];
+        int n;
+        snprintf(buf, sizeof buf, "%s", s);
+        if (bench_split_list(buf, items, 64, &n) != ZY_OK) return fail_line("gemm", 2);
+        if (n == 0) {
+            zy_fail("--shapes: empty list");
+            return fail_line("gemm", 2);
+        }
+        for (int i = 0; i < n; i++)
+            if (bench_gemm_parse_shape(items[i], &custom[i]) != ZY_OK) return fail_line("gemm", 2);
+        o.shapes = custom;
+        o.nshapes = n;
+    }
+    /* The preset names are checked before any GPU work. */
+    for (int d = 0; d < o.ndtypes; d++) {
+        bench_gemm_shape *shapes;
+        int n;
+        if (bench_gemm_sweep(&o, o.dtypes[d], &shapes, &n) != ZY_OK) return fail_line("gemm", 2);
+        free(shapes);
+    }
+    long long dev;
+    if (opt_device(opts, &dev) != ZY_OK) return fail_line("gemm", 2);
+    int ngpu;
+    if (bench_gpu_count(&ngpu) != ZY_OK) return fail_line("gemm", 1);
+    if (dev < 0) dev = 0;
+    if (dev >= ngpu) {
+        zy_fail("--device %lld: only %d device(s) visible", dev, ngpu);
+        return fail_line("gemm", 2);
+    }
+    bench_gemm_result res;
+    if (bench_gemm_run(&o, (int)dev, &res, stdout) != ZY_OK) {
+        bench_gemm_result_free(&res);
+        return fail_line("gemm", 1);
+    }
+    bench_gemm_observations(stdout, &res);
+    bench_machine_print(stdout, &res.machine);
+    int code = 0;
+    if (bench_gemm_write(o.out_dir, &res) != ZY_OK || bench_gemm_plot(o.out_dir, &res) != ZY_OK)
+        code = fail_line("gemm", 1);
+    else
+        printf("# wrote %s/gemm.json and gemm_*.png\n", o.out_dir);
+    for (int i = 0; i < res.nrows; i++)
+        if (res.rows[i].check_bad > 0 && !code) {
+            fprintf(stderr, "zayac bench gemm: sampled outputs outside tolerance (see 'check')\n");
+            code = 1;
+        }
+    bench_gemm_result_free(&res);
+    return code;
+}
+
+/* ------------------------------------------------------------------ bench membw */
+
+static int bench_membw(int argc, char **argv) {
+    static const short_alias al[] = {
+        {"-b", "--min-bytes"}, {"-e", "--max-bytes"}, {"-o", "--out"}, {NULL, NULL}};
+    zy_opt opts[] = {
+        {"--min-bytes", 1, "-b: smallest device array (default 256K)", NULL},
+        {"--max-bytes", 1, "-e: largest device array (default 4G; three arrays are allocated)",
+         NULL},
+        {"--host-min-bytes", 1, "smallest host copy (default 64K)", NULL},
+        {"--host-max-bytes", 1, "largest host copy (default 1G; 0 = no host copies)", NULL},
+        {"--target-ms", 1, "timed run length per point in ms (default 20)", NULL},
+        {"--device", 1, "CUDA device (default 0)", NULL},
+        {"--out", 1, "-o: folder for membw.json and plots (default zayac-bench)", NULL},
+        {"--help", 0, "this help", NULL},
+        {NULL, 0, NULL, NULL}};
+    char **av = expand_short(argc, argv, al);
+    int rc = args_parse(argc, av, opts, NULL, 0, NULL);
+    free(av);
+    if (rc != ZY_OK || args_get(opts, "--help")) {
+        args_usage("bench", "membw [options]", opts);
+        return rc != ZY_OK ? fail_line("membw", 2) : 0;
+    }
+    bench_membw_opts o;
+    bench_membw_opts_default(&o);
+    const char *s;
+    if (((s = args_get(opts, "--min-bytes")) && bench_parse_bytes(s, &o.min_bytes) != ZY_OK) ||
+        ((s = args_get(opts, "--max-bytes")) && bench_parse_bytes(s, &o.max_bytes) != ZY_OK) ||
+        ((s = args_get(opts, "--host-min-bytes")) &&
+         bench_parse_bytes(s, &o.host_min_bytes) != ZY_OK) ||
+        ((s = args_get(opts, "--host-max-bytes")) &&
+         bench_parse_bytes(s, &o.host_max_bytes) != ZY_OK) ||
+        args_double(opts, "--target-ms", o.target_ms, &o.target_ms) != ZY_OK)
+        return fail_line("membw", 2);
+    if (o.min_bytes < 16 || o.min_bytes % 16 || o.max_bytes % 16 || o.min_bytes > o.max_bytes ||
+        !(o.target_ms > 0) || (o.host_max_bytes && o.host_min_bytes > o.host_max_bytes) ||
+        o.host_max_bytes > o.max_bytes) {
+        zy_fail("sizes must be multiples of 16 bytes with min <= max and host max <= max, and "
+                "--target-ms positive");
+        return fail_line("membw", 2);
+    }
+    if ((s = args_get(opts, "--out"))) o.out_dir = s;
+    long long dev;
+    if (opt_device(opts, &dev) != ZY_OK) return fail_line("membw", 2);
+    int ngpu;
+    if (bench_gpu_count(&ngpu) != ZY_OK) return fail_line("membw", 1);
+    if (dev < 0) dev = 0;
+    if (dev >= ngpu) {
+        zy_fail("--device %lld: only %d device(s) visible", dev, ngpu);
+        return fail_line("membw", 2);
+    }
+    bench_membw_result res;
+    if (bench_membw_run(&o, (int)dev, &res, stdout) != ZY_OK) {
+        bench_membw_result_free(&res);
+        return fail_line("membw", 1);
+    }
+    bench_machine_print(stdout, &res.machine);
+    int code = 0;
+    if (bench_membw_write(o.out_dir, &res) != ZY_OK || bench_membw_plot(o.out_dir, &res) != ZY_OK)
+        code = fail_line("membw", 1);
+    else
+        printf("# wrote %s/membw.json, membw_device.png and membw_host.png\n", o.out_dir);
+    for (int i = 0; i < res.nrows; i++)
+        if (res.rows[i].wrong > 0 && !code) {
+            fprintf(stderr, "zayac bench membw: wrong results (see 'wrong')\n");
+            code = 1;
+        }
+    bench_membw_result_free(&res);
+    return code;
+}
+
+/* ================================================================== bench train
+ * Reserved for the lead: the whole-training-step benchmark (`zayac bench train`) goes here and
+ * into the table below. Until then it says so. */
+static int bench_train(int argc, char **argv) {
     (void)argc;
     (void)argv;
-    fprintf(stderr, "zayac bench: not implemented yet\n");
+    fprintf(stderr, "zayac bench train: not implemented yet\n");
     return 2;
+}
+/* ================================================================== end of bench train */
+
+typedef struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *help;
+} bench_sub;
+
+static const bench_sub subs[] = {
+    {"collectives", bench_collectives,
+     "NCCL collectives: time, algbw, busbw (nccl-tests' "
+     "definitions), correctness"},
+    {"gemm", bench_gemm, "cuBLASLt GEMM throughput by shape, with sizing observations"},
+    {"membw", bench_membw, "device copy/scale/triad and host<->device bandwidth"},
+    {"train", bench_train, "whole training step (not implemented yet)"},
+};
+
+int cmd_bench(int argc, char **argv) {
+    int n = (int)(sizeof subs / sizeof subs[0]);
+    if (argc >= 2)
+        for (int i = 0; i < n; i++)
+            if (!strcmp(argv[1], subs[i].name)) return subs[i].run(argc - 1, argv + 1);
+    FILE *f = argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) ? stdout : stderr;
+    if (argc >= 2 && f == stderr) fprintf(stderr, "zayac bench: unknown benchmark '%s'\n", argv[1]);
+    fprintf(f, "usage: zayac bench BENCHMARK [options]   (zayac bench BENCHMARK --help)\n");
+    for (int i = 0; i < n; i++) fprintf(f, "  %-12s %s\n", subs[i].name, subs[i].help);
+    return f == stdout ? 0 : 2;
 }

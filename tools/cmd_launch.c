@@ -1,11 +1,101 @@
-/* zayac launch: placeholder until its issue lands. */
+/* zayac launch: starts one process per GPU on this host (`zayac launch -n N -- CMD ARGS...`) with
+ * RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT set; when a rank
+ * fails the others are stopped and its exit code is returned. */
+#include "base/err.h"
 #include "cmds.h"
+#include "dist/launch.h"
 
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static volatile sig_atomic_t stop_signal = 0;
+
+static void on_signal(int sig) {
+    stop_signal = sig;
+}
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: zayac launch -n N [--port P] [--addr A] [--grace S] -- COMMAND [ARGS...]\n"
+               "  -n, --nprocs N   ranks to start (one per GPU)\n"
+               "  --port P         rendezvous port for MASTER_PORT (default: a free port)\n"
+               "  --addr A         MASTER_ADDR (default 127.0.0.1)\n"
+               "  --grace S        seconds between SIGTERM and SIGKILL when stopping ranks "
+               "(default 5)\n"
+               "When a rank exits with an error the others are stopped and its exit code is "
+               "returned.\n");
+}
+
+static int parse_int(const char *name, const char *v, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long x = v ? strtol(v, &end, 10) : 0;
+    if (!v || errno || end == v || *end || x < lo || x > hi)
+        return zy_fail("%s: '%s' is not an integer in %ld..%ld", name, v ? v : "", lo, hi);
+    *out = x;
+    return ZY_OK;
+}
 
 int cmd_launch(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "zayac launch: not implemented yet\n");
-    return 2;
+    dist_launch_opts o;
+    memset(&o, 0, sizeof o);
+    o.grace_s = 5;
+    o.log = stderr;
+    o.stop_signal = &stop_signal;
+    int i = 1;
+    long v;
+    for (; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--")) {
+            i++;
+            break;
+        }
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        if (a[0] != '-') break; /* the command starts here */
+        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+        int rc;
+        if (!strcmp(a, "-n") || !strcmp(a, "--nprocs")) {
+            rc = parse_int(a, val, 1, 4096, &v);
+            o.nprocs = (int)v;
+        } else if (!strcmp(a, "--port")) {
+            rc = parse_int(a, val, 1, 65535, &v);
+            o.master_port = (int)v;
+        } else if (!strcmp(a, "--grace")) {
+            rc = parse_int(a, val, 1, 3600, &v);
+            o.grace_s = (double)v;
+        } else if (!strcmp(a, "--addr")) {
+            rc = val ? ZY_OK : zy_fail("--addr needs a value");
+            o.master_addr = val;
+        } else {
+            rc = zy_fail("unknown option '%s'", a);
+        }
+        if (rc != ZY_OK) {
+            fprintf(stderr, "zayac launch: %s\n", zy_errmsg());
+            usage(stderr);
+            return 2;
+        }
+        i++;
+    }
+    if (o.nprocs < 1 || i >= argc) {
+        fprintf(stderr, "zayac launch: %s\n",
+                o.nprocs < 1 ? "-n N (the number of ranks) is required" : "no command to run");
+        usage(stderr);
+        return 2;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    int code;
+    if (dist_launch(&o, argv + i, &code) != ZY_OK) {
+        fprintf(stderr, "zayac launch: %s\n", zy_errmsg());
+        return 1;
+    }
+    return code;
 }

@@ -1,0 +1,145 @@
+/* Local launcher (see launch.h). Each rank runs in its own process group, so stopping a rank also
+ * stops what it started (a shell's children); groups are signalled by their leader's pid. */
+#include "dist/launch.h"
+#include "base/err.h"
+#include "base/timer.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+int dist_free_port(int *port) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return zy_fail("launch: socket: %s", strerror(errno));
+    struct sockaddr_in sa = {0};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t sl = sizeof sa;
+    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+        getsockname(fd, (struct sockaddr *)&sa, &sl) != 0) {
+        int e = errno;
+        close(fd);
+        return zy_fail("launch: cannot find a free TCP port: %s", strerror(e));
+    }
+    *port = ntohs(sa.sin_port);
+    close(fd);
+    return ZY_OK;
+}
+
+static void set_int_env(const char *name, int v) {
+    char buf[32];
+    snprintf(buf, sizeof buf, "%d", v);
+    setenv(name, buf, 1);
+}
+
+/* In the child: sets the rank variables and replaces the process with argv. */
+static void exec_rank(char *const argv[], int rank, int n, const char *addr, int port) {
+    setpgid(0, 0);
+    set_int_env("RANK", rank);
+    set_int_env("WORLD_SIZE", n);
+    set_int_env("LOCAL_RANK", rank);
+    set_int_env("LOCAL_WORLD_SIZE", n);
+    set_int_env("MASTER_PORT", port);
+    setenv("MASTER_ADDR", addr, 1);
+    execvp(argv[0], argv);
+    fprintf(stderr, "zayac launch: rank %d: cannot run '%s': %s\n", rank, argv[0], strerror(errno));
+    _exit(127);
+}
+
+static int status_code(int st) {
+    if (WIFEXITED(st)) return WEXITSTATUS(st);
+    if (WIFSIGNALED(st)) return 128 + WTERMSIG(st);
+    return 1;
+}
+
+static void signal_groups(const pid_t *pids, const int *alive, int n, int sig) {
+    for (int i = 0; i < n; i++)
+        if (alive[i]) kill(-pids[i], sig);
+}
+
+int dist_launch(const dist_launch_opts *o, char *const argv[], int *exit_code) {
+    *exit_code = 0;
+    int n = o->nprocs;
+    if (n < 1) return zy_fail("launch: the number of ranks must be at least 1, got %d", n);
+    if (!argv || !argv[0]) return zy_fail("launch: no command to run");
+    const char *addr = o->master_addr ? o->master_addr : "127.0.0.1";
+    int port = o->master_port;
+    if (port == 0) ZY_TRY(dist_free_port(&port));
+    double grace = o->grace_s > 0 ? o->grace_s : 5.0;
+
+    pid_t *pids = zy_calloc((size_t)n, sizeof(pid_t));
+    int *alive = zy_calloc((size_t)n, sizeof(int));
+    if (o->log) fflush(o->log);
+    fflush(stdout);
+    for (int r = 0; r < n; r++) {
+        pid_t pid = fork();
+        if (pid < 0) {
+            int e = errno;
+            signal_groups(pids, alive, r, SIGKILL);
+            for (int q = 0; q < r; q++) waitpid(pids[q], NULL, 0);
+            free(pids), free(alive);
+            return zy_fail("launch: fork for rank %d: %s", r, strerror(e));
+        }
+        if (pid == 0) exec_rank(argv, r, n, addr, port);
+        setpgid(pid, pid); /* also in the child: whichever runs first */
+        pids[r] = pid;
+        alive[r] = 1;
+    }
+
+    int nalive = n, failed_rank = -1, code = 0;
+    double kill_at = 0;
+    while (nalive > 0) {
+        int progressed = 0;
+        for (int r = 0; r < n; r++) {
+            if (!alive[r]) continue;
+            int st;
+            pid_t w = waitpid(pids[r], &st, WNOHANG);
+            if (w == 0 || (w < 0 && errno == EINTR)) continue;
+            alive[r] = 0;
+            nalive--;
+            progressed = 1;
+            int c = w < 0 ? 1 : status_code(st);
+            if (c != 0 && failed_rank < 0) {
+                failed_rank = r;
+                code = c;
+                if (o->log) {
+                    if (w > 0 && WIFSIGNALED(st))
+                        fprintf(o->log, "zayac launch: rank %d was killed by signal %d (%s)", r,
+                                WTERMSIG(st), strsignal(WTERMSIG(st)));
+                    else
+                        fprintf(o->log, "zayac launch: rank %d exited with code %d", r, c);
+                    fprintf(o->log, nalive ? "; stopping the other %d rank(s)\n" : "\n", nalive);
+                }
+                signal_groups(pids, alive, n, SIGTERM);
+                kill_at = zy_now() + grace;
+            }
+        }
+        if (o->stop_signal && *o->stop_signal && failed_rank < 0 && kill_at == 0) {
+            code = 128 + (int)*o->stop_signal;
+            failed_rank = n; /* none of the ranks: the launcher was asked to stop */
+            if (o->log)
+                fprintf(o->log, "zayac launch: stopping %d rank(s) on signal %d\n", nalive,
+                        (int)*o->stop_signal);
+            signal_groups(pids, alive, n, SIGTERM);
+            kill_at = zy_now() + grace;
+        }
+        if (kill_at > 0 && zy_now() > kill_at) {
+            signal_groups(pids, alive, n, SIGKILL);
+            kill_at = zy_now() + 3600; /* once */
+        }
+        if (!progressed && nalive > 0) {
+            struct timespec ts = {0, 10 * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+    }
+    free(pids);
+    free(alive);
+    *exit_code = code;
+    return ZY_OK;
+}

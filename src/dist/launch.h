@@ -1,0 +1,34 @@
+/* Local launcher: starts one process per rank on this host with the rank variables set
+ * (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), waits for them,
+ * and when one fails stops the others, so a crashed rank never leaves its peers hanging. */
+#ifndef ZY_DIST_LAUNCH_H
+#define ZY_DIST_LAUNCH_H
+
+#include <signal.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    int nprocs;                         /* ranks to start */
+    const char *master_addr;            /* NULL: 127.0.0.1 */
+    int master_port;                    /* 0: a free port chosen here */
+    double grace_s;                     /* SIGTERM to SIGKILL delay when stopping ranks */
+    volatile sig_atomic_t *stop_signal; /* set by the caller's signal handler: stop all */
+    FILE *log;                          /* progress and failure lines; NULL: silent */
+} dist_launch_opts;
+
+/* Runs argv (argv[0] found on PATH) as nprocs ranks and waits. *exit_code is 0 when every rank
+ * exited 0, else the code of the first rank that failed (128+N for signal N), and 128+N when the
+ * caller's stop_signal asked for N. Returns ZY_ERR only when the ranks could not be started. */
+int dist_launch(const dist_launch_opts *o, char *const argv[], int *exit_code);
+/* A TCP port that is free on this host right now (bind to port 0 and read it back). */
+int dist_free_port(int *port);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
