@@ -4,6 +4,7 @@
  * is averaged over ranks. The warm-up operations are queued on the stream right before the timed
  * ones, with no host synchronisation between them, so the ranks enter the timed region in step.
  * The check runs after timing, on fresh inputs, and counts wrong elements on every rank. */
+#include "base/timer.h"
 #include "bench/coll.h"
 #include "dist/comm.h"
 #include "dist/cuda_check.h"
@@ -110,7 +111,7 @@ typedef struct {
     char *send, *recv; /* [cap] bytes each */
     size_t cap;        /* bytes per buffer */
     unsigned long long *d_wrong;
-    cudaEvent_t start, stop;
+    cudaEvent_t stop; /* marks the end of a timed loop or a check */
     int sms;
     int alltoall_native; /* ncclAlltoAll is available */
 } coll_ctx;
@@ -182,16 +183,18 @@ static int time_op(coll_ctx *x, bench_coll_kind kind, bench_dtype t, const bench
         op_buffers(x, n, elt, inplace, i, &sb, &rb);
         ZY_TRY(launch_op(x, kind, t, sb, rb, n->count));
     }
-    CUDA_TRY(cudaEventRecord(x->start, s));
+    /* Timed like nccl-tests: all ranks leave a barrier, then the host clock runs from the first
+     * launch to the completion of the last operation (launch costs and rank skew included). */
+    CUDA_TRY(cudaStreamSynchronize(s));
+    if (dist_rdv_barrier(x->rdv) != ZY_OK) return zy_fail_ctx("before timing %s", what);
+    double t0 = zy_now();
     for (int i = 0; i < o->iters; i++) {
         op_buffers(x, n, elt, inplace, i, &sb, &rb);
         ZY_TRY(launch_op(x, kind, t, sb, rb, n->count));
     }
     CUDA_TRY(cudaEventRecord(x->stop, s));
     ZY_TRY(dist_comm_wait_event(&x->comm, x->stop, what));
-    float ms = 0;
-    CUDA_TRY(cudaEventElapsedTime(&ms, x->start, x->stop));
-    double v = ms / 1e3 / o->iters;
+    double v = (zy_now() - t0) / o->iters;
     if (dist_rdv_allreduce_f64(x->rdv, &v, 1, DIST_OP_SUM) != ZY_OK)
         return zy_fail_ctx("averaging the time of %s", what);
     *sec = v / x->comm.world;
@@ -323,7 +326,6 @@ int bench_coll_run(const bench_coll_opts *o, dist_rdv *rdv, int device, bench_co
         cudaError_t e = cudaMalloc((void **)&x.send, x.cap);
         if (e == cudaSuccess) e = cudaMalloc((void **)&x.recv, x.cap);
         if (e == cudaSuccess) e = cudaMalloc((void **)&x.d_wrong, sizeof *x.d_wrong);
-        if (e == cudaSuccess) e = cudaEventCreate(&x.start);
         if (e == cudaSuccess) e = cudaEventCreate(&x.stop);
         if (e != cudaSuccess)
             rc = zy_fail("collectives: allocating 2 x %zu bytes on device %d: %s", x.cap, device,
@@ -335,7 +337,6 @@ int bench_coll_run(const bench_coll_opts *o, dist_rdv *rdv, int device, bench_co
     else
         rc = dist_comm_free(&x.comm);
     if (x.comm.stream) cudaStreamDestroy((cudaStream_t)x.comm.stream);
-    if (x.start) cudaEventDestroy(x.start);
     if (x.stop) cudaEventDestroy(x.stop);
     cudaFree(x.send);
     cudaFree(x.recv);

@@ -344,9 +344,15 @@ int train_run(const zy_train_config *c, const zy_train_opts *o) {
         if (tr.step % c->log_interval == 0 || tr.step == c->steps) {
             char line[256];
             double elapsed = zy_now() - t_start;
+            /* counts of this run, so the ETA follows this run's pace after a resume */
             progress_line(line, sizeof line, tr.step - first_step, c->steps - first_step, loss,
                           tok_s, elapsed);
-            printf("%s | step %lld | lr %.2e | gnorm %.3f\n", line, (long long)tr.step, lr, gnorm);
+            if (first_step > 0) {
+                char global[64];
+                snprintf(global, sizeof global, " | global step %lld", (long long)tr.step);
+                strncat(line, global, sizeof line - strlen(line) - 1);
+            }
+            printf("%s | lr %.2e | gnorm %.3f\n", line, lr, gnorm);
             fflush(stdout);
         }
         int stopping = o->stop_after > 0 && ran >= o->stop_after;
