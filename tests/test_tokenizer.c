@@ -493,6 +493,20 @@ static void test_bad_files(void **state) {
                       "normalizer");
     expect_load_error("missing-file.json", NULL, "cannot open");
 
+    /* the HF file cut anywhere: one error naming it, never a crash */
+    char *full;
+    size_t n;
+    assert_int_equal(zy_read_file(fixture("hf_gpt2_style.json"), &full, &n), ZY_OK);
+    for (int k = 1; k < 40; k++) {
+        size_t cut = n * (size_t)k / 40;
+        assert_int_equal(zy_write_file_atomic(tmp_path("cut.json"), full, cut), ZY_OK);
+        zy_tokenizer *t = NULL;
+        assert_int_equal(tok_load(&t, tmp_path("cut.json")), ZY_ERR);
+        assert_null(t);
+        assert_non_null(strstr(zy_errmsg(), tmp_path("cut.json")));
+    }
+    free(full);
+
     /* decode refuses ids outside the vocabulary */
     zy_tokenizer *t = load_ok(fixture("hf_gpt2_style.json"));
     int32_t ids[2] = {5, 1 << 20};
