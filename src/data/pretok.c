@@ -9,6 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if PCRE2_MAJOR < 10 || (PCRE2_MAJOR == 10 && PCRE2_MINOR < 34)
+#error "zayac needs PCRE2 10.34 or newer (matching on invalid UTF-8)"
+#endif
+
+/* Unicode White_Space, the \s of the pattern as HF runs it. */
 #define WS                                                                                         \
     "\\t\\n\\x{0B}\\f\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}"       \
     "\\x{202F}\\x{205F}\\x{3000}"
