@@ -2,7 +2,9 @@
  * [1,T0]); writes prompt + new tokens (.npy int32 [1,T0+N]). */
 #include "args.h"
 #include "base/err.h"
+#include "base/fileio.h"
 #include "cmds.h"
+#include "data/tokenizer.h"
 #include "io/npy.h"
 #include "model/generate.h"
 #include "model_cli.h"
@@ -10,11 +12,13 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 int cmd_generate(int argc, char **argv) {
     zy_opt opts[] = {
         {"--model", 1, "HF checkpoint folder", NULL},
         {"--prompt-tokens", 1, "prompt ids: .npy int32 [1,T0]", NULL},
+        {"--prompt", 1, "prompt text (the model folder must hold tokenizer.json)", NULL},
         {"--max-new", 1, "tokens to generate (default 32)", NULL},
         {"--greedy", 0, "argmax decoding (default: sampling)", NULL},
         {"--temperature", 1, "sampling temperature (default 1.0)", NULL},
@@ -26,14 +30,16 @@ int cmd_generate(int argc, char **argv) {
     };
     int help = 0;
     if (args_parse(argc, argv, opts, NULL, 0, NULL) != 0 || (help = !!args_get(opts, "--help")) ||
-        !args_get(opts, "--model") || !args_get(opts, "--prompt-tokens") ||
-        !args_get(opts, "--out")) {
+        !args_get(opts, "--model") ||
+        !args_get(opts, "--prompt-tokens") == !args_get(opts, "--prompt") ||
+        (args_get(opts, "--prompt-tokens") && !args_get(opts, "--out"))) {
         if (!help) {
-            if (!*zy_errmsg()) zy_fail("--model, --prompt-tokens and --out are required");
+            if (!*zy_errmsg())
+                zy_fail("--model and one of --prompt-tokens (with --out) or --prompt are required");
             cli_error("generate");
         }
         args_usage("generate",
-                   "--model DIR --prompt-tokens IN.npy --out OUT.npy [--max-new N] [--greedy | "
+                   "--model DIR (--prompt-tokens IN.npy --out OUT.npy | --prompt TEXT) [--max-new N] [--greedy | "
                    "--temperature T --top-p P --seed S]",
                    opts);
         return help ? 0 : 2;
@@ -57,20 +63,45 @@ int cmd_generate(int argc, char **argv) {
         zy_fail("--top-p must be in (0, 1], not '%s'", args_get(opts, "--top-p"));
         return cli_error("generate");
     }
+    /* the prompt: ids from a .npy file, or text encoded with the checkpoint's tokenizer */
     const char *path = args_get(opts, "--prompt-tokens");
-    zy_npy prompt;
-    if (npy_read_as(&prompt, path, ZY_NPY_I32) != 0) return cli_error("generate");
-    if (prompt.ndim != 2 || prompt.shape[0] != 1 || prompt.shape[1] < 1) {
-        char shape[128];
-        npy_shape_str(&prompt, shape, sizeof shape);
-        npy_free(&prompt);
-        zy_fail("%s: expected int32 prompt ids of shape [1, T0], found %s", path, shape);
-        return cli_error("generate");
+    zy_npy prompt = {0};
+    zy_tokenizer *tok = NULL;
+    if (path) {
+        if (npy_read_as(&prompt, path, ZY_NPY_I32) != 0) return cli_error("generate");
+        if (prompt.ndim != 2 || prompt.shape[0] != 1 || prompt.shape[1] < 1) {
+            char shape[128];
+            npy_shape_str(&prompt, shape, sizeof shape);
+            npy_free(&prompt);
+            zy_fail("%s: expected int32 prompt ids of shape [1, T0], found %s", path, shape);
+            return cli_error("generate");
+        }
+    } else {
+        char tok_path[4096];
+        const char *text = args_get(opts, "--prompt");
+        zy_ids ids = {0};
+        if (zy_path_join(tok_path, sizeof tok_path, args_get(opts, "--model"), "tokenizer.json") !=
+                0 ||
+            tok_load(&tok, tok_path) != 0)
+            return cli_error("generate");
+        if (tok_encode(tok, text, strlen(text), 0, &ids) != 0 || ids.n == 0) {
+            if (ids.n == 0) zy_fail("--prompt: the text encodes to no tokens");
+            ids_free(&ids);
+            tok_free(tok);
+            return cli_error("generate");
+        }
+        path = "--prompt";
+        prompt.ndim = 2;
+        prompt.shape[0] = 1;
+        prompt.shape[1] = (int64_t)ids.n;
+        prompt.numel = ids.n;
+        prompt.data = ids.data; /* owned by prompt now (freed by npy_free) */
     }
     zy_ctx ctx = {ZY_DEV_CPU, 0};
     zy_model m;
     if (cli_load_model(&m, &ctx, args_get(opts, "--model"), 0) != 0) {
         npy_free(&prompt);
+        tok_free(tok);
         return cli_error("generate");
     }
     const int T0 = (int)prompt.shape[1], V = m.cfg.vocab_size;
@@ -87,6 +118,7 @@ int cmd_generate(int argc, char **argv) {
     if (rc != 0) {
         model_free(&m);
         npy_free(&prompt);
+        tok_free(tok);
         return cli_error("generate");
     }
     zy_sampling s = {.greedy = args_get(opts, "--greedy") != NULL,
@@ -96,15 +128,22 @@ int cmd_generate(int argc, char **argv) {
     int32_t *out = malloc((size_t)(T0 + max_new) * sizeof *out);
     int n = 0;
     rc = model_generate(&m, prompt.data, T0, (int)max_new, &s, 0, out, &n);
-    if (rc == 0) {
+    if (rc == 0 && args_get(opts, "--out")) {
         int64_t shape[2] = {1, n};
         rc = npy_write_i32(args_get(opts, "--out"), 2, shape, out);
     }
-    if (rc == 0) {
+    if (rc == 0 && tok) { /* text in, text out */
+        char *text = NULL;
+        size_t len = 0;
+        rc = tok_decode(tok, out, (size_t)n, 0, &text, &len);
+        if (rc == 0) printf("%.*s\n", (int)len, text);
+        free(text);
+    } else if (rc == 0) {
         for (int i = T0; i < n; i++) printf("%d%c", out[i], i + 1 < n ? ' ' : '\n');
     }
     free(out);
     model_free(&m);
     npy_free(&prompt);
+    tok_free(tok);
     return rc == 0 ? 0 : cli_error("generate");
 }

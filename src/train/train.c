@@ -227,7 +227,20 @@ static int trainer_init(trainer *tr, const zy_train_config *c) {
     memset(tr, 0, sizeof *tr);
     tr->cfg = c;
     ZY_TRY(setup_device(tr));
-    ZY_TRY(model_init(&tr->model, &c->model, &tr->ctx, 1));
+    zy_config mc = c->model;
+    if (c->tokenizer[0]) { /* the model's special ids follow the tokenizer it is trained with */
+        zy_tokenizer *tok;
+        ZY_TRY(tok_load(&tok, c->tokenizer));
+        int32_t nv = tok_vocab_size(tok);
+        mc.bos_token_id = tok_bos_id(tok);
+        mc.eos_token_id = tok_eos_id(tok);
+        mc.pad_token_id = tok_pad_id(tok);
+        tok_free(tok);
+        if (nv > mc.vocab_size)
+            return zy_fail("%s has %d ids but the model's vocab_size is %d", c->tokenizer, nv,
+                           mc.vocab_size);
+    }
+    ZY_TRY(model_init(&tr->model, &mc, &tr->ctx, 1));
     if (c->init_from[0]) ZY_TRY(hf_load_weights(c->init_from, &tr->model.table, tr->model.params));
     else model_init_weights(&tr->model, c->seed);
     ZY_TRY(acts_init(&tr->acts, &tr->model, c->batch_size, c->seq_len));

@@ -125,8 +125,9 @@ static int read_model(zy_train_config *c, const reader *r, const cJSON *v) {
     }
     if (!cJSON_IsString(v)) return zy_fail("%s: model must be a preset name, a path or an object", r->source);
     snprintf(c->model_desc, sizeof c->model_desc, "%s", v->valuestring);
-    if (zy_path_exists(v->valuestring)) return config_load(&c->model, v->valuestring);
-    return config_preset(&c->model, v->valuestring);
+    int rc = zy_path_exists(v->valuestring) ? config_load(&c->model, v->valuestring)
+                                            : config_preset(&c->model, v->valuestring);
+    return rc == ZY_OK ? ZY_OK : zy_fail_ctx("%s: model", r->source);
 }
 
 static int read_tree(zy_train_config *c, const cJSON *root, const char *source) {
@@ -307,7 +308,9 @@ int train_config_build(zy_train_config *c, const char *path, const char *const *
                        int n_overrides, char **json_out) {
     train_config_defaults(c);
     cJSON *root = NULL;
-    const char *source = path ? path : "command line";
+    char source[ZY_PATH_MAX + 64];
+    snprintf(source, sizeof source, "%s%s", path ? path : "command line",
+             path && n_overrides > 0 ? " (with --set overrides)" : "");
     if (path) {
         char *text;
         ZY_TRY(zy_read_file(path, &text, NULL));
