@@ -101,9 +101,14 @@ static void data_build(ckpt_data *d, long long step) {
         "{\"step\": %lld, \"rng\": {\"seed\": 1234, \"counter\": %lld}, \"note\": \"\\u00e9\"}\n",
         step, step * 3);
     snprintf(d->tokenizer, sizeof d->tokenizer, "%s/tokenizer_src.json", tmproot);
-    char tok[128];
-    int n = snprintf(tok, sizeof tok, "{\"model\": {\"type\": \"BPE\"}, \"step\": %lld}", step);
-    assert_int_equal(zy_write_file_atomic(d->tokenizer, tok, (size_t)n), ZY_OK);
+    /* a real tokenizer: the checkpoint also derives tokenizer_config.json from it */
+    char fixture[600], *tok;
+    size_t n;
+    const char *repo = getenv("ZAYAC_ROOT");
+    snprintf(fixture, sizeof fixture, "%s/tests/fixtures/tok/hf_gpt2_style.json", repo ? repo : ".");
+    if (zy_read_file(fixture, &tok, &n) != ZY_OK) fail_msg("%s", zy_errmsg());
+    assert_int_equal(zy_write_file_atomic(d->tokenizer, tok, n), ZY_OK);
+    free(tok);
     d->content = (zy_ckpt_content){&d->cfg, &d->table, d->params, d->items, 3, d->state_json, NULL};
 }
 
@@ -207,11 +212,22 @@ static void expect_checkpoint(const char *dir, long long step, int with_tokenize
         expect_same_file(path, d.tokenizer);
     else
         assert_false(zy_path_exists(path));
+    join(path, sizeof path, dir, "tokenizer_config.json"); /* for transformers' AutoTokenizer */
+    if (with_tokenizer) {
+        read_whole(path, &text, &len);
+        cJSON *tc = cJSON_Parse(text);
+        free(text);
+        assert_non_null(tc);
+        assert_true(cJSON_IsString(cJSON_GetObjectItem(tc, "eos_token")));
+        cJSON_Delete(tc);
+    } else {
+        assert_false(zy_path_exists(path));
+    }
 
     /* manifest: the files, each with its size and the reference CRC-32C */
     const char *names[] = {"config.json", "model.safetensors", "train_state.safetensors",
-                           "state.json", "tokenizer.json"};
-    const int n_names = with_tokenizer ? 5 : 4;
+                           "state.json", "tokenizer.json", "tokenizer_config.json"};
+    const int n_names = with_tokenizer ? 6 : 4;
     join(path, sizeof path, dir, "manifest.json");
     read_whole(path, &text, &len);
     cJSON *man = cJSON_Parse(text);

@@ -3,6 +3,7 @@
 #include "base/crc32c.h"
 #include "base/err.h"
 #include "base/fileio.h"
+#include "data/tokenizer.h"
 #include "io/hf_checkpoint.h"
 
 #include <cjson/cJSON.h>
@@ -178,6 +179,13 @@ int ckpt_save(const char *root, long long step, const zy_ckpt_content *c, int ke
         if (rc == ZY_OK) rc = copy_file(c->tokenizer_path, path);
         files[nf++] = "tokenizer.json";
         maybe_crash("tokenizer.json");
+        /* tokenizer_config.json names bos/eos/pad so transformers' AutoTokenizer loads the folder */
+        zy_tokenizer *tok = NULL;
+        if (rc == ZY_OK) rc = tok_load(&tok, c->tokenizer_path);
+        if (rc == ZY_OK) rc = zy_path_join(path, sizeof path, tmp, "tokenizer_config.json");
+        if (rc == ZY_OK) rc = tok_save_hf_config(tok, path);
+        tok_free(tok);
+        files[nf++] = "tokenizer_config.json";
     }
     if (rc == ZY_OK) rc = write_manifest(tmp, step, files, nf);
     maybe_crash("manifest.json");
