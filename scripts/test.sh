@@ -5,5 +5,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install_deps.sh
 jobs=$(nproc)
+if command -v clang-format >/dev/null; then make format-check; fi
 make -j"$jobs" SAN=1 WERROR=1 all
 make -j"$jobs" SAN=1 WERROR=1 test

@@ -105,7 +105,8 @@ static void data_build(ckpt_data *d, long long step) {
     char fixture[600], *tok;
     size_t n;
     const char *repo = getenv("ZAYAC_ROOT");
-    snprintf(fixture, sizeof fixture, "%s/tests/fixtures/tok/hf_gpt2_style.json", repo ? repo : ".");
+    snprintf(fixture, sizeof fixture, "%s/tests/fixtures/tok/hf_gpt2_style.json",
+             repo ? repo : ".");
     if (zy_read_file(fixture, &tok, &n) != ZY_OK) fail_msg("%s", zy_errmsg());
     assert_int_equal(zy_write_file_atomic(d->tokenizer, tok, n), ZY_OK);
     free(tok);
@@ -226,7 +227,7 @@ static void expect_checkpoint(const char *dir, long long step, int with_tokenize
 
     /* manifest: the files, each with its size and the reference CRC-32C */
     const char *names[] = {"config.json", "model.safetensors", "train_state.safetensors",
-                           "state.json", "tokenizer.json", "tokenizer_config.json"};
+                           "state.json",  "tokenizer.json",    "tokenizer_config.json"};
     const int n_names = with_tokenizer ? 6 : 4;
     join(path, sizeof path, dir, "manifest.json");
     read_whole(path, &text, &len);

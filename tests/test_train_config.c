@@ -37,10 +37,11 @@ static int teardown(void **state) {
 
 static void test_file_and_overrides(void **state) {
     (void)state;
-    const char *p = write_cfg("ok.json", "{\"model\": \"tiny\", \"data\": [{\"path\": \"a\", \"weight\": 1},"
-                                         " {\"path\": \"b\", \"weight\": 3}], \"steps\": 50,"
-                                         " \"optimizer\": {\"name\": \"adamw\", \"lr\": 0.002},"
-                                         " \"schedule\": {\"kind\": \"wsd\", \"warmup\": 5}}");
+    const char *p =
+        write_cfg("ok.json", "{\"model\": \"tiny\", \"data\": [{\"path\": \"a\", \"weight\": 1},"
+                             " {\"path\": \"b\", \"weight\": 3}], \"steps\": 50,"
+                             " \"optimizer\": {\"name\": \"adamw\", \"lr\": 0.002},"
+                             " \"schedule\": {\"kind\": \"wsd\", \"warmup\": 5}}");
     const char *over[] = {"steps=80", "optimizer.lr=0.004", "out_dir=somewhere",
                           "balance.step_size=0.01"};
     zy_train_config c;
@@ -79,12 +80,14 @@ static void test_bad_inputs(void **state) {
     expect_error("{\"data\": \"x\", \"stepz\": 5}", NULL, "unknown key stepz");
     expect_error("{\"data\": \"x\", \"steps\": \"many\"}", NULL, "steps must be a number");
     expect_error("{\"data\": \"x\", \"steps\": 0}", NULL, "steps = 0 is outside");
-    expect_error("{\"data\": \"x\", \"batch_size\": 2.5}", NULL, "batch_size = 2.5 must be an integer");
+    expect_error("{\"data\": \"x\", \"batch_size\": 2.5}", NULL,
+                 "batch_size = 2.5 must be an integer");
     expect_error("{\"steps\": 5}", NULL, "data: at least one source");
     expect_error("{\"data\": [{\"weight\": 1}]}", NULL, "data[0].path is required");
     expect_error("{\"data\": [{\"path\": \"a\", \"weight\": -1}]}", NULL, "data[0].weight");
     expect_error("{\"data\": \"x\", \"optimizer\": {\"name\": \"sgd\"}}", NULL, "optimizer.name");
-    expect_error("{\"data\": \"x\", \"optimizer\": {\"lrr\": 1}}", NULL, "unknown key optimizer.lrr");
+    expect_error("{\"data\": \"x\", \"optimizer\": {\"lrr\": 1}}", NULL,
+                 "unknown key optimizer.lrr");
     expect_error("{\"data\": \"x\", \"schedule\": {\"kind\": \"linear\"}}", NULL, "schedule.kind");
     expect_error("{\"data\": \"x\", \"device\": \"tpu\"}", NULL, "device must be");
     expect_error("{\"data\": \"x\", \"seq_len\": 100000}", NULL, "max_position_embeddings");

@@ -32,9 +32,10 @@ static void path(char *buf, size_t n, const char *name) {
 
 /* A deterministic corpus of sentences from a small vocabulary (documents split by blank lines). */
 static void write_corpus(void) {
-    static const char *words[] = {"the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran",
-                                  "far", "away", "from", "home", "while", "birds", "sang",
-                                  "softly", "in", "trees", "near", "river", "bank", "at", "dawn"};
+    static const char *words[] = {"the",   "cat",   "sat",   "on",   "a",      "mat",
+                                  "and",   "dog",   "ran",   "far",  "away",   "from",
+                                  "home",  "while", "birds", "sang", "softly", "in",
+                                  "trees", "near",  "river", "bank", "at",     "dawn"};
     const int nw = (int)(sizeof words / sizeof words[0]);
     char p[256];
     path(p, sizeof p, "corpus.txt");
@@ -52,7 +53,8 @@ static void write_corpus(void) {
 static const char *config_json =
     "{\"model\": {\"model_type\": \"zaya\", \"vocab_size\": 320, \"hidden_size\": 32,"
     " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,"
-    " \"head_dim\": 8, \"num_experts\": 3, \"moe_intermediate_size\": 16, \"router_hidden_size\": 8,"
+    " \"head_dim\": 8, \"num_experts\": 3, \"moe_intermediate_size\": 16, \"router_hidden_size\": "
+    "8,"
     " \"max_position_embeddings\": 64, \"pad_token_id\": 2, \"bos_token_id\": 0,"
     " \"eos_token_id\": 1},"
     " \"tokenizer\": \"%s/tok.json\", \"data\": \"%s/data\", \"batch_size\": 2, \"seq_len\": 16,"
@@ -150,8 +152,9 @@ static void test_resume_skips_corrupt(void **state) {
     fseek(f, -3, SEEK_END);
     fputc('x', f);
     fclose(f);
-    run_result r = spawn_capture(bin, tmp, (const char *const[]){"train", "--config", cfg,
-                                                                 "--out", out_c, "--resume", NULL});
+    run_result r = spawn_capture(
+        bin, tmp,
+        (const char *const[]){"train", "--config", cfg, "--out", out_c, "--resume", NULL});
     if (r.code != 0) fail_msg("resume failed:\n%s\n%s", r.out, r.err);
     assert_non_null(strstr(r.out, "skipping a corrupt checkpoint"));
     assert_non_null(strstr(r.out, "step_000000006"));

@@ -24,9 +24,12 @@ int args_parse(int argc, char **argv, zy_opt *opts, const char **positional, int
             if (strlen(p->name) == len && strncmp(p->name, a, len) == 0) o = p;
         if (!o) return zy_fail("unknown option '%.*s'", (int)len, a);
         if (o->takes_value) {
-            if (eq) o->value = eq + 1;
-            else if (i + 1 < argc) o->value = argv[++i];
-            else return zy_fail("option %s needs a value", o->name);
+            if (eq)
+                o->value = eq + 1;
+            else if (i + 1 < argc)
+                o->value = argv[++i];
+            else
+                return zy_fail("option %s needs a value", o->name);
         } else {
             if (eq) return zy_fail("option %s takes no value", o->name);
             o->value = "1";

@@ -39,7 +39,8 @@ int cmd_generate(int argc, char **argv) {
             cli_error("generate");
         }
         args_usage("generate",
-                   "--model DIR (--prompt-tokens IN.npy --out OUT.npy | --prompt TEXT) [--max-new N] [--greedy | "
+                   "--model DIR (--prompt-tokens IN.npy --out OUT.npy | --prompt TEXT) [--max-new "
+                   "N] [--greedy | "
                    "--temperature T --top-p P --seed S]",
                    opts);
         return help ? 0 : 2;

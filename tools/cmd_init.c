@@ -27,16 +27,18 @@ int cmd_init(int argc, char **argv) {
             if (!*zy_errmsg()) zy_fail("--out is required");
             cli_error("init");
         }
-        args_usage("init", "(--preset NAME | --config FILE) --out DIR [--seed S] [--dtype f32|bf16]",
-                   opts);
+        args_usage("init",
+                   "(--preset NAME | --config FILE) --out DIR [--seed S] [--dtype f32|bf16]", opts);
         return help ? 0 : 2;
     }
     long long seed;
     if (args_int(opts, "--seed", 1, &seed) != 0) return cli_error("init");
     const char *dtype = args_get(opts, "--dtype") ? args_get(opts, "--dtype") : "f32";
     zy_st_dtype dt;
-    if (!strcmp(dtype, "f32")) dt = ZY_ST_F32;
-    else if (!strcmp(dtype, "bf16")) dt = ZY_ST_BF16;
+    if (!strcmp(dtype, "f32"))
+        dt = ZY_ST_F32;
+    else if (!strcmp(dtype, "bf16"))
+        dt = ZY_ST_BF16;
     else {
         zy_fail("--dtype must be f32 or bf16, not '%s'", dtype);
         return cli_error("init");

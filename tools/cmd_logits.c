@@ -63,7 +63,8 @@ int cmd_logits(int argc, char **argv) {
         rc = npy_write_f32(args_get(opts, "--out"), 3, shape, a.logits);
         if (rc == 0 && a.count > 0)
             printf("mean next-token cross-entropy: %.6f over %d tokens\n", sum / a.count, a.count);
-        else if (rc == 0) printf("mean next-token cross-entropy: n/a (T = 1)\n");
+        else if (rc == 0)
+            printf("mean next-token cross-entropy: n/a (T = 1)\n");
         acts_free(&a, &m);
     }
     model_free(&m);

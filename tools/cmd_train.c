@@ -41,15 +41,16 @@ int cmd_train(int argc, char **argv) {
         args_usage("train", "[--config FILE] [--set key=value ...] [--resume] [flags]", opts);
         return help ? 0 : 2;
     }
-    static const char *const direct[][2] = {{"--steps", "steps"}, {"--out", "out_dir"},
-                                            {"--device", "device"}, {"--seed", "seed"}};
+    static const char *const direct[][2] = {
+        {"--steps", "steps"}, {"--out", "out_dir"}, {"--device", "device"}, {"--seed", "seed"}};
     char buf[4][1100];
     for (int i = 0; i < 4; i++) {
         const char *v = args_get(opts, direct[i][0]);
         if (!v) continue;
         if (!strcmp(direct[i][1], "out_dir") || !strcmp(direct[i][1], "device"))
             snprintf(buf[i], sizeof buf[i], "%s=\"%s\"", direct[i][1], v);
-        else snprintf(buf[i], sizeof buf[i], "%s=%s", direct[i][1], v);
+        else
+            snprintf(buf[i], sizeof buf[i], "%s=%s", direct[i][1], v);
         if (n_over < MAX_OVERRIDES) overrides[n_over++] = buf[i];
     }
     long long stop_after;

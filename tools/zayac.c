@@ -26,7 +26,8 @@ static const zy_command commands[] = {
 };
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: zayac COMMAND [options]   (zayac COMMAND --help for a command's options)\n\n");
+    fprintf(f,
+            "usage: zayac COMMAND [options]   (zayac COMMAND --help for a command's options)\n\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
 }

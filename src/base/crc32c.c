@@ -14,7 +14,8 @@ static void build_table(void) {
         table[0][i] = c;
     }
     for (uint32_t i = 0; i < 256; i++)
-        for (int s = 1; s < 8; s++) table[s][i] = (table[s - 1][i] >> 8) ^ table[0][table[s - 1][i] & 0xff];
+        for (int s = 1; s < 8; s++)
+            table[s][i] = (table[s - 1][i] >> 8) ^ table[0][table[s - 1][i] & 0xff];
 }
 
 uint32_t zy_crc32c(uint32_t crc, const void *data, size_t len) {
@@ -26,8 +27,8 @@ uint32_t zy_crc32c(uint32_t crc, const void *data, size_t len) {
         memcpy(&w, p, 8); /* little-endian hosts only (x86-64, aarch64) */
         w ^= crc;
         crc = table[7][w & 0xff] ^ table[6][(w >> 8) & 0xff] ^ table[5][(w >> 16) & 0xff] ^
-              table[4][(w >> 24) & 0xff] ^ table[3][(w >> 32) & 0xff] ^
-              table[2][(w >> 40) & 0xff] ^ table[1][(w >> 48) & 0xff] ^ table[0][w >> 56];
+              table[4][(w >> 24) & 0xff] ^ table[3][(w >> 32) & 0xff] ^ table[2][(w >> 40) & 0xff] ^
+              table[1][(w >> 48) & 0xff] ^ table[0][w >> 56];
         p += 8;
         len -= 8;
     }

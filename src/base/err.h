@@ -1,7 +1,8 @@
 /* Errors and checks.
  * Operational errors (bad input, I/O) are reported with zy_fail(), which records one message per
  * thread and returns ZY_ERR, so callers can clean up and pass the status up; the CLI prints it.
- * Programming errors (a broken invariant) abort through ZY_CHECK with file:line and the statement. */
+ * Programming errors (a broken invariant) abort through ZY_CHECK with file:line and the statement.
+ */
 #ifndef ZY_ERR_H
 #define ZY_ERR_H
 

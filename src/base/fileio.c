@@ -80,9 +80,12 @@ int zy_fsync_path(const char *path) {
 static void parent_dir(const char *path, char *dir, size_t n) {
     snprintf(dir, n, "%s", path);
     char *slash = strrchr(dir, '/');
-    if (!slash) snprintf(dir, n, ".");
-    else if (slash == dir) dir[1] = 0;
-    else *slash = 0;
+    if (!slash)
+        snprintf(dir, n, ".");
+    else if (slash == dir)
+        dir[1] = 0;
+    else
+        *slash = 0;
 }
 
 int zy_write_file_atomic(const char *path, const void *data, size_t len) {
@@ -146,7 +149,8 @@ int zy_path_exists(const char *path) {
 
 int zy_remove_tree(const char *path) {
     struct stat st;
-    if (lstat(path, &st) != 0) return errno == ENOENT ? ZY_OK : zy_fail("%s: %s", path, strerror(errno));
+    if (lstat(path, &st) != 0)
+        return errno == ENOENT ? ZY_OK : zy_fail("%s: %s", path, strerror(errno));
     if (S_ISDIR(st.st_mode)) {
         DIR *d = opendir(path);
         if (!d) return zy_fail("%s: cannot open directory: %s", path, strerror(errno));

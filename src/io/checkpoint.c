@@ -17,8 +17,8 @@
 #include <unistd.h>
 
 #define STEP_PREFIX "step_"
-#define TMP_PREFIX ".tmp_step_"
-#define MAX_FILES 8
+#define TMP_PREFIX  ".tmp_step_"
+#define MAX_FILES   8
 
 /* Test hook: ZAYAC_CKPT_CRASH_AFTER=<file> kills the process right after writing that file, so
  * tests can show that a save interrupted at any point leaves earlier checkpoints usable. */
@@ -179,7 +179,8 @@ int ckpt_save(const char *root, long long step, const zy_ckpt_content *c, int ke
         if (rc == ZY_OK) rc = copy_file(c->tokenizer_path, path);
         files[nf++] = "tokenizer.json";
         maybe_crash("tokenizer.json");
-        /* tokenizer_config.json names bos/eos/pad so transformers' AutoTokenizer loads the folder */
+        /* tokenizer_config.json names bos/eos/pad so transformers' AutoTokenizer loads the folder
+         */
         zy_tokenizer *tok = NULL;
         if (rc == ZY_OK) rc = tok_load(&tok, c->tokenizer_path);
         if (rc == ZY_OK) rc = zy_path_join(path, sizeof path, tmp, "tokenizer_config.json");
@@ -287,7 +288,8 @@ int ckpt_find_latest(const char *root, zy_ckpt_found *f) {
             f->step = steps[i];
             break;
         }
-        if (f->n_skipped < 4) snprintf(f->skipped[f->n_skipped], sizeof f->skipped[0], "%s", zy_errmsg());
+        if (f->n_skipped < 4)
+            snprintf(f->skipped[f->n_skipped], sizeof f->skipped[0], "%s", zy_errmsg());
         f->n_skipped++;
     }
     free(steps);

@@ -25,9 +25,9 @@ typedef struct {
 } zy_ckpt_content;
 
 /* Saves checkpoint `step` (>= 0) under root, then keeps only the newest keep_last (0 = all) of the
- * steps at or below `step`: higher steps (left by a run resumed from an older checkpoint) are neither
- * counted nor removed. Re-saving an existing step replaces it atomically. The folder written goes to
- * saved_dir (may be NULL). */
+ * steps at or below `step`: higher steps (left by a run resumed from an older checkpoint) are
+ * neither counted nor removed. Re-saving an existing step replaces it atomically. The folder
+ * written goes to saved_dir (may be NULL). */
 int ckpt_save(const char *root, long long step, const zy_ckpt_content *c, int keep_last,
               char *saved_dir, size_t n);
 /* Checks a checkpoint folder: manifest present and parseable, every file listed with the right
@@ -35,9 +35,9 @@ int ckpt_save(const char *root, long long step, const zy_ckpt_content *c, int ke
 int ckpt_verify(const char *dir);
 
 typedef struct {
-    char dir[4096];    /* newest complete checkpoint ("" when there is none) */
+    char dir[4096]; /* newest complete checkpoint ("" when there is none) */
     long long step;
-    int n_skipped;     /* newer folders that failed verification */
+    int n_skipped;        /* newer folders that failed verification */
     char skipped[4][600]; /* their errors (first four) */
 } zy_ckpt_found;
 

@@ -104,11 +104,10 @@ static void layer_backward(zy_model *mo, zy_acts *a, int l) {
                      x->h_in, w->pa_hb, w->pa_hs, w->pa_rb, w->pa_rs, N, D);
     ops_matmul(ctx, g->wo, a->dm, x->att, D, Hq * d, N, 1, 0, 1.0f, 1.0f);
     ops_matmul(ctx, a->datt, a->dm, w->wo, N, Hq * d, D, 0, 0, 1.0f, 0.0f);
-    ops_attention_bwd(ctx, a->dq, a->dk, a->dv, a->datt, x->att, x->lse, x->q, x->k, x->v, B, T,
-                      Hq, Hk, d, scale, window);
-    ops_qknorm_rope_bwd(ctx, a->dq, a->dk, g->temp, x->q_in, x->k_in, x->qn, x->kn, w->temp,
-                        a->pos, N, Hq, Hk, d, config_rotary_dim(c, l), c->rope[type].theta,
-                        FLT_EPSILON);
+    ops_attention_bwd(ctx, a->dq, a->dk, a->dv, a->datt, x->att, x->lse, x->q, x->k, x->v, B, T, Hq,
+                      Hk, d, scale, window);
+    ops_qknorm_rope_bwd(ctx, a->dq, a->dk, g->temp, x->q_in, x->k_in, x->qn, x->kn, w->temp, a->pos,
+                        N, Hq, Hk, d, config_rotary_dim(c, l), c->rope[type].theta, FLT_EPSILON);
     ops_value_delay_bwd(ctx, a->dvc, a->dvd, a->dv, B, T, half);
     ops_cca_conv_bwd(ctx, a->dqk, g->conv1_w, g->conv1_b, g->conv2_w, g->conv2_b, a->dq, a->dk,
                      x->qk0, x->mid, w->conv1_w, w->conv2_w, B, T, Hq, Hk, d, c->cca_time0,
@@ -136,6 +135,6 @@ void model_backward(zy_model *m, zy_acts *a, float loss_scale) {
     ops_matmul(ctx, a->dx, a->logits, m->w.emb, N, D, V, 0, 0, 1.0f, 0.0f);
     ops_rmsnorm_bwd(ctx, a->dh, m->g.norm_f, a->dx, a->h_final, m->w.norm_f, a->rstd_f, N, D, 0);
     for (int l = c->num_hidden_layers - 1; l >= 0; l--) layer_backward(m, a, l);
-    ops_embed_bwd(ctx, m->g.emb, m->g.in_bias, m->g.in_scale, a->dh, m->w.emb, a->ids,
-                  m->w.in_bias, m->w.in_scale, N, D, c->pad_token_id);
+    ops_embed_bwd(ctx, m->g.emb, m->g.in_bias, m->g.in_scale, a->dh, m->w.emb, a->ids, m->w.in_bias,
+                  m->w.in_scale, N, D, c->pad_token_id);
 }

@@ -34,8 +34,8 @@ static void moe_forward(zy_model *mo, zy_layer_acts *x, const zy_layer_w *w, int
 }
 
 /* Router: z = m Wdown + b (+ r_prev * g), then norm, two GELU layers, logits, biased top-1. */
-static void router_forward(zy_model *mo, zy_layer_acts *x, const zy_layer_w *w,
-                           const float *r_prev, int N) {
+static void router_forward(zy_model *mo, zy_layer_acts *x, const zy_layer_w *w, const float *r_prev,
+                           int N) {
     zy_ctx *ctx = mo->ctx;
     const zy_config *c = &mo->cfg;
     const int D = c->hidden_size, R = c->router_hidden_size, E1 = c->num_experts + 1;
@@ -89,8 +89,8 @@ void layer_forward(zy_model *mo, zy_acts *a, int l, float *h_out, const float *r
     ops_matmul(ctx, x->vcur, x->a, w->wvc, N, half, D, 0, 1, 1.0f, 0.0f);
     ops_matmul(ctx, x->vdel, x->a, w->wvd, N, half, D, 0, 1, 1.0f, 0.0f);
     ops_value_delay_fwd(ctx, x->v, x->vcur, x->vdel, cache ? cache->vprev : NULL, B, T, half);
-    ops_qknorm_rope_fwd(ctx, x->q, x->k, x->qn, x->kn, x->q_in, x->k_in, w->temp, a->pos, N, Hq,
-                        Hk, d, config_rotary_dim(c, l), c->rope[type].theta, FLT_EPSILON);
+    ops_qknorm_rope_fwd(ctx, x->q, x->k, x->qn, x->kn, x->q_in, x->k_in, w->temp, a->pos, N, Hq, Hk,
+                        d, config_rotary_dim(c, l), c->rope[type].theta, FLT_EPSILON);
     if (cache && cache->len > 0) {
         ZY_CHECKF(T == 1, "decoding after a prefill takes one token at a time (got %d)", T);
         size_t kv = (size_t)Hk * d;
@@ -161,8 +161,8 @@ double model_forward(zy_model *m, zy_acts *a, const int32_t *ids, const int32_t 
     head_forward(m, a);
     a->count = 0;
     if (!targets) return 0.0;
-    return ops_xent_fwd_bwd(m->ctx, NULL, a->logits, a->targets, N, c->vocab_size,
-                            ZY_IGNORE_INDEX, 1.0f, &a->count);
+    return ops_xent_fwd_bwd(m->ctx, NULL, a->logits, a->targets, N, c->vocab_size, ZY_IGNORE_INDEX,
+                            1.0f, &a->count);
 }
 
 void model_route_counts(const zy_model *m, const zy_acts *a, int64_t *out) {

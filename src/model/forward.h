@@ -4,7 +4,8 @@
 
 #include "model/model.h"
 
-/* Decoding state of one layer; NULL in training (sequences start at position 0 with zero padding). */
+/* Decoding state of one layer; NULL in training (sequences start at position 0 with zero padding).
+ */
 typedef struct {
     float *conv_state; /* [B, P, C] the last P rows of [q0|k0] before this chunk */
     float *vprev;      /* [B, Hk*d/2] the previous token's delayed value projection */

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #define SHAPE(...) ((const int64_t[]){__VA_ARGS__})
-#define NDIM(...) ((int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)))
+#define NDIM(...)  ((int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)))
 #define ADD(t, kind, layer, name, ...)                                                             \
     params_add(t, name, NDIM(__VA_ARGS__), SHAPE(__VA_ARGS__), kind, layer)
 
@@ -204,8 +204,8 @@ zy_param_counts model_count_params(const zy_config *c) {
         if (t.items[i].kind != ZY_PARAM_BUFFER) k.total += (int64_t)t.items[i].numel;
     params_free(&t);
     k.embedding = (int64_t)c->vocab_size * c->hidden_size;
-    k.active_no_embed = k.total - k.embedding -
-                        (int64_t)c->num_hidden_layers * (c->num_experts - 1) * per_expert;
+    k.active_no_embed =
+        k.total - k.embedding - (int64_t)c->num_hidden_layers * (c->num_experts - 1) * per_expert;
     return k;
 }
 

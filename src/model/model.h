@@ -15,41 +15,41 @@
 
 /* Pointers to one layer's tensors inside a flat buffer (weights or gradients). */
 typedef struct {
-    float *wqk;                   /* [C, D], C = (Hq+Hk)*d: q_proj rows then k_proj rows (packed) */
-    float *wvc, *wvd;             /* [Hk*d/2, D] current / delayed value projections */
-    float *conv1_w, *conv1_b;     /* [C, t0], [C] depthwise */
-    float *conv2_w, *conv2_b;     /* [C, d, t1], [C] grouped */
-    float *temp;                  /* [Hk] key temperature */
-    float *wo;                    /* [D, Hq*d] */
-    float *ln_in, *ln_post;       /* [D] */
+    float *wqk;               /* [C, D], C = (Hq+Hk)*d: q_proj rows then k_proj rows (packed) */
+    float *wvc, *wvd;         /* [Hk*d/2, D] current / delayed value projections */
+    float *conv1_w, *conv1_b; /* [C, t0], [C] depthwise */
+    float *conv2_w, *conv2_b; /* [C, d, t1], [C] grouped */
+    float *temp;              /* [Hk] key temperature */
+    float *wo;                /* [D, Hq*d] */
+    float *ln_in, *ln_post;   /* [D] */
     float *pa_hb, *pa_hs, *pa_rb, *pa_rs; /* [D] post-attention residual scaling */
     float *pm_hb, *pm_hs, *pm_rb, *pm_rs; /* [D] post-MLP residual scaling */
-    float *r_down_w, *r_down_b;   /* [R, D], [R] */
-    float *r_scale;               /* [R] depth-averaging scale; NULL in layer 0 */
-    float *r_norm;                /* [R] */
-    float *r_fc1_w, *r_fc1_b;     /* [R, R], [R] */
-    float *r_fc2_w, *r_fc2_b;     /* [R, R], [R] */
-    float *r_out;                 /* [E+1, R] */
-    float *bal;                   /* [E+1] balancing biases (buffer, no gradient) */
-    float *gate_up;               /* [E, 2F, D] */
-    float *down;                  /* [E, D, F] */
+    float *r_down_w, *r_down_b;           /* [R, D], [R] */
+    float *r_scale;                       /* [R] depth-averaging scale; NULL in layer 0 */
+    float *r_norm;                        /* [R] */
+    float *r_fc1_w, *r_fc1_b;             /* [R, R], [R] */
+    float *r_fc2_w, *r_fc2_b;             /* [R, R], [R] */
+    float *r_out;                         /* [E+1, R] */
+    float *bal;                           /* [E+1] balancing biases (buffer, no gradient) */
+    float *gate_up;                       /* [E, 2F, D] */
+    float *down;                          /* [E, D, F] */
 } zy_layer_w;
 
 typedef struct {
-    float *emb;               /* [V, D] embedding = tied head */
+    float *emb;                /* [V, D] embedding = tied head */
     float *in_bias, *in_scale; /* [D] */
-    float *norm_f;            /* [D] final norm */
-    zy_layer_w *layers;       /* [L] */
+    float *norm_f;             /* [D] final norm */
+    zy_layer_w *layers;        /* [L] */
 } zy_weights;
 
 typedef struct {
     zy_config cfg;
     zy_ctx *ctx;
     zy_param_table table;
-    float *params;  /* [table.total] on ctx's device */
-    float *grads;   /* [table.total] or NULL when built without gradients */
-    zy_weights w;   /* views into params */
-    zy_weights g;   /* views into grads (all NULL without gradients) */
+    float *params; /* [table.total] on ctx's device */
+    float *grads;  /* [table.total] or NULL when built without gradients */
+    zy_weights w;  /* views into params */
+    zy_weights g;  /* views into grads (all NULL without gradients) */
 } zy_model;
 
 /* Builds the HF parameter table of a config into t (t is initialised here). */
@@ -64,62 +64,62 @@ void model_init_weights(zy_model *m, uint64_t seed);
 void model_zero_grads(zy_model *m);
 
 typedef struct {
-    int64_t total;          /* every trained parameter (buffers excluded), embedding included */
-    int64_t embedding;      /* V*D */
+    int64_t total;           /* every trained parameter (buffers excluded), embedding included */
+    int64_t embedding;       /* V*D */
     int64_t active_no_embed; /* parameters one token uses, without the embedding (top-1 expert) */
 } zy_param_counts;
 zy_param_counts model_count_params(const zy_config *cfg);
 
 /* Per-layer buffers of a training forward pass (saved for backward) on N = B*T rows. */
 typedef struct {
-    float *h_in;     /* [N, D] residual stream entering the layer */
-    float *a;        /* [N, D] input_layernorm output */
-    float *rstd_a;   /* [N] */
-    float *qk0;      /* [N, C] */
-    float *mid;      /* [B, T+t1-1, C] depthwise conv output */
-    float *q, *k;    /* [N, Hq*d], [N, Hk*d] after norm + rope */
+    float *h_in;        /* [N, D] residual stream entering the layer */
+    float *a;           /* [N, D] input_layernorm output */
+    float *rstd_a;      /* [N] */
+    float *qk0;         /* [N, C] */
+    float *mid;         /* [B, T+t1-1, C] depthwise conv output */
+    float *q, *k;       /* [N, Hq*d], [N, Hk*d] after norm + rope */
     float *q_in, *k_in; /* [N, Hq*d], [N, Hk*d] before norm */
-    float *qn, *kn;  /* [N, Hq], [N, Hk] */
+    float *qn, *kn;     /* [N, Hq], [N, Hk] */
     float *vcur, *vdel; /* [N, Hk*d/2] */
-    float *v;        /* [N, Hk*d] */
-    float *att;      /* [N, Hq*d] attention output */
-    float *lse;      /* [B, Hq, T] */
-    float *o;        /* [N, D] o_proj output */
-    float *h_mid;    /* [N, D] stream after attention */
-    float *m;        /* [N, D] post_attention_layernorm output */
-    float *rstd_m;   /* [N] */
-    float *z;        /* [N, R] router state after depth averaging */
-    float *u0;       /* [N, R] router norm output */
-    float *rstd_z;   /* [N] */
-    float *f1, *g1;  /* [N, R] fc1 pre/post GELU */
-    float *f2, *g2;  /* [N, R] fc2 pre/post GELU */
-    float *rlogits;  /* [N, E+1] */
-    float *probs;    /* [N, E+1] */
-    int32_t *choice; /* [N] class in [0, E] (E = skip) */
-    float *gate;     /* [N] unbiased probability of the chosen expert, 0 for skip */
+    float *v;           /* [N, Hk*d] */
+    float *att;         /* [N, Hq*d] attention output */
+    float *lse;         /* [B, Hq, T] */
+    float *o;           /* [N, D] o_proj output */
+    float *h_mid;       /* [N, D] stream after attention */
+    float *m;           /* [N, D] post_attention_layernorm output */
+    float *rstd_m;      /* [N] */
+    float *z;           /* [N, R] router state after depth averaging */
+    float *u0;          /* [N, R] router norm output */
+    float *rstd_z;      /* [N] */
+    float *f1, *g1;     /* [N, R] fc1 pre/post GELU */
+    float *f2, *g2;     /* [N, R] fc2 pre/post GELU */
+    float *rlogits;     /* [N, E+1] */
+    float *probs;       /* [N, E+1] */
+    int32_t *choice;    /* [N] class in [0, E] (E = skip) */
+    float *gate;        /* [N] unbiased probability of the chosen expert, 0 for skip */
     int32_t *counts, *offsets, *perm; /* [E], [E+1], [N] */
     int nrouted;
-    float *xs;       /* [N, D] rows gathered by expert */
-    float *gu;       /* [N, 2F] */
-    float *act;      /* [N, F] SwiGLU output */
-    float *ys;       /* [N, D] expert outputs (sorted rows) */
-    float *y;        /* [N, D] MoE output */
+    float *xs;  /* [N, D] rows gathered by expert */
+    float *gu;  /* [N, 2F] */
+    float *act; /* [N, F] SwiGLU output */
+    float *ys;  /* [N, D] expert outputs (sorted rows) */
+    float *y;   /* [N, D] MoE output */
 } zy_layer_acts;
 
 typedef struct {
     int B, T;
-    int32_t *ids;      /* [N] host copy not needed on CPU: device ids */
-    int32_t *targets;  /* [N] */
-    int32_t *pos;      /* [N] positions t */
+    int32_t *ids;     /* [N] host copy not needed on CPU: device ids */
+    int32_t *targets; /* [N] */
+    int32_t *pos;     /* [N] positions t */
     zy_layer_acts *layers;
-    float *h_final;    /* [N, D] stream after the last layer */
-    float *xf;         /* [N, D] final norm output */
-    float *rstd_f;     /* [N] */
-    float *logits;     /* [N, V] (overwritten by dlogits in backward) */
+    float *h_final; /* [N, D] stream after the last layer */
+    float *xf;      /* [N, D] final norm output */
+    float *rstd_f;  /* [N] */
+    float *logits;  /* [N, V] (overwritten by dlogits in backward) */
     /* backward scratch */
     float *dh, *dh2, *dx, *dm, *dz, *dz_carry, *dr, *dr2, *dqk, *dq, *dk, *dv, *dvc, *dvd, *datt,
         *dys, *dgate, *dgu, *dact, *dxs;
-    int count;         /* counted targets of the last forward */
+    int count; /* counted targets of the last forward */
     void *arena;
 } zy_acts;
 

@@ -83,8 +83,8 @@ void ops_cca_conv_fwd(zy_ctx *ctx, float *q, float *k, float *mid_save, const fl
  * (training always starts from zero padding). */
 void ops_cca_conv_bwd(zy_ctx *ctx, float *dqk0, float *dw1, float *db1, float *dw2, float *db2,
                       const float *dq, const float *dk, const float *qk0, const float *mid_save,
-                      const float *w1, const float *w2, int B, int T, int Hq, int Hk, int d,
-                      int t0, int t1);
+                      const float *w1, const float *w2, int B, int T, int Hq, int Hk, int d, int t0,
+                      int t1);
 
 /* ---- CCA: delayed values ----
  * v[N, 2*half] = [vcur[t] | vdel[t-1]] per row, vdel[-1] = prev[b] (prev [B,half]) or 0 if NULL. */
@@ -122,9 +122,8 @@ void ops_attention_bwd(zy_ctx *ctx, float *dq, float *dk, float *dv, const float
                        int window);
 /* Decoding: one new query row per sequence against a cache of Tk keys (kc/vc [B,Tmax,Hk*d] rows
  * 0..Tk-1). out [B,Hq*d]. */
-void ops_attention_decode(zy_ctx *ctx, float *out, const float *q, const float *kc,
-                          const float *vc, int B, int Tk, int Tmax, int Hq, int Hk, int d,
-                          float scale, int window);
+void ops_attention_decode(zy_ctx *ctx, float *out, const float *q, const float *kc, const float *vc,
+                          int B, int Tk, int Tmax, int Hq, int Hk, int d, float scale, int window);
 
 /* ---- elementwise ---- */
 /* y = GELU(x) exact (erf). */
@@ -139,8 +138,8 @@ void ops_swiglu_bwd(zy_ctx *ctx, float *dgu, const float *dy, const float *gu, i
 /* ---- router ----
  * probs[N,E1] = softmax(logits) (fp32), E1 = E+1; choice[n] = argmax(probs + bias) (first index
  * wins ties); gate[n] = probs[n, choice] unless choice == E1-1 (skip) where gate = 0. */
-void ops_router_select(zy_ctx *ctx, float *probs, int32_t *choice, float *gate,
-                       const float *logits, const float *bias, int N, int E1);
+void ops_router_select(zy_ctx *ctx, float *probs, int32_t *choice, float *gate, const float *logits,
+                       const float *bias, int N, int E1);
 /* dlogits (overwrite) from dgate[N] through the softmax (skip rows get zero). */
 void ops_router_bwd(zy_ctx *ctx, float *dlogits, const float *dgate, const float *probs,
                     const int32_t *choice, int N, int E1);
@@ -152,18 +151,17 @@ void ops_router_bwd(zy_ctx *ctx, float *dlogits, const float *dgate, const float
 int ops_moe_dispatch(zy_ctx *ctx, int32_t *counts, int32_t *offsets, int32_t *perm,
                      const int32_t *choice, int N, int E);
 /* xs[r,:] = x[perm[r],:] for r < nrows. */
-void ops_gather_rows(zy_ctx *ctx, float *xs, const float *x, const int32_t *perm, int nrows,
-                     int C);
+void ops_gather_rows(zy_ctx *ctx, float *xs, const float *x, const int32_t *perm, int nrows, int C);
 /* y[N,D] = 0 for all rows, then y[perm[r]] = gate[perm[r]] * ys[r] for r < nrows. */
-void ops_moe_combine(zy_ctx *ctx, float *y, const float *ys, const float *gate,
-                     const int32_t *perm, int nrows, int N, int D);
+void ops_moe_combine(zy_ctx *ctx, float *y, const float *ys, const float *gate, const int32_t *perm,
+                     int nrows, int N, int D);
 /* dys[r] = gate[perm[r]] * dy[perm[r]] (overwrite), dgate[n] = dot(dy[n], ys[r]) for routed n,
  * 0 for skipped rows (overwrite all N). */
 void ops_moe_combine_bwd(zy_ctx *ctx, float *dys, float *dgate, const float *dy, const float *ys,
                          const float *gate, const int32_t *perm, int nrows, int N, int D);
 /* dx[perm[r]] += dxs[r] (scatter-add). */
-void ops_scatter_add_rows(zy_ctx *ctx, float *dx, const float *dxs, const int32_t *perm,
-                          int nrows, int C);
+void ops_scatter_add_rows(zy_ctx *ctx, float *dx, const float *dxs, const int32_t *perm, int nrows,
+                          int C);
 
 /* ---- loss ----
  * Cross-entropy over logits [N,V] with targets[N] (ignore_index rows count for nothing).

@@ -59,6 +59,7 @@ int params_find(const zy_param_table *t, const char *name) {
 void params_shape_str(const zy_param *p, char *buf, size_t n) {
     size_t used = (size_t)snprintf(buf, n, "[");
     for (int i = 0; i < p->ndim && used < n; i++)
-        used += (size_t)snprintf(buf + used, n - used, i ? ", %lld" : "%lld", (long long)p->shape[i]);
+        used +=
+            (size_t)snprintf(buf + used, n - used, i ? ", %lld" : "%lld", (long long)p->shape[i]);
     if (used < n) snprintf(buf + used, n - used, "]");
 }

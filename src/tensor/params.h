@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #define ZY_PARAM_NAME_MAX 96
-#define ZY_MAX_DIMS 4
+#define ZY_MAX_DIMS       4
 
 /* How the optimiser treats a tensor. */
 typedef enum {

@@ -30,12 +30,12 @@ typedef struct {
     zy_acts acts;
     zy_optim opt;
     zy_balance bal;
-    float **biases;     /* [L] balancing biases inside model.params */
+    float **biases; /* [L] balancing biases inside model.params */
     zy_batches *train, *val;
     zy_metrics *metrics;
-    int32_t *ids, *targets; /* [B, T] host */
+    int32_t *ids, *targets;        /* [B, T] host */
     int64_t *counts, *step_counts; /* [L, E+1] */
-    int64_t step;       /* steps completed */
+    int64_t step;                  /* steps completed */
     double tokens_seen;
     char ckpt_root[ZY_PATH_MAX + 16];
 } trainer;
@@ -182,7 +182,7 @@ static void log_step(trainer *tr, double loss, double gnorm, float lr, double to
         balance_load_summary(tr->step_counts + (size_t)l * E1, E, &s);
         char tag[96];
 #define TAG(name, value)                                                                           \
-    snprintf(tag, sizeof tag, "router/layer%02d/" name, l);                                         \
+    snprintf(tag, sizeof tag, "router/layer%02d/" name, l);                                        \
     metrics_scalar(m, tag, tr->step, value)
         TAG("expert_max_frac", s.max_frac);
         TAG("expert_min_frac", s.min_frac);
@@ -241,8 +241,10 @@ static int trainer_init(trainer *tr, const zy_train_config *c) {
                            mc.vocab_size);
     }
     ZY_TRY(model_init(&tr->model, &mc, &tr->ctx, 1));
-    if (c->init_from[0]) ZY_TRY(hf_load_weights(c->init_from, &tr->model.table, tr->model.params));
-    else model_init_weights(&tr->model, c->seed);
+    if (c->init_from[0])
+        ZY_TRY(hf_load_weights(c->init_from, &tr->model.table, tr->model.params));
+    else
+        model_init_weights(&tr->model, c->seed);
     ZY_TRY(acts_init(&tr->acts, &tr->model, c->batch_size, c->seq_len));
     ZY_TRY(optim_init(&tr->opt, &c->optim, &tr->model.table));
     const int L = c->model.num_hidden_layers, E = c->model.num_experts;
@@ -313,8 +315,10 @@ int train_run(const zy_train_config *c, const zy_train_opts *o) {
             printf("resume: skipping a corrupt checkpoint: %s\n", found.skipped[i]);
         if (rc == ZY_OK && found.dir[0]) {
             rc = resume_from(&tr, found.dir);
-            if (rc == ZY_OK) printf("resumed from %s (step %lld)\n", found.dir, (long long)tr.step);
-            else zy_fail_ctx("resuming from %s", found.dir);
+            if (rc == ZY_OK)
+                printf("resumed from %s (step %lld)\n", found.dir, (long long)tr.step);
+            else
+                zy_fail_ctx("resuming from %s", found.dir);
         } else if (rc == ZY_OK) {
             printf("resume: no checkpoint under %s; starting fresh\n", tr.ckpt_root);
         }

@@ -6,7 +6,7 @@
 #include "train/train_config.h"
 
 typedef struct {
-    int resume;        /* continue from the newest complete checkpoint in out_dir/checkpoints */
+    int resume;         /* continue from the newest complete checkpoint in out_dir/checkpoints */
     int64_t stop_after; /* stop (with a checkpoint) after this many steps in this run; 0 = never */
     const char *config_json; /* the merged training config, saved as out_dir/train_config.json */
 } zy_train_opts;

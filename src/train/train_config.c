@@ -43,15 +43,19 @@ typedef struct {
     char prefix[128];
 } reader;
 
-static int num(const reader *r, const cJSON *o, const char *key, double *out, double lo, double hi) {
+static int num(const reader *r, const cJSON *o, const char *key, double *out, double lo,
+               double hi) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     if (!v) return ZY_OK;
-    if (cJSON_IsBool(v)) *out = cJSON_IsTrue(v);
+    if (cJSON_IsBool(v))
+        *out = cJSON_IsTrue(v);
     else if (!cJSON_IsNumber(v))
         return zy_fail("%s: %s%s must be a number", r->source, r->prefix, key);
-    else *out = v->valuedouble;
+    else
+        *out = v->valuedouble;
     if (!(*out >= lo && *out <= hi))
-        return zy_fail("%s: %s%s = %g is outside [%g, %g]", r->source, r->prefix, key, *out, lo, hi);
+        return zy_fail("%s: %s%s = %g is outside [%g, %g]", r->source, r->prefix, key, *out, lo,
+                       hi);
     return ZY_OK;
 }
 
@@ -59,19 +63,22 @@ static int num_i(const reader *r, const cJSON *o, const char *key, int64_t *out,
                  double hi) {
     double x = (double)*out;
     ZY_TRY(num(r, o, key, &x, lo, hi));
-    if (x != floor(x)) return zy_fail("%s: %s%s = %g must be an integer", r->source, r->prefix, key, x);
+    if (x != floor(x))
+        return zy_fail("%s: %s%s = %g must be an integer", r->source, r->prefix, key, x);
     *out = (int64_t)x;
     return ZY_OK;
 }
 
-static int num_int(const reader *r, const cJSON *o, const char *key, int *out, double lo, double hi) {
+static int num_int(const reader *r, const cJSON *o, const char *key, int *out, double lo,
+                   double hi) {
     int64_t x = *out;
     ZY_TRY(num_i(r, o, key, &x, lo, hi));
     *out = (int)x;
     return ZY_OK;
 }
 
-static int num_f(const reader *r, const cJSON *o, const char *key, float *out, double lo, double hi) {
+static int num_f(const reader *r, const cJSON *o, const char *key, float *out, double lo,
+                 double hi) {
     double x = *out;
     ZY_TRY(num(r, o, key, &x, lo, hi));
     *out = (float)x;
@@ -123,7 +130,8 @@ static int read_model(zy_train_config *c, const reader *r, const cJSON *v) {
         snprintf(c->model_desc, sizeof c->model_desc, "inline config");
         return config_validate(&c->model, r->source);
     }
-    if (!cJSON_IsString(v)) return zy_fail("%s: model must be a preset name, a path or an object", r->source);
+    if (!cJSON_IsString(v))
+        return zy_fail("%s: model must be a preset name, a path or an object", r->source);
     snprintf(c->model_desc, sizeof c->model_desc, "%s", v->valuestring);
     int rc = zy_path_exists(v->valuestring) ? config_load(&c->model, v->valuestring)
                                             : config_preset(&c->model, v->valuestring);
@@ -131,11 +139,29 @@ static int read_model(zy_train_config *c, const reader *r, const cJSON *v) {
 }
 
 static int read_tree(zy_train_config *c, const cJSON *root, const char *source) {
-    static const char *const top[] = {"model", "init_from", "tokenizer", "data", "batch_size",
-                                      "seq_len", "grad_accum", "steps", "optimizer", "schedule",
-                                      "grad_clip", "balance", "eval_interval", "eval_batches",
-                                      "checkpoint_interval", "keep_checkpoints", "log_interval",
-                                      "out_dir", "seed", "device", "threads", "samples", NULL};
+    static const char *const top[] = {"model",
+                                      "init_from",
+                                      "tokenizer",
+                                      "data",
+                                      "batch_size",
+                                      "seq_len",
+                                      "grad_accum",
+                                      "steps",
+                                      "optimizer",
+                                      "schedule",
+                                      "grad_clip",
+                                      "balance",
+                                      "eval_interval",
+                                      "eval_batches",
+                                      "checkpoint_interval",
+                                      "keep_checkpoints",
+                                      "log_interval",
+                                      "out_dir",
+                                      "seed",
+                                      "device",
+                                      "threads",
+                                      "samples",
+                                      NULL};
     reader r = {source, ""};
     ZY_TRY(known_keys(&r, root, top));
     ZY_TRY(read_model(c, &r, cJSON_GetObjectItemCaseSensitive(root, "model")));
@@ -156,7 +182,8 @@ static int read_tree(zy_train_config *c, const cJSON *root, const char *source) 
             reader rs = {source, ""};
             snprintf(rs.prefix, sizeof rs.prefix, "data[%d].", c->n_sources);
             static const char *const keys[] = {"path", "weight", NULL};
-            if (!cJSON_IsObject(s)) return zy_fail("%s: data[%d] must be an object", source, c->n_sources);
+            if (!cJSON_IsObject(s))
+                return zy_fail("%s: data[%d] must be an object", source, c->n_sources);
             ZY_TRY(known_keys(&rs, s, keys));
             d->weight = 1.0;
             ZY_TRY(str(&rs, s, "path", d->path, sizeof d->path));
@@ -186,9 +213,9 @@ static int read_tree(zy_train_config *c, const cJSON *root, const char *source) 
 
     const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, "optimizer");
     if (o) {
-        static const char *const keys[] = {"name", "lr", "beta1", "beta2", "eps", "weight_decay",
-                                           "muon_momentum", "nesterov", "ns_steps", "muon_scale",
-                                           "muon_lr_ratio", NULL};
+        static const char *const keys[] = {"name",     "lr",           "beta1",         "beta2",
+                                           "eps",      "weight_decay", "muon_momentum", "nesterov",
+                                           "ns_steps", "muon_scale",   "muon_lr_ratio", NULL};
         static const char *const names[] = {"adamw", "muon", NULL};
         static const char *const scales[] = {"none", "match_adamw_rms", "spectral", NULL};
         reader ro = {source, "optimizer."};
@@ -212,8 +239,8 @@ static int read_tree(zy_train_config *c, const cJSON *root, const char *source) 
     c->schedule.total_steps = c->steps;
     const cJSON *s = cJSON_GetObjectItemCaseSensitive(root, "schedule");
     if (s) {
-        static const char *const keys[] = {"kind", "warmup", "min_lr_ratio", "decay_frac", "decay",
-                                           NULL};
+        static const char *const keys[] = {"kind",       "warmup", "min_lr_ratio",
+                                           "decay_frac", "decay",  NULL};
         static const char *const kinds[] = {"constant", "cosine", "wsd", NULL};
         static const char *const shapes[] = {"linear", "sqrt", NULL};
         reader rs = {source, "schedule."};
@@ -286,8 +313,10 @@ static int apply_override(cJSON *root, const char *assignment) {
         obj = next;
         part = dot + 1;
     }
-    if (cJSON_GetObjectItemCaseSensitive(obj, part)) cJSON_ReplaceItemInObjectCaseSensitive(obj, part, value);
-    else cJSON_AddItemToObject(obj, part, value);
+    if (cJSON_GetObjectItemCaseSensitive(obj, part))
+        cJSON_ReplaceItemInObjectCaseSensitive(obj, part, value);
+    else
+        cJSON_AddItemToObject(obj, part, value);
     return ZY_OK;
 }
 

@@ -13,7 +13,7 @@
 
 #define ZY_MAX_SOURCES 16
 #define ZY_MAX_PROMPTS 8
-#define ZY_PATH_MAX 1024
+#define ZY_PATH_MAX    1024
 
 typedef struct {
     char path[ZY_PATH_MAX]; /* a folder written by `zayac data prepare` */
@@ -21,25 +21,25 @@ typedef struct {
 } zy_data_source;
 
 typedef struct {
-    zy_config model;               /* from "model": a preset name, a config.json path or an object */
-    char model_desc[ZY_PATH_MAX];  /* what "model" named, for logs */
-    char init_from[ZY_PATH_MAX];   /* optional HF checkpoint folder to start from ("" = fresh) */
-    char tokenizer[ZY_PATH_MAX];   /* optional tokenizer.json (copied into checkpoints, samples) */
+    zy_config model;              /* from "model": a preset name, a config.json path or an object */
+    char model_desc[ZY_PATH_MAX]; /* what "model" named, for logs */
+    char init_from[ZY_PATH_MAX];  /* optional HF checkpoint folder to start from ("" = fresh) */
+    char tokenizer[ZY_PATH_MAX];  /* optional tokenizer.json (copied into checkpoints, samples) */
     zy_data_source sources[ZY_MAX_SOURCES];
     int n_sources;
     int batch_size, seq_len, grad_accum;
     int64_t steps;
     zy_optim_config optim;
     zy_schedule schedule;
-    float grad_clip;               /* 0 = off */
+    float grad_clip; /* 0 = off */
     zy_balance_config balance;
     int balance_enabled;
     int64_t eval_interval, eval_batches, checkpoint_interval, log_interval;
     int keep_checkpoints;
     char out_dir[ZY_PATH_MAX];
     uint64_t seed;
-    char device[16];               /* "auto", "cpu", "cuda" */
-    int threads;                   /* OpenMP threads (0 = all cores) */
+    char device[16];                   /* "auto", "cpu", "cuda" */
+    int threads;                       /* OpenMP threads (0 = all cores) */
     char prompts[ZY_MAX_PROMPTS][256]; /* sampled at the end when a tokenizer is set */
     int n_prompts;
     int sample_tokens;
