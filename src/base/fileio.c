@@ -88,39 +88,67 @@ static void parent_dir(const char *path, char *dir, size_t n) {
         *slash = 0;
 }
 
-int zy_write_file_atomic(const char *path, const void *data, size_t len) {
-    char tmp[4096];
-    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= sizeof tmp)
+int zy_atomic_open(zy_atomic_file *f, const char *path) {
+    f->fd = -1;
+    if ((size_t)snprintf(f->path, sizeof f->path, "%s", path) >= sizeof f->path)
         return zy_fail("%s: path too long", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) return zy_fail("%s: cannot create: %s", tmp, strerror(errno));
+    snprintf(f->tmp, sizeof f->tmp, "%s.tmp.%d", path, (int)getpid());
+    f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (f->fd < 0) return zy_fail("%s: cannot create: %s", f->tmp, strerror(errno));
+    return ZY_OK;
+}
+
+void zy_atomic_abort(zy_atomic_file *f) {
+    if (f->fd >= 0) close(f->fd);
+    if (f->fd != -2) unlink(f->tmp); /* -2: already renamed into place */
+    f->fd = -1;
+}
+
+int zy_atomic_write(zy_atomic_file *f, const void *data, size_t n) {
     const char *p = data;
-    size_t left = len;
-    while (left > 0) {
-        ssize_t w = write(fd, p, left);
+    while (n > 0) {
+        ssize_t w = write(f->fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
         if (w < 0) {
-            if (errno == EINTR) continue;
             int e = errno;
-            close(fd);
-            unlink(tmp);
-            return zy_fail("%s: write failed: %s", tmp, strerror(e));
+            zy_atomic_abort(f);
+            return zy_fail("%s: write failed: %s", f->tmp, strerror(e));
         }
         p += w;
-        left -= (size_t)w;
+        n -= (size_t)w;
     }
-    if (fsync(fd) != 0 || close(fd) != 0) {
+    return ZY_OK;
+}
+
+int zy_atomic_commit(zy_atomic_file *f) {
+    if (fsync(f->fd) != 0) {
         int e = errno;
-        unlink(tmp);
-        return zy_fail("%s: fsync/close failed: %s", tmp, strerror(e));
+        zy_atomic_abort(f);
+        return zy_fail("%s: fsync failed: %s", f->tmp, strerror(e));
     }
-    if (rename(tmp, path) != 0) {
+    int rc = close(f->fd);
+    f->fd = -1;
+    if (rc != 0) {
         int e = errno;
-        unlink(tmp);
-        return zy_fail("%s: rename failed: %s", path, strerror(e));
+        zy_atomic_abort(f);
+        return zy_fail("%s: close failed: %s", f->tmp, strerror(e));
     }
+    if (rename(f->tmp, f->path) != 0) {
+        int e = errno;
+        zy_atomic_abort(f);
+        return zy_fail("%s: rename failed: %s", f->path, strerror(e));
+    }
+    f->fd = -2;
     char dir[4096];
-    parent_dir(path, dir, sizeof dir);
+    parent_dir(f->path, dir, sizeof dir);
     return zy_fsync_path(dir);
+}
+
+int zy_write_file_atomic(const char *path, const void *data, size_t len) {
+    zy_atomic_file f;
+    ZY_TRY(zy_atomic_open(&f, path));
+    ZY_TRY(zy_atomic_write(&f, data, len));
+    return zy_atomic_commit(&f);
 }
 
 int zy_mkdirs(const char *path) {

@@ -17,6 +17,21 @@ void zy_mmap_close(zy_mmap *m);
 
 /* Reads a whole file into a NUL-terminated heap buffer (*out, *len without the NUL). */
 int zy_read_file(const char *path, char **out, size_t *len);
+/* A file written in pieces that appears at its path complete or not at all. */
+typedef struct {
+    int fd;
+    char path[4096]; /* final name */
+    char tmp[4200];  /* path.tmp.<pid>, written first */
+} zy_atomic_file;
+
+/* Creates path.tmp.<pid> for writing. */
+int zy_atomic_open(zy_atomic_file *f, const char *path);
+/* Appends n bytes; on failure the file is aborted (removed) and the error names it. */
+int zy_atomic_write(zy_atomic_file *f, const void *data, size_t n);
+/* fsync, close, rename over the final path, fsync the directory; aborts on failure. */
+int zy_atomic_commit(zy_atomic_file *f);
+/* Closes and removes the temporary file (safe after a failed write/commit). */
+void zy_atomic_abort(zy_atomic_file *f);
 /* Writes a file atomically: path.tmp.<pid>, fsync, rename over path, fsync the directory. */
 int zy_write_file_atomic(const char *path, const void *data, size_t len);
 /* fsyncs a file or directory by path. */

@@ -232,50 +232,17 @@ int npy_read_as(zy_npy *a, const char *path, zy_npy_dtype want) {
     return ZY_OK;
 }
 
-static int npy_write_all(int fd, const void *buf, size_t n) {
-    const char *p = buf;
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w < 0) return -1;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-/* Header then data, streamed to path.tmp.<pid>, fsynced and renamed over path (a large logits
- * array is not copied into one buffer first). */
+/* Header then data, streamed to a temporary file and renamed into place (a large logits array is
+ * not copied into one buffer first). */
 static int npy_write_atomic(const char *path, const void *head, size_t hn, const void *data,
                             size_t dn) {
-    char tmp[4096];
-    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= sizeof tmp)
-        return zy_fail("%s: path too long", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) return zy_fail("%s: cannot create: %s", tmp, strerror(errno));
-    int rc = ZY_OK;
-    if (npy_write_all(fd, head, hn) != 0 || npy_write_all(fd, data, dn) != 0 || fsync(fd) != 0)
-        rc = zy_fail("%s: write failed: %s", tmp, strerror(errno));
-    if (close(fd) != 0 && rc == ZY_OK) rc = zy_fail("%s: close failed: %s", tmp, strerror(errno));
-    if (rc == ZY_OK && rename(tmp, path) != 0)
-        rc = zy_fail("%s: rename failed: %s", path, strerror(errno));
-    if (rc != ZY_OK) {
-        unlink(tmp);
-        return rc;
-    }
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash)
-        snprintf(dir, sizeof dir, ".");
-    else if (slash == dir)
-        dir[1] = 0;
-    else
-        *slash = 0;
-    return zy_fsync_path(dir);
+    zy_atomic_file f;
+    ZY_TRY(zy_atomic_open(&f, path));
+    ZY_TRY(zy_atomic_write(&f, head, hn));
+    ZY_TRY(zy_atomic_write(&f, data, dn));
+    return zy_atomic_commit(&f);
 }
 
-/* Header padded so the data starts at a multiple of 64 bytes, as numpy writes it. */
 static int npy_write(const char *path, const char *descr, int ndim, const int64_t *shape,
                      const void *data) {
     ZY_CHECK(ndim >= 0 && ndim <= ZY_NPY_MAX_DIMS);

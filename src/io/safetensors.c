@@ -433,24 +433,10 @@ int safetensors_read_i32(const zy_safetensors *f, const char *name, int ndim, co
 
 /* ---- writing ---- */
 
-static int st_write_all(int fd, const void *buf, size_t n, const char *tmp) {
-    const char *p = buf;
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return zy_fail("%s: write failed: %s", tmp, strerror(errno));
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    return ZY_OK;
-}
-
 /* Streams one tensor's bytes, converting fp32 sources in chunks (no full-size copy). */
-static int st_write_tensor(int fd, const zy_st_write_item *it, size_t numel, const char *tmp) {
+static int st_write_tensor(zy_atomic_file *f, const zy_st_write_item *it, size_t numel) {
     if (it->dtype == ZY_ST_F32 || it->dtype == ZY_ST_I32 || it->dtype == ZY_ST_I64)
-        return st_write_all(fd, it->data, numel * st_dtypes[it->dtype].size, tmp);
+        return zy_atomic_write(f, it->data, numel * st_dtypes[it->dtype].size);
     enum { CHUNK = 1 << 16 };
     uint16_t *buf = zy_malloc(CHUNK * sizeof *buf);
     const float *src = it->data;
@@ -460,7 +446,7 @@ static int st_write_tensor(int fd, const zy_st_write_item *it, size_t numel, con
         for (size_t j = 0; j < m; j++)
             buf[j] =
                 it->dtype == ZY_ST_BF16 ? zy_f32_to_bf16(src[i + j]) : zy_f32_to_f16(src[i + j]);
-        rc = st_write_all(fd, buf, m * 2, tmp);
+        rc = zy_atomic_write(f, buf, m * 2);
     }
     free(buf);
     return rc;
@@ -540,38 +526,17 @@ int safetensors_write(const char *path, const zy_st_write_item *items, int n_ite
         free(numels);
         return ZY_ERR;
     }
-    char tmp[4096];
-    int rc = ZY_OK, fd = -1;
-    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= sizeof tmp)
-        rc = zy_fail("%s: path too long", path);
-    if (rc == ZY_OK && (fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644)) < 0)
-        rc = zy_fail("%s: cannot create: %s", tmp, strerror(errno));
+    zy_atomic_file f;
+    int rc = zy_atomic_open(&f, path);
     if (rc == ZY_OK) {
         uint64_t n = hlen;
-        rc = st_write_all(fd, &n, 8, tmp);
-        if (rc == ZY_OK) rc = st_write_all(fd, header, hlen, tmp);
+        rc = zy_atomic_write(&f, &n, 8);
+        if (rc == ZY_OK) rc = zy_atomic_write(&f, header, hlen);
         for (int i = 0; i < n_items && rc == ZY_OK; i++)
-            rc = st_write_tensor(fd, &items[i], numels[i], tmp);
-        if (rc == ZY_OK && fsync(fd) != 0)
-            rc = zy_fail("%s: fsync failed: %s", tmp, strerror(errno));
-        if (close(fd) != 0 && rc == ZY_OK)
-            rc = zy_fail("%s: close failed: %s", tmp, strerror(errno));
-        if (rc == ZY_OK && rename(tmp, path) != 0)
-            rc = zy_fail("%s: rename failed: %s", path, strerror(errno));
-        if (rc != ZY_OK) unlink(tmp);
+            rc = st_write_tensor(&f, &items[i], numels[i]);
+        if (rc == ZY_OK) rc = zy_atomic_commit(&f);
     }
     free(header);
     free(numels);
-    if (rc != ZY_OK) return rc;
-    /* Make the rename durable: fsync the containing directory. */
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash)
-        snprintf(dir, sizeof dir, ".");
-    else if (slash == dir)
-        dir[1] = 0;
-    else
-        *slash = 0;
-    return zy_fsync_path(dir);
+    return rc;
 }
