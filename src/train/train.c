@@ -192,6 +192,19 @@ static void log_step(trainer *tr, double loss, double gnorm, float lr, double to
     }
 }
 
+/* The most unbalanced layer of the last step (largest expert fraction), for the console. */
+static zy_load_summary router_worst_layer(const trainer *tr) {
+    const zy_config *mc = &tr->model.cfg;
+    const int E1 = mc->num_experts + 1;
+    zy_load_summary worst = {0};
+    for (int l = 0; l < mc->num_hidden_layers; l++) {
+        zy_load_summary s;
+        balance_load_summary(tr->step_counts + (size_t)l * E1, mc->num_experts, &s);
+        if (l == 0 || s.max_frac > worst.max_frac) worst = s;
+    }
+    return worst;
+}
+
 static void print_samples(trainer *tr) {
     const zy_train_config *c = tr->cfg;
     if (!c->tokenizer[0] || c->n_prompts == 0) return;
@@ -369,7 +382,9 @@ int train_run(const zy_train_config *c, const zy_train_opts *o) {
                 snprintf(global, sizeof global, " | global step %lld", (long long)tr.step);
                 strncat(line, global, sizeof line - strlen(line) - 1);
             }
-            printf("%s | lr %.2e | gnorm %.3f\n", line, lr, gnorm);
+            zy_load_summary worst = router_worst_layer(&tr);
+            printf("%s | lr %.2e | gnorm %.3f | experts max %.2f min %.2f skip %.2f\n", line, lr,
+                   gnorm, worst.max_frac, worst.min_frac, worst.skip_frac);
             fflush(stdout);
         }
         int stopping = o->stop_after > 0 && ran >= o->stop_after;
