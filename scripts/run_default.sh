@@ -16,7 +16,7 @@ if [ ! -f "$OUT/tokenizer.json" ]; then
     $Z tokenizer train --input "$CORPUS" --doc-sep fortune --vocab-size 4096 --out "$OUT/tokenizer.json"
 fi
 if [ ! -f "$OUT/data/.complete" ]; then
-    echo "== tokenizing the corpus into shards (1% held out for validation)"
+    echo "== tokenizing the corpus into shards (2% of the documents held out for validation)"
     $Z data prepare --tokenizer "$OUT/tokenizer.json" --input "$CORPUS" --doc-sep fortune \
         --val-fraction 0.02 --out "$OUT/data"
     touch "$OUT/data/.complete"
