@@ -1,0 +1,790 @@
+/* Fused causal GQA attention on the GPU: flash-attention style forward and backward in bf16 with
+ * fp32 accumulation, on tensor cores through mma.sync m16n8k16 (portable to sm_80+).
+ *
+ * Forward: one block per (sequence, query head, tile of 16*NW query rows); each warp owns 16 query
+ * rows and keeps its Q fragments and its O accumulator in registers; key/value tiles of 64 rows
+ * stream through shared memory (cp.async, two stages) and the softmax is online (running max and
+ * sum in the exp2 domain), so the T x T scores never exist. Writes out (bf16) and lse (fp32).
+ *
+ * Backward: D = rowsum(dout * out) first (one small kernel). Then one block per (sequence, key
+ * head, tile of 16*NW key rows); each warp owns 16 keys and keeps their dK and dV accumulators in
+ * registers while the block walks over every query tile of every query head of the GQA group, so
+ * dk/dv are complete when the block ends (no atomics). Per query tile it recomputes P^T from lse,
+ * dP^T = V dO^T, dS^T = P^T (dP^T - D), accumulates dV += P^T dO and dK += dS^T Q, stores dS^T in
+ * shared memory and adds dQ = dS K into an fp32 scratch with float2 atomics; a last kernel scales
+ * dq and rounds it to bf16.
+ *
+ * Shared-memory tiles are [rows][d + 8] bf16: the 16-byte pad puts the 8 rows read by one
+ * ldmatrix phase in 8 different bank groups for every d. */
+#include "ops/cuda/attention.h"
+
+extern "C" { /* err.h has no C++ guards of its own */
+#include "base/err.h"
+}
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+typedef __nv_bfloat16 bf16;
+
+#define ATT_LOG2E 1.4426950408889634f
+#define ATT_LN2   0.6931471805599453f
+#define ATT_BC    64 /* forward: keys per tile */
+
+/* ---- PTX wrappers ---- */
+
+static __device__ __forceinline__ uint32_t smem_u32(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+/* 16 bytes global -> shared, asynchronous; zero-filled when !valid (src is then not read). */
+static __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool valid) {
+    int n = valid ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n)
+                 : "memory");
+}
+
+/* 4 bytes global -> shared, asynchronous; zero-filled when !valid. */
+static __device__ __forceinline__ void cp_async4(uint32_t dst, const void *src, bool valid) {
+    int n = valid ? 4 : 0;
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(n)
+                 : "memory");
+}
+
+static __device__ __forceinline__ void cp_async_commit(void) {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+/* Waits until at most N committed groups of this thread are still in flight. */
+template <int N> static __device__ __forceinline__ void cp_async_wait(void) {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/* Four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i. */
+static __device__ __forceinline__ void ldsm_x4(uint32_t r[4], const bf16 *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_u32(p))
+                 : "memory");
+}
+
+/* The same, each matrix transposed on the way. */
+static __device__ __forceinline__ void ldsm_x4_t(uint32_t r[4], const bf16 *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_u32(p))
+                 : "memory");
+}
+
+/* c[16x8] += a[16x16] b[16x8], bf16 inputs, fp32 accumulators. */
+static __device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32_t b0,
+                                                uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* Two floats to a bf16 pair (lo in the low half: the smaller column of a fragment). */
+static __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+static __device__ __forceinline__ float ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+/* Key s visible to query t (both in [0, T)). */
+static __device__ __forceinline__ bool att_visible(int t, int s, int T, int window) {
+    return s <= t && t < T && (window <= 0 || s > t - window);
+}
+
+/* Starts copying rows [r0, r0 + ROWS) of one head (D columns at base, rows stride elements apart)
+ * into the shared tile sm [ROWS][D + 8]; rows >= T are zero-filled. */
+template <int ROWS, int D, int NTH>
+static __device__ __forceinline__ void load_tile(bf16 *sm, const bf16 *base, size_t stride, int r0,
+                                                 int T) {
+    constexpr int CPR = D / 8, TOTAL = ROWS * CPR;
+#pragma unroll
+    for (int c0 = 0; c0 < TOTAL; c0 += NTH) {
+        int c = c0 + (int)threadIdx.x;
+        if (TOTAL % NTH == 0 || c < TOTAL) {
+            int r = c / CPR, cc = c % CPR;
+            bool ok = r0 + r < T;
+            const bf16 *src = ok ? base + (size_t)(r0 + r) * stride + cc * 8 : base;
+            cp_async16(smem_u32(sm + r * (D + 8) + cc * 8), src, ok);
+        }
+    }
+}
+
+/* Starts copying n floats src[r0 ..] to sm, zero past T. */
+template <int NTH>
+static __device__ __forceinline__ void load_vec(float *sm, const float *src, int r0, int n, int T) {
+    for (int x = threadIdx.x; x < n; x += NTH) {
+        bool ok = r0 + x < T;
+        cp_async4(smem_u32(sm + x), ok ? src + r0 + x : src, ok);
+    }
+}
+
+/* ---- forward ---- */
+
+/* Grid (B*Hq, ceil(T/BR)), NW warps of MR m-tiles (16 query rows each): BR = 16*MR*NW rows per
+ * block. With MR = 1 a warp keeps its Q fragments in registers; with MR = 2 it reads them from
+ * shared memory at each use, and each K/V fragment it loads feeds both m-tiles (half the
+ * shared-memory traffic per product, for more registers). Query tiles run in reverse so the
+ * longest start first. */
+template <int D, int NW, int MR>
+__global__ void __launch_bounds__(NW * 32)
+    att_fwd_kernel(const bf16 *__restrict__ q, const bf16 *__restrict__ k,
+                   const bf16 *__restrict__ v, bf16 *__restrict__ out, float *__restrict__ lse,
+                   int T, int Hq, int Hk, float sl2, int window) {
+    constexpr int WR = 16 * MR, BR = WR * NW, BC = ATT_BC, LD = D + 8, NTH = NW * 32;
+    constexpr int KD = D / 16, ND = D / 8, NS = BC / 8;
+    extern __shared__ __align__(16) unsigned char att_smem[];
+    bf16 *sQ = (bf16 *)att_smem; /* [BR][LD] */
+    bf16 *sK = sQ + BR * LD;     /* [2][BC][LD] */
+    bf16 *sV = sK + 2 * BC * LD; /* [2][BC][LD] */
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
+    const int b = blockIdx.x / Hq, h = blockIdx.x % Hq, hk = h / (Hq / Hk);
+    const int m0 = (gridDim.y - 1 - blockIdx.y) * BR;
+    const size_t qs = (size_t)Hq * D, ks = (size_t)Hk * D;
+    const bf16 *qb = q + (size_t)b * T * qs + (size_t)h * D;
+    const bf16 *kb = k + (size_t)b * T * ks + (size_t)hk * D;
+    const bf16 *vb = v + (size_t)b * T * ks + (size_t)hk * D;
+    const int qlast = min(m0 + BR, T) - 1;
+    const int kfirst = window > 0 ? max(0, m0 - window + 1) : 0;
+    const int j0 = kfirst / BC, j1 = qlast / BC;
+    const bf16 *sQw = sQ + w * WR * LD; /* this warp's rows */
+
+    load_tile<BR, D, NTH>(sQ, qb, qs, m0, T);
+    load_tile<BC, D, NTH>(sK, kb, ks, j0 * BC, T);
+    load_tile<BC, D, NTH>(sV, vb, ks, j0 * BC, T);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+
+    uint32_t qf[MR == 1 ? KD : 1][4]; /* MR = 1: the warp's 16 query rows as A fragments */
+    if constexpr (MR == 1) {
+#pragma unroll
+        for (int kc = 0; kc < KD; kc++)
+            ldsm_x4(qf[kc], sQw + (lane & 15) * LD + kc * 16 + (lane >> 4) * 8);
+    }
+
+    float o[MR][ND][4], mx[MR][2], l[MR][2];
+#pragma unroll
+    for (int mi = 0; mi < MR; mi++) {
+#pragma unroll
+        for (int i = 0; i < ND; i++) o[mi][i][0] = o[mi][i][1] = o[mi][i][2] = o[mi][i][3] = 0.0f;
+        mx[mi][0] = mx[mi][1] = -INFINITY;
+        l[mi][0] = l[mi][1] = 0.0f;
+    }
+    const int r0 = m0 + w * WR + g; /* row of element (mi, hi): r0 + 16 mi + 8 hi */
+
+    for (int j = j0; j <= j1; j++) {
+        const int st = (j - j0) & 1;
+        if (j > j0) __syncthreads(); /* every warp is done with tile j-1 (buffer st^1) */
+        if (j < j1) {
+            load_tile<BC, D, NTH>(sK + (st ^ 1) * BC * LD, kb, ks, (j + 1) * BC, T);
+            load_tile<BC, D, NTH>(sV + (st ^ 1) * BC * LD, vb, ks, (j + 1) * BC, T);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads(); /* tile j visible to every warp */
+        const bf16 *sKs = sK + st * BC * LD, *sVs = sV + st * BC * LD;
+        const int n0 = j * BC;
+
+        /* S = Q K^T for WR rows x 64 keys */
+        float s[MR][NS][4];
+#pragma unroll
+        for (int mi = 0; mi < MR; mi++)
+#pragma unroll
+            for (int i = 0; i < NS; i++)
+                s[mi][i][0] = s[mi][i][1] = s[mi][i][2] = s[mi][i][3] = 0.0f;
+#pragma unroll
+        for (int kc = 0; kc < KD; kc++) {
+            uint32_t a[MR][4];
+#pragma unroll
+            for (int mi = 0; mi < MR; mi++) {
+                if constexpr (MR == 1) {
+                    a[mi][0] = qf[kc][0], a[mi][1] = qf[kc][1];
+                    a[mi][2] = qf[kc][2], a[mi][3] = qf[kc][3];
+                } else {
+                    ldsm_x4(a[mi], sQw + (mi * 16 + (lane & 15)) * LD + kc * 16 + (lane >> 4) * 8);
+                }
+            }
+#pragma unroll
+            for (int np = 0; np < NS / 2; np++) {
+                uint32_t bb[4];
+                ldsm_x4(bb, sKs + (np * 16 + (lane & 7) + (lane >> 4) * 8) * LD + kc * 16 +
+                                ((lane >> 3) & 1) * 8);
+#pragma unroll
+                for (int mi = 0; mi < MR; mi++) {
+                    mma16816(s[mi][2 * np], a[mi], bb[0], bb[1]);
+                    mma16816(s[mi][2 * np + 1], a[mi], bb[2], bb[3]);
+                }
+            }
+        }
+
+        const bool need_mask =
+            n0 + BC - 1 > m0 || n0 + BC > T || (window > 0 && n0 <= m0 + BR - 1 - window);
+#pragma unroll
+        for (int mi = 0; mi < MR; mi++) {
+            /* scale to the exp2 domain and mask */
+            float xlo = -INFINITY, xhi = -INFINITY;
+#pragma unroll
+            for (int nt = 0; nt < NS; nt++) {
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float x = s[mi][nt][e] * sl2;
+                    if (need_mask && !att_visible(r0 + 16 * mi + (e < 2 ? 0 : 8),
+                                                  n0 + nt * 8 + 2 * tq + (e & 1), T, window))
+                        x = -INFINITY;
+                    s[mi][nt][e] = x;
+                }
+                xlo = fmaxf(xlo, fmaxf(s[mi][nt][0], s[mi][nt][1]));
+                xhi = fmaxf(xhi, fmaxf(s[mi][nt][2], s[mi][nt][3]));
+            }
+            xlo = fmaxf(xlo, __shfl_xor_sync(0xffffffffu, xlo, 1));
+            xlo = fmaxf(xlo, __shfl_xor_sync(0xffffffffu, xlo, 2));
+            xhi = fmaxf(xhi, __shfl_xor_sync(0xffffffffu, xhi, 1));
+            xhi = fmaxf(xhi, __shfl_xor_sync(0xffffffffu, xhi, 2));
+
+            /* online softmax: rescale the running sums to the new maximum (0 while a row has
+             * seen only masked keys, so that no -inf - -inf appears) */
+            const float nlo = fmaxf(mx[mi][0], xlo), nhi = fmaxf(mx[mi][1], xhi);
+            const float ulo = nlo == -INFINITY ? 0.0f : nlo, uhi = nhi == -INFINITY ? 0.0f : nhi;
+            const float alo = ex2(mx[mi][0] - ulo), ahi = ex2(mx[mi][1] - uhi);
+            mx[mi][0] = nlo;
+            mx[mi][1] = nhi;
+            float plo = 0.0f, phi = 0.0f;
+#pragma unroll
+            for (int nt = 0; nt < NS; nt++) {
+                s[mi][nt][0] = ex2(s[mi][nt][0] - ulo);
+                s[mi][nt][1] = ex2(s[mi][nt][1] - ulo);
+                s[mi][nt][2] = ex2(s[mi][nt][2] - uhi);
+                s[mi][nt][3] = ex2(s[mi][nt][3] - uhi);
+                plo += s[mi][nt][0] + s[mi][nt][1];
+                phi += s[mi][nt][2] + s[mi][nt][3];
+            }
+            l[mi][0] = l[mi][0] * alo + plo;
+            l[mi][1] = l[mi][1] * ahi + phi;
+#pragma unroll
+            for (int i = 0; i < ND; i++) {
+                o[mi][i][0] *= alo;
+                o[mi][i][1] *= alo;
+                o[mi][i][2] *= ahi;
+                o[mi][i][3] *= ahi;
+            }
+        }
+
+        /* O += P V */
+#pragma unroll
+        for (int kc = 0; kc < BC / 16; kc++) {
+            uint32_t a[MR][4];
+#pragma unroll
+            for (int mi = 0; mi < MR; mi++) {
+                a[mi][0] = pack_bf16(s[mi][2 * kc][0], s[mi][2 * kc][1]);
+                a[mi][1] = pack_bf16(s[mi][2 * kc][2], s[mi][2 * kc][3]);
+                a[mi][2] = pack_bf16(s[mi][2 * kc + 1][0], s[mi][2 * kc + 1][1]);
+                a[mi][3] = pack_bf16(s[mi][2 * kc + 1][2], s[mi][2 * kc + 1][3]);
+            }
+#pragma unroll
+            for (int dp = 0; dp < ND / 2; dp++) {
+                uint32_t bb[4];
+                ldsm_x4_t(bb, sVs + (kc * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + dp * 16 +
+                                  (lane >> 4) * 8);
+#pragma unroll
+                for (int mi = 0; mi < MR; mi++) {
+                    mma16816(o[mi][2 * dp], a[mi], bb[0], bb[1]);
+                    mma16816(o[mi][2 * dp + 1], a[mi], bb[2], bb[3]);
+                }
+            }
+        }
+    }
+
+    /* finish: lse, then O / l staged in this warp's own rows of sQ (read only by this warp),
+     * then 16-byte stores */
+    bf16 *so = sQ + w * WR * LD;
+    __syncwarp();
+#pragma unroll
+    for (int mi = 0; mi < MR; mi++) {
+        float ls[2];
+#pragma unroll
+        for (int hi = 0; hi < 2; hi++) {
+            float x = l[mi][hi];
+            x += __shfl_xor_sync(0xffffffffu, x, 1);
+            x += __shfl_xor_sync(0xffffffffu, x, 2);
+            const int r = r0 + 16 * mi + 8 * hi;
+            if (tq == 0 && r < T)
+                lse[((size_t)b * Hq + h) * T + r] = (mx[mi][hi] + log2f(x)) * ATT_LN2;
+            ls[hi] = x > 0.0f ? 1.0f / x : 0.0f;
+        }
+#pragma unroll
+        for (int nt = 0; nt < ND; nt++) {
+            *(uint32_t *)(so + (mi * 16 + g) * LD + nt * 8 + 2 * tq) =
+                pack_bf16(o[mi][nt][0] * ls[0], o[mi][nt][1] * ls[0]);
+            *(uint32_t *)(so + (mi * 16 + g + 8) * LD + nt * 8 + 2 * tq) =
+                pack_bf16(o[mi][nt][2] * ls[1], o[mi][nt][3] * ls[1]);
+        }
+    }
+    __syncwarp();
+    for (int c = lane; c < WR * ND; c += 32) {
+        int r = c / ND, cc = c % ND, t = m0 + w * WR + r;
+        if (t < T)
+            *(uint4 *)(out + ((size_t)b * T + t) * qs + (size_t)h * D + cc * 8) =
+                *(const uint4 *)(so + r * LD + cc * 8);
+    }
+}
+
+/* ---- backward ---- */
+
+/* Dsum[b, h, t] = sum_e dout[n, h*D + e] * out[n, h*D + e] (n = b*T + t); D/8 threads per row. */
+template <int D>
+__global__ void att_bwd_dot_kernel(const bf16 *__restrict__ dout, const bf16 *__restrict__ out,
+                                   float *__restrict__ Dsum, size_t rows, int T, int Hq) {
+    constexpr int TPR = D / 8;
+    size_t gid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t rh = gid / TPR;
+    int part = (int)(gid % TPR);
+    float acc = 0.0f;
+    if (rh < rows) {
+        uint4 a = *(const uint4 *)(dout + rh * D + part * 8);
+        uint4 c = *(const uint4 *)(out + rh * D + part * 8);
+        const uint32_t wa[4] = {a.x, a.y, a.z, a.w}, wc[4] = {c.x, c.y, c.z, c.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) /* a bf16 is the top half of an fp32 */
+            acc += __uint_as_float(wa[i] << 16) * __uint_as_float(wc[i] << 16) +
+                   __uint_as_float(wa[i] & 0xffff0000u) * __uint_as_float(wc[i] & 0xffff0000u);
+    }
+#pragma unroll
+    for (int off = TPR / 2; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+    if (rh < rows && part == 0) {
+        size_t n = rh / Hq;
+        int hh = (int)(rh % Hq);
+        size_t bb = n / T, t = n % T;
+        Dsum[(bb * Hq + hh) * T + t] = acc;
+    }
+}
+
+/* dq[i] = bf16(acc[i] * scale), four at a time (n4 = count / 4). */
+__global__ void att_dq_convert_kernel(const float4 *__restrict__ acc, uint2 *__restrict__ dq,
+                                      size_t n4, float scale) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float4 a = acc[i];
+        uint2 r;
+        r.x = pack_bf16(a.x * scale, a.y * scale);
+        r.y = pack_bf16(a.z * scale, a.w * scale);
+        dq[i] = r;
+    }
+}
+
+/* Starts loading step `it` of a backward block (query head hk*G + it/nqt, query tile i0 +
+ * it%nqt) into stage buffers: Q and dO tiles, lse and Dsum rows. */
+template <int D, int BR, int NTH>
+static __device__ __forceinline__ void
+bwd_issue(bf16 *sQ, bf16 *sO, float *sL, float *sD, const bf16 *q, const bf16 *dout,
+          const float *lse, const float *Dsum, int b, int h, int q0, int T, int Hq) {
+    const size_t qs = (size_t)Hq * D, off = (size_t)b * T * qs + (size_t)h * D;
+    load_tile<BR, D, NTH>(sQ, q + off, qs, q0, T);
+    load_tile<BR, D, NTH>(sO, dout + off, qs, q0, T);
+    const size_t lo = ((size_t)b * Hq + h) * T;
+    load_vec<NTH>(sL, lse + lo, q0, BR, T);
+    load_vec<NTH>(sD, Dsum + lo, q0, BR, T);
+}
+
+/* Grid (B*Hk, ceil(T/BC)), NW warps, BC = 16*NW keys per block, BR query rows per step. */
+template <int D, int NW, int BR>
+__global__ void __launch_bounds__(NW * 32)
+    att_bwd_kernel(const bf16 *__restrict__ q, const bf16 *__restrict__ k,
+                   const bf16 *__restrict__ v, const bf16 *__restrict__ dout,
+                   const float *__restrict__ lse, const float *__restrict__ Dsum,
+                   float *__restrict__ dq_acc, bf16 *__restrict__ dk, bf16 *__restrict__ dv, int T,
+                   int Hq, int Hk, float sl2, float scale, int window) {
+    constexpr int BC = 16 * NW, LD = D + 8, LDS = BR + 8, NTH = NW * 32;
+    constexpr int KD = D / 16, ND = D / 8, NQ = BR / 8;
+    constexpr int DQC = D < 64 ? D : 64, UNITS = (BR / 16) * (D / DQC);
+    extern __shared__ __align__(16) unsigned char att_smem[];
+    bf16 *sK = (bf16 *)att_smem;          /* [BC][LD] */
+    bf16 *sV = sK + BC * LD;              /* [BC][LD] */
+    bf16 *sQ = sV + BC * LD;              /* [2][BR][LD] */
+    bf16 *sO = sQ + 2 * BR * LD;          /* [2][BR][LD] dout */
+    bf16 *sS = sO + 2 * BR * LD;          /* [BC][LDS] dS^T */
+    float *sL = (float *)(sS + BC * LDS); /* [2][BR] lse */
+    float *sD = sL + 2 * BR;              /* [2][BR] Dsum */
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
+    const int b = blockIdx.x / Hk, hk = blockIdx.x % Hk, G = Hq / Hk;
+    const int n0 = blockIdx.y * BC;
+    const size_t qs = (size_t)Hq * D, ks = (size_t)Hk * D;
+    const int klast = min(n0 + BC, T) - 1;
+    const int tlast = window > 0 ? min(T - 1, klast + window - 1) : T - 1;
+    const int i0 = n0 / BR, nqt = tlast / BR - i0 + 1, total = G * nqt;
+
+    load_tile<BC, D, NTH>(sK, k + (size_t)b * T * ks + (size_t)hk * D, ks, n0, T);
+    load_tile<BC, D, NTH>(sV, v + (size_t)b * T * ks + (size_t)hk * D, ks, n0, T);
+    bwd_issue<D, BR, NTH>(sQ, sO, sL, sD, q, dout, lse, Dsum, b, hk * G, i0 * BR, T, Hq);
+    cp_async_commit();
+
+    float dka[ND][4], dva[ND][4];
+#pragma unroll
+    for (int i = 0; i < ND; i++) {
+        dka[i][0] = dka[i][1] = dka[i][2] = dka[i][3] = 0.0f;
+        dva[i][0] = dva[i][1] = dva[i][2] = dva[i][3] = 0.0f;
+    }
+    const int klo = n0 + w * 16 + g, khi = klo + 8;
+
+    for (int it = 0; it < total; it++) {
+        /* No barrier needed before refilling stage st^1: every read of it (and of sL/sD) in
+         * step it-1 came before that step's dS^T barrier, and sS is rewritten only after the
+         * barrier below, which every warp reaches only once its dQ of step it-1 is done. */
+        const int st = it & 1;
+        if (it + 1 < total) {
+            bwd_issue<D, BR, NTH>(sQ + (st ^ 1) * BR * LD, sO + (st ^ 1) * BR * LD,
+                                  sL + (st ^ 1) * BR, sD + (st ^ 1) * BR, q, dout, lse, Dsum, b,
+                                  hk * G + (it + 1) / nqt, (i0 + (it + 1) % nqt) * BR, T, Hq);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        const int h = hk * G + it / nqt, q0 = (i0 + it % nqt) * BR;
+        const bf16 *sQs = sQ + st * BR * LD, *sOs = sO + st * BR * LD;
+        const float *sLs = sL + st * BR, *sDs = sD + st * BR;
+
+        /* S^T = K Q^T and dP^T = V dO^T for this warp's 16 keys x BR queries */
+        float sa[NQ][4], pa[NQ][4];
+#pragma unroll
+        for (int i = 0; i < NQ; i++) {
+            sa[i][0] = sa[i][1] = sa[i][2] = sa[i][3] = 0.0f;
+            pa[i][0] = pa[i][1] = pa[i][2] = pa[i][3] = 0.0f;
+        }
+#pragma unroll
+        for (int kc = 0; kc < KD; kc++) {
+            uint32_t a[4], av[4];
+            ldsm_x4(a, sK + (w * 16 + (lane & 15)) * LD + kc * 16 + (lane >> 4) * 8);
+            ldsm_x4(av, sV + (w * 16 + (lane & 15)) * LD + kc * 16 + (lane >> 4) * 8);
+#pragma unroll
+            for (int np = 0; np < NQ / 2; np++) {
+                const int boff =
+                    (np * 16 + (lane & 7) + (lane >> 4) * 8) * LD + kc * 16 + ((lane >> 3) & 1) * 8;
+                uint32_t bb[4];
+                ldsm_x4(bb, sQs + boff);
+                mma16816(sa[2 * np], a, bb[0], bb[1]);
+                mma16816(sa[2 * np + 1], a, bb[2], bb[3]);
+                ldsm_x4(bb, sOs + boff);
+                mma16816(pa[2 * np], av, bb[0], bb[1]);
+                mma16816(pa[2 * np + 1], av, bb[2], bb[3]);
+            }
+        }
+
+        /* P^T = exp(scale S^T - lse) (masked to 0), dS^T = P^T (dP^T - D) */
+        const bool need_mask = q0 < n0 + BC - 1 || q0 + BR > T || n0 + BC > T ||
+                               (window > 0 && n0 <= q0 + BR - 1 - window);
+#pragma unroll
+        for (int nt = 0; nt < NQ; nt++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int c = nt * 8 + 2 * tq + (e & 1);
+                float p = ex2(sa[nt][e] * sl2 - sLs[c] * ATT_LOG2E);
+                if (need_mask && !att_visible(q0 + c, e < 2 ? klo : khi, T, window)) p = 0.0f;
+                sa[nt][e] = p;
+                pa[nt][e] = p * (pa[nt][e] - sDs[c]);
+            }
+        }
+
+        /* dV += P^T dO and dK += dS^T Q (k = queries) */
+#pragma unroll
+        for (int kq = 0; kq < BR / 16; kq++) {
+            uint32_t ap[4] = {pack_bf16(sa[2 * kq][0], sa[2 * kq][1]),
+                              pack_bf16(sa[2 * kq][2], sa[2 * kq][3]),
+                              pack_bf16(sa[2 * kq + 1][0], sa[2 * kq + 1][1]),
+                              pack_bf16(sa[2 * kq + 1][2], sa[2 * kq + 1][3])};
+            uint32_t as[4] = {pack_bf16(pa[2 * kq][0], pa[2 * kq][1]),
+                              pack_bf16(pa[2 * kq][2], pa[2 * kq][3]),
+                              pack_bf16(pa[2 * kq + 1][0], pa[2 * kq + 1][1]),
+                              pack_bf16(pa[2 * kq + 1][2], pa[2 * kq + 1][3])};
+#pragma unroll
+            for (int dp = 0; dp < ND / 2; dp++) {
+                const int boff =
+                    (kq * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + dp * 16 + (lane >> 4) * 8;
+                uint32_t bb[4];
+                ldsm_x4_t(bb, sOs + boff);
+                mma16816(dva[2 * dp], ap, bb[0], bb[1]);
+                mma16816(dva[2 * dp + 1], ap, bb[2], bb[3]);
+                ldsm_x4_t(bb, sQs + boff);
+                mma16816(dka[2 * dp], as, bb[0], bb[1]);
+                mma16816(dka[2 * dp + 1], as, bb[2], bb[3]);
+            }
+        }
+
+        /* dS^T to shared memory for dQ, which needs the sum over all the block's keys */
+#pragma unroll
+        for (int nt = 0; nt < NQ; nt++) {
+            *(uint32_t *)(sS + (w * 16 + g) * LDS + nt * 8 + 2 * tq) =
+                pack_bf16(pa[nt][0], pa[nt][1]);
+            *(uint32_t *)(sS + (w * 16 + g + 8) * LDS + nt * 8 + 2 * tq) =
+                pack_bf16(pa[nt][2], pa[nt][3]);
+        }
+        __syncthreads();
+
+        /* dQ[BR, D] += dS K in units of 16 query rows x DQC columns, fp32 atomics */
+        for (int u = w; u < UNITS; u += NW) {
+            const int qsl = u % (BR / 16), cch = u / (BR / 16);
+            float acc[DQC / 8][4];
+#pragma unroll
+            for (int i = 0; i < DQC / 8; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < BC / 16; kk++) {
+                uint32_t a[4];
+                ldsm_x4_t(a, sS + (kk * 16 + (lane & 7) + (lane >> 4) * 8) * LDS + qsl * 16 +
+                                 ((lane >> 3) & 1) * 8);
+#pragma unroll
+                for (int dp = 0; dp < DQC / 16; dp++) {
+                    uint32_t bb[4];
+                    ldsm_x4_t(bb, sK + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD +
+                                      cch * DQC + dp * 16 + (lane >> 4) * 8);
+                    mma16816(acc[2 * dp], a, bb[0], bb[1]);
+                    mma16816(acc[2 * dp + 1], a, bb[2], bb[3]);
+                }
+            }
+            const int tlo = q0 + qsl * 16 + g, thi = tlo + 8;
+            float *base = dq_acc + (size_t)b * T * qs + (size_t)h * D + cch * DQC + 2 * tq;
+#pragma unroll
+            for (int nt = 0; nt < DQC / 8; nt++) {
+                if (tlo < T)
+                    atomicAdd((float2 *)(base + (size_t)tlo * qs + nt * 8),
+                              make_float2(acc[nt][0], acc[nt][1]));
+                if (thi < T)
+                    atomicAdd((float2 *)(base + (size_t)thi * qs + nt * 8),
+                              make_float2(acc[nt][2], acc[nt][3]));
+            }
+        }
+    }
+
+    /* dK (times scale) and dV: stage each warp's 16 rows in sK / sV, then 16-byte stores */
+    __syncthreads(); /* sK is read by every warp's dQ step above */
+    bf16 *sk = sK + w * 16 * LD, *sv = sV + w * 16 * LD;
+#pragma unroll
+    for (int nt = 0; nt < ND; nt++) {
+        *(uint32_t *)(sk + g * LD + nt * 8 + 2 * tq) =
+            pack_bf16(dka[nt][0] * scale, dka[nt][1] * scale);
+        *(uint32_t *)(sk + (g + 8) * LD + nt * 8 + 2 * tq) =
+            pack_bf16(dka[nt][2] * scale, dka[nt][3] * scale);
+        *(uint32_t *)(sv + g * LD + nt * 8 + 2 * tq) = pack_bf16(dva[nt][0], dva[nt][1]);
+        *(uint32_t *)(sv + (g + 8) * LD + nt * 8 + 2 * tq) = pack_bf16(dva[nt][2], dva[nt][3]);
+    }
+    __syncwarp();
+    for (int c = lane; c < 16 * ND; c += 32) {
+        int r = c / ND, cc = c % ND, s = n0 + w * 16 + r;
+        if (s < T) {
+            size_t off = ((size_t)b * T + s) * ks + (size_t)hk * D + cc * 8;
+            *(uint4 *)(dk + off) = *(const uint4 *)(sk + r * LD + cc * 8);
+            *(uint4 *)(dv + off) = *(const uint4 *)(sv + r * LD + cc * 8);
+        }
+    }
+}
+
+/* ---- host side ---- */
+
+static int att_cuda_ok(cudaError_t e, const char *what) {
+    if (e != cudaSuccess)
+        return zy_fail("cuda attention: %s failed: %s", what, cudaGetErrorString(e));
+    return ZY_OK;
+}
+
+/* Raises a kernel's dynamic shared-memory limit to smem bytes and asks for the largest carveout. */
+static int att_set_smem(const void *fn, size_t smem) {
+    if (smem > 48 * 1024)
+        ZY_TRY(att_cuda_ok(
+            cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+            "raising the shared-memory limit"));
+    return att_cuda_ok(cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                            (int)cudaSharedmemCarveoutMaxShared),
+                       "setting the shared-memory carveout");
+}
+
+template <int D, int NW, int MR>
+static int att_launch_fwd(const bf16 *q, const bf16 *k, const bf16 *v, bf16 *out, float *lse, int B,
+                          int T, int Hq, int Hk, float scale, int window, cudaStream_t s) {
+    constexpr int BR = 16 * MR * NW;
+    const size_t smem = (size_t)(BR + 4 * ATT_BC) * (D + 8) * sizeof(bf16);
+    ZY_TRY(att_set_smem((const void *)att_fwd_kernel<D, NW, MR>, smem));
+    dim3 grid((unsigned)(B * Hq), (unsigned)((T + BR - 1) / BR));
+    att_fwd_kernel<D, NW, MR>
+        <<<grid, NW * 32, smem, s>>>(q, k, v, out, lse, T, Hq, Hk, scale * ATT_LOG2E, window);
+    return att_cuda_ok(cudaGetLastError(), "forward kernel launch");
+}
+
+template <int D, int NW, int BR>
+static int att_launch_bwd(const bf16 *dout, const bf16 *q, const bf16 *k, const bf16 *v,
+                          const bf16 *out, const float *lse, bf16 *dq, bf16 *dk, bf16 *dv,
+                          float *dq_acc, float *Dsum, int B, int T, int Hq, int Hk, float scale,
+                          int window, cudaStream_t s) {
+    constexpr int BC = 16 * NW;
+    const size_t rows = (size_t)B * T * Hq, nq = rows * D;
+    ZY_TRY(att_cuda_ok(cudaMemsetAsync(dq_acc, 0, nq * sizeof(float), s), "clearing dq scratch"));
+    const size_t dot_threads = rows * (D / 8);
+    att_bwd_dot_kernel<D>
+        <<<(unsigned)((dot_threads + 255) / 256), 256, 0, s>>>(dout, out, Dsum, rows, T, Hq);
+    ZY_TRY(att_cuda_ok(cudaGetLastError(), "backward row-sum kernel launch"));
+    const size_t smem = (size_t)(2 * BC + 4 * BR) * (D + 8) * sizeof(bf16) +
+                        (size_t)BC * (BR + 8) * sizeof(bf16) + 4 * BR * sizeof(float);
+    ZY_TRY(att_set_smem((const void *)att_bwd_kernel<D, NW, BR>, smem));
+    dim3 grid((unsigned)(B * Hk), (unsigned)((T + BC - 1) / BC));
+    att_bwd_kernel<D, NW, BR><<<grid, NW * 32, smem, s>>>(
+        q, k, v, dout, lse, Dsum, dq_acc, dk, dv, T, Hq, Hk, scale * ATT_LOG2E, scale, window);
+    ZY_TRY(att_cuda_ok(cudaGetLastError(), "backward kernel launch"));
+    const size_t n4 = nq / 4;
+    unsigned blocks = (unsigned)((n4 + 255) / 256);
+    if (blocks > 4096) blocks = 4096;
+    att_dq_convert_kernel<<<blocks, 256, 0, s>>>((const float4 *)dq_acc, (uint2 *)dq, n4, scale);
+    return att_cuda_ok(cudaGetLastError(), "dq conversion kernel launch");
+}
+
+/* Shared argument checks; returns ZY_OK or the failure. */
+static int att_check_args(const char *fn, int B, int T, int Hq, int Hk, int d, float scale,
+                          const void *const *ptrs, int nptr) {
+    if (B < 0 || T < 0 || Hq < 1 || Hk < 1 || Hq % Hk != 0)
+        return zy_fail("%s: impossible shape B=%d T=%d Hq=%d Hk=%d (need B, T >= 0, Hq a "
+                       "multiple of Hk >= 1)",
+                       fn, B, T, Hq, Hk);
+    if (d != 16 && d != 32 && d != 64 && d != 128)
+        return zy_fail("%s: head dim %d not supported (16, 32, 64 or 128)", fn, d);
+    if (!isfinite(scale)) return zy_fail("%s: scale %g is not finite", fn, (double)scale);
+    if ((T + 15) / 16 > 65535) return zy_fail("%s: T=%d too long (grid limit)", fn, T);
+    for (int i = 0; i < nptr; i++)
+        if (((uintptr_t)ptrs[i] & 15) != 0)
+            return zy_fail("%s: pointer argument %d is not 16-byte aligned", fn, i);
+    return ZY_OK;
+}
+
+/* The forward for one (D, warps, m-tiles per warp) choice. */
+#define ATT_FWD(D, NW, MR)                                                                         \
+    att_launch_fwd<D, NW, MR>(bq, bk, bv, bo, lse, B, T, Hq, Hk, scale, window, s)
+
+extern "C" int cuda_attention_fwd_cfg(const void *q, const void *k, const void *v, void *out,
+                                      float *lse, int B, int T, int Hq, int Hk, int d, float scale,
+                                      int window, const cuda_attention_cfg *cfg, cudaStream_t s) {
+    const void *ptrs[5] = {q, k, v, out, lse};
+    ZY_TRY(att_check_args("cuda_attention_fwd", B, T, Hq, Hk, d, scale, ptrs, 5));
+    if (B == 0 || T == 0) return ZY_OK;
+    /* defaults: the fastest measured on an H100 at d = 128 (bench/attention_NOTES.md) */
+    int nw = cfg && cfg->fwd_warps ? cfg->fwd_warps : 4;
+    int mr = cfg && cfg->fwd_mtiles ? cfg->fwd_mtiles : d == 128 && nw == 4 ? 2 : 1;
+    if ((nw != 4 && nw != 8) || (mr != 1 && mr != 2) || (mr == 2 && nw != 4))
+        return zy_fail("cuda_attention_fwd: fwd_warps %d / fwd_mtiles %d not supported (4 or 8 / "
+                       "1, or 4 / 2)",
+                       nw, mr);
+    const bf16 *bq = (const bf16 *)q, *bk = (const bf16 *)k, *bv = (const bf16 *)v;
+    bf16 *bo = (bf16 *)out;
+    const int variant = mr == 2 ? 2 : nw == 8 ? 1 : 0;
+    switch (d) {
+    case 128:
+        switch (variant) {
+        case 0:
+            return ATT_FWD(128, 4, 1);
+        case 1:
+            return ATT_FWD(128, 8, 1);
+        default:
+            return ATT_FWD(128, 4, 2);
+        }
+    case 64:
+        switch (variant) {
+        case 0:
+            return ATT_FWD(64, 4, 1);
+        case 1:
+            return ATT_FWD(64, 8, 1);
+        default:
+            return ATT_FWD(64, 4, 2);
+        }
+    case 32:
+        return ATT_FWD(32, 4, 1);
+    default:
+        return ATT_FWD(16, 4, 1);
+    }
+}
+
+extern "C" int cuda_attention_fwd(const void *q, const void *k, const void *v, void *out,
+                                  float *lse, int B, int T, int Hq, int Hk, int d, float scale,
+                                  int window, cudaStream_t s) {
+    return cuda_attention_fwd_cfg(q, k, v, out, lse, B, T, Hq, Hk, d, scale, window, NULL, s);
+}
+
+extern "C" size_t cuda_attention_bwd_scratch_bytes(int B, int T, int Hq, int d) {
+    if (B <= 0 || T <= 0 || Hq <= 0 || d <= 0) return 0;
+    return ((size_t)B * T * Hq * d + (size_t)B * Hq * T) * sizeof(float);
+}
+
+/* The backward for one (D, warps, rows) choice; the template sizes live in the variants below. */
+#define ATT_BWD(D, NW, BR)                                                                         \
+    att_launch_bwd<D, NW, BR>(bdo, bq, bk, bv, bo, lse, bdq, bdk, bdv, acc, Dsum, B, T, Hq, Hk,    \
+                              scale, window, s)
+
+extern "C" int cuda_attention_bwd_cfg(const void *dout, const void *q, const void *k, const void *v,
+                                      const void *out, const float *lse, void *dq, void *dk,
+                                      void *dv, void *scratch, size_t scratch_bytes, int B, int T,
+                                      int Hq, int Hk, int d, float scale, int window,
+                                      const cuda_attention_cfg *cfg, cudaStream_t s) {
+    const void *ptrs[10] = {dout, q, k, v, out, lse, dq, dk, dv, scratch};
+    ZY_TRY(att_check_args("cuda_attention_bwd", B, T, Hq, Hk, d, scale, ptrs, 10));
+    if (B == 0 || T == 0) return ZY_OK;
+    size_t need = cuda_attention_bwd_scratch_bytes(B, T, Hq, d);
+    if (scratch == NULL || scratch_bytes < need)
+        return zy_fail("cuda_attention_bwd: scratch of %zu bytes given, %zu needed", scratch_bytes,
+                       need);
+    int nw = cfg && cfg->bwd_warps ? cfg->bwd_warps : 8;
+    int br = cfg && cfg->bwd_rows ? cfg->bwd_rows : 64;
+    if ((nw != 4 && nw != 8) || (br != 32 && br != 64))
+        return zy_fail("cuda_attention_bwd: bwd_warps %d / bwd_rows %d not supported (4 or 8 / "
+                       "32 or 64)",
+                       nw, br);
+    const bf16 *bdo = (const bf16 *)dout, *bq = (const bf16 *)q, *bk = (const bf16 *)k,
+               *bv = (const bf16 *)v, *bo = (const bf16 *)out;
+    bf16 *bdq = (bf16 *)dq, *bdk = (bf16 *)dk, *bdv = (bf16 *)dv;
+    float *acc = (float *)scratch, *Dsum = acc + (size_t)B * T * Hq * d;
+    const int variant = (nw == 8 ? 2 : 0) + (br == 64 ? 1 : 0);
+    switch (d) {
+    case 128:
+        switch (variant) {
+        case 0:
+            return ATT_BWD(128, 4, 32);
+        case 1:
+            return ATT_BWD(128, 4, 64);
+        case 2:
+            return ATT_BWD(128, 8, 32);
+        default:
+            return ATT_BWD(128, 8, 64);
+        }
+    case 64:
+        switch (variant) {
+        case 0:
+            return ATT_BWD(64, 4, 32);
+        case 1:
+            return ATT_BWD(64, 4, 64);
+        case 2:
+            return ATT_BWD(64, 8, 32);
+        default:
+            return ATT_BWD(64, 8, 64);
+        }
+    case 32:
+        return ATT_BWD(32, 4, 64);
+    default:
+        return ATT_BWD(16, 4, 64);
+    }
+}
+
+extern "C" int cuda_attention_bwd(const void *dout, const void *q, const void *k, const void *v,
+                                  const void *out, const float *lse, void *dq, void *dk, void *dv,
+                                  void *scratch, size_t scratch_bytes, int B, int T, int Hq, int Hk,
+                                  int d, float scale, int window, cudaStream_t s) {
+    return cuda_attention_bwd_cfg(dout, q, k, v, out, lse, dq, dk, dv, scratch, scratch_bytes, B, T,
+                                  Hq, Hk, d, scale, window, NULL, s);
+}
