@@ -1,0 +1,122 @@
+/* Device helpers shared by the CUDA op kernels (the .cu files of ops/cuda, C++ only): fp32 <->
+ * element-type conversion, loads/stores of W consecutive elements (one 16-byte access when W *
+ * sizeof(T) is 16), block reductions, and the row chunking of the deterministic column sums
+ * (parameter gradients are summed per chunk of rows into a workspace, then over chunks in order).
+ */
+#ifndef ZY_OPS_CUDA_UTIL_H
+#define ZY_OPS_CUDA_UTIL_H
+
+#include "dist/cuda_check.h"
+
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+/* Threads per block of the row kernels (one block per row). */
+#define ZY_ROW_THREADS 256
+/* Column-sum kernels: blocks of ZY_COL_TX columns x ZY_COL_TY row lanes; at most ZY_COL_MAXP
+ * row chunks of at least ZY_COL_MINR rows. */
+#define ZY_COL_TX   32
+#define ZY_COL_TY   8
+#define ZY_COL_MAXP 256
+#define ZY_COL_MINR 64
+
+__device__ __forceinline__ float zy_to_f(float v) {
+    return v;
+}
+__device__ __forceinline__ float zy_to_f(__nv_bfloat16 v) {
+    return __bfloat162float(v);
+}
+template <typename T> __device__ __forceinline__ T zy_from_f(float v);
+template <> __device__ __forceinline__ float zy_from_f<float>(float v) {
+    return v;
+}
+template <> __device__ __forceinline__ __nv_bfloat16 zy_from_f<__nv_bfloat16>(float v) {
+    return __float2bfloat16_rn(v);
+}
+
+/* out[0..W) = p[0..W) in fp32; 16-byte loads when W * sizeof(T) is a multiple of 16 (p then
+ * 16-byte aligned), else element loads. */
+template <typename T, int W> __device__ __forceinline__ void zy_load(const T *p, float *out) {
+    if constexpr ((W * sizeof(T)) % 16 == 0) {
+        constexpr int NV = W * sizeof(T) / 16, PER = 16 / sizeof(T);
+#pragma unroll
+        for (int j = 0; j < NV; j++) {
+            uint4 u = reinterpret_cast<const uint4 *>(p)[j];
+            const T *e = reinterpret_cast<const T *>(&u);
+#pragma unroll
+            for (int k = 0; k < PER; k++) out[j * PER + k] = zy_to_f(e[k]);
+        }
+    } else {
+#pragma unroll
+        for (int k = 0; k < W; k++) out[k] = zy_to_f(p[k]);
+    }
+}
+
+/* p[0..W) = v[0..W) rounded to T (round to nearest even); 16-byte stores when the width allows. */
+template <typename T, int W> __device__ __forceinline__ void zy_store(T *p, const float *v) {
+    if constexpr ((W * sizeof(T)) % 16 == 0) {
+        constexpr int NV = W * sizeof(T) / 16, PER = 16 / sizeof(T);
+#pragma unroll
+        for (int j = 0; j < NV; j++) {
+            uint4 u;
+            T *e = reinterpret_cast<T *>(&u);
+#pragma unroll
+            for (int k = 0; k < PER; k++) e[k] = zy_from_f<T>(v[j * PER + k]);
+            reinterpret_cast<uint4 *>(p)[j] = u;
+        }
+    } else {
+#pragma unroll
+        for (int k = 0; k < W; k++) p[k] = zy_from_f<T>(v[k]);
+    }
+}
+
+/* Threads for a row kernel over `units` vector units: a multiple of 32 in [32, ZY_ROW_THREADS]. */
+static inline int zy_row_threads(long long units) {
+    long long t = (units + 31) / 32 * 32;
+    return t < 32 ? 32 : (t > ZY_ROW_THREADS ? ZY_ROW_THREADS : (int)t);
+}
+
+/* Blocks for a grid-stride elementwise kernel over `units` items of 256 threads. */
+static inline unsigned zy_grid_blocks(size_t units) {
+    size_t b = (units + 255) / 256;
+    return b < 1 ? 1u : (b > 8192 ? 8192u : (unsigned)b);
+}
+
+/* Sum of v over the block (blockDim.x a multiple of 32, at most 1024); every thread gets it.
+ * The order is fixed by the thread layout, so the result is deterministic. */
+__device__ __forceinline__ float zy_block_sum(float v) {
+    __shared__ float part[32];
+    __shared__ float total;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    __syncthreads(); /* part/total may still be read by an earlier call */
+    if (lane == 0) part[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        float s = lane < nw ? part[lane] : 0.0f;
+        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (lane == 0) total = s;
+    }
+    __syncthreads();
+    return total;
+}
+
+/* 1 when p is aligned to `bytes` (the vector paths need 16- or 8-byte alignment). */
+static inline int zy_aligned(const void *p, size_t bytes) {
+    return ((uintptr_t)p % bytes) == 0;
+}
+
+/* Row chunking of the column sums for N rows: *R rows per chunk, *P chunks (P <= ZY_COL_MAXP). */
+static inline void zy_col_chunks(int N, int *R, int *P) {
+    int r = ZY_COL_MINR;
+    if ((N + r - 1) / r > ZY_COL_MAXP) r = (N + ZY_COL_MAXP - 1) / ZY_COL_MAXP;
+    *R = r;
+    *P = N > 0 ? (N + r - 1) / r : 0;
+}
+
+/* dst[c] += (sum over p < P of part[p*C + c]) (* mul[c] when mul != NULL), summed in chunk order.
+ * Defined in norm.cu. */
+int zy_col_finish(float *dst, const float *part, const float *mul, int P, int C,
+                  cudaStream_t stream);
+
+#endif

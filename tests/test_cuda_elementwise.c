@@ -1,0 +1,593 @@
+/* GPU tests of the CUDA kernels for the memory-bound ops (ops/cuda/kernels.h): RMSNorm, residual
+ * scaling + RMSNorm, GELU, SwiGLU, embedding, fused cross-entropy, forward and backward, each
+ * against its CPU op (ops.h) run on the same fresh random inputs (rounded to bf16 first where the
+ * kernel reads bf16). Skipped when no GPU is present.
+ * Measures: fp32 outputs max|got - ref| / max(max|ref|, S) < 1e-5; bf16 outputs
+ * rms(got - ref) / max(rms(ref), S) < 1e-2, where S is the size of the terms an output is the
+ * difference of (0 where nothing cancels): e.g. RMSNorm's dx = rstd*dy*w - k*x cancels entirely at
+ * C = 1, and no fp32 kernel can give it more than ~1e-7 * S absolute accuracy. Outputs are filled
+ * with NaN before each run, so an element left unwritten fails. Parameter gradients start from
+ * random values; their increments (after - before) are compared in fp32. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "ops_test_util.h"
+
+#ifdef ZY_HAVE_CUDA
+#include "base/err.h"
+#include "ops/cuda/kernels.h"
+
+#include <cuda_runtime.h>
+#endif
+
+#define TOL_F32  1e-5
+#define TOL_BF16 1e-2
+#define EPS      1e-5f
+#define IGNORE   (-100)
+
+static int have_gpu;
+
+static int setup(void **state) {
+    (void)state;
+    tu_rng = zy_rng_init(20261122, 4);
+    (void)tu_ctx; /* the CPU ops run only in CUDA builds */
+#ifdef ZY_HAVE_CUDA
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        n = 0;
+        (void)cudaGetLastError();
+    }
+    have_gpu = n > 0;
+#endif
+    return 0;
+}
+
+#ifdef ZY_HAVE_CUDA
+
+static const int ROWS[] = {1, 7, 1000};
+static const int WIDTHS[] = {1, 3, 128, 1024, 2049};
+#define NROWS   3
+#define NWIDTHS 5
+
+/* cudart maps memory in ASan's shadow gap; ASan must leave the gap unprotected (SAN=1 builds). */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void) {
+    return "protect_shadow_gap=0";
+}
+
+#define CK(expr)                                                                                   \
+    do {                                                                                           \
+        cudaError_t e_ = (expr);                                                                   \
+        if (e_ != cudaSuccess) fail_msg("%s: %s", #expr, cudaGetErrorString(e_));                  \
+    } while (0)
+#define OKZ(expr)                                                                                  \
+    do {                                                                                           \
+        if ((expr) != ZY_OK) fail_msg("%s: %s", #expr, zy_errmsg());                               \
+    } while (0)
+
+static double worst_f32, worst_bf16; /* printed at the end */
+
+/* Device and host buffers of one case, freed together. */
+static void *dbufs[64], *hbufs[64];
+static int ndb, nhb;
+
+static float *H(float *p) {
+    assert_true(nhb < 64);
+    hbufs[nhb++] = p;
+    return p;
+}
+
+static void free_case(void) {
+    for (int i = 0; i < ndb; i++) CK(cudaFree(dbufs[i]));
+    for (int i = 0; i < nhb; i++) free(hbufs[i]);
+    ndb = nhb = 0;
+}
+
+static void *dalloc(size_t bytes) {
+    void *d = NULL;
+    CK(cudaMalloc(&d, bytes ? bytes : 16));
+    assert_true(ndb < 64);
+    dbufs[ndb++] = d;
+    return d;
+}
+
+/* Round to nearest even bf16 (NaN stays NaN). */
+static uint16_t f2bf(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static float bf2f(uint16_t b) {
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* x rounded to bf16 values in place when bf (the CPU then sees what the kernel reads). */
+static float *rnd(float *x, size_t n, int bf) {
+    if (bf)
+        for (size_t i = 0; i < n; i++) x[i] = bf2f(f2bf(x[i]));
+    return x;
+}
+
+/* Device copy of x[n] as fp32 or bf16. */
+static void *dput(const float *x, size_t n, int bf) {
+    void *d = dalloc(n * (bf ? 2 : 4));
+    if (bf) {
+        uint16_t *t = malloc((n ? n : 1) * 2);
+        assert_non_null(t);
+        for (size_t i = 0; i < n; i++) t[i] = f2bf(x[i]);
+        CK(cudaMemcpy(d, t, n * 2, cudaMemcpyHostToDevice));
+        free(t);
+    } else {
+        CK(cudaMemcpy(d, x, n * 4, cudaMemcpyHostToDevice));
+    }
+    return d;
+}
+
+/* Device buffer of n NaNs (an output to be overwritten). */
+static void *dnan(size_t n, int bf) {
+    float *t = tu_const(n, NAN);
+    void *d = dput(t, n, bf);
+    free(t);
+    return d;
+}
+
+/* Host fp32 copy of a device buffer (after the queued kernels finish). */
+static float *dget(const void *d, size_t n, int bf) {
+    CK(cudaDeviceSynchronize());
+    float *h = H(tu_alloc(n));
+    if (bf) {
+        uint16_t *t = malloc((n ? n : 1) * 2);
+        assert_non_null(t);
+        CK(cudaMemcpy(t, d, n * 2, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < n; i++) h[i] = bf2f(t[i]);
+        free(t);
+    } else {
+        CK(cudaMemcpy(h, d, n * 4, cudaMemcpyDeviceToHost));
+    }
+    return h;
+}
+
+/* got against ref with the measure of the output's type; every element must have been written. */
+static void check(const char *what, const float *got, const float *ref, size_t n, int bf,
+                  double floor) {
+    double num = 0, den = 0, mx = 0, mref = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(got[i]) && !isnan(ref[i]))
+            fail_msg("%s: element %zu of %zu not written (still NaN)", what, i, n);
+        double d = fabs((double)got[i] - (double)ref[i]);
+        num += d * d;
+        den += (double)ref[i] * ref[i];
+        if (!(d <= mx)) mx = d;
+        if (fabs(ref[i]) > mref) mref = fabs(ref[i]);
+    }
+    double rn = n ? (double)n : 1.0;
+    double err = bf ? sqrt(num / rn) / fmax(fmax(sqrt(den / rn), floor), 1e-30)
+                    : mx / fmax(fmax(mref, floor), 1e-30);
+    double tol = bf ? TOL_BF16 : TOL_F32;
+    if (bf && err > worst_bf16) worst_bf16 = err;
+    if (!bf && err > worst_f32) worst_f32 = err;
+    if (!(err <= tol)) fail_msg("%s: error %.3g over the tolerance %.0e", what, err, tol);
+}
+
+/* Increments of an accumulated fp32 gradient: (got - before) against (ref - before). */
+static void check_accum(const char *what, const float *got, const float *ref, const float *before,
+                        size_t n) {
+    float *a = H(tu_alloc(n)), *b = H(tu_alloc(n));
+    for (size_t i = 0; i < n; i++) {
+        a[i] = got[i] - before[i];
+        b[i] = ref[i] - before[i];
+    }
+    check(what, a, b, n, 0, 0);
+}
+
+static double maxabs(const float *x, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (fabs(x[i]) > m) m = fabs(x[i]);
+    return m;
+}
+
+/* max over rows n and columns c of |rstd[n] * g[n,c] * w[c]|: the size of RMSNorm's dx terms */
+static double norm_terms(const float *rstd, const float *g, const float *w, int N, int C) {
+    double m = 0;
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) {
+            double t = fabs((double)rstd[n] * g[(size_t)n * C + c] * w[c]);
+            if (t > m) m = t;
+        }
+    return m;
+}
+
+static const char *tname(int bf) {
+    return bf ? "bf16" : "f32";
+}
+
+/* ---- RMSNorm: variant 0 = f32, 1 = bf16, 2 = f32 rows in, bf16 rows out ---- */
+
+static void run_rmsnorm(void) {
+    static const char *vn[] = {"f32", "bf16", "f32_bf16"};
+    int cases = 0;
+    for (int v = 0; v < 3; v++)
+        for (int a = 0; a < NROWS; a++)
+            for (int b = 0; b < NWIDTHS; b++, cases++) {
+                int N = ROWS[a], C = WIDTHS[b], xbf = v == 1, ybf = v >= 1, acc = cases % 2;
+                size_t nc = (size_t)N * C;
+                char what[128];
+                float *x = H(rnd(tu_randn(nc, 1.5f), nc, xbf)), *w = H(tu_randu(C, 0.5f, 1.5f));
+                float *yr = H(tu_alloc(nc)), *rr = H(tu_alloc(N));
+                ops_rmsnorm_fwd(&tu_ctx, yr, rr, x, w, N, C, EPS);
+                void *dx = dput(x, nc, xbf), *dw = dput(w, C, 0), *dy = dnan(nc, ybf);
+                float *drs = dnan(N, 0);
+                if (v == 0) OKZ(cuda_rmsnorm_fwd_f32(dy, drs, dx, dw, N, C, EPS, NULL));
+                if (v == 1) OKZ(cuda_rmsnorm_fwd_bf16(dy, drs, dx, dw, N, C, EPS, NULL));
+                if (v == 2) OKZ(cuda_rmsnorm_fwd_f32_bf16(dy, drs, dx, dw, N, C, EPS, NULL));
+                snprintf(what, sizeof what, "rmsnorm_fwd_%s N=%d C=%d y", vn[v], N, C);
+                check(what, dget(dy, nc, ybf), yr, nc, ybf, 0);
+                snprintf(what, sizeof what, "rmsnorm_fwd_%s N=%d C=%d rstd", vn[v], N, C);
+                check(what, dget(drs, N, 0), rr, N, 0, 0);
+
+                /* backward from the CPU's rstd, onto random dx (acc) and dw */
+                float *g = H(rnd(tu_randn(nc, 1.0f), nc, ybf));
+                float *dx0 = H(rnd(tu_randn(nc, 1.0f), nc, xbf)), *dw0 = H(tu_randn(C, 0.1f));
+                float *dxr = H(tu_dup(dx0, nc)), *dwr = H(tu_dup(dw0, C));
+                ops_rmsnorm_bwd(&tu_ctx, dxr, dwr, g, x, w, rr, N, C, acc);
+                void *dg = dput(g, nc, ybf), *ddx = acc ? dput(dx0, nc, xbf) : dnan(nc, xbf);
+                float *ddw = dput(dw0, C, 0), *drr = dput(rr, N, 0);
+                float *ws = dalloc(cuda_ops_ws_bytes(N, C));
+                if (v == 0)
+                    OKZ(cuda_rmsnorm_bwd_f32(ddx, ddw, ws, dg, dx, dw, drr, N, C, acc, NULL));
+                if (v == 1)
+                    OKZ(cuda_rmsnorm_bwd_bf16(ddx, ddw, ws, dg, dx, dw, drr, N, C, acc, NULL));
+                if (v == 2)
+                    OKZ(cuda_rmsnorm_bwd_f32_bf16(ddx, ddw, ws, dg, dx, dw, drr, N, C, acc, NULL));
+                snprintf(what, sizeof what, "rmsnorm_bwd_%s N=%d C=%d acc=%d dx", vn[v], N, C, acc);
+                check(what, dget(ddx, nc, xbf), dxr, nc, xbf,
+                      norm_terms(rr, g, w, N, C) + (acc ? maxabs(dx0, nc) : 0));
+                snprintf(what, sizeof what, "rmsnorm_bwd_%s N=%d C=%d dw", vn[v], N, C);
+                check_accum(what, dget(ddw, C, 0), dwr, dw0, C);
+                free_case();
+            }
+}
+
+/* ---- residual scaling + RMSNorm ---- */
+
+static void run_resnorm(void) {
+    for (int bf = 0; bf < 2; bf++)
+        for (int a = 0; a < NROWS; a++)
+            for (int b = 0; b < NWIDTHS; b++) {
+                int N = ROWS[a], D = WIDTHS[b];
+                size_t nd = (size_t)N * D;
+                char what[128];
+                float *o = H(rnd(tu_randn(nd, 1.0f), nd, bf)), *h = H(tu_randn(nd, 1.0f));
+                float *ob = H(tu_randn(D, 0.3f)), *os = H(tu_randu(D, 0.5f, 1.5f));
+                float *rb = H(tu_randn(D, 0.3f)), *rs = H(tu_randu(D, 0.5f, 1.5f));
+                float *w = H(tu_randu(D, 0.5f, 1.5f));
+                float *outr = H(tu_alloc(nd)), *yr = H(tu_alloc(nd)), *rr = H(tu_alloc(N));
+                ops_resscale_fwd(&tu_ctx, outr, o, h, ob, os, rb, rs, N, D);
+                ops_rmsnorm_fwd(&tu_ctx, yr, rr, outr, w, N, D, EPS);
+                void *d_o = dput(o, nd, bf), *dy = dnan(nd, bf);
+                float *dh = dput(h, nd, 0), *dob = dput(ob, D, 0), *dos = dput(os, D, 0);
+                float *drb = dput(rb, D, 0), *drs = dput(rs, D, 0), *dw = dput(w, D, 0);
+                float *dout = dnan(nd, 0), *drstd = dnan(N, 0);
+                if (bf)
+                    OKZ(cuda_resnorm_fwd_bf16(dout, dy, drstd, d_o, dh, dob, dos, drb, drs, dw, N,
+                                              D, EPS, NULL));
+                else
+                    OKZ(cuda_resnorm_fwd_f32(dout, dy, drstd, d_o, dh, dob, dos, drb, drs, dw, N, D,
+                                             EPS, NULL));
+                snprintf(what, sizeof what, "resnorm_fwd_%s N=%d D=%d out", tname(bf), N, D);
+                double terms = 0;
+                for (size_t i = 0; i < nd; i++) {
+                    size_t c = i % (size_t)D;
+                    double t =
+                        fabs(((double)o[i] + ob[c]) * os[c]) + fabs(((double)h[i] + rb[c]) * rs[c]);
+                    if (t > terms) terms = t;
+                }
+                float *outg = dget(dout, nd, 0);
+                check(what, outg, outr, nd, 0, terms);
+                /* y and rstd against the CPU RMSNorm of the kernel's own out (out may cancel) */
+                float *yr2 = H(tu_alloc(nd)), *rr2 = H(tu_alloc(N));
+                ops_rmsnorm_fwd(&tu_ctx, yr2, rr2, outg, w, N, D, EPS);
+                snprintf(what, sizeof what, "resnorm_fwd_%s N=%d D=%d y", tname(bf), N, D);
+                check(what, dget(dy, nd, bf), yr2, nd, bf, 0);
+                snprintf(what, sizeof what, "resnorm_fwd_%s N=%d D=%d rstd", tname(bf), N, D);
+                check(what, dget(drstd, N, 0), rr2, N, 0, 0);
+
+                /* backward: dres present except for N == 7, D > 1 (then 0) */
+                int has_res = N != 7 || D == 1;
+                float *g = H(rnd(tu_randn(nd, 1.0f), nd, bf)), *res = H(tu_randn(nd, 1.0f));
+                float *p0[5], *pr[5], *pd[5];
+                for (int k = 0; k < 5; k++) {
+                    p0[k] = H(tu_randn(D, 0.1f));
+                    pr[k] = H(tu_dup(p0[k], D));
+                    pd[k] = dput(p0[k], D, 0);
+                }
+                float *doutr = H(has_res ? tu_dup(res, nd) : tu_const(nd, 0.0f));
+                float *d_or = H(tu_alloc(nd)), *dhr = H(tu_alloc(nd));
+                ops_rmsnorm_bwd(&tu_ctx, doutr, pr[0], g, outr, w, rr, N, D, 1);
+                ops_resscale_bwd(&tu_ctx, d_or, dhr, pr[1], pr[2], pr[3], pr[4], doutr, o, h, ob,
+                                 os, rb, rs, N, D);
+                void *dg = dput(g, nd, bf), *dd_o = dnan(nd, bf);
+                float *dres = has_res ? dput(res, nd, 0) : NULL, *ddh = dnan(nd, 0);
+                float *doutin = dput(outr, nd, 0), *drr = dput(rr, N, 0);
+                float *ws = dalloc(cuda_ops_ws_bytes(N, D));
+                if (bf)
+                    OKZ(cuda_resnorm_bwd_bf16(dd_o, ddh, pd[0], pd[1], pd[2], pd[3], pd[4], ws, dg,
+                                              dres, doutin, drr, dw, d_o, dh, dob, dos, drb, drs, N,
+                                              D, NULL));
+                else
+                    OKZ(cuda_resnorm_bwd_f32(dd_o, ddh, pd[0], pd[1], pd[2], pd[3], pd[4], ws, dg,
+                                             dres, doutin, drr, dw, d_o, dh, dob, dos, drb, drs, N,
+                                             D, NULL));
+                snprintf(what, sizeof what, "resnorm_bwd_%s N=%d D=%d d_o", tname(bf), N, D);
+                double dterms = norm_terms(rr, g, w, N, D) + (has_res ? maxabs(res, nd) : 0);
+                check(what, dget(dd_o, nd, bf), d_or, nd, bf, dterms * maxabs(os, D));
+                snprintf(what, sizeof what, "resnorm_bwd_%s N=%d D=%d dh", tname(bf), N, D);
+                check(what, dget(ddh, nd, 0), dhr, nd, 0, dterms * maxabs(rs, D));
+                static const char *pn[] = {"dw", "dob", "dos", "drb", "drs"};
+                for (int k = 0; k < 5; k++) {
+                    snprintf(what, sizeof what, "resnorm_bwd_%s N=%d D=%d %s", tname(bf), N, D,
+                             pn[k]);
+                    check_accum(what, dget(pd[k], D, 0), pr[k], p0[k], D);
+                }
+                free_case();
+            }
+}
+
+/* ---- GELU ---- */
+
+static void run_gelu(void) {
+    for (int bf = 0; bf < 2; bf++)
+        for (int a = 0; a < NROWS; a++)
+            for (int b = 0; b < NWIDTHS; b++) {
+                size_t n = (size_t)ROWS[a] * WIDTHS[b];
+                char what[128];
+                float *x = H(rnd(tu_randn(n, 2.0f), n, bf)), *g = H(rnd(tu_randn(n, 1.0f), n, bf));
+                float *yr = H(tu_alloc(n)), *dxr = H(tu_alloc(n));
+                ops_gelu_fwd(&tu_ctx, yr, x, n);
+                ops_gelu_bwd(&tu_ctx, dxr, g, x, n);
+                void *dx = dput(x, n, bf), *dg = dput(g, n, bf), *dy = dnan(n, bf);
+                void *ddx = dnan(n, bf);
+                if (bf) {
+                    OKZ(cuda_gelu_fwd_bf16(dy, dx, n, NULL));
+                    OKZ(cuda_gelu_bwd_bf16(ddx, dg, dx, n, NULL));
+                } else {
+                    OKZ(cuda_gelu_fwd_f32(dy, dx, n, NULL));
+                    OKZ(cuda_gelu_bwd_f32(ddx, dg, dx, n, NULL));
+                }
+                snprintf(what, sizeof what, "gelu_fwd_%s n=%zu", tname(bf), n);
+                /* x/2 + x/2 erf(x/sqrt 2) cancels for negative x */
+                check(what, dget(dy, n, bf), yr, n, bf, 0.5 * maxabs(x, n));
+                snprintf(what, sizeof what, "gelu_bwd_%s n=%zu", tname(bf), n);
+                check(what, dget(ddx, n, bf), dxr, n, bf, maxabs(g, n));
+                free_case();
+            }
+}
+
+/* ---- SwiGLU ---- */
+
+static void run_swiglu(void) {
+    for (int bf = 0; bf < 2; bf++)
+        for (int a = 0; a < NROWS; a++)
+            for (int b = 0; b < NWIDTHS; b++) {
+                int N = ROWS[a], F = WIDTHS[b];
+                size_t nf = (size_t)N * F;
+                char what[128];
+                float *gu = H(rnd(tu_randn(2 * nf, 2.0f), 2 * nf, bf));
+                float *g = H(rnd(tu_randn(nf, 1.0f), nf, bf));
+                float *yr = H(tu_alloc(nf)), *dgur = H(tu_alloc(2 * nf));
+                ops_swiglu_fwd(&tu_ctx, yr, gu, N, F);
+                ops_swiglu_bwd(&tu_ctx, dgur, g, gu, N, F);
+                void *dgu = dput(gu, 2 * nf, bf), *dg = dput(g, nf, bf), *dy = dnan(nf, bf);
+                void *ddgu = dnan(2 * nf, bf);
+                if (bf) {
+                    OKZ(cuda_swiglu_fwd_bf16(dy, dgu, N, F, NULL));
+                    OKZ(cuda_swiglu_bwd_bf16(ddgu, dg, dgu, N, F, NULL));
+                } else {
+                    OKZ(cuda_swiglu_fwd_f32(dy, dgu, N, F, NULL));
+                    OKZ(cuda_swiglu_bwd_f32(ddgu, dg, dgu, N, F, NULL));
+                }
+                snprintf(what, sizeof what, "swiglu_fwd_%s N=%d F=%d", tname(bf), N, F);
+                check(what, dget(dy, nf, bf), yr, nf, bf, 0);
+                snprintf(what, sizeof what, "swiglu_bwd_%s N=%d F=%d", tname(bf), N, F);
+                check(what, dget(ddgu, 2 * nf, bf), dgur, 2 * nf, bf, 0);
+                free_case();
+            }
+}
+
+/* ---- embedding ---- */
+
+static void run_embed(void) {
+    const int V = 50;
+    for (int a = 0; a < NROWS; a++)
+        for (int b = 0; b < NWIDTHS; b++) {
+            int N = ROWS[a], D = WIDTHS[b];
+            size_t nd = (size_t)N * D, vd = (size_t)V * D;
+            char what[128];
+            float *emb = H(tu_randn(vd, 1.0f)), *bias = H(tu_randn(D, 0.2f));
+            float *scale = H(tu_randu(D, 0.5f, 1.5f)), *hr = H(tu_alloc(nd));
+            int32_t *ids = malloc((size_t)N * sizeof(int32_t));
+            assert_non_null(ids);
+            H((float *)ids);
+            for (int n = 0; n < N; n++) ids[n] = (int32_t)zy_rng_below(&tu_rng, (uint64_t)V);
+            int skip = N > 1 ? ids[1] : -1;
+            ops_embed_fwd(&tu_ctx, hr, emb, ids, bias, scale, N, D);
+            float *demb = dput(emb, vd, 0), *dbias = dput(bias, D, 0), *dscale = dput(scale, D, 0);
+            int32_t *dids = dalloc((size_t)N * sizeof(int32_t));
+            CK(cudaMemcpy(dids, ids, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice));
+            float *dh = dnan(nd, 0);
+            OKZ(cuda_embed_fwd_f32(dh, demb, dids, dbias, dscale, N, D, NULL));
+            snprintf(what, sizeof what, "embed_fwd N=%d D=%d", N, D);
+            check(what, dget(dh, nd, 0), hr, nd, 0,
+                  (maxabs(emb, vd) + maxabs(bias, D)) * maxabs(scale, D));
+
+            float *g = H(tu_randn(nd, 1.0f));
+            float *ge0 = H(tu_randn(vd, 0.1f)), *gb0 = H(tu_randn(D, 0.1f));
+            float *gs0 = H(tu_randn(D, 0.1f));
+            float *ger = H(tu_dup(ge0, vd)), *gbr = H(tu_dup(gb0, D)), *gsr = H(tu_dup(gs0, D));
+            ops_embed_bwd(&tu_ctx, ger, gbr, gsr, g, emb, ids, bias, scale, N, D, skip);
+            float *dg = dput(g, nd, 0), *dge = dput(ge0, vd, 0), *dgb = dput(gb0, D, 0);
+            float *dgs = dput(gs0, D, 0), *ws = dalloc(cuda_ops_ws_bytes(N, D));
+            OKZ(cuda_embed_bwd_f32(dge, dgb, dgs, ws, dg, demb, dids, dbias, dscale, N, D, skip,
+                                   NULL));
+            float *ge = dget(dge, vd, 0);
+            snprintf(what, sizeof what, "embed_bwd N=%d D=%d skip=%d demb", N, D, skip);
+            check_accum(what, ge, ger, ge0, vd);
+            if (skip >= 0)
+                for (int c = 0; c < D; c++)
+                    if (memcmp(&ge[(size_t)skip * D + c], &ge0[(size_t)skip * D + c], 4) != 0)
+                        fail_msg("embed_bwd N=%d D=%d: row skip_id=%d changed at %d", N, D, skip,
+                                 c);
+            snprintf(what, sizeof what, "embed_bwd N=%d D=%d dbias", N, D);
+            check_accum(what, dget(dgb, D, 0), gbr, gb0, D);
+            snprintf(what, sizeof what, "embed_bwd N=%d D=%d dscale", N, D);
+            check_accum(what, dget(dgs, D, 0), gsr, gs0, D);
+            free_case();
+        }
+}
+
+/* ---- cross-entropy ---- */
+
+static void run_xent(void) {
+    static const int VOCABS[] = {50, 32768};
+    const float scale = 0.37f;
+    for (int bf = 0; bf < 2; bf++)
+        for (int a = 0; a < NROWS; a++)
+            for (int b = 0; b < 2; b++) {
+                int N = ROWS[a], V = VOCABS[b], inplace = (a + b + bf) % 2;
+                size_t nv = (size_t)N * V;
+                char what[128];
+                float *x = H(rnd(tu_randn(nv, 2.0f), nv, bf));
+                int32_t *t = malloc((size_t)N * sizeof(int32_t));
+                assert_non_null(t);
+                H((float *)t);
+                for (int n = 0; n < N; n++)
+                    t[n] = n % 4 == 3 ? IGNORE : (int32_t)zy_rng_below(&tu_rng, (uint64_t)V);
+                float *dlr = H(tu_alloc(nv)), *lr = H(tu_alloc(N));
+                int cnt_ref = -1;
+                double sum_ref =
+                    ops_xent_fwd_bwd(&tu_ctx, dlr, x, t, N, V, IGNORE, scale, &cnt_ref);
+                for (int n = 0; n < N; n++) {
+                    int c1;
+                    lr[n] = (float)ops_xent_fwd_bwd(&tu_ctx, NULL, x + (size_t)n * V, t + n, 1, V,
+                                                    IGNORE, 1.0f, &c1);
+                }
+                /* the loss is max + log(sum) - logit: terms of the size of the logits */
+                double xmax = maxabs(x, nv);
+                void *dx = dput(x, nv, bf);
+                int32_t *dt = dalloc((size_t)N * sizeof(int32_t));
+                CK(cudaMemcpy(dt, t, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice));
+                /* loss only */
+                float *dloss = dnan(N, 0);
+                if (bf)
+                    OKZ(cuda_xent_fwd_bwd_bf16(NULL, dloss, NULL, NULL, dx, dt, N, V, IGNORE, scale,
+                                               NULL));
+                else
+                    OKZ(cuda_xent_fwd_bwd_f32(NULL, dloss, NULL, NULL, dx, dt, N, V, IGNORE, scale,
+                                              NULL));
+                snprintf(what, sizeof what, "xent_%s N=%d V=%d loss only", tname(bf), N, V);
+                check(what, dget(dloss, N, 0), lr, N, 0, xmax);
+                /* loss and gradient, in place or not */
+                void *ddl = inplace ? dx : dnan(nv, bf);
+                double *dsum = dalloc(sizeof(double)), nanv = NAN;
+                int *dcnt = dalloc(sizeof(int)), minus1 = -1, cnt = 0;
+                CK(cudaMemcpy(dsum, &nanv, sizeof nanv, cudaMemcpyHostToDevice));
+                CK(cudaMemcpy(dcnt, &minus1, sizeof minus1, cudaMemcpyHostToDevice));
+                float *dloss2 = dnan(N, 0);
+                if (bf)
+                    OKZ(cuda_xent_fwd_bwd_bf16(ddl, dloss2, dsum, dcnt, dx, dt, N, V, IGNORE, scale,
+                                               NULL));
+                else
+                    OKZ(cuda_xent_fwd_bwd_f32(ddl, dloss2, dsum, dcnt, dx, dt, N, V, IGNORE, scale,
+                                              NULL));
+                snprintf(what, sizeof what, "xent_%s N=%d V=%d inplace=%d loss", tname(bf), N, V,
+                         inplace);
+                check(what, dget(dloss2, N, 0), lr, N, 0, xmax);
+                float *dl = dget(ddl, nv, bf);
+                snprintf(what, sizeof what, "xent_%s N=%d V=%d inplace=%d dlogits", tname(bf), N, V,
+                         inplace);
+                check(what, dl, dlr, nv, bf, 0);
+                for (int n = 0; n < N; n++)
+                    if (t[n] == IGNORE)
+                        for (int v = 0; v < V; v++)
+                            if (dl[(size_t)n * V + v] != 0.0f)
+                                fail_msg("%s: ignored row %d has %g at %d", what, n,
+                                         dl[(size_t)n * V + v], v);
+                double sum = 0;
+                CK(cudaMemcpy(&sum, dsum, sizeof sum, cudaMemcpyDeviceToHost));
+                CK(cudaMemcpy(&cnt, dcnt, sizeof cnt, cudaMemcpyDeviceToHost));
+                assert_int_equal(cnt, cnt_ref);
+                double rel = fabs(sum - sum_ref) / fmax(fabs(sum_ref), xmax * cnt_ref + 1e-30);
+                if (!(rel <= TOL_F32))
+                    fail_msg("xent_%s N=%d V=%d: loss sum %.9g, CPU %.9g", tname(bf), N, V, sum,
+                             sum_ref);
+                free_case();
+            }
+}
+
+#define GPU_RUN(f) f()
+#else
+#define GPU_RUN(f) ((void)0)
+#endif
+
+static void test_rmsnorm(void **state) {
+    (void)state;
+    if (!have_gpu) skip();
+    GPU_RUN(run_rmsnorm);
+}
+
+static void test_resnorm(void **state) {
+    (void)state;
+    if (!have_gpu) skip();
+    GPU_RUN(run_resnorm);
+}
+
+static void test_gelu(void **state) {
+    (void)state;
+    if (!have_gpu) skip();
+    GPU_RUN(run_gelu);
+}
+
+static void test_swiglu(void **state) {
+    (void)state;
+    if (!have_gpu) skip();
+    GPU_RUN(run_swiglu);
+}
+
+static void test_embed(void **state) {
+    (void)state;
+    if (!have_gpu) skip();
+    GPU_RUN(run_embed);
+}
+
+static void test_xent(void **state) {
+    (void)state;
+    if (!have_gpu) skip();
+    GPU_RUN(run_xent);
+}
+
+static int teardown(void **state) {
+    (void)state;
+#ifdef ZY_HAVE_CUDA
+    if (have_gpu)
+        printf("test_cuda_elementwise worst: fp32 max-relative %.2e, bf16 relative L2 %.2e\n",
+               worst_f32, worst_bf16);
+#endif
+    return 0;
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rmsnorm), cmocka_unit_test(test_resnorm), cmocka_unit_test(test_gelu),
+        cmocka_unit_test(test_swiglu),  cmocka_unit_test(test_embed),   cmocka_unit_test(test_xent),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
