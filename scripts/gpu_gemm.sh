@@ -20,6 +20,10 @@ timeout 300 "$T" >"$OUT/test_cuda_gemm.log" 2>&1
 rc_test=$?
 echo "== test_cuda_gemm rc=$rc_test"
 tail -n 12 "$OUT/test_cuda_gemm.log"
+if grep -q '^\[  SKIPPED \]' "$OUT/test_cuda_gemm.log"; then
+    echo "WARNING: GPU tests were skipped (no GPU visible to the test)"
+    rc_test=2
+fi
 timeout 120 "$T" --time >"$OUT/gemm_grouped_time.log" 2>&1
 rc_time=$?
 echo "== grouped GEMM timing rc=$rc_time"
