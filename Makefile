@@ -25,7 +25,8 @@ LDFLAGS  += -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR)
 endif
 LDLIBS   := -lopenblas $(LDLIBS)
 ifneq ($(DEPS_ROOT),)
-CFLAGS   += -I$(DEPS_ROOT)/usr/include -I$(DEPS_ROOT)/usr/include/$(MULTIARCH)
+CFLAGS   += -I$(DEPS_ROOT)/usr/include -I$(DEPS_ROOT)/usr/include/$(MULTIARCH) \
+            -I$(DEPS_ROOT)/usr/include/$(MULTIARCH)/openblas-openmp
 LDFLAGS  += -L$(DEPS_ROOT)/usr/lib/$(MULTIARCH) -Wl,-rpath,$(abspath $(DEPS_ROOT))/usr/lib/$(MULTIARCH)
 endif
 ifeq ($(WERROR),1)

@@ -8,6 +8,10 @@
 
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum { ZY_OK = 0, ZY_ERR = -1 } zy_status;
 
 /* Records a formatted error message for this thread; returns ZY_ERR. */
@@ -42,5 +46,9 @@ void *zy_malloc(size_t n);
 void *zy_calloc(size_t count, size_t size);
 void *zy_realloc(void *p, size_t n);
 char *zy_strdup(const char *s);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

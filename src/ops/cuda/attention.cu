@@ -18,9 +18,7 @@
  * ldmatrix phase in 8 different bank groups for every d. */
 #include "ops/cuda/attention.h"
 
-extern "C" { /* err.h has no C++ guards of its own */
 #include "base/err.h"
-}
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
