@@ -159,9 +159,12 @@ static int plan_build(cuda_gemm_ctx *c, cuda_gemm_plan *p, const plan_key *k,
         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &v.tb, sizeof v.tb));
     LT_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi_lt,
                                           sizeof epi_lt));
-    if (epi_lt != CUBLASLT_EPILOGUE_DEFAULT)
+    if (epi_lt != CUBLASLT_EPILOGUE_DEFAULT) {
         LT_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                               sizeof bias));
+        LT_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &tc,
+                                              sizeof tc)); /* the bias has dtype_c elements */
+    }
     LT_TRY(cublasLtMatrixLayoutCreate(&p->la, tab, v.arows, v.acols, v.lda));
     LT_TRY(cublasLtMatrixLayoutCreate(&p->lb, tab, v.brows, v.bcols, v.ldb));
     LT_TRY(cublasLtMatrixLayoutCreate(&p->lc, tc, v.m, v.n, v.ldc));
