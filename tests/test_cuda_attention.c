@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "base/err.h"
+#include "io/safetensors.h" /* zy_f32_to_bf16, zy_bf16_to_f32 */
 #include "base/rng.h"
 #include "ops/ops.h"
 
@@ -47,30 +48,14 @@ static int have_gpu(void) {
         if (e_ != cudaSuccess) fail_msg("%s: %s", #call, cudaGetErrorString(e_));                  \
     } while (0)
 
-/* fp32 -> bf16 bits, round to nearest even. */
-static uint16_t f2bf(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-static float bf2f(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 /* n random normal(0, sd) values rounded to bf16: bits in *bits, the same values as floats. */
 static float *rand_bf16(size_t n, float sd, uint16_t **bits) {
     float *f = malloc((n ? n : 1) * sizeof(float));
     uint16_t *b = malloc((n ? n : 1) * sizeof(uint16_t));
     assert_true(f != NULL && b != NULL);
     for (size_t i = 0; i < n; i++) {
-        b[i] = f2bf(zy_rng_normal(&rng) * sd);
-        f[i] = bf2f(b[i]);
+        b[i] = zy_f32_to_bf16(zy_rng_normal(&rng) * sd);
+        f[i] = zy_bf16_to_f32(b[i]);
     }
     *bits = b;
     return f;
@@ -83,7 +68,7 @@ static size_t fetch_bf16(float *dst, const void *src, size_t n) {
     CK(cudaMemcpy(b, src, n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
     size_t nan = 0;
     for (size_t i = 0; i < n; i++) {
-        dst[i] = bf2f(b[i]);
+        dst[i] = zy_bf16_to_f32(b[i]);
         if (isnan(dst[i])) nan++;
     }
     free(b);
@@ -389,7 +374,7 @@ static int bench_main(void) {
         for (int i = 0; i < 8; i++) {
             if (cudaMalloc(bufs[i], sizes[i] * 2) != cudaSuccess) return 1;
             uint16_t *h = malloc(sizes[i] * 2);
-            for (size_t j = 0; j < sizes[i]; j++) h[j] = f2bf(zy_rng_normal(&rng));
+            for (size_t j = 0; j < sizes[i]; j++) h[j] = zy_f32_to_bf16(zy_rng_normal(&rng));
             cudaMemcpy(*bufs[i], h, sizes[i] * 2, cudaMemcpyHostToDevice);
             free(h);
         }

@@ -17,6 +17,7 @@
 
 #ifdef ZY_HAVE_CUDA
 #include "base/err.h"
+#include "io/safetensors.h" /* zy_f32_to_bf16, zy_bf16_to_f32 */
 #include "ops/cuda/kernels.h"
 
 #include <cuda_runtime.h>
@@ -93,26 +94,10 @@ static void *dalloc(size_t bytes) {
     return d;
 }
 
-/* Round to nearest even bf16 (NaN stays NaN). */
-static uint16_t f2bf(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-static float bf2f(uint16_t b) {
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 /* x rounded to bf16 values in place when bf (the CPU then sees what the kernel reads). */
 static float *rnd(float *x, size_t n, int bf) {
     if (bf)
-        for (size_t i = 0; i < n; i++) x[i] = bf2f(f2bf(x[i]));
+        for (size_t i = 0; i < n; i++) x[i] = zy_bf16_to_f32(zy_f32_to_bf16(x[i]));
     return x;
 }
 
@@ -122,7 +107,7 @@ static void *dput(const float *x, size_t n, int bf) {
     if (bf) {
         uint16_t *t = malloc((n ? n : 1) * 2);
         assert_non_null(t);
-        for (size_t i = 0; i < n; i++) t[i] = f2bf(x[i]);
+        for (size_t i = 0; i < n; i++) t[i] = zy_f32_to_bf16(x[i]);
         CK(cudaMemcpy(d, t, n * 2, cudaMemcpyHostToDevice));
         free(t);
     } else {
@@ -147,7 +132,7 @@ static float *dget(const void *d, size_t n, int bf) {
         uint16_t *t = malloc((n ? n : 1) * 2);
         assert_non_null(t);
         CK(cudaMemcpy(t, d, n * 2, cudaMemcpyDeviceToHost));
-        for (size_t i = 0; i < n; i++) h[i] = bf2f(t[i]);
+        for (size_t i = 0; i < n; i++) h[i] = zy_bf16_to_f32(t[i]);
         free(t);
     } else {
         CK(cudaMemcpy(h, d, n * 4, cudaMemcpyDeviceToHost));

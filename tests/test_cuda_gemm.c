@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "base/err.h"
+#include "io/safetensors.h" /* zy_f32_to_bf16, zy_bf16_to_f32 */
 #include "base/rng.h"
 #include "ops/ops.h"
 
@@ -74,21 +75,6 @@ static int teardown(void **state) {
     return 0;
 }
 
-/* Round to nearest even bf16, as bits (inputs are finite). */
-static uint16_t bf16_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-static float bf16_float(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 /* n random values uniform in [-1, 1), rounded to bf16 when dt is bf16 (so the reference sees
  * exactly what the GPU sees). */
 static float *rand_vals(size_t n, cuda_gemm_dtype dt) {
@@ -96,7 +82,7 @@ static float *rand_vals(size_t n, cuda_gemm_dtype dt) {
     assert_non_null(p);
     for (size_t i = 0; i < n; i++) {
         float v = 2.0f * zy_rng_uniform(&rng) - 1.0f;
-        p[i] = dt == CUDA_GEMM_BF16 ? bf16_float(bf16_bits(v)) : v;
+        p[i] = dt == CUDA_GEMM_BF16 ? zy_bf16_to_f32(zy_f32_to_bf16(v)) : v;
     }
     return p;
 }
@@ -109,7 +95,7 @@ static void *upload(const float *x, size_t n, cuda_gemm_dtype dt) {
     if (dt == CUDA_GEMM_BF16) {
         uint16_t *h = malloc(bytes);
         assert_non_null(h);
-        for (size_t i = 0; i < n; i++) h[i] = bf16_bits(x[i]);
+        for (size_t i = 0; i < n; i++) h[i] = zy_f32_to_bf16(x[i]);
         assert_int_equal(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice), cudaSuccess);
         free(h);
     } else {
@@ -136,7 +122,7 @@ static float *download(const void *d, size_t n, cuda_gemm_dtype dt) {
         uint16_t *h = malloc((n ? n : 1) * 2);
         assert_non_null(h);
         assert_int_equal(cudaMemcpy(h, d, n * 2, cudaMemcpyDeviceToHost), cudaSuccess);
-        for (size_t i = 0; i < n; i++) out[i] = bf16_float(h[i]);
+        for (size_t i = 0; i < n; i++) out[i] = zy_bf16_to_f32(h[i]);
         free(h);
     } else {
         assert_int_equal(cudaMemcpy(out, d, n * 4, cudaMemcpyDeviceToHost), cudaSuccess);
