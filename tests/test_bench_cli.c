@@ -133,19 +133,10 @@ static void test_combine_result_files(void **state) {
              dir, sub, sub);
     int code = zayac(args, &out, &err);
     assert_non_null(strstr(out, "peak bus bandwidth, 2 rank(s)"));
-    char path[200], probe[200];
+    char path[200];
     snprintf(path, sizeof path, "%s/plots/busbw_all_reduce_bf16.png", dir);
-    snprintf(probe, sizeof probe, "%s/probe.png", dir);
-    double x[2] = {1, 2}, y[2] = {1, 2};
-    zy_series s = {"probe", x, y, 2};
-    zy_plot_opts po = {"probe", "x", "y", 0, 0, 0, 0};
-    if (plot_lines_png(probe, &po, &s, 1) == ZY_OK) {
-        assert_int_equal(code, 0);
-        assert_true(zy_path_exists(path));
-    } else { /* plotting is still a stub in this build: the failure is reported, not hidden */
-        assert_int_equal(code, 1);
-        assert_non_null(strstr(err, "plot"));
-    }
+    assert_int_equal(code, 0);
+    assert_true(zy_path_exists(path));
     free(out);
     free(err);
     snprintf(args, sizeof args, "bench collectives --combine %s/missing.json", dir);

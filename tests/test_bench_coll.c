@@ -284,21 +284,8 @@ static void test_series_one_line_per_gpu_count(void **state) {
     bench_coll_result_free(&res[1]);
 }
 
-/* 1 when plot_lines_png works in this build (the plotting library may still be a stub). */
-static int plots_available(void) {
-    char path[160];
-    snprintf(path, sizeof path, "%s/probe.png", dir);
-    double x[2] = {1, 2}, y[2] = {1, 2};
-    zy_series s = {"probe", x, y, 2};
-    zy_plot_opts o = {"probe", "x", "y", 0, 0, 0, 0};
-    int ok = plot_lines_png(path, &o, &s, 1) == ZY_OK;
-    zy_err_clear();
-    return ok;
-}
-
 static void test_plot_files(void **state) {
     (void)state;
-    if (!plots_available()) skip();
     bench_coll_result res[2];
     make_result(&res[0], 1);
     make_result(&res[1], 2);
