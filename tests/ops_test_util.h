@@ -35,7 +35,7 @@
 #define TU_NSAMP_OP 6  /* elements checked against the op's forward per tensor */
 
 static zy_rng tu_rng;
-static zy_ctx tu_ctx = {ZY_DEV_CPU, 2};
+static zy_ctx tu_ctx = {.device = ZY_DEV_CPU, .num_threads = 2};
 
 /* The largest error seen per test file, printed at the end (the report's measurements). */
 static double tu_worst_fwd, tu_worst_ref, tu_worst_op;

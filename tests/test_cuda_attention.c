@@ -29,7 +29,7 @@
 #include <cuda_runtime_api.h>
 
 static zy_rng rng;
-static zy_ctx cpu_ctx = {ZY_DEV_CPU, 0};
+static zy_ctx cpu_ctx = {.device = ZY_DEV_CPU, .num_threads = 0};
 static double worst_rel[4], worst_lse; /* out, dq, dk, dv; printed at the end */
 
 /* 1 when a CUDA device is usable. */

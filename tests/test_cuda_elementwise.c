@@ -208,7 +208,7 @@ static void run_rmsnorm(void) {
                 char what[128];
                 float *x = H(rnd(tu_randn(nc, 1.5f), nc, xbf)), *w = H(tu_randu(C, 0.5f, 1.5f));
                 float *yr = H(tu_alloc(nc)), *rr = H(tu_alloc(N));
-                ops_rmsnorm_fwd(&tu_ctx, yr, rr, x, w, N, C, EPS);
+                ops_rmsnorm_fwd(&tu_ctx, yr, rr, x, ZY_DTYPE_F32, w, N, C, EPS);
                 void *dx = dput(x, nc, xbf), *dw = dput(w, C, 0), *dy = dnan(nc, ybf);
                 float *drs = dnan(N, 0);
                 if (v == 0) OKZ(cuda_rmsnorm_fwd_f32(dy, drs, dx, dw, N, C, EPS, NULL));
@@ -223,7 +223,7 @@ static void run_rmsnorm(void) {
                 float *g = H(rnd(tu_randn(nc, 1.0f), nc, ybf));
                 float *dx0 = H(rnd(tu_randn(nc, 1.0f), nc, xbf)), *dw0 = H(tu_randn(C, 0.1f));
                 float *dxr = H(tu_dup(dx0, nc)), *dwr = H(tu_dup(dw0, C));
-                ops_rmsnorm_bwd(&tu_ctx, dxr, dwr, g, x, w, rr, N, C, acc);
+                ops_rmsnorm_bwd(&tu_ctx, dxr, dwr, g, x, ZY_DTYPE_F32, w, rr, N, C, acc);
                 void *dg = dput(g, nc, ybf), *ddx = acc ? dput(dx0, nc, xbf) : dnan(nc, xbf);
                 float *ddw = dput(dw0, C, 0), *drr = dput(rr, N, 0);
                 float *ws = dalloc(cuda_ops_ws_bytes(N, C));
@@ -257,7 +257,7 @@ static void run_resnorm(void) {
                 float *w = H(tu_randu(D, 0.5f, 1.5f));
                 float *outr = H(tu_alloc(nd)), *yr = H(tu_alloc(nd)), *rr = H(tu_alloc(N));
                 ops_resscale_fwd(&tu_ctx, outr, o, h, ob, os, rb, rs, N, D);
-                ops_rmsnorm_fwd(&tu_ctx, yr, rr, outr, w, N, D, EPS);
+                ops_rmsnorm_fwd(&tu_ctx, yr, rr, outr, ZY_DTYPE_F32, w, N, D, EPS);
                 void *d_o = dput(o, nd, bf), *dy = dnan(nd, bf);
                 float *dh = dput(h, nd, 0), *dob = dput(ob, D, 0), *dos = dput(os, D, 0);
                 float *drb = dput(rb, D, 0), *drs = dput(rs, D, 0), *dw = dput(w, D, 0);
@@ -280,7 +280,7 @@ static void run_resnorm(void) {
                 check(what, outg, outr, nd, 0, terms);
                 /* y and rstd against the CPU RMSNorm of the kernel's own out (out may cancel) */
                 float *yr2 = H(tu_alloc(nd)), *rr2 = H(tu_alloc(N));
-                ops_rmsnorm_fwd(&tu_ctx, yr2, rr2, outg, w, N, D, EPS);
+                ops_rmsnorm_fwd(&tu_ctx, yr2, rr2, outg, ZY_DTYPE_F32, w, N, D, EPS);
                 snprintf(what, sizeof what, "resnorm_fwd_%s N=%d D=%d y", tname(bf), N, D);
                 check(what, dget(dy, nd, bf), yr2, nd, bf, 0);
                 snprintf(what, sizeof what, "resnorm_fwd_%s N=%d D=%d rstd", tname(bf), N, D);
@@ -297,7 +297,7 @@ static void run_resnorm(void) {
                 }
                 float *doutr = H(has_res ? tu_dup(res, nd) : tu_const(nd, 0.0f));
                 float *d_or = H(tu_alloc(nd)), *dhr = H(tu_alloc(nd));
-                ops_rmsnorm_bwd(&tu_ctx, doutr, pr[0], g, outr, w, rr, N, D, 1);
+                ops_rmsnorm_bwd(&tu_ctx, doutr, pr[0], g, outr, ZY_DTYPE_F32, w, rr, N, D, 1);
                 ops_resscale_bwd(&tu_ctx, d_or, dhr, pr[1], pr[2], pr[3], pr[4], doutr, o, h, ob,
                                  os, rb, rs, N, D);
                 void *dg = dput(g, nd, bf), *dd_o = dnan(nd, bf);

@@ -38,7 +38,7 @@
 
 static int ngpu;
 static zy_rng rng;
-static zy_ctx cpu = {ZY_DEV_CPU, 0};
+static zy_ctx cpu = {.device = ZY_DEV_CPU, .num_threads = 0};
 static cuda_gemm_ctx g;
 static double worst[3];      /* per type combination: the largest error seen */
 static double worst_gelu[3]; /* the same for GELU outputs alone */

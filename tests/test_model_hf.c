@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static zy_ctx cpu = {ZY_DEV_CPU, 0};
+static zy_ctx cpu = {.device = ZY_DEV_CPU, .num_threads = 0};
 
 static void fixture_path(char *buf, size_t n, const char *fixture, const char *file) {
     const char *root = getenv("ZAYAC_ROOT");

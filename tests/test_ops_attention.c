@@ -162,7 +162,8 @@ static void test_attention_threads_deterministic(void **state) {
     int B = 2, T = 64, Hq = 4, Hk = 2, d = 16;
     size_t nq = (size_t)B * T * Hq * d, nk = (size_t)B * T * Hk * d, nl = (size_t)B * Hq * T;
     float *q = tu_randn(nq, 1), *k = tu_randn(nk, 1), *v = tu_randn(nk, 1), *g = tu_randn(nq, 1);
-    zy_ctx ctxs[2] = {{ZY_DEV_CPU, 1}, {ZY_DEV_CPU, 2}};
+    zy_ctx ctxs[2] = {{.device = ZY_DEV_CPU, .num_threads = 1},
+                      {.device = ZY_DEV_CPU, .num_threads = 2}};
     float *res[2][5];
     for (int t = 0; t < 2; t++) {
         res[t][0] = tu_alloc(nq);

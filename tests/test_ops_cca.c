@@ -393,7 +393,8 @@ static void test_cca_threads_deterministic(void **state) {
     float *gk = tu_randn(nk, 1), *temp = tu_randn(Hk, 1), *vc = tu_randn(nk, 1);
     int32_t *pos = malloc((size_t)N * sizeof(int32_t));
     for (int n = 0; n < N; n++) pos[n] = n % T;
-    zy_ctx ctxs[2] = {{ZY_DEV_CPU, 1}, {ZY_DEV_CPU, 2}};
+    zy_ctx ctxs[2] = {{.device = ZY_DEV_CPU, .num_threads = 1},
+                      {.device = ZY_DEV_CPU, .num_threads = 2}};
     enum { NRES = 15 };
     float *res[2][NRES];
     size_t sz[NRES] = {nq, nk, nmid, nqk, nw1, C, nw2, C, nq, nk, (size_t)N * Hq, (size_t)N * Hk,

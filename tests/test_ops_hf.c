@@ -293,10 +293,10 @@ static void test_hf_small_ops(void **state) {
         int Cn = 24;
         float *x = fx_f("rmsnorm.x", (size_t)N * Cn), *w = fx_f("rmsnorm.w", Cn);
         float *y = tu_alloc((size_t)N * Cn), *r = tu_alloc(N);
-        ops_rmsnorm_fwd(&tu_ctx, y, r, x, w, N, Cn, 1e-5f);
+        ops_rmsnorm_fwd(&tu_ctx, y, r, x, ZY_DTYPE_F32, w, N, Cn, 1e-5f);
         cmp_fwd("rmsnorm y", y, "rmsnorm.y");
         float *dy = fx_f("rmsnorm.dy", 0), *dx = tu_alloc((size_t)N * Cn), *dw = tu_const(Cn, 0);
-        ops_rmsnorm_bwd(&tu_ctx, dx, dw, dy, x, w, r, N, Cn, 0);
+        ops_rmsnorm_bwd(&tu_ctx, dx, dw, dy, x, ZY_DTYPE_F32, w, r, N, Cn, 0);
         cmp_bwd("rmsnorm dx", dx, "rmsnorm.dx");
         cmp_bwd("rmsnorm dw", dw, "rmsnorm.dw");
         float *bufs[] = {x, w, y, r, dy, dx, dw};

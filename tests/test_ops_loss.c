@@ -106,7 +106,8 @@ static void test_xent_threads_deterministic(void **state) {
     float *x = tu_randn(nv, 2), *g1 = tu_alloc(nv), *g2 = tu_alloc(nv);
     int32_t *t = malloc((size_t)N * sizeof(int32_t));
     for (int n = 0; n < N; n++) t[n] = n % 17 == 0 ? IGNORE : (int32_t)zy_rng_below(&tu_rng, V);
-    zy_ctx one = {ZY_DEV_CPU, 1}, two = {ZY_DEV_CPU, 2};
+    zy_ctx one = {.device = ZY_DEV_CPU, .num_threads = 1},
+           two = {.device = ZY_DEV_CPU, .num_threads = 2};
     int c1, c2;
     double l1 = ops_xent_fwd_bwd(&one, g1, x, t, N, V, IGNORE, 0.5f, &c1);
     double l2 = ops_xent_fwd_bwd(&two, g2, x, t, N, V, IGNORE, 0.5f, &c2);

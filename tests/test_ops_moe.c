@@ -235,7 +235,10 @@ static void check_dispatch(const int32_t *choice, int N, int E) {
     int32_t *offsets = malloc(((size_t)E + 2) * sizeof(int32_t));
     int32_t *perm = malloc(((size_t)N + 1) * sizeof(int32_t));
     for (int i = 0; i <= N; i++) perm[i] = -7;
-    int routed = ops_moe_dispatch(&tu_ctx, counts, offsets, perm, choice, N, E);
+    int32_t offh[257];
+    assert_true(E < 257);
+    int routed = ops_moe_dispatch(&tu_ctx, counts, offsets, offh, perm, choice, N, E);
+    for (int e = 0; e <= E; e++) assert_int_equal(offh[e], offsets[e]); /* the host copy */
     int r = 0;
     assert_int_equal(offsets[0], 0);
     for (int e = 0; e < E; e++) {
@@ -308,7 +311,8 @@ static void test_gather_combine_scatter(void **state) {
     for (int n = 0; n < N; n++) choice[n] = (int32_t)zy_rng_below(&tu_rng, (uint64_t)E + 1);
     choice[0] = E;
     choice[5] = E;
-    int nrows = ops_moe_dispatch(&tu_ctx, counts, offsets, perm, choice, N, E);
+    int32_t offh[257];
+    int nrows = ops_moe_dispatch(&tu_ctx, counts, offsets, offh, perm, choice, N, E);
     assert_true(nrows < N);
     size_t nd = (size_t)N * D, rd = (size_t)nrows * D;
     float *x = tu_randn(nd, 1), *xs = tu_const(rd, NAN);
@@ -360,7 +364,8 @@ static void test_moe_threads_deterministic(void **state) {
           *bias = tu_randn(E1, 0.1f);
     float *gu = tu_randn(2 * nf, 1), *gy = tu_randn(nf, 1), *dg = tu_randn(N, 1);
     float *ys = tu_randn(nd, 1), *dy = tu_randn(nd, 1);
-    zy_ctx ctxs[2] = {{ZY_DEV_CPU, 1}, {ZY_DEV_CPU, 2}};
+    zy_ctx ctxs[2] = {{.device = ZY_DEV_CPU, .num_threads = 1},
+                      {.device = ZY_DEV_CPU, .num_threads = 2}};
     enum { NRES = 12 };
     float *res[2][NRES];
     size_t sz[NRES] = {n, n, ne, N, ne, nf, 2 * nf, nd, nd, nd, N, nd};
@@ -376,7 +381,9 @@ static void test_moe_threads_deterministic(void **state) {
         ops_router_bwd(&ctxs[t], r[4], dg, r[2], choice[t], N, E1);
         ops_swiglu_fwd(&ctxs[t], r[5], gu, N, F);
         ops_swiglu_bwd(&ctxs[t], r[6], gy, gu, N, F);
-        int nrows = ops_moe_dispatch(&ctxs[t], counts, offsets, perm[t], choice[t], N, E1 - 1);
+        int32_t offh[257];
+        int nrows =
+            ops_moe_dispatch(&ctxs[t], counts, offsets, offh, perm[t], choice[t], N, E1 - 1);
         ops_gather_rows(&ctxs[t], r[7], ys, perm[t], nrows, D);
         ops_moe_combine(&ctxs[t], r[8], ys, r[3], perm[t], nrows, N, D);
         ops_moe_combine_bwd(&ctxs[t], r[9], r[10], dy, ys, r[3], perm[t], nrows, N, D);

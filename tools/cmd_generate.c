@@ -98,7 +98,7 @@ int cmd_generate(int argc, char **argv) {
         prompt.numel = ids.n;
         prompt.data = ids.data; /* owned by prompt now (freed by npy_free) */
     }
-    zy_ctx ctx = {ZY_DEV_CPU, 0};
+    zy_ctx ctx = {.device = ZY_DEV_CPU, .num_threads = 0};
     zy_model m;
     if (cli_load_model(&m, &ctx, args_get(opts, "--model"), 0) != 0) {
         npy_free(&prompt);

@@ -58,7 +58,7 @@ int cmd_init(int argc, char **argv) {
             return cli_error("init");
         }
     }
-    zy_ctx ctx = {ZY_DEV_CPU, 0};
+    zy_ctx ctx = {.device = ZY_DEV_CPU, .num_threads = 0};
     zy_model m;
     if (model_init(&m, &c, &ctx, 0) != 0) return cli_error("init");
     model_init_weights(&m, (uint64_t)seed);

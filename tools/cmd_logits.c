@@ -37,7 +37,7 @@ int cmd_logits(int argc, char **argv) {
         zy_fail("%s: expected int32 token ids of shape [B, T], found %s", tok_path, shape);
         return cli_error("logits");
     }
-    zy_ctx ctx = {ZY_DEV_CPU, 0};
+    zy_ctx ctx = {.device = ZY_DEV_CPU, .num_threads = 0};
     zy_model m;
     if (cli_load_model(&m, &ctx, args_get(opts, "--model"), 0) != 0) {
         npy_free(&tokens);

@@ -69,9 +69,10 @@ static void router_backward(zy_model *mo, zy_acts *a, int l) {
     ops_matmul(ctx, g->r_fc1_w, a->dr, x->u0, R, R, N, 1, 0, 1.0f, 1.0f);
     ops_bias_bwd(ctx, g->r_fc1_b, a->dr, N, R);
     ops_matmul(ctx, a->dr2, a->dr, w->r_fc1_w, N, R, R, 0, 0, 1.0f, 0.0f);
-    ops_rmsnorm_bwd(ctx, a->dz, g->r_norm, a->dr2, x->z, w->r_norm, x->rstd_z, N, R, 0);
+    ops_rmsnorm_bwd(ctx, a->dz, g->r_norm, a->dr2, x->z, ctx->act_dtype, w->r_norm, x->rstd_z, N, R,
+                    0);
     /* z is also the next layer's r_prev: its gradient arrives in dz_carry */
-    if (l + 1 < c->num_hidden_layers) ops_axpy(ctx, a->dz, a->dz_carry, 1.0f, (size_t)N * R);
+    if (l + 1 < c->num_hidden_layers) ops_add_act(ctx, a->dz, a->dz_carry, (size_t)N * R);
     if (l > 0)
         ops_eda_bwd(ctx, a->dz_carry, g->r_scale, a->dz, a->layers[l - 1].z, w->r_scale, N, R);
     /* z = m @ down^T + b */
@@ -97,7 +98,8 @@ static void layer_backward(zy_model *mo, zy_acts *a, int l) {
                      x->h_mid, w->pm_hb, w->pm_hs, w->pm_rb, w->pm_rs, N, D);
     moe_backward(mo, a, l, a->dx);
     router_backward(mo, a, l);
-    ops_rmsnorm_bwd(ctx, a->dh2, g->ln_post, a->dm, x->h_mid, w->ln_post, x->rstd_m, N, D, 1);
+    ops_rmsnorm_bwd(ctx, a->dh2, g->ln_post, a->dm, x->h_mid, ZY_DTYPE_F32, w->ln_post, x->rstd_m,
+                    N, D, 1);
 
     /* h_mid = (o + hb) * hs + (h_in + rb) * rs: do -> a->dm, dh_in -> a->dh */
     ops_resscale_bwd(ctx, a->dm, a->dh, g->pa_hb, g->pa_hs, g->pa_rb, g->pa_rs, a->dh2, x->o,
@@ -119,7 +121,8 @@ static void layer_backward(zy_model *mo, zy_acts *a, int l) {
     ops_matmul(ctx, a->dx, a->dqk, w->wqk, N, D, C, 0, 0, 1.0f, 0.0f);
     ops_matmul(ctx, a->dx, a->dvc, w->wvc, N, D, half, 0, 0, 1.0f, 1.0f);
     ops_matmul(ctx, a->dx, a->dvd, w->wvd, N, D, half, 0, 0, 1.0f, 1.0f);
-    ops_rmsnorm_bwd(ctx, a->dh, g->ln_in, a->dx, x->h_in, w->ln_in, x->rstd_a, N, D, 1);
+    ops_rmsnorm_bwd(ctx, a->dh, g->ln_in, a->dx, x->h_in, ZY_DTYPE_F32, w->ln_in, x->rstd_a, N, D,
+                    1);
 }
 
 void model_backward(zy_model *m, zy_acts *a, float loss_scale) {
@@ -133,7 +136,8 @@ void model_backward(zy_model *m, zy_acts *a, float loss_scale) {
                      &count);
     ops_matmul(ctx, m->g.emb, a->logits, a->xf, V, D, N, 1, 0, 1.0f, 1.0f); /* tied head */
     ops_matmul(ctx, a->dx, a->logits, m->w.emb, N, D, V, 0, 0, 1.0f, 0.0f);
-    ops_rmsnorm_bwd(ctx, a->dh, m->g.norm_f, a->dx, a->h_final, m->w.norm_f, a->rstd_f, N, D, 0);
+    ops_rmsnorm_bwd(ctx, a->dh, m->g.norm_f, a->dx, a->h_final, ZY_DTYPE_F32, m->w.norm_f,
+                    a->rstd_f, N, D, 0);
     for (int l = c->num_hidden_layers - 1; l >= 0; l--) layer_backward(m, a, l);
     ops_embed_bwd(ctx, m->g.emb, m->g.in_bias, m->g.in_scale, a->dh, m->w.emb, a->ids, m->w.in_bias,
                   m->w.in_scale, N, D, c->pad_token_id);

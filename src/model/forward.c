@@ -12,9 +12,8 @@ static void moe_forward(zy_model *mo, zy_layer_acts *x, const zy_layer_w *w, int
     zy_ctx *ctx = mo->ctx;
     const zy_config *c = &mo->cfg;
     const int D = c->hidden_size, F = c->moe_intermediate_size, E = c->num_experts;
-    x->nrouted = ops_moe_dispatch(ctx, x->counts, x->offsets, x->perm, x->choice, N, E);
     int32_t *off = zy_malloc((size_t)(E + 1) * sizeof *off);
-    ops_copy(ctx, off, x->offsets, (size_t)(E + 1) * sizeof *off);
+    x->nrouted = ops_moe_dispatch(ctx, x->counts, x->offsets, off, x->perm, x->choice, N, E);
     ops_gather_rows(ctx, x->xs, x->m, x->perm, x->nrouted, D);
     for (int e = 0; e < E; e++) { /* gu[rows of e] = xs @ gate_up[e]^T */
         int r0 = off[e], ne = off[e + 1] - off[e];
@@ -42,7 +41,8 @@ static void router_forward(zy_model *mo, zy_layer_acts *x, const zy_layer_w *w, 
     ops_matmul(ctx, x->z, x->m, w->r_down_w, N, R, D, 0, 1, 1.0f, 0.0f);
     ops_add_bias(ctx, x->z, w->r_down_b, N, R);
     if (r_prev) ops_eda_fwd(ctx, x->z, r_prev, w->r_scale, N, R);
-    ops_rmsnorm_fwd(ctx, x->u0, x->rstd_z, x->z, w->r_norm, N, R, (float)c->rms_norm_eps);
+    ops_rmsnorm_fwd(ctx, x->u0, x->rstd_z, x->z, ctx->act_dtype, w->r_norm, N, R,
+                    (float)c->rms_norm_eps);
     ops_matmul(ctx, x->f1, x->u0, w->r_fc1_w, N, R, R, 0, 1, 1.0f, 0.0f);
     ops_add_bias(ctx, x->f1, w->r_fc1_b, N, R);
     ops_gelu_fwd(ctx, x->g1, x->f1, (size_t)N * R);
@@ -82,7 +82,7 @@ void layer_forward(zy_model *mo, zy_acts *a, int l, float *h_out, const float *r
     const float eps = (float)c->rms_norm_eps, scale = 1.0f / sqrtf((float)d);
 
     /* attention block */
-    ops_rmsnorm_fwd(ctx, x->a, x->rstd_a, x->h_in, w->ln_in, N, D, eps);
+    ops_rmsnorm_fwd(ctx, x->a, x->rstd_a, x->h_in, ZY_DTYPE_F32, w->ln_in, N, D, eps);
     ops_matmul(ctx, x->qk0, x->a, w->wqk, N, C, D, 0, 1, 1.0f, 0.0f); /* [q0 | k0] */
     ops_cca_conv_fwd(ctx, x->q, x->k, x->mid, x->qk0, cache ? cache->conv_state : NULL, w->conv1_w,
                      w->conv1_b, w->conv2_w, w->conv2_b, B, T, Hq, Hk, d, t0, t1);
@@ -124,7 +124,7 @@ void layer_forward(zy_model *mo, zy_acts *a, int l, float *h_out, const float *r
     ops_resscale_fwd(ctx, x->h_mid, x->o, x->h_in, w->pa_hb, w->pa_hs, w->pa_rb, w->pa_rs, N, D);
 
     /* MoE block */
-    ops_rmsnorm_fwd(ctx, x->m, x->rstd_m, x->h_mid, w->ln_post, N, D, eps);
+    ops_rmsnorm_fwd(ctx, x->m, x->rstd_m, x->h_mid, ZY_DTYPE_F32, w->ln_post, N, D, eps);
     router_forward(mo, x, w, r_prev, N);
     moe_forward(mo, x, w, N);
     ops_resscale_fwd(ctx, h_out, x->y, x->h_mid, w->pm_hb, w->pm_hs, w->pm_rb, w->pm_rs, N, D);
@@ -133,7 +133,7 @@ void layer_forward(zy_model *mo, zy_acts *a, int l, float *h_out, const float *r
 void head_forward(zy_model *m, zy_acts *a) {
     const zy_config *c = &m->cfg;
     const int N = a->B * a->T, D = c->hidden_size, V = c->vocab_size;
-    ops_rmsnorm_fwd(m->ctx, a->xf, a->rstd_f, a->h_final, m->w.norm_f, N, D,
+    ops_rmsnorm_fwd(m->ctx, a->xf, a->rstd_f, a->h_final, ZY_DTYPE_F32, m->w.norm_f, N, D,
                     (float)c->rms_norm_eps);
     ops_matmul(m->ctx, a->logits, a->xf, m->w.emb, N, V, D, 0, 1, 1.0f, 0.0f);
 }

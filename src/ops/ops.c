@@ -1,72 +1,270 @@
-/* Op dispatch: every ops_* function of ops.h checks the context's device and runs the matching
- * implementation. For now only the CPU reference (ops/cpu/) exists, so a context for another
- * device is a programming error. Owns the choice of the CPU thread count. */
+/* Op dispatch: every ops_* function of ops.h runs the CUDA implementation (ops/cuda/cuda_ops.h)
+ * when the context is a CUDA one and the CPU reference (ops/cpu/) otherwise. With ctx->prof set,
+ * each op's device time is recorded under its name (CPU: wall time). Owns the choice of the CPU
+ * thread count. */
 #include "ops/ops.h"
 
 #include "base/err.h"
+#include "base/timer.h"
 #include "ops/cpu/cpu_ops.h"
+#ifdef ZY_HAVE_CUDA
+#include "ops/cuda/cuda_ops.h"
+#endif
 
 #include <omp.h>
+#include <stdlib.h>
+#include <string.h>
 
 /* Threads for a CPU op: the context's count, or OpenMP's default when it is 0. */
 static int cpu_threads(const zy_ctx *ctx) {
-    ZY_CHECKF(ctx != NULL && ctx->device == ZY_DEV_CPU, "ops: only the CPU device is implemented");
+    ZY_CHECKF(ctx != NULL && ctx->device == ZY_DEV_CPU,
+              "ops: a CUDA context in a build without CUDA");
     int nt = ctx->num_threads > 0 ? ctx->num_threads : omp_get_max_threads();
     return nt > 0 ? nt : 1;
 }
 
-/* ---- memory ---- */
+/* ---- the CPU profiler: wall time per op name (names are static strings) ---- */
+#define CPU_PROF_MAX 64
+static zy_op_time cpu_prof[CPU_PROF_MAX];
+static int cpu_prof_n;
 
-/* Allocates zeroed, 64-byte aligned memory on the context's device; aborts on OOM. */
+static void cpu_prof_add(const char *name, double ms) {
+    for (int i = 0; i < cpu_prof_n; i++)
+        if (cpu_prof[i].name == name || strcmp(cpu_prof[i].name, name) == 0) {
+            cpu_prof[i].calls++;
+            cpu_prof[i].ms += ms;
+            return;
+        }
+    if (cpu_prof_n < CPU_PROF_MAX) cpu_prof[cpu_prof_n++] = (zy_op_time){name, 1, ms};
+}
+
+static int cmp_op_time(const void *a, const void *b) {
+    double x = ((const zy_op_time *)a)->ms, y = ((const zy_op_time *)b)->ms;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* CPU ops run in the caller, so their time is the wall time around the body (see CPU_PROF). */
+typedef struct {
+    const zy_ctx *ctx;
+    const char *name;
+    double t0;
+} cpu_prof_scope;
+
+static cpu_prof_scope cpu_prof_open(const zy_ctx *ctx, const char *name) {
+    return (cpu_prof_scope){ctx, name, ctx->prof ? zy_now() : 0.0};
+}
+
+static void cpu_prof_close(cpu_prof_scope *s) {
+    if (s->ctx->prof) cpu_prof_add(s->name, (zy_now() - s->t0) * 1e3);
+}
+
+#define CPU_PROF(ctx, name)                                                                        \
+    cpu_prof_scope prof_scope_ __attribute__((cleanup(cpu_prof_close))) = cpu_prof_open(ctx, name)
+
+#ifdef ZY_HAVE_CUDA
+/* Runs call on the GPU (timed when profiling) and returns from the op. */
+#define ON_CUDA(ctx, name, call)                                                                   \
+    if ((ctx)->device == ZY_DEV_CUDA) {                                                            \
+        int slot_ = (ctx)->prof ? cuda_ops_prof_begin(ctx) : -1;                                   \
+        call;                                                                                      \
+        if (slot_ >= 0) cuda_ops_prof_end(ctx, slot_, name);                                       \
+        return;                                                                                    \
+    }                                                                                              \
+    CPU_PROF(ctx, name)
+#define ON_CUDA_RET(ctx, name, call)                                                               \
+    if ((ctx)->device == ZY_DEV_CUDA) {                                                            \
+        int slot_ = (ctx)->prof ? cuda_ops_prof_begin(ctx) : -1;                                   \
+        __typeof__(call) ret_ = call;                                                              \
+        if (slot_ >= 0) cuda_ops_prof_end(ctx, slot_, name);                                       \
+        return ret_;                                                                               \
+    }                                                                                              \
+    CPU_PROF(ctx, name)
+#else
+#define ON_CUDA(ctx, name, call)     CPU_PROF(ctx, name)
+#define ON_CUDA_RET(ctx, name, call) CPU_PROF(ctx, name)
+#endif
+
+/* ---- contexts ---- */
+
+/* A CPU context with fp32 activations. */
+void ops_ctx_init_cpu(zy_ctx *ctx, int num_threads) {
+    memset(ctx, 0, sizeof *ctx);
+    ctx->device = ZY_DEV_CPU;
+    ctx->num_threads = num_threads;
+    ctx->act_dtype = ZY_DTYPE_F32;
+}
+
+/* A CUDA context on GPU gpu with bf16 activations. */
+int ops_ctx_init_cuda(zy_ctx *ctx, int gpu) {
+    memset(ctx, 0, sizeof *ctx);
+#ifdef ZY_HAVE_CUDA
+    return cuda_ops_ctx_init(ctx, gpu);
+#else
+    (void)gpu;
+    return zy_fail("device cuda: this zayac was built without CUDA (rebuild with nvcc on PATH)");
+#endif
+}
+
+/* Releases a context's device state. */
+void ops_ctx_free(zy_ctx *ctx) {
+#ifdef ZY_HAVE_CUDA
+    if (ctx->device == ZY_DEV_CUDA) cuda_ops_ctx_free(ctx);
+#endif
+    memset(ctx, 0, sizeof *ctx);
+}
+
+/* GPUs usable by this process. */
+int ops_cuda_device_count(void) {
+#ifdef ZY_HAVE_CUDA
+    return cuda_ops_device_count();
+#else
+    return 0;
+#endif
+}
+
+/* Waits for the device. */
+void ops_sync(zy_ctx *ctx) {
+#ifdef ZY_HAVE_CUDA
+    if (ctx->device == ZY_DEV_CUDA) cuda_ops_sync(ctx);
+#else
+    (void)ctx;
+#endif
+}
+
+/* ---- activation dtype helpers ---- */
+
+size_t ops_act_size(const zy_ctx *ctx) {
+    return ctx->act_dtype == ZY_DTYPE_BF16 ? 2 : 4;
+}
+
+zy_act *ops_act_at(const zy_ctx *ctx, const zy_act *p, size_t n) {
+    return (char *)p + n * ops_act_size(ctx);
+}
+
+/* fp32 -> activation dtype. */
+void ops_cast_to_act(zy_ctx *ctx, zy_act *dst, const float *src, size_t n) {
+    ON_CUDA(ctx, "cast_to_act", cuda_ops_cast_to_act(ctx, dst, src, n));
+    if (dst != src) cpu_copy(cpu_threads(ctx), dst, src, n * sizeof(float));
+}
+
+/* Activation dtype -> fp32. */
+void ops_act_to_f32(zy_ctx *ctx, float *dst, const zy_act *src, size_t n) {
+    ON_CUDA(ctx, "act_to_f32", cuda_ops_act_to_f32(ctx, dst, src, n));
+    if (dst != src) cpu_copy(cpu_threads(ctx), dst, src, n * sizeof(float));
+}
+
+/* ---- profiler ---- */
+
+void ops_prof_reset(zy_ctx *ctx) {
+#ifdef ZY_HAVE_CUDA
+    if (ctx->device == ZY_DEV_CUDA) {
+        cuda_ops_prof_reset(ctx);
+        return;
+    }
+#endif
+    (void)ctx;
+    cpu_prof_n = 0;
+}
+
+int ops_prof_read(zy_ctx *ctx, zy_op_time *out, int max) {
+#ifdef ZY_HAVE_CUDA
+    if (ctx->device == ZY_DEV_CUDA) return cuda_ops_prof_read(ctx, out, max);
+#endif
+    (void)ctx;
+    zy_op_time sorted[CPU_PROF_MAX];
+    memcpy(sorted, cpu_prof, (size_t)cpu_prof_n * sizeof *sorted);
+    qsort(sorted, (size_t)cpu_prof_n, sizeof *sorted, cmp_op_time);
+    int n = cpu_prof_n < max ? cpu_prof_n : max;
+    memcpy(out, sorted, (size_t)n * sizeof *out);
+    return n;
+}
+
+/* ---- memory (not profiled) ---- */
+
+/* Allocates zeroed, aligned memory on the context's device; aborts on OOM. */
 void *ops_alloc(zy_ctx *ctx, size_t bytes) {
+#ifdef ZY_HAVE_CUDA
+    if (ctx->device == ZY_DEV_CUDA) return cuda_ops_alloc(ctx, bytes);
+#endif
     cpu_threads(ctx);
     return cpu_alloc(bytes);
 }
 
 /* Frees memory from ops_alloc (NULL is ignored). */
 void ops_free(zy_ctx *ctx, void *p) {
+#ifdef ZY_HAVE_CUDA
+    if (ctx->device == ZY_DEV_CUDA) {
+        cuda_ops_free(ctx, p);
+        return;
+    }
+#endif
     cpu_threads(ctx);
     cpu_free(p);
 }
 
-/* Copies bytes (the regions may overlap). */
+/* Copies bytes between host and device memory in any direction. */
 void ops_copy(zy_ctx *ctx, void *dst, const void *src, size_t bytes) {
+#ifdef ZY_HAVE_CUDA
+    if (ctx->device == ZY_DEV_CUDA) {
+        cuda_ops_copy(ctx, dst, src, bytes);
+        return;
+    }
+#endif
     cpu_copy(cpu_threads(ctx), dst, src, bytes);
 }
 
 /* Sets n floats to value. */
 void ops_fill(zy_ctx *ctx, float *x, float value, size_t n) {
+    ON_CUDA(ctx, "fill", cuda_ops_fill(ctx, x, value, n));
     cpu_fill(cpu_threads(ctx), x, value, n);
+}
+
+/* Sets bytes to zero. */
+void ops_zero(zy_ctx *ctx, void *p, size_t bytes) {
+    ON_CUDA(ctx, "zero", cuda_ops_zero(ctx, p, bytes));
+    cpu_threads(ctx);
+    memset(p, 0, bytes);
 }
 
 /* ---- dense algebra ---- */
 
 /* C = alpha op(A) op(B) + beta C (OpenBLAS sgemm). */
-void ops_matmul(zy_ctx *ctx, float *C, const float *A, const float *B, int M, int N, int K,
+void ops_matmul(zy_ctx *ctx, zy_act *C, const zy_act *A, const zy_act *B, int M, int N, int K,
                 int transA, int transB, float alpha, float beta) {
+    ON_CUDA(ctx, "matmul", cuda_ops_matmul(ctx, C, A, B, M, N, K, transA, transB, alpha, beta));
     cpu_matmul(cpu_threads(ctx), C, A, B, M, N, K, transA, transB, alpha, beta);
 }
 
-/* y += a x. */
-void ops_axpy(zy_ctx *ctx, float *y, const float *x, float a, size_t n) {
-    cpu_axpy(cpu_threads(ctx), y, x, a, n);
+/* fp32 C = alpha op(A) op(B) + beta C. */
+void ops_matmul_f32(zy_ctx *ctx, float *C, const zy_act *A, const zy_act *B, int M, int N, int K,
+                    int transA, int transB, float alpha, float beta) {
+    ON_CUDA(ctx, "matmul_f32",
+            cuda_ops_matmul_f32(ctx, C, A, B, M, N, K, transA, transB, alpha, beta));
+    cpu_matmul(cpu_threads(ctx), C, A, B, M, N, K, transA, transB, alpha, beta);
+}
+
+/* y += x. */
+void ops_add_act(zy_ctx *ctx, zy_act *y, const zy_act *x, size_t n) {
+    ON_CUDA(ctx, "add_act", cuda_ops_add_act(ctx, y, x, n));
+    cpu_axpy(cpu_threads(ctx), y, x, 1.0f, n);
 }
 
 /* y[N,C] += bias[C]. */
-void ops_add_bias(zy_ctx *ctx, float *y, const float *bias, int N, int C) {
+void ops_add_bias(zy_ctx *ctx, zy_act *y, const float *bias, int N, int C) {
+    ON_CUDA(ctx, "add_bias", cuda_ops_add_bias(ctx, y, bias, N, C));
     cpu_add_bias(cpu_threads(ctx), y, bias, N, C);
 }
 
 /* dbias[C] += column sums of dy[N,C]. */
-void ops_bias_bwd(zy_ctx *ctx, float *dbias, const float *dy, int N, int C) {
+void ops_bias_bwd(zy_ctx *ctx, float *dbias, const zy_act *dy, int N, int C) {
+    ON_CUDA(ctx, "bias_bwd", cuda_ops_bias_bwd(ctx, dbias, dy, N, C));
     cpu_bias_bwd(cpu_threads(ctx), dbias, dy, N, C);
 }
-
-/* ---- embedding and input affine ---- */
 
 /* h = (emb[ids] + bias) * scale. */
 void ops_embed_fwd(zy_ctx *ctx, float *h, const float *emb, const int32_t *ids, const float *bias,
                    const float *scale, int N, int D) {
+    ON_CUDA(ctx, "embed_fwd", cuda_ops_embed_fwd(ctx, h, emb, ids, bias, scale, N, D));
     cpu_embed_fwd(cpu_threads(ctx), h, emb, ids, bias, scale, N, D);
 }
 
@@ -74,186 +272,235 @@ void ops_embed_fwd(zy_ctx *ctx, float *h, const float *emb, const int32_t *ids, 
 void ops_embed_bwd(zy_ctx *ctx, float *demb, float *dbias, float *dscale, const float *dh,
                    const float *emb, const int32_t *ids, const float *bias, const float *scale,
                    int N, int D, int skip_id) {
+    ON_CUDA(ctx, "embed_bwd",
+            cuda_ops_embed_bwd(ctx, demb, dbias, dscale, dh, emb, ids, bias, scale, N, D, skip_id));
     cpu_embed_bwd(cpu_threads(ctx), demb, dbias, dscale, dh, emb, ids, bias, scale, N, D, skip_id);
 }
 
-/* ---- RMSNorm ---- */
-
 /* y = x * rstd * w; saves rstd. */
-void ops_rmsnorm_fwd(zy_ctx *ctx, float *y, float *rstd, const float *x, const float *w, int N,
-                     int C, float eps) {
+void ops_rmsnorm_fwd(zy_ctx *ctx, zy_act *y, float *rstd, const void *x, zy_dtype xt,
+                     const float *w, int N, int C, float eps) {
+    ON_CUDA(ctx, "rmsnorm_fwd", cuda_ops_rmsnorm_fwd(ctx, y, rstd, x, xt, w, N, C, eps));
+    ZY_CHECKF(xt == ZY_DTYPE_F32, "rmsnorm: the CPU holds fp32 only");
     cpu_rmsnorm_fwd(cpu_threads(ctx), y, rstd, x, w, N, C, eps);
 }
 
 /* dx (= or +=), dw +=. */
-void ops_rmsnorm_bwd(zy_ctx *ctx, float *dx, float *dw, const float *dy, const float *x,
+void ops_rmsnorm_bwd(zy_ctx *ctx, void *dx, float *dw, const zy_act *dy, const void *x, zy_dtype xt,
                      const float *w, const float *rstd, int N, int C, int accumulate) {
+    ON_CUDA(ctx, "rmsnorm_bwd",
+            cuda_ops_rmsnorm_bwd(ctx, dx, dw, dy, x, xt, w, rstd, N, C, accumulate));
+    ZY_CHECKF(xt == ZY_DTYPE_F32, "rmsnorm: the CPU holds fp32 only");
     cpu_rmsnorm_bwd(cpu_threads(ctx), dx, dw, dy, x, w, rstd, N, C, accumulate);
 }
 
-/* ---- residual scaling ---- */
-
 /* out = (o + ob) * os + (h + rb) * rs. */
-void ops_resscale_fwd(zy_ctx *ctx, float *out, const float *o, const float *h, const float *ob,
+void ops_resscale_fwd(zy_ctx *ctx, float *out, const zy_act *o, const float *h, const float *ob,
                       const float *os, const float *rb, const float *rs, int N, int D) {
+    ON_CUDA(ctx, "resscale_fwd", cuda_ops_resscale_fwd(ctx, out, o, h, ob, os, rb, rs, N, D));
     cpu_resscale_fwd(cpu_threads(ctx), out, o, h, ob, os, rb, rs, N, D);
 }
 
 /* d_o, dh (=), parameter gradients (+=). */
-void ops_resscale_bwd(zy_ctx *ctx, float *d_o, float *dh, float *dob, float *dos, float *drb,
-                      float *drs, const float *dout, const float *o, const float *h,
+void ops_resscale_bwd(zy_ctx *ctx, zy_act *d_o, float *dh, float *dob, float *dos, float *drb,
+                      float *drs, const float *dout, const zy_act *o, const float *h,
                       const float *ob, const float *os, const float *rb, const float *rs, int N,
                       int D) {
+    ON_CUDA(
+        ctx, "resscale_bwd",
+        cuda_ops_resscale_bwd(ctx, d_o, dh, dob, dos, drb, drs, dout, o, h, ob, os, rb, rs, N, D));
     cpu_resscale_bwd(cpu_threads(ctx), d_o, dh, dob, dos, drb, drs, dout, o, h, ob, os, rb, rs, N,
                      D);
 }
 
-/* ---- CCA ---- */
-
 /* q, k (and mid_save) from qk0 through the two causal convolutions and the mean residuals. */
-void ops_cca_conv_fwd(zy_ctx *ctx, float *q, float *k, float *mid_save, const float *qk0,
-                      const float *state, const float *w1, const float *b1, const float *w2,
+void ops_cca_conv_fwd(zy_ctx *ctx, zy_act *q, zy_act *k, zy_act *mid_save, const zy_act *qk0,
+                      const zy_act *state, const float *w1, const float *b1, const float *w2,
                       const float *b2, int B, int T, int Hq, int Hk, int d, int t0, int t1) {
+    ON_CUDA(ctx, "cca_conv_fwd",
+            cuda_ops_cca_conv_fwd(ctx, q, k, mid_save, qk0, state, w1, b1, w2, b2, B, T, Hq, Hk, d,
+                                  t0, t1));
     cpu_cca_conv_fwd(cpu_threads(ctx), q, k, mid_save, qk0, state, w1, b1, w2, b2, B, T, Hq, Hk, d,
                      t0, t1);
 }
 
 /* dqk0 (=), conv parameter gradients (+=). */
-void ops_cca_conv_bwd(zy_ctx *ctx, float *dqk0, float *dw1, float *db1, float *dw2, float *db2,
-                      const float *dq, const float *dk, const float *qk0, const float *mid_save,
+void ops_cca_conv_bwd(zy_ctx *ctx, zy_act *dqk0, float *dw1, float *db1, float *dw2, float *db2,
+                      const zy_act *dq, const zy_act *dk, const zy_act *qk0, const zy_act *mid_save,
                       const float *w1, const float *w2, int B, int T, int Hq, int Hk, int d, int t0,
                       int t1) {
+    ON_CUDA(ctx, "cca_conv_bwd",
+            cuda_ops_cca_conv_bwd(ctx, dqk0, dw1, db1, dw2, db2, dq, dk, qk0, mid_save, w1, w2, B,
+                                  T, Hq, Hk, d, t0, t1));
     cpu_cca_conv_bwd(cpu_threads(ctx), dqk0, dw1, db1, dw2, db2, dq, dk, qk0, mid_save, w1, w2, B,
                      T, Hq, Hk, d, t0, t1);
 }
 
 /* v = [vcur[t] | vdel[t-1]]. */
-void ops_value_delay_fwd(zy_ctx *ctx, float *v, const float *vcur, const float *vdel,
-                         const float *prev, int B, int T, int half) {
+void ops_value_delay_fwd(zy_ctx *ctx, zy_act *v, const zy_act *vcur, const zy_act *vdel,
+                         const zy_act *prev, int B, int T, int half) {
+    ON_CUDA(ctx, "value_delay_fwd", cuda_ops_value_delay_fwd(ctx, v, vcur, vdel, prev, B, T, half));
     cpu_value_delay_fwd(cpu_threads(ctx), v, vcur, vdel, prev, B, T, half);
 }
 
 /* dvcur, dvdel (=) from dv. */
-void ops_value_delay_bwd(zy_ctx *ctx, float *dvcur, float *dvdel, const float *dv, int B, int T,
+void ops_value_delay_bwd(zy_ctx *ctx, zy_act *dvcur, zy_act *dvdel, const zy_act *dv, int B, int T,
                          int half) {
+    ON_CUDA(ctx, "value_delay_bwd", cuda_ops_value_delay_bwd(ctx, dvcur, dvdel, dv, B, T, half));
     cpu_value_delay_bwd(cpu_threads(ctx), dvcur, dvdel, dv, B, T, half);
 }
 
 /* QK norm, key temperature and partial RoPE, in place. */
-void ops_qknorm_rope_fwd(zy_ctx *ctx, float *q, float *k, float *qn, float *kn, float *q_in,
-                         float *k_in, const float *temp, const int32_t *pos, int N, int Hq, int Hk,
+void ops_qknorm_rope_fwd(zy_ctx *ctx, zy_act *q, zy_act *k, float *qn, float *kn, zy_act *q_in,
+                         zy_act *k_in, const float *temp, const int32_t *pos, int N, int Hq, int Hk,
                          int d, int rot, double theta, float eps_norm) {
+    ON_CUDA(ctx, "qknorm_rope_fwd",
+            cuda_ops_qknorm_rope_fwd(ctx, q, k, qn, kn, q_in, k_in, temp, pos, N, Hq, Hk, d, rot,
+                                     theta, eps_norm));
     cpu_qknorm_rope_fwd(cpu_threads(ctx), q, k, qn, kn, q_in, k_in, temp, pos, N, Hq, Hk, d, rot,
                         theta, eps_norm);
 }
 
 /* Backward of the above, in place on dq, dk; dtemp +=. */
-void ops_qknorm_rope_bwd(zy_ctx *ctx, float *dq, float *dk, float *dtemp, const float *q_in,
-                         const float *k_in, const float *qn, const float *kn, const float *temp,
+void ops_qknorm_rope_bwd(zy_ctx *ctx, zy_act *dq, zy_act *dk, float *dtemp, const zy_act *q_in,
+                         const zy_act *k_in, const float *qn, const float *kn, const float *temp,
                          const int32_t *pos, int N, int Hq, int Hk, int d, int rot, double theta,
                          float eps_norm) {
+    ON_CUDA(ctx, "qknorm_rope_bwd",
+            cuda_ops_qknorm_rope_bwd(ctx, dq, dk, dtemp, q_in, k_in, qn, kn, temp, pos, N, Hq, Hk,
+                                     d, rot, theta, eps_norm));
     cpu_qknorm_rope_bwd(cpu_threads(ctx), dq, dk, dtemp, q_in, k_in, qn, kn, temp, pos, N, Hq, Hk,
                         d, rot, theta, eps_norm);
 }
 
-/* ---- attention ---- */
-
 /* Causal (optionally windowed) GQA softmax attention; saves lse. */
-void ops_attention_fwd(zy_ctx *ctx, float *out, float *lse, const float *q, const float *k,
-                       const float *v, int B, int T, int Hq, int Hk, int d, float scale,
+void ops_attention_fwd(zy_ctx *ctx, zy_act *out, float *lse, const zy_act *q, const zy_act *k,
+                       const zy_act *v, int B, int T, int Hq, int Hk, int d, float scale,
                        int window) {
+    ON_CUDA(ctx, "attention_fwd",
+            cuda_ops_attention_fwd(ctx, out, lse, q, k, v, B, T, Hq, Hk, d, scale, window));
     cpu_attention_fwd(cpu_threads(ctx), out, lse, q, k, v, B, T, Hq, Hk, d, scale, window);
 }
 
 /* dq, dk, dv (=). */
-void ops_attention_bwd(zy_ctx *ctx, float *dq, float *dk, float *dv, const float *dout,
-                       const float *out, const float *lse, const float *q, const float *k,
-                       const float *v, int B, int T, int Hq, int Hk, int d, float scale,
+void ops_attention_bwd(zy_ctx *ctx, zy_act *dq, zy_act *dk, zy_act *dv, const zy_act *dout,
+                       const zy_act *out, const float *lse, const zy_act *q, const zy_act *k,
+                       const zy_act *v, int B, int T, int Hq, int Hk, int d, float scale,
                        int window) {
+    ON_CUDA(ctx, "attention_bwd",
+            cuda_ops_attention_bwd(ctx, dq, dk, dv, dout, out, lse, q, k, v, B, T, Hq, Hk, d, scale,
+                                   window));
     cpu_attention_bwd(cpu_threads(ctx), dq, dk, dv, dout, out, lse, q, k, v, B, T, Hq, Hk, d, scale,
                       window);
 }
 
 /* One query row per sequence against a KV cache. */
-void ops_attention_decode(zy_ctx *ctx, float *out, const float *q, const float *kc, const float *vc,
-                          int B, int Tk, int Tmax, int Hq, int Hk, int d, float scale, int window) {
+void ops_attention_decode(zy_ctx *ctx, zy_act *out, const zy_act *q, const zy_act *kc,
+                          const zy_act *vc, int B, int Tk, int Tmax, int Hq, int Hk, int d,
+                          float scale, int window) {
+    ON_CUDA(ctx, "attention_decode",
+            cuda_ops_attention_decode(ctx, out, q, kc, vc, B, Tk, Tmax, Hq, Hk, d, scale, window));
     cpu_attention_decode(cpu_threads(ctx), out, q, kc, vc, B, Tk, Tmax, Hq, Hk, d, scale, window);
 }
 
-/* ---- elementwise ---- */
-
 /* y = GELU(x), exact. */
-void ops_gelu_fwd(zy_ctx *ctx, float *y, const float *x, size_t n) {
+void ops_gelu_fwd(zy_ctx *ctx, zy_act *y, const zy_act *x, size_t n) {
+    ON_CUDA(ctx, "gelu_fwd", cuda_ops_gelu_fwd(ctx, y, x, n));
     cpu_gelu_fwd(cpu_threads(ctx), y, x, n);
 }
 
 /* dx = dy * GELU'(x). */
-void ops_gelu_bwd(zy_ctx *ctx, float *dx, const float *dy, const float *x, size_t n) {
+void ops_gelu_bwd(zy_ctx *ctx, zy_act *dx, const zy_act *dy, const zy_act *x, size_t n) {
+    ON_CUDA(ctx, "gelu_bwd", cuda_ops_gelu_bwd(ctx, dx, dy, x, n));
     cpu_gelu_bwd(cpu_threads(ctx), dx, dy, x, n);
 }
 
 /* y = SiLU(g) * u. */
-void ops_swiglu_fwd(zy_ctx *ctx, float *y, const float *gu, int N, int F) {
+void ops_swiglu_fwd(zy_ctx *ctx, zy_act *y, const zy_act *gu, int N, int F) {
+    ON_CUDA(ctx, "swiglu_fwd", cuda_ops_swiglu_fwd(ctx, y, gu, N, F));
     cpu_swiglu_fwd(cpu_threads(ctx), y, gu, N, F);
 }
 
 /* dgu (=) from dy. */
-void ops_swiglu_bwd(zy_ctx *ctx, float *dgu, const float *dy, const float *gu, int N, int F) {
+void ops_swiglu_bwd(zy_ctx *ctx, zy_act *dgu, const zy_act *dy, const zy_act *gu, int N, int F) {
+    ON_CUDA(ctx, "swiglu_bwd", cuda_ops_swiglu_bwd(ctx, dgu, dy, gu, N, F));
     cpu_swiglu_bwd(cpu_threads(ctx), dgu, dy, gu, N, F);
 }
 
-/* ---- router ---- */
-
 /* Softmax, biased top-1 choice and gate. */
-void ops_router_select(zy_ctx *ctx, float *probs, int32_t *choice, float *gate, const float *logits,
-                       const float *bias, int N, int E1) {
+void ops_router_select(zy_ctx *ctx, float *probs, int32_t *choice, float *gate,
+                       const zy_act *logits, const float *bias, int N, int E1) {
+    ON_CUDA(ctx, "router_select",
+            cuda_ops_router_select(ctx, probs, choice, gate, logits, bias, N, E1));
     cpu_router_select(cpu_threads(ctx), probs, choice, gate, logits, bias, N, E1);
 }
 
 /* dlogits (=) from dgate. */
-void ops_router_bwd(zy_ctx *ctx, float *dlogits, const float *dgate, const float *probs,
+void ops_router_bwd(zy_ctx *ctx, zy_act *dlogits, const float *dgate, const float *probs,
                     const int32_t *choice, int N, int E1) {
+    ON_CUDA(ctx, "router_bwd", cuda_ops_router_bwd(ctx, dlogits, dgate, probs, choice, N, E1));
     cpu_router_bwd(cpu_threads(ctx), dlogits, dgate, probs, choice, N, E1);
 }
 
-/* ---- MoE dispatch / combine ---- */
-
 /* Counting sort of routed rows by expert (stable); returns the routed row count. */
-int ops_moe_dispatch(zy_ctx *ctx, int32_t *counts, int32_t *offsets, int32_t *perm,
-                     const int32_t *choice, int N, int E) {
+int ops_moe_dispatch(zy_ctx *ctx, int32_t *counts, int32_t *offsets, int32_t *offsets_host,
+                     int32_t *perm, const int32_t *choice, int N, int E) {
+    ON_CUDA_RET(ctx, "moe_dispatch",
+                cuda_ops_moe_dispatch(ctx, counts, offsets, offsets_host, perm, choice, N, E));
     cpu_threads(ctx);
-    return cpu_moe_dispatch(counts, offsets, perm, choice, N, E);
+    int routed = cpu_moe_dispatch(counts, offsets, perm, choice, N, E);
+    memcpy(offsets_host, offsets, (size_t)(E + 1) * sizeof *offsets);
+    return routed;
 }
 
 /* xs[r] = x[perm[r]]. */
-void ops_gather_rows(zy_ctx *ctx, float *xs, const float *x, const int32_t *perm, int nrows,
+void ops_gather_rows(zy_ctx *ctx, zy_act *xs, const zy_act *x, const int32_t *perm, int nrows,
                      int C) {
+    ON_CUDA(ctx, "gather_rows", cuda_ops_gather_rows(ctx, xs, x, perm, nrows, C));
     cpu_gather_rows(cpu_threads(ctx), xs, x, perm, nrows, C);
 }
 
 /* y = 0, then y[perm[r]] = gate * ys[r]. */
-void ops_moe_combine(zy_ctx *ctx, float *y, const float *ys, const float *gate, const int32_t *perm,
-                     int nrows, int N, int D) {
+void ops_moe_combine(zy_ctx *ctx, zy_act *y, const zy_act *ys, const float *gate,
+                     const int32_t *perm, int nrows, int N, int D) {
+    ON_CUDA(ctx, "moe_combine", cuda_ops_moe_combine(ctx, y, ys, gate, perm, nrows, N, D));
     cpu_moe_combine(cpu_threads(ctx), y, ys, gate, perm, nrows, N, D);
 }
 
 /* dys, dgate (=). */
-void ops_moe_combine_bwd(zy_ctx *ctx, float *dys, float *dgate, const float *dy, const float *ys,
+void ops_moe_combine_bwd(zy_ctx *ctx, zy_act *dys, float *dgate, const zy_act *dy, const zy_act *ys,
                          const float *gate, const int32_t *perm, int nrows, int N, int D) {
+    ON_CUDA(ctx, "moe_combine_bwd",
+            cuda_ops_moe_combine_bwd(ctx, dys, dgate, dy, ys, gate, perm, nrows, N, D));
     cpu_moe_combine_bwd(cpu_threads(ctx), dys, dgate, dy, ys, gate, perm, nrows, N, D);
 }
 
 /* dx[perm[r]] += dxs[r]. */
-void ops_scatter_add_rows(zy_ctx *ctx, float *dx, const float *dxs, const int32_t *perm, int nrows,
-                          int C) {
+void ops_scatter_add_rows(zy_ctx *ctx, zy_act *dx, const zy_act *dxs, const int32_t *perm,
+                          int nrows, int C) {
+    ON_CUDA(ctx, "scatter_add_rows", cuda_ops_scatter_add_rows(ctx, dx, dxs, perm, nrows, C));
     cpu_scatter_add_rows(cpu_threads(ctx), dx, dxs, perm, nrows, C);
 }
 
-/* ---- loss ---- */
-
 /* Summed cross-entropy over counted rows, with the optional logits gradient. */
-double ops_xent_fwd_bwd(zy_ctx *ctx, float *dlogits, const float *logits, const int32_t *targets,
+double ops_xent_fwd_bwd(zy_ctx *ctx, zy_act *dlogits, const zy_act *logits, const int32_t *targets,
                         int N, int V, int ignore_index, float grad_scale, int *count) {
+    ON_CUDA_RET(ctx, "xent_fwd_bwd",
+                cuda_ops_xent_fwd_bwd(ctx, dlogits, logits, targets, N, V, ignore_index, grad_scale,
+                                      count));
     return cpu_xent_fwd_bwd(cpu_threads(ctx), dlogits, logits, targets, N, V, ignore_index,
                             grad_scale, count);
+}
+
+/* z += r_prev * g. */
+void ops_eda_fwd(zy_ctx *ctx, zy_act *z, const zy_act *r_prev, const float *g, int N, int R) {
+    ON_CUDA(ctx, "eda_fwd", cuda_ops_eda_fwd(ctx, z, r_prev, g, N, R));
+    cpu_eda_fwd(cpu_threads(ctx), z, r_prev, g, N, R);
+}
+
+/* dr_prev = dz * g; dg +=. */
+void ops_eda_bwd(zy_ctx *ctx, zy_act *dr_prev, float *dg, const zy_act *dz, const zy_act *r_prev,
+                 const float *g, int N, int R) {
+    ON_CUDA(ctx, "eda_bwd", cuda_ops_eda_bwd(ctx, dr_prev, dg, dz, r_prev, g, N, R));
+    cpu_eda_bwd(cpu_threads(ctx), dr_prev, dg, dz, r_prev, g, N, R);
 }

@@ -1,6 +1,13 @@
 /* The op interface: every computation of the ZAYA1 forward and backward pass, at the granularity of
  * the fastest GPU kernel. ops/cpu/ implements them in plain C + OpenMP (the fp32 reference);
- * ops/cuda/ will implement the same signatures. Pointers are in the memory of ctx's device.
+ * ops/cuda/ implements the same signatures on NVIDIA GPUs. ops.c dispatches on ctx->device.
+ * Pointers are in the memory of ctx's device.
+ *
+ * Precision: a `zy_act *` buffer holds elements of ctx->act_dtype: fp32 on the CPU, bf16 on CUDA
+ * (activations, activation gradients and the compute copy of the weight matrices). Everything typed
+ * `float *` is fp32 on every device: master weights, parameter gradients, the residual stream,
+ * norms' rstd, attention lse, router probabilities and gates. Arithmetic accumulates in fp32 (CPU
+ * reductions in double). Use ops_act_at for pointer arithmetic on activation buffers.
  *
  * Conventions: activations are row-major with one row per token; N = B*T rows, sequence b owns rows
  * [b*T, (b+1)*T). Linear weights are [out, in] (HF layout). Backward ops ACCUMULATE (+=) into
@@ -14,31 +21,84 @@
 #include <stdint.h>
 
 typedef enum { ZY_DEV_CPU = 0, ZY_DEV_CUDA = 1 } zy_device;
+typedef enum { ZY_DTYPE_F32 = 0, ZY_DTYPE_BF16 = 1 } zy_dtype;
+
+/* An element of an activation buffer: ctx->act_dtype (void so that no one indexes it directly). */
+typedef void zy_act;
 
 typedef struct {
     zy_device device;
-    int num_threads; /* CPU: OpenMP threads (0 = library default) */
+    int num_threads;    /* CPU: OpenMP threads (0 = library default) */
+    zy_dtype act_dtype; /* element type of zy_act buffers: F32 on the CPU, BF16 on CUDA */
+    int gpu;            /* CUDA: device index */
+    int prof;           /* nonzero: ops record their device time by name (ops_prof_read) */
+    void *cuda;         /* CUDA: the stream, cuBLASLt plans, workspaces, profiler (ops/cuda) */
 } zy_ctx;
+
+/* ---- contexts ---- */
+/* CPU context with num_threads OpenMP threads (0 = default); fp32 activations. */
+void ops_ctx_init_cpu(zy_ctx *ctx, int num_threads);
+/* CUDA context on GPU `gpu` with bf16 activations: creates the stream, the cuBLASLt context and
+ * the workspaces. ZY_ERR (with a message) when built without CUDA or the GPU is unusable. */
+int ops_ctx_init_cuda(zy_ctx *ctx, int gpu);
+/* Releases what init created (a CPU context owns nothing). */
+void ops_ctx_free(zy_ctx *ctx);
+/* Number of CUDA GPUs this process can use (0 when built without CUDA or none present). */
+int ops_cuda_device_count(void);
+/* Waits until every op issued on ctx has finished (CPU: nothing to wait for); aborts with the
+ * failing kernel's error when one failed. */
+void ops_sync(zy_ctx *ctx);
+
+/* ---- activation dtype helpers ---- */
+/* Bytes of one zy_act element of ctx. */
+size_t ops_act_size(const zy_ctx *ctx);
+/* p advanced by n elements of ctx->act_dtype. */
+zy_act *ops_act_at(const zy_ctx *ctx, const zy_act *p, size_t n);
+/* dst[n] = src[n] rounded to the activation dtype (fp32 -> bf16 on CUDA; a copy on the CPU). */
+void ops_cast_to_act(zy_ctx *ctx, zy_act *dst, const float *src, size_t n);
+/* dst[n] = src[n] widened to fp32. */
+void ops_act_to_f32(zy_ctx *ctx, float *dst, const zy_act *src, size_t n);
+
+/* ---- per-op timing (benchmarks) ---- */
+typedef struct {
+    const char *name; /* op name (static string) */
+    long calls;
+    double ms; /* total device time */
+} zy_op_time;
+/* Clears the accumulated times. */
+void ops_prof_reset(zy_ctx *ctx);
+/* Waits for the device, then writes up to max entries (most time first); returns how many. */
+int ops_prof_read(zy_ctx *ctx, zy_op_time *out, int max);
 
 /* ---- memory ---- */
 void *ops_alloc(zy_ctx *ctx, size_t bytes); /* zeroed; aborts on OOM */
 void ops_free(zy_ctx *ctx, void *p);
+/* Copies bytes between any two of host and ctx's device memory (regions may overlap on the CPU);
+ * returns when the copy is complete on the host side (a device-to-host copy waits for the device).
+ */
 void ops_copy(zy_ctx *ctx, void *dst, const void *src, size_t bytes);
+/* Sets n floats to value. */
 void ops_fill(zy_ctx *ctx, float *x, float value, size_t n);
+/* Sets bytes to zero. */
+void ops_zero(zy_ctx *ctx, void *p, size_t bytes);
 
 /* ---- dense algebra ---- */
-/* C[M,N] = alpha * op(A) op(B) + beta * C, row-major; op(A) is [M,K] (A stored [K,M] when transA),
+/* C[M,N] = alpha * op(A) op(B) + beta * C, row-major, A, B, C of the activation dtype (weights:
+ * the model's compute copy), fp32 accumulation; op(A) is [M,K] (A stored [K,M] when transA),
  * op(B) is [K,N] (B stored [N,K] when transB). beta = 0 ignores C's old contents (even NaN). */
-void ops_matmul(zy_ctx *ctx, float *C, const float *A, const float *B, int M, int N, int K,
+void ops_matmul(zy_ctx *ctx, zy_act *C, const zy_act *A, const zy_act *B, int M, int N, int K,
                 int transA, int transB, float alpha, float beta);
-/* y[n] += x[n] * a */
-void ops_axpy(zy_ctx *ctx, float *y, const float *x, float a, size_t n);
+/* The same with an fp32 C (parameter gradients: beta = 1 accumulates in fp32). */
+void ops_matmul_f32(zy_ctx *ctx, float *C, const zy_act *A, const zy_act *B, int M, int N, int K,
+                    int transA, int transB, float alpha, float beta);
+/* y[n] += x[n] (activation buffers). */
+void ops_add_act(zy_ctx *ctx, zy_act *y, const zy_act *x, size_t n);
 /* y[N,C] += bias[C] broadcast over rows */
-void ops_add_bias(zy_ctx *ctx, float *y, const float *bias, int N, int C);
+void ops_add_bias(zy_ctx *ctx, zy_act *y, const float *bias, int N, int C);
 /* dbias[C] += sum over rows of dy[N,C] */
-void ops_bias_bwd(zy_ctx *ctx, float *dbias, const float *dy, int N, int C);
+void ops_bias_bwd(zy_ctx *ctx, float *dbias, const zy_act *dy, int N, int C);
 
-/* ---- embedding and input affine ---- */
+/* ---- embedding and input affine (fp32: the table is the master weight, h the residual) ---- */
 /* h[N,D] = (emb[ids[n]] + bias) * scale. ids must be in [0, V) (checked by the caller). */
 void ops_embed_fwd(zy_ctx *ctx, float *h, const float *emb, const int32_t *ids, const float *bias,
                    const float *scale, int N, int D);
@@ -49,20 +109,22 @@ void ops_embed_bwd(zy_ctx *ctx, float *demb, float *dbias, float *dscale, const 
                    int N, int D, int skip_id);
 
 /* ---- RMSNorm ---- */
-/* y[N,C] = x * rstd * w, rstd[N] = 1/sqrt(mean(x^2) + eps) (saved for backward). */
-void ops_rmsnorm_fwd(zy_ctx *ctx, float *y, float *rstd, const float *x, const float *w, int N,
-                     int C, float eps);
-/* dx = (overwrite, or += when accumulate) ; dw += sum over rows dy * x * rstd. */
-void ops_rmsnorm_bwd(zy_ctx *ctx, float *dx, float *dw, const float *dy, const float *x,
+/* y[N,C] = x * rstd * w, rstd[N] = 1/sqrt(mean(x^2) + eps) (saved for backward). x has dtype xt:
+ * ZY_DTYPE_F32 for the residual stream, ctx->act_dtype for the router state. */
+void ops_rmsnorm_fwd(zy_ctx *ctx, zy_act *y, float *rstd, const void *x, zy_dtype xt,
+                     const float *w, int N, int C, float eps);
+/* dx (dtype xt like x; overwrite, or += when accumulate); dw += sum over rows dy * x * rstd. */
+void ops_rmsnorm_bwd(zy_ctx *ctx, void *dx, float *dw, const zy_act *dy, const void *x, zy_dtype xt,
                      const float *w, const float *rstd, int N, int C, int accumulate);
 
-/* ---- residual scaling: out = (o + ob) * os + (h + rb) * rs, all [N,D], vectors [D] ---- */
-void ops_resscale_fwd(zy_ctx *ctx, float *out, const float *o, const float *h, const float *ob,
+/* ---- residual scaling: out = (o + ob) * os + (h + rb) * rs, all [N,D], vectors [D] ----
+ * o: a block's output (activation dtype); h, out: the fp32 residual stream. */
+void ops_resscale_fwd(zy_ctx *ctx, float *out, const zy_act *o, const float *h, const float *ob,
                       const float *os, const float *rb, const float *rs, int N, int D);
 /* From dout: do = dout*os (overwrite), dh = dout*rs (overwrite; dh may alias dout),
  * dob += sum dout*os, dos += sum dout*(o+ob), drb += sum dout*rs, drs += sum dout*(h+rb). */
-void ops_resscale_bwd(zy_ctx *ctx, float *d_o, float *dh, float *dob, float *dos, float *drb,
-                      float *drs, const float *dout, const float *o, const float *h,
+void ops_resscale_bwd(zy_ctx *ctx, zy_act *d_o, float *dh, float *dob, float *dos, float *drb,
+                      float *drs, const float *dout, const zy_act *o, const float *h,
                       const float *ob, const float *os, const float *rb, const float *rs, int N,
                       int D);
 
@@ -75,107 +137,113 @@ void ops_resscale_bwd(zy_ctx *ctx, float *d_o, float *dh, float *dob, float *dos
  * (w1 [C,t0] = depthwise weight [C,1,t0]; w2 [C,d,t1] = grouped weight). Then with G = Hq/Hk,
  *   qr_i = (q0_i + k0_{i/G}) / 2,  kr_j = mean_{i in group j} qr_i,
  *   q[N,Hq*d] = conv[:, :Hq*d] + qr,  k[N,Hk*d] = conv[:, Hq*d:] + kr.
- * mid_save [B, T+t1-1, C] keeps the depthwise output for backward. */
-void ops_cca_conv_fwd(zy_ctx *ctx, float *q, float *k, float *mid_save, const float *qk0,
-                      const float *state, const float *w1, const float *b1, const float *w2,
+ * mid_save [B, T+t1-1, C] keeps the depthwise output for backward. Activations (q, k, mid_save,
+ * qk0, state) have the activation dtype; weights and their gradients are fp32. */
+void ops_cca_conv_fwd(zy_ctx *ctx, zy_act *q, zy_act *k, zy_act *mid_save, const zy_act *qk0,
+                      const zy_act *state, const float *w1, const float *b1, const float *w2,
                       const float *b2, int B, int T, int Hq, int Hk, int d, int t0, int t1);
 /* Backward of the above given dq, dk: dqk0 (overwrite), dw1/db1/dw2/db2 (+=). No state gradient
  * (training always starts from zero padding). */
-void ops_cca_conv_bwd(zy_ctx *ctx, float *dqk0, float *dw1, float *db1, float *dw2, float *db2,
-                      const float *dq, const float *dk, const float *qk0, const float *mid_save,
+void ops_cca_conv_bwd(zy_ctx *ctx, zy_act *dqk0, float *dw1, float *db1, float *dw2, float *db2,
+                      const zy_act *dq, const zy_act *dk, const zy_act *qk0, const zy_act *mid_save,
                       const float *w1, const float *w2, int B, int T, int Hq, int Hk, int d, int t0,
                       int t1);
 
 /* ---- CCA: delayed values ----
  * v[N, 2*half] = [vcur[t] | vdel[t-1]] per row, vdel[-1] = prev[b] (prev [B,half]) or 0 if NULL. */
-void ops_value_delay_fwd(zy_ctx *ctx, float *v, const float *vcur, const float *vdel,
-                         const float *prev, int B, int T, int half);
+void ops_value_delay_fwd(zy_ctx *ctx, zy_act *v, const zy_act *vcur, const zy_act *vdel,
+                         const zy_act *prev, int B, int T, int half);
 /* dvcur, dvdel (overwrite) from dv. */
-void ops_value_delay_bwd(zy_ctx *ctx, float *dvcur, float *dvdel, const float *dv, int B, int T,
+void ops_value_delay_bwd(zy_ctx *ctx, zy_act *dvcur, zy_act *dvdel, const zy_act *dv, int B, int T,
                          int half);
 
 /* ---- CCA: QK norm, key temperature, partial RoPE (in place) ----
  * For each row n (position pos[n]) and head: x <- sqrt(d) * x / max(||x||, eps_norm), keys also
  * times temp[j]; then the first rot channels are rotated (rotate-half layout) with
  * inv_freq_i = theta^(-2i/rot), angle = pos * inv_freq_i. q [N,Hq*d], k [N,Hk*d].
- * qn [N,Hq], kn [N,Hk] save the clamped norms; q_in/k_in keep copies of the inputs for backward
- * (may be NULL in inference). */
-void ops_qknorm_rope_fwd(zy_ctx *ctx, float *q, float *k, float *qn, float *kn, float *q_in,
-                         float *k_in, const float *temp, const int32_t *pos, int N, int Hq, int Hk,
+ * qn [N,Hq], kn [N,Hk] (fp32) save the clamped norms; q_in/k_in keep copies of the inputs for
+ * backward (may be NULL in inference). */
+void ops_qknorm_rope_fwd(zy_ctx *ctx, zy_act *q, zy_act *k, float *qn, float *kn, zy_act *q_in,
+                         zy_act *k_in, const float *temp, const int32_t *pos, int N, int Hq, int Hk,
                          int d, int rot, double theta, float eps_norm);
 /* dq, dk in place (on entry: grads w.r.t. the outputs; on exit: w.r.t. the inputs); dtemp += . */
-void ops_qknorm_rope_bwd(zy_ctx *ctx, float *dq, float *dk, float *dtemp, const float *q_in,
-                         const float *k_in, const float *qn, const float *kn, const float *temp,
+void ops_qknorm_rope_bwd(zy_ctx *ctx, zy_act *dq, zy_act *dk, float *dtemp, const zy_act *q_in,
+                         const zy_act *k_in, const float *qn, const float *kn, const float *temp,
                          const int32_t *pos, int N, int Hq, int Hk, int d, int rot, double theta,
                          float eps_norm);
 
 /* ---- causal GQA attention ----
  * out[N,Hq*d]: per sequence, query t of head i attends keys s <= t (and s > t - window when
- * window > 0) of key head i/(Hq/Hk), softmax(scale * q.k) v. lse[B,Hq,T] saved for backward. */
-void ops_attention_fwd(zy_ctx *ctx, float *out, float *lse, const float *q, const float *k,
-                       const float *v, int B, int T, int Hq, int Hk, int d, float scale,
+ * window > 0) of key head i/(Hq/Hk), softmax(scale * q.k) v. lse[B,Hq,T] (fp32) saved for
+ * backward. */
+void ops_attention_fwd(zy_ctx *ctx, zy_act *out, float *lse, const zy_act *q, const zy_act *k,
+                       const zy_act *v, int B, int T, int Hq, int Hk, int d, float scale,
                        int window);
 /* dq, dk, dv (overwrite). */
-void ops_attention_bwd(zy_ctx *ctx, float *dq, float *dk, float *dv, const float *dout,
-                       const float *out, const float *lse, const float *q, const float *k,
-                       const float *v, int B, int T, int Hq, int Hk, int d, float scale,
+void ops_attention_bwd(zy_ctx *ctx, zy_act *dq, zy_act *dk, zy_act *dv, const zy_act *dout,
+                       const zy_act *out, const float *lse, const zy_act *q, const zy_act *k,
+                       const zy_act *v, int B, int T, int Hq, int Hk, int d, float scale,
                        int window);
 /* Decoding: one new query row per sequence against a cache of Tk keys (kc/vc [B,Tmax,Hk*d] rows
  * 0..Tk-1). out [B,Hq*d]. */
-void ops_attention_decode(zy_ctx *ctx, float *out, const float *q, const float *kc, const float *vc,
-                          int B, int Tk, int Tmax, int Hq, int Hk, int d, float scale, int window);
+void ops_attention_decode(zy_ctx *ctx, zy_act *out, const zy_act *q, const zy_act *kc,
+                          const zy_act *vc, int B, int Tk, int Tmax, int Hq, int Hk, int d,
+                          float scale, int window);
 
-/* ---- elementwise ---- */
+/* ---- elementwise (activation dtype) ---- */
 /* y = GELU(x) exact (erf). */
-void ops_gelu_fwd(zy_ctx *ctx, float *y, const float *x, size_t n);
-/* dx = dy * GELU'(x) (overwrite). */
-void ops_gelu_bwd(zy_ctx *ctx, float *dx, const float *dy, const float *x, size_t n);
+void ops_gelu_fwd(zy_ctx *ctx, zy_act *y, const zy_act *x, size_t n);
+/* dx = dy * GELU'(x) (overwrite; dx may alias dy). */
+void ops_gelu_bwd(zy_ctx *ctx, zy_act *dx, const zy_act *dy, const zy_act *x, size_t n);
 /* gu [N, 2F] = [g | u] per row; y [N,F] = SiLU(g) * u. */
-void ops_swiglu_fwd(zy_ctx *ctx, float *y, const float *gu, int N, int F);
+void ops_swiglu_fwd(zy_ctx *ctx, zy_act *y, const zy_act *gu, int N, int F);
 /* dgu [N,2F] (overwrite) from dy [N,F]. */
-void ops_swiglu_bwd(zy_ctx *ctx, float *dgu, const float *dy, const float *gu, int N, int F);
+void ops_swiglu_bwd(zy_ctx *ctx, zy_act *dgu, const zy_act *dy, const zy_act *gu, int N, int F);
 
 /* ---- router ----
- * probs[N,E1] = softmax(logits) (fp32), E1 = E+1; choice[n] = argmax(probs + bias) (first index
+ * probs[N,E1] = softmax(logits) in fp32, E1 = E+1; choice[n] = argmax(probs + bias) (first index
  * wins ties); gate[n] = probs[n, choice] unless choice == E1-1 (skip) where gate = 0. */
-void ops_router_select(zy_ctx *ctx, float *probs, int32_t *choice, float *gate, const float *logits,
-                       const float *bias, int N, int E1);
+void ops_router_select(zy_ctx *ctx, float *probs, int32_t *choice, float *gate,
+                       const zy_act *logits, const float *bias, int N, int E1);
 /* dlogits (overwrite) from dgate[N] through the softmax (skip rows get zero). */
-void ops_router_bwd(zy_ctx *ctx, float *dlogits, const float *dgate, const float *probs,
+void ops_router_bwd(zy_ctx *ctx, zy_act *dlogits, const float *dgate, const float *probs,
                     const int32_t *choice, int N, int E1);
 
 /* ---- MoE dispatch / combine ----
  * From choice[N] in [0,E] (E = skip): counts[E], offsets[E+1] (exclusive scan; offsets[E] = routed
  * rows), perm[N]: routed rows sorted by expert, stable in n; rows of expert e are
- * perm[offsets[e]..offsets[e+1]). Skipped rows are not listed. Returns the routed row count. */
-int ops_moe_dispatch(zy_ctx *ctx, int32_t *counts, int32_t *offsets, int32_t *perm,
-                     const int32_t *choice, int N, int E);
+ * perm[offsets[e]..offsets[e+1]). Skipped rows are not listed. All in ctx's memory; offsets_host
+ * [E+1] (host memory) receives a copy of offsets, which the expert GEMM loop needs on the host.
+ * Returns the routed row count. */
+int ops_moe_dispatch(zy_ctx *ctx, int32_t *counts, int32_t *offsets, int32_t *offsets_host,
+                     int32_t *perm, const int32_t *choice, int N, int E);
 /* xs[r,:] = x[perm[r],:] for r < nrows. */
-void ops_gather_rows(zy_ctx *ctx, float *xs, const float *x, const int32_t *perm, int nrows, int C);
+void ops_gather_rows(zy_ctx *ctx, zy_act *xs, const zy_act *x, const int32_t *perm, int nrows,
+                     int C);
 /* y[N,D] = 0 for all rows, then y[perm[r]] = gate[perm[r]] * ys[r] for r < nrows. */
-void ops_moe_combine(zy_ctx *ctx, float *y, const float *ys, const float *gate, const int32_t *perm,
-                     int nrows, int N, int D);
+void ops_moe_combine(zy_ctx *ctx, zy_act *y, const zy_act *ys, const float *gate,
+                     const int32_t *perm, int nrows, int N, int D);
 /* dys[r] = gate[perm[r]] * dy[perm[r]] (overwrite), dgate[n] = dot(dy[n], ys[r]) for routed n,
  * 0 for skipped rows (overwrite all N). */
-void ops_moe_combine_bwd(zy_ctx *ctx, float *dys, float *dgate, const float *dy, const float *ys,
+void ops_moe_combine_bwd(zy_ctx *ctx, zy_act *dys, float *dgate, const zy_act *dy, const zy_act *ys,
                          const float *gate, const int32_t *perm, int nrows, int N, int D);
 /* dx[perm[r]] += dxs[r] (scatter-add). */
-void ops_scatter_add_rows(zy_ctx *ctx, float *dx, const float *dxs, const int32_t *perm, int nrows,
-                          int C);
+void ops_scatter_add_rows(zy_ctx *ctx, zy_act *dx, const zy_act *dxs, const int32_t *perm,
+                          int nrows, int C);
 
 /* ---- loss ----
  * Cross-entropy over logits [N,V] with targets[N] (ignore_index rows count for nothing).
- * Returns the SUM of losses over counted rows (double) and writes *count; when dlogits != NULL it
- * is set to (softmax - onehot) * grad_scale for counted rows and 0 for ignored rows. dlogits may
- * alias logits. */
-double ops_xent_fwd_bwd(zy_ctx *ctx, float *dlogits, const float *logits, const int32_t *targets,
+ * Returns the SUM of losses over counted rows (double; waits for the device) and writes *count;
+ * when dlogits != NULL it is set to (softmax - onehot) * grad_scale for counted rows and 0 for
+ * ignored rows. dlogits may alias logits. The softmax is computed in fp32 and never stored. */
+double ops_xent_fwd_bwd(zy_ctx *ctx, zy_act *dlogits, const zy_act *logits, const int32_t *targets,
                         int N, int V, int ignore_index, float grad_scale, int *count);
 
-/* ---- router depth averaging (EDA) ----
+/* ---- router depth averaging (EDA), activation dtype ----
  * z[N,R] += r_prev[N,R] * g[R] (g broadcast over rows). */
-void ops_eda_fwd(zy_ctx *ctx, float *z, const float *r_prev, const float *g, int N, int R);
+void ops_eda_fwd(zy_ctx *ctx, zy_act *z, const zy_act *r_prev, const float *g, int N, int R);
 /* dr_prev = dz * g (overwrite); dg += sum over rows dz * r_prev. */
-void ops_eda_bwd(zy_ctx *ctx, float *dr_prev, float *dg, const float *dz, const float *r_prev,
+void ops_eda_bwd(zy_ctx *ctx, zy_act *dr_prev, float *dg, const zy_act *dz, const zy_act *r_prev,
                  const float *g, int N, int R);
 
 #endif

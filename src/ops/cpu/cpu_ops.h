@@ -110,4 +110,9 @@ void cpu_scatter_add_rows(int nt, float *dx, const float *dxs, const int32_t *pe
 double cpu_xent_fwd_bwd(int nt, float *dlogits, const float *logits, const int32_t *targets, int N,
                         int V, int ignore_index, float grad_scale, int *count);
 
+/* ---- router depth averaging (cpu_eda.c) ---- */
+void cpu_eda_fwd(int nt, float *z, const float *r_prev, const float *g, int N, int R);
+void cpu_eda_bwd(int nt, float *dr_prev, float *dg, const float *dz, const float *r_prev,
+                 const float *g, int N, int R);
+
 #endif

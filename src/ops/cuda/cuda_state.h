@@ -1,0 +1,59 @@
+/* The device state behind a CUDA zy_ctx (ctx->cuda), shared by the ops/cuda/ops_*.cu files: the
+ * stream every op runs on, the cuBLASLt context, one workspace for the backward column sums, the
+ * attention backward scratch and the profiler's events. C++ only. */
+#ifndef ZY_OPS_CUDA_STATE_H
+#define ZY_OPS_CUDA_STATE_H
+
+#include "ops/cuda/cuda_util.h"
+#include "ops/cuda/gemm.h"
+#include "ops/ops.h"
+
+#include <cuda_runtime.h>
+
+extern "C" {
+#include "base/err.h"
+}
+
+/* Aborts with the call, its place and CUDA's description when a runtime call fails: inside a
+ * training step a failed call is a programming error or a dead GPU, not bad input. */
+#define CUDA_CHECK(expr)                                                                           \
+    do {                                                                                           \
+        cudaError_t zy_e_ = (expr);                                                                \
+        if (zy_e_ != cudaSuccess)                                                                  \
+            zy_abort_at(__FILE__, __LINE__, #expr, "CUDA error: %s", cudaGetErrorString(zy_e_));   \
+    } while (0)
+/* After a launch (or a call of an ZY_OK/ZY_ERR returning kernel wrapper). */
+#define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())
+#define ZY_OK_OR_ABORT(expr)                                                                       \
+    do {                                                                                           \
+        if ((expr) != ZY_OK) zy_abort_at(__FILE__, __LINE__, #expr, "%s", zy_errmsg());            \
+    } while (0)
+
+#define CUDA_PROF_SLOTS 8192 /* event pairs between two ops_prof_read calls */
+#define CUDA_PROF_NAMES 96
+
+typedef struct {
+    cudaStream_t stream;
+    cuda_gemm_ctx gemm;
+    void *ws; /* column-sum workspace (grown on demand by cuda_ws) */
+    size_t ws_bytes;
+    /* profiler */
+    cudaEvent_t *ev; /* [2 * CUDA_PROF_SLOTS] start/stop pairs */
+    const char **ev_name;
+    int nslots;
+    zy_op_time times[CUDA_PROF_NAMES];
+    int ntimes;
+} cuda_state;
+
+/* The state of a CUDA context. */
+static inline cuda_state *cuda_st(zy_ctx *ctx) {
+    return (cuda_state *)ctx->cuda;
+}
+static inline cudaStream_t cuda_stream(zy_ctx *ctx) {
+    return ((cuda_state *)ctx->cuda)->stream;
+}
+/* A workspace of at least bytes (reallocated after a device sync when too small: only the first
+ * steps of a run grow it). Not for two ops at once. */
+void *cuda_ws(zy_ctx *ctx, size_t bytes);
+
+#endif

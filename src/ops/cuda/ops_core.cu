@@ -1,0 +1,208 @@
+/* The CUDA context (stream, cuBLASLt, workspace), device memory, fp32 <-> bf16 casts and the
+ * per-op profiler of ops.h's CUDA side. */
+#include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/cuda_state.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int cuda_ops_device_count(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError(); /* no driver / no GPU: clear the sticky error, report none */
+        return 0;
+    }
+    return n;
+}
+
+int cuda_ops_ctx_init(zy_ctx *ctx, int gpu) {
+    int n = cuda_ops_device_count();
+    if (gpu < 0 || gpu >= n)
+        return zy_fail("device cuda:%d: %d CUDA GPU%s visible to this process", gpu, n,
+                       n == 1 ? "" : "s");
+    CUDA_TRY(cudaSetDevice(gpu));
+    cuda_state *s = (cuda_state *)calloc(1, sizeof *s);
+    if (!s) return zy_fail("out of host memory");
+    CUDA_TRY(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
+    if (cuda_gemm_init(&s->gemm) != ZY_OK) {
+        cudaStreamDestroy(s->stream);
+        free(s);
+        return zy_fail_ctx("device cuda:%d: cuBLASLt setup", gpu);
+    }
+    memset(ctx, 0, sizeof *ctx);
+    ctx->device = ZY_DEV_CUDA;
+    ctx->act_dtype = ZY_DTYPE_BF16;
+    ctx->gpu = gpu;
+    ctx->cuda = s;
+    return ZY_OK;
+}
+
+void cuda_ops_ctx_free(zy_ctx *ctx) {
+    cuda_state *s = cuda_st(ctx);
+    if (!s) return;
+    cudaStreamSynchronize(s->stream);
+    cuda_gemm_free(&s->gemm);
+    if (s->ws) cudaFree(s->ws);
+    if (s->ev) {
+        for (int i = 0; i < 2 * CUDA_PROF_SLOTS; i++) cudaEventDestroy(s->ev[i]);
+        free(s->ev);
+        free(s->ev_name);
+    }
+    cudaStreamDestroy(s->stream);
+    free(s);
+    ctx->cuda = NULL;
+}
+
+void cuda_ops_sync(zy_ctx *ctx) {
+    CUDA_CHECK(cudaStreamSynchronize(cuda_stream(ctx)));
+}
+
+void *cuda_ws(zy_ctx *ctx, size_t bytes) {
+    cuda_state *s = cuda_st(ctx);
+    if (bytes > s->ws_bytes) {
+        CUDA_CHECK(cudaStreamSynchronize(s->stream));
+        if (s->ws) CUDA_CHECK(cudaFree(s->ws));
+        size_t grow = bytes + bytes / 4;
+        CUDA_CHECK(cudaMalloc(&s->ws, grow));
+        s->ws_bytes = grow;
+    }
+    return s->ws;
+}
+
+/* ---- memory ---- */
+
+void *cuda_ops_alloc(zy_ctx *ctx, size_t bytes) {
+    void *p = NULL;
+    if (bytes == 0) bytes = 1;
+    cudaError_t e = cudaMalloc(&p, bytes);
+    if (e != cudaSuccess) {
+        size_t free_b = 0, total_b = 0;
+        cudaGetLastError();
+        cudaMemGetInfo(&free_b, &total_b);
+        zy_abort_at(__FILE__, __LINE__, "cudaMalloc",
+                    "out of GPU memory: asked for %.2f GiB, %.2f GiB free of %.2f GiB",
+                    bytes / 1073741824.0, free_b / 1073741824.0, total_b / 1073741824.0);
+    }
+    CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, cuda_stream(ctx)));
+    CUDA_CHECK(cudaStreamSynchronize(cuda_stream(ctx)));
+    return p;
+}
+
+void cuda_ops_free(zy_ctx *ctx, void *p) {
+    if (!p) return;
+    CUDA_CHECK(cudaStreamSynchronize(cuda_stream(ctx)));
+    CUDA_CHECK(cudaFree(p));
+}
+
+/* Any direction (unified addressing); synchronous with respect to the host. */
+void cuda_ops_copy(zy_ctx *ctx, void *dst, const void *src, size_t bytes) {
+    if (bytes == 0 || dst == src) return;
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cuda_stream(ctx)));
+    CUDA_CHECK(cudaStreamSynchronize(cuda_stream(ctx)));
+}
+
+__global__ void fill_f32_kernel(float *x, float v, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        x[i] = v;
+}
+
+void cuda_ops_fill(zy_ctx *ctx, float *x, float value, size_t n) {
+    if (n == 0) return;
+    fill_f32_kernel<<<zy_grid_blocks(n), 256, 0, cuda_stream(ctx)>>>(x, value, n);
+    CUDA_CHECK_LAUNCH();
+}
+
+void cuda_ops_zero(zy_ctx *ctx, void *p, size_t bytes) {
+    if (bytes) CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, cuda_stream(ctx)));
+}
+
+/* ---- casts ---- */
+
+__global__ void f32_to_bf16_kernel(__nv_bfloat16 *dst, const float *src, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = __float2bfloat16_rn(src[i]);
+}
+
+__global__ void bf16_to_f32_kernel(float *dst, const __nv_bfloat16 *src, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = __bfloat162float(src[i]);
+}
+
+void cuda_ops_cast_to_act(zy_ctx *ctx, zy_act *dst, const float *src, size_t n) {
+    if (n == 0) return;
+    f32_to_bf16_kernel<<<zy_grid_blocks(n), 256, 0, cuda_stream(ctx)>>>((__nv_bfloat16 *)dst, src,
+                                                                        n);
+    CUDA_CHECK_LAUNCH();
+}
+
+void cuda_ops_act_to_f32(zy_ctx *ctx, float *dst, const zy_act *src, size_t n) {
+    if (n == 0) return;
+    bf16_to_f32_kernel<<<zy_grid_blocks(n), 256, 0, cuda_stream(ctx)>>>(
+        dst, (const __nv_bfloat16 *)src, n);
+    CUDA_CHECK_LAUNCH();
+}
+
+/* ---- profiler: event pairs resolved at read time ---- */
+
+int cuda_ops_prof_begin(zy_ctx *ctx) {
+    cuda_state *s = cuda_st(ctx);
+    if (!s->ev) {
+        s->ev = (cudaEvent_t *)calloc(2 * CUDA_PROF_SLOTS, sizeof *s->ev);
+        s->ev_name = (const char **)calloc(CUDA_PROF_SLOTS, sizeof *s->ev_name);
+        ZY_CHECK(s->ev && s->ev_name);
+        for (int i = 0; i < 2 * CUDA_PROF_SLOTS; i++) CUDA_CHECK(cudaEventCreate(&s->ev[i]));
+    }
+    if (s->nslots == CUDA_PROF_SLOTS) {
+        zy_op_time tmp[1];
+        cuda_ops_prof_read(ctx, tmp, 0); /* folds the pending pairs into the totals */
+    }
+    int slot = s->nslots++;
+    CUDA_CHECK(cudaEventRecord(s->ev[2 * slot], s->stream));
+    return slot;
+}
+
+void cuda_ops_prof_end(zy_ctx *ctx, int slot, const char *name) {
+    cuda_state *s = cuda_st(ctx);
+    s->ev_name[slot] = name;
+    CUDA_CHECK(cudaEventRecord(s->ev[2 * slot + 1], s->stream));
+}
+
+void cuda_ops_prof_reset(zy_ctx *ctx) {
+    cuda_state *s = cuda_st(ctx);
+    CUDA_CHECK(cudaStreamSynchronize(s->stream));
+    s->nslots = 0;
+    s->ntimes = 0;
+}
+
+static int cmp_time_desc(const void *a, const void *b) {
+    double x = ((const zy_op_time *)a)->ms, y = ((const zy_op_time *)b)->ms;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+int cuda_ops_prof_read(zy_ctx *ctx, zy_op_time *out, int max) {
+    cuda_state *s = cuda_st(ctx);
+    CUDA_CHECK(cudaStreamSynchronize(s->stream));
+    for (int i = 0; i < s->nslots; i++) {
+        float ms = 0;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, s->ev[2 * i], s->ev[2 * i + 1]));
+        const char *name = s->ev_name[i];
+        int j = 0;
+        while (j < s->ntimes && strcmp(s->times[j].name, name) != 0) j++;
+        if (j == s->ntimes) {
+            if (s->ntimes == CUDA_PROF_NAMES) continue;
+            s->times[s->ntimes++] = (zy_op_time){name, 0, 0.0};
+        }
+        s->times[j].calls++;
+        s->times[j].ms += ms;
+    }
+    s->nslots = 0;
+    zy_op_time sorted[CUDA_PROF_NAMES];
+    memcpy(sorted, s->times, (size_t)s->ntimes * sizeof *sorted);
+    qsort(sorted, (size_t)s->ntimes, sizeof *sorted, cmp_time_desc);
+    int n = s->ntimes < max ? s->ntimes : max;
+    memcpy(out, sorted, (size_t)(n > 0 ? n : 0) * sizeof *out);
+    return n;
+}
