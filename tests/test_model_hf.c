@@ -72,7 +72,7 @@ static void check_against_hf(const char *fixture) {
     const float *ref = logits.data;
     for (size_t i = 0; i < (size_t)B * T * V; i++) {
         max_ref = fmax(max_ref, fabs(ref[i]));
-        max_err = fmax(max_err, fabs((double)a.logits[i] - ref[i]));
+        max_err = fmax(max_err, fabs((double)((const float *)a.logits)[i] - ref[i]));
     }
     double loss_err = fabs(loss - ref_loss(fixture));
     print_message("%s: logits max err / max |logit| = %.3g, loss err = %.3g (loss %.6f)\n", fixture,
@@ -144,7 +144,7 @@ static void check_generation(const char *fixture) {
         zy_acts a;
         assert_int_equal(acts_init(&a, &m, 1, t), ZY_OK);
         model_forward(&m, &a, out, NULL);
-        int32_t tok = sample_token(a.logits + (size_t)(t - 1) * V, V, &s, 0);
+        int32_t tok = sample_token((const float *)a.logits + (size_t)(t - 1) * V, V, &s, 0);
         assert_int_equal(tok, out[t]);
         acts_free(&a, &m);
     }

@@ -11,39 +11,42 @@
 #include <stdlib.h>
 
 /* dY [N,D] (grad of the MoE output) -> a->dm [N,D] (overwritten), a->dgate [N]; expert grads. */
-static void moe_backward(zy_model *mo, zy_acts *a, int l, const float *dY) {
+static void moe_backward(zy_model *mo, zy_acts *a, int l, const zy_act *dY) {
     zy_ctx *ctx = mo->ctx;
     const zy_config *c = &mo->cfg;
-    const zy_layer_w *w = &mo->w.layers[l], *g = &mo->g.layers[l];
+    const zy_layer_wc *wc = &mo->wc.layers[l];
+    const zy_layer_w *g = &mo->g.layers[l];
     zy_layer_acts *x = &a->layers[l];
     const int N = a->B * a->T, D = c->hidden_size, F = c->moe_intermediate_size;
     const int E = c->num_experts;
-    int32_t *off = zy_malloc((size_t)(E + 1) * sizeof *off);
-    ops_copy(ctx, off, x->offsets, (size_t)(E + 1) * sizeof *off);
+    const int32_t *off = x->offsets_host; /* the forward's routing, still on the host */
     ops_moe_combine_bwd(ctx, a->dys, a->dgate, dY, x->ys, x->gate, x->perm, x->nrouted, N, D);
     for (int e = 0; e < E; e++) {
-        int r0 = off[e], ne = off[e + 1] - off[e];
+        size_t r0 = (size_t)off[e];
+        int ne = off[e + 1] - off[e];
         if (ne == 0) continue;
-        const float *dys = a->dys + (size_t)r0 * D, *act = x->act + (size_t)r0 * F;
+        const zy_act *dys = ops_act_at(ctx, a->dys, r0 * D), *act = ops_act_at(ctx, x->act, r0 * F);
         /* dact = dys @ down[e]; ddown[e] += dys^T act */
-        ops_matmul(ctx, a->dact + (size_t)r0 * F, dys, w->down + (size_t)e * D * F, ne, F, D, 0, 0,
-                   1.0f, 0.0f);
-        ops_matmul(ctx, g->down + (size_t)e * D * F, dys, act, D, F, ne, 1, 0, 1.0f, 1.0f);
+        ops_matmul(ctx, ops_act_at(ctx, a->dact, r0 * F), dys,
+                   ops_act_at(ctx, wc->down, (size_t)e * D * F), ne, F, D, 0, 0, 1.0f, 0.0f);
+        ops_matmul_f32(ctx, g->down + (size_t)e * D * F, dys, act, D, F, ne, 1, 0, 1.0f, 1.0f);
     }
     ops_swiglu_bwd(ctx, a->dgu, a->dact, x->gu, x->nrouted, F);
     for (int e = 0; e < E; e++) {
-        int r0 = off[e], ne = off[e + 1] - off[e];
+        size_t r0 = (size_t)off[e];
+        int ne = off[e + 1] - off[e];
         if (ne == 0) continue;
-        const float *dgu = a->dgu + (size_t)r0 * 2 * F, *xs = x->xs + (size_t)r0 * D;
+        const zy_act *dgu = ops_act_at(ctx, a->dgu, r0 * 2 * F),
+                     *xs = ops_act_at(ctx, x->xs, r0 * D);
         /* dxs = dgu @ gate_up[e]; dgate_up[e] += dgu^T xs */
-        ops_matmul(ctx, a->dxs + (size_t)r0 * D, dgu, w->gate_up + (size_t)e * 2 * F * D, ne, D,
-                   2 * F, 0, 0, 1.0f, 0.0f);
-        ops_matmul(ctx, g->gate_up + (size_t)e * 2 * F * D, dgu, xs, 2 * F, D, ne, 1, 0, 1.0f,
-                   1.0f);
+        ops_matmul(ctx, ops_act_at(ctx, a->dxs, r0 * D), dgu,
+                   ops_act_at(ctx, wc->gate_up, (size_t)e * 2 * F * D), ne, D, 2 * F, 0, 0, 1.0f,
+                   0.0f);
+        ops_matmul_f32(ctx, g->gate_up + (size_t)e * 2 * F * D, dgu, xs, 2 * F, D, ne, 1, 0, 1.0f,
+                       1.0f);
     }
-    ops_fill(ctx, a->dm, 0.0f, (size_t)N * D);
+    ops_zero(ctx, a->dm, (size_t)N * D * ops_act_size(ctx));
     ops_scatter_add_rows(ctx, a->dm, a->dxs, x->perm, x->nrouted, D);
-    free(off);
 }
 
 /* a->dgate -> router grads; adds the router's input gradient into a->dm; leaves dz (this layer's
@@ -52,23 +55,24 @@ static void router_backward(zy_model *mo, zy_acts *a, int l) {
     zy_ctx *ctx = mo->ctx;
     const zy_config *c = &mo->cfg;
     const zy_layer_w *w = &mo->w.layers[l], *g = &mo->g.layers[l];
+    const zy_layer_wc *wc = &mo->wc.layers[l];
     zy_layer_acts *x = &a->layers[l];
     const int N = a->B * a->T, D = c->hidden_size, R = c->router_hidden_size;
     const int E1 = c->num_experts + 1;
     ops_router_bwd(ctx, a->dr, a->dgate, x->probs, x->choice, N, E1);
     /* logits = g2 @ out^T */
-    ops_matmul(ctx, g->r_out, a->dr, x->g2, E1, R, N, 1, 0, 1.0f, 1.0f);
-    ops_matmul(ctx, a->dr2, a->dr, w->r_out, N, R, E1, 0, 0, 1.0f, 0.0f);
+    ops_matmul_f32(ctx, g->r_out, a->dr, x->g2, E1, R, N, 1, 0, 1.0f, 1.0f);
+    ops_matmul(ctx, a->dr2, a->dr, wc->r_out, N, R, E1, 0, 0, 1.0f, 0.0f);
     ops_gelu_bwd(ctx, a->dr2, a->dr2, x->f2, (size_t)N * R);
     /* f2 = g1 @ fc2^T + b2 */
-    ops_matmul(ctx, g->r_fc2_w, a->dr2, x->g1, R, R, N, 1, 0, 1.0f, 1.0f);
+    ops_matmul_f32(ctx, g->r_fc2_w, a->dr2, x->g1, R, R, N, 1, 0, 1.0f, 1.0f);
     ops_bias_bwd(ctx, g->r_fc2_b, a->dr2, N, R);
-    ops_matmul(ctx, a->dr, a->dr2, w->r_fc2_w, N, R, R, 0, 0, 1.0f, 0.0f);
+    ops_matmul(ctx, a->dr, a->dr2, wc->r_fc2_w, N, R, R, 0, 0, 1.0f, 0.0f);
     ops_gelu_bwd(ctx, a->dr, a->dr, x->f1, (size_t)N * R);
     /* f1 = u0 @ fc1^T + b1 */
-    ops_matmul(ctx, g->r_fc1_w, a->dr, x->u0, R, R, N, 1, 0, 1.0f, 1.0f);
+    ops_matmul_f32(ctx, g->r_fc1_w, a->dr, x->u0, R, R, N, 1, 0, 1.0f, 1.0f);
     ops_bias_bwd(ctx, g->r_fc1_b, a->dr, N, R);
-    ops_matmul(ctx, a->dr2, a->dr, w->r_fc1_w, N, R, R, 0, 0, 1.0f, 0.0f);
+    ops_matmul(ctx, a->dr2, a->dr, wc->r_fc1_w, N, R, R, 0, 0, 1.0f, 0.0f);
     ops_rmsnorm_bwd(ctx, a->dz, g->r_norm, a->dr2, x->z, ctx->act_dtype, w->r_norm, x->rstd_z, N, R,
                     0);
     /* z is also the next layer's r_prev: its gradient arrives in dz_carry */
@@ -76,9 +80,9 @@ static void router_backward(zy_model *mo, zy_acts *a, int l) {
     if (l > 0)
         ops_eda_bwd(ctx, a->dz_carry, g->r_scale, a->dz, a->layers[l - 1].z, w->r_scale, N, R);
     /* z = m @ down^T + b */
-    ops_matmul(ctx, g->r_down_w, a->dz, x->m, R, D, N, 1, 0, 1.0f, 1.0f);
+    ops_matmul_f32(ctx, g->r_down_w, a->dz, x->m, R, D, N, 1, 0, 1.0f, 1.0f);
     ops_bias_bwd(ctx, g->r_down_b, a->dz, N, R);
-    ops_matmul(ctx, a->dm, a->dz, w->r_down_w, N, D, R, 0, 0, 1.0f, 1.0f);
+    ops_matmul(ctx, a->dm, a->dz, wc->r_down_w, N, D, R, 0, 0, 1.0f, 1.0f);
 }
 
 /* On entry a->dh is the gradient w.r.t. the layer's output; on exit w.r.t. its input h_in. */
@@ -86,6 +90,7 @@ static void layer_backward(zy_model *mo, zy_acts *a, int l) {
     zy_ctx *ctx = mo->ctx;
     const zy_config *c = &mo->cfg;
     const zy_layer_w *w = &mo->w.layers[l], *g = &mo->g.layers[l];
+    const zy_layer_wc *wc = &mo->wc.layers[l];
     zy_layer_acts *x = &a->layers[l];
     const int B = a->B, T = a->T, N = B * T, D = c->hidden_size, d = c->head_dim;
     const int Hq = c->num_attention_heads, Hk = c->num_key_value_heads, C = (Hq + Hk) * d;
@@ -104,8 +109,8 @@ static void layer_backward(zy_model *mo, zy_acts *a, int l) {
     /* h_mid = (o + hb) * hs + (h_in + rb) * rs: do -> a->dm, dh_in -> a->dh */
     ops_resscale_bwd(ctx, a->dm, a->dh, g->pa_hb, g->pa_hs, g->pa_rb, g->pa_rs, a->dh2, x->o,
                      x->h_in, w->pa_hb, w->pa_hs, w->pa_rb, w->pa_rs, N, D);
-    ops_matmul(ctx, g->wo, a->dm, x->att, D, Hq * d, N, 1, 0, 1.0f, 1.0f);
-    ops_matmul(ctx, a->datt, a->dm, w->wo, N, Hq * d, D, 0, 0, 1.0f, 0.0f);
+    ops_matmul_f32(ctx, g->wo, a->dm, x->att, D, Hq * d, N, 1, 0, 1.0f, 1.0f);
+    ops_matmul(ctx, a->datt, a->dm, wc->wo, N, Hq * d, D, 0, 0, 1.0f, 0.0f);
     ops_attention_bwd(ctx, a->dq, a->dk, a->dv, a->datt, x->att, x->lse, x->q, x->k, x->v, B, T, Hq,
                       Hk, d, scale, window);
     ops_qknorm_rope_bwd(ctx, a->dq, a->dk, g->temp, x->q_in, x->k_in, x->qn, x->kn, w->temp, a->pos,
@@ -115,12 +120,12 @@ static void layer_backward(zy_model *mo, zy_acts *a, int l) {
                      x->qk0, x->mid, w->conv1_w, w->conv2_w, B, T, Hq, Hk, d, c->cca_time0,
                      c->cca_time1);
     /* projections from a: [q0|k0] = a Wqk^T, vcur = a Wvc^T, vdel = a Wvd^T */
-    ops_matmul(ctx, g->wqk, a->dqk, x->a, C, D, N, 1, 0, 1.0f, 1.0f);
-    ops_matmul(ctx, g->wvc, a->dvc, x->a, half, D, N, 1, 0, 1.0f, 1.0f);
-    ops_matmul(ctx, g->wvd, a->dvd, x->a, half, D, N, 1, 0, 1.0f, 1.0f);
-    ops_matmul(ctx, a->dx, a->dqk, w->wqk, N, D, C, 0, 0, 1.0f, 0.0f);
-    ops_matmul(ctx, a->dx, a->dvc, w->wvc, N, D, half, 0, 0, 1.0f, 1.0f);
-    ops_matmul(ctx, a->dx, a->dvd, w->wvd, N, D, half, 0, 0, 1.0f, 1.0f);
+    ops_matmul_f32(ctx, g->wqk, a->dqk, x->a, C, D, N, 1, 0, 1.0f, 1.0f);
+    ops_matmul_f32(ctx, g->wvc, a->dvc, x->a, half, D, N, 1, 0, 1.0f, 1.0f);
+    ops_matmul_f32(ctx, g->wvd, a->dvd, x->a, half, D, N, 1, 0, 1.0f, 1.0f);
+    ops_matmul(ctx, a->dx, a->dqk, wc->wqk, N, D, C, 0, 0, 1.0f, 0.0f);
+    ops_matmul(ctx, a->dx, a->dvc, wc->wvc, N, D, half, 0, 0, 1.0f, 1.0f);
+    ops_matmul(ctx, a->dx, a->dvd, wc->wvd, N, D, half, 0, 0, 1.0f, 1.0f);
     ops_rmsnorm_bwd(ctx, a->dh, g->ln_in, a->dx, x->h_in, ZY_DTYPE_F32, w->ln_in, x->rstd_a, N, D,
                     1);
 }
@@ -134,8 +139,8 @@ void model_backward(zy_model *m, zy_acts *a, float loss_scale) {
     /* logits -> dlogits in place */
     ops_xent_fwd_bwd(ctx, a->logits, a->logits, a->targets, N, V, ZY_IGNORE_INDEX, loss_scale,
                      &count);
-    ops_matmul(ctx, m->g.emb, a->logits, a->xf, V, D, N, 1, 0, 1.0f, 1.0f); /* tied head */
-    ops_matmul(ctx, a->dx, a->logits, m->w.emb, N, D, V, 0, 0, 1.0f, 0.0f);
+    ops_matmul_f32(ctx, m->g.emb, a->logits, a->xf, V, D, N, 1, 0, 1.0f, 1.0f); /* tied head */
+    ops_matmul(ctx, a->dx, a->logits, m->wc.emb, N, D, V, 0, 0, 1.0f, 0.0f);
     ops_rmsnorm_bwd(ctx, a->dh, m->g.norm_f, a->dx, a->h_final, ZY_DTYPE_F32, m->w.norm_f,
                     a->rstd_f, N, D, 0);
     for (int l = c->num_hidden_layers - 1; l >= 0; l--) layer_backward(m, a, l);

@@ -8,71 +8,76 @@
 #include <string.h>
 
 /* Routes the rows of m to their experts and combines the weighted expert outputs into y. */
-static void moe_forward(zy_model *mo, zy_layer_acts *x, const zy_layer_w *w, int N) {
+static void moe_forward(zy_model *mo, zy_layer_acts *x, const zy_layer_wc *wc, int N) {
     zy_ctx *ctx = mo->ctx;
     const zy_config *c = &mo->cfg;
     const int D = c->hidden_size, F = c->moe_intermediate_size, E = c->num_experts;
-    int32_t *off = zy_malloc((size_t)(E + 1) * sizeof *off);
-    x->nrouted = ops_moe_dispatch(ctx, x->counts, x->offsets, off, x->perm, x->choice, N, E);
+    const int32_t *off = x->offsets_host;
+    x->nrouted =
+        ops_moe_dispatch(ctx, x->counts, x->offsets, x->offsets_host, x->perm, x->choice, N, E);
     ops_gather_rows(ctx, x->xs, x->m, x->perm, x->nrouted, D);
     for (int e = 0; e < E; e++) { /* gu[rows of e] = xs @ gate_up[e]^T */
-        int r0 = off[e], ne = off[e + 1] - off[e];
+        size_t r0 = (size_t)off[e];
+        int ne = off[e + 1] - off[e];
         if (ne > 0)
-            ops_matmul(ctx, x->gu + (size_t)r0 * 2 * F, x->xs + (size_t)r0 * D,
-                       w->gate_up + (size_t)e * 2 * F * D, ne, 2 * F, D, 0, 1, 1.0f, 0.0f);
+            ops_matmul(ctx, ops_act_at(ctx, x->gu, r0 * 2 * F), ops_act_at(ctx, x->xs, r0 * D),
+                       ops_act_at(ctx, wc->gate_up, (size_t)e * 2 * F * D), ne, 2 * F, D, 0, 1,
+                       1.0f, 0.0f);
     }
     ops_swiglu_fwd(ctx, x->act, x->gu, x->nrouted, F);
     for (int e = 0; e < E; e++) { /* ys[rows of e] = act @ down[e]^T */
-        int r0 = off[e], ne = off[e + 1] - off[e];
+        size_t r0 = (size_t)off[e];
+        int ne = off[e + 1] - off[e];
         if (ne > 0)
-            ops_matmul(ctx, x->ys + (size_t)r0 * D, x->act + (size_t)r0 * F,
-                       w->down + (size_t)e * D * F, ne, D, F, 0, 1, 1.0f, 0.0f);
+            ops_matmul(ctx, ops_act_at(ctx, x->ys, r0 * D), ops_act_at(ctx, x->act, r0 * F),
+                       ops_act_at(ctx, wc->down, (size_t)e * D * F), ne, D, F, 0, 1, 1.0f, 0.0f);
     }
     ops_moe_combine(ctx, x->y, x->ys, x->gate, x->perm, x->nrouted, N, D);
-    free(off);
 }
 
 /* Router: z = m Wdown + b (+ r_prev * g), then norm, two GELU layers, logits, biased top-1. */
-static void router_forward(zy_model *mo, zy_layer_acts *x, const zy_layer_w *w, const float *r_prev,
-                           int N) {
+static void router_forward(zy_model *mo, zy_layer_acts *x, const zy_layer_w *w,
+                           const zy_layer_wc *wc, const zy_act *r_prev, int N) {
     zy_ctx *ctx = mo->ctx;
     const zy_config *c = &mo->cfg;
     const int D = c->hidden_size, R = c->router_hidden_size, E1 = c->num_experts + 1;
-    ops_matmul(ctx, x->z, x->m, w->r_down_w, N, R, D, 0, 1, 1.0f, 0.0f);
+    ops_matmul(ctx, x->z, x->m, wc->r_down_w, N, R, D, 0, 1, 1.0f, 0.0f);
     ops_add_bias(ctx, x->z, w->r_down_b, N, R);
     if (r_prev) ops_eda_fwd(ctx, x->z, r_prev, w->r_scale, N, R);
     ops_rmsnorm_fwd(ctx, x->u0, x->rstd_z, x->z, ctx->act_dtype, w->r_norm, N, R,
                     (float)c->rms_norm_eps);
-    ops_matmul(ctx, x->f1, x->u0, w->r_fc1_w, N, R, R, 0, 1, 1.0f, 0.0f);
+    ops_matmul(ctx, x->f1, x->u0, wc->r_fc1_w, N, R, R, 0, 1, 1.0f, 0.0f);
     ops_add_bias(ctx, x->f1, w->r_fc1_b, N, R);
     ops_gelu_fwd(ctx, x->g1, x->f1, (size_t)N * R);
-    ops_matmul(ctx, x->f2, x->g1, w->r_fc2_w, N, R, R, 0, 1, 1.0f, 0.0f);
+    ops_matmul(ctx, x->f2, x->g1, wc->r_fc2_w, N, R, R, 0, 1, 1.0f, 0.0f);
     ops_add_bias(ctx, x->f2, w->r_fc2_b, N, R);
     ops_gelu_fwd(ctx, x->g2, x->f2, (size_t)N * R);
-    ops_matmul(ctx, x->rlogits, x->g2, w->r_out, N, E1, R, 0, 1, 1.0f, 0.0f);
+    ops_matmul(ctx, x->rlogits, x->g2, wc->r_out, N, E1, R, 0, 1, 1.0f, 0.0f);
     ops_router_select(ctx, x->probs, x->choice, x->gate, x->rlogits, w->bal, N, E1);
 }
 
 /* Keeps the last P rows of [state; chunk] per sequence as the new convolution state. */
-static void cache_update_conv(zy_ctx *ctx, zy_layer_cache *cc, const float *qk0, int B, int T,
+static void cache_update_conv(zy_ctx *ctx, zy_layer_cache *cc, const zy_act *qk0, int B, int T,
                               int P, int C) {
     if (P == 0) return;
-    size_t row = (size_t)C * sizeof(float);
-    float *tmp = zy_malloc((size_t)(P + T) * row);
+    size_t row = (size_t)C * ops_act_size(ctx);
+    char *tmp = zy_malloc((size_t)(P + T) * row);
     for (int b = 0; b < B; b++) {
-        float *st = cc->conv_state + (size_t)b * P * C;
+        zy_act *st = ops_act_at(ctx, cc->conv_state, (size_t)b * P * C);
         ops_copy(ctx, tmp, st, (size_t)P * row); /* device-to-host copies on the GPU path */
-        ops_copy(ctx, tmp + (size_t)P * C, qk0 + (size_t)b * T * C, (size_t)T * row);
-        ops_copy(ctx, st, tmp + (size_t)T * C, (size_t)P * row);
+        ops_copy(ctx, tmp + (size_t)P * row, ops_act_at(ctx, qk0, (size_t)b * T * C),
+                 (size_t)T * row);
+        ops_copy(ctx, st, tmp + (size_t)T * row, (size_t)P * row);
     }
     free(tmp);
 }
 
-void layer_forward(zy_model *mo, zy_acts *a, int l, float *h_out, const float *r_prev,
+void layer_forward(zy_model *mo, zy_acts *a, int l, float *h_out, const zy_act *r_prev,
                    zy_layer_cache *cache) {
     zy_ctx *ctx = mo->ctx;
     const zy_config *c = &mo->cfg;
     const zy_layer_w *w = &mo->w.layers[l];
+    const zy_layer_wc *wc = &mo->wc.layers[l];
     zy_layer_acts *x = &a->layers[l];
     const int B = a->B, T = a->T, N = B * T, D = c->hidden_size, d = c->head_dim;
     const int Hq = c->num_attention_heads, Hk = c->num_key_value_heads, C = (Hq + Hk) * d;
@@ -83,22 +88,21 @@ void layer_forward(zy_model *mo, zy_acts *a, int l, float *h_out, const float *r
 
     /* attention block */
     ops_rmsnorm_fwd(ctx, x->a, x->rstd_a, x->h_in, ZY_DTYPE_F32, w->ln_in, N, D, eps);
-    ops_matmul(ctx, x->qk0, x->a, w->wqk, N, C, D, 0, 1, 1.0f, 0.0f); /* [q0 | k0] */
+    ops_matmul(ctx, x->qk0, x->a, wc->wqk, N, C, D, 0, 1, 1.0f, 0.0f); /* [q0 | k0] */
     ops_cca_conv_fwd(ctx, x->q, x->k, x->mid, x->qk0, cache ? cache->conv_state : NULL, w->conv1_w,
                      w->conv1_b, w->conv2_w, w->conv2_b, B, T, Hq, Hk, d, t0, t1);
-    ops_matmul(ctx, x->vcur, x->a, w->wvc, N, half, D, 0, 1, 1.0f, 0.0f);
-    ops_matmul(ctx, x->vdel, x->a, w->wvd, N, half, D, 0, 1, 1.0f, 0.0f);
+    ops_matmul(ctx, x->vcur, x->a, wc->wvc, N, half, D, 0, 1, 1.0f, 0.0f);
+    ops_matmul(ctx, x->vdel, x->a, wc->wvd, N, half, D, 0, 1, 1.0f, 0.0f);
     ops_value_delay_fwd(ctx, x->v, x->vcur, x->vdel, cache ? cache->vprev : NULL, B, T, half);
     ops_qknorm_rope_fwd(ctx, x->q, x->k, x->qn, x->kn, x->q_in, x->k_in, w->temp, a->pos, N, Hq, Hk,
                         d, config_rotary_dim(c, l), c->rope[type].theta, FLT_EPSILON);
     if (cache && cache->len > 0) {
         ZY_CHECKF(T == 1, "decoding after a prefill takes one token at a time (got %d)", T);
-        size_t kv = (size_t)Hk * d;
+        size_t kv = (size_t)Hk * d, kvb = kv * ops_act_size(ctx);
         for (int b = 0; b < B; b++) {
-            ops_copy(ctx, cache->kc + ((size_t)b * cache->Tmax + cache->len) * kv,
-                     x->k + (size_t)b * kv, kv * sizeof(float));
-            ops_copy(ctx, cache->vc + ((size_t)b * cache->Tmax + cache->len) * kv,
-                     x->v + (size_t)b * kv, kv * sizeof(float));
+            size_t at = ((size_t)b * cache->Tmax + cache->len) * kv;
+            ops_copy(ctx, ops_act_at(ctx, cache->kc, at), ops_act_at(ctx, x->k, b * kv), kvb);
+            ops_copy(ctx, ops_act_at(ctx, cache->vc, at), ops_act_at(ctx, x->v, b * kv), kvb);
         }
         ops_attention_decode(ctx, x->att, x->q, cache->kc, cache->vc, B, cache->len + 1,
                              cache->Tmax, Hq, Hk, d, scale, window);
@@ -107,26 +111,27 @@ void layer_forward(zy_model *mo, zy_acts *a, int l, float *h_out, const float *r
         if (cache) {
             size_t kv = (size_t)Hk * d;
             for (int b = 0; b < B; b++) {
-                ops_copy(ctx, cache->kc + (size_t)b * cache->Tmax * kv, x->k + (size_t)b * T * kv,
-                         (size_t)T * kv * sizeof(float));
-                ops_copy(ctx, cache->vc + (size_t)b * cache->Tmax * kv, x->v + (size_t)b * T * kv,
-                         (size_t)T * kv * sizeof(float));
+                size_t at = (size_t)b * cache->Tmax * kv, src = (size_t)b * T * kv;
+                size_t bytes = (size_t)T * kv * ops_act_size(ctx);
+                ops_copy(ctx, ops_act_at(ctx, cache->kc, at), ops_act_at(ctx, x->k, src), bytes);
+                ops_copy(ctx, ops_act_at(ctx, cache->vc, at), ops_act_at(ctx, x->v, src), bytes);
             }
         }
     }
     if (cache) {
         cache_update_conv(ctx, cache, x->qk0, B, T, P, C);
         for (int b = 0; b < B; b++) /* the last token's delayed projection feeds the next token */
-            ops_copy(ctx, cache->vprev + (size_t)b * half, x->vdel + ((size_t)b * T + T - 1) * half,
-                     (size_t)half * sizeof(float));
+            ops_copy(ctx, ops_act_at(ctx, cache->vprev, (size_t)b * half),
+                     ops_act_at(ctx, x->vdel, ((size_t)b * T + T - 1) * half),
+                     (size_t)half * ops_act_size(ctx));
     }
-    ops_matmul(ctx, x->o, x->att, w->wo, N, D, Hq * d, 0, 1, 1.0f, 0.0f);
+    ops_matmul(ctx, x->o, x->att, wc->wo, N, D, Hq * d, 0, 1, 1.0f, 0.0f);
     ops_resscale_fwd(ctx, x->h_mid, x->o, x->h_in, w->pa_hb, w->pa_hs, w->pa_rb, w->pa_rs, N, D);
 
     /* MoE block */
     ops_rmsnorm_fwd(ctx, x->m, x->rstd_m, x->h_mid, ZY_DTYPE_F32, w->ln_post, N, D, eps);
-    router_forward(mo, x, w, r_prev, N);
-    moe_forward(mo, x, w, N);
+    router_forward(mo, x, w, wc, r_prev, N);
+    moe_forward(mo, x, wc, N);
     ops_resscale_fwd(ctx, h_out, x->y, x->h_mid, w->pm_hb, w->pm_hs, w->pm_rb, w->pm_rs, N, D);
 }
 
@@ -135,7 +140,7 @@ void head_forward(zy_model *m, zy_acts *a) {
     const int N = a->B * a->T, D = c->hidden_size, V = c->vocab_size;
     ops_rmsnorm_fwd(m->ctx, a->xf, a->rstd_f, a->h_final, ZY_DTYPE_F32, m->w.norm_f, N, D,
                     (float)c->rms_norm_eps);
-    ops_matmul(m->ctx, a->logits, a->xf, m->w.emb, N, V, D, 0, 1, 1.0f, 0.0f);
+    ops_matmul(m->ctx, a->logits, a->xf, m->wc.emb, N, V, D, 0, 1, 1.0f, 0.0f);
 }
 
 /* Fills positions 0..T-1 per sequence (host-built, copied to the device). */
@@ -166,12 +171,10 @@ double model_forward(zy_model *m, zy_acts *a, const int32_t *ids, const int32_t 
 }
 
 void model_route_counts(const zy_model *m, const zy_acts *a, int64_t *out) {
-    const int N = a->B * a->T, E1 = m->cfg.num_experts + 1;
-    int32_t *choice = zy_malloc((size_t)N * sizeof *choice);
-    for (int l = 0; l < m->cfg.num_hidden_layers; l++) {
-        ops_copy(m->ctx, choice, a->layers[l].choice, (size_t)N * sizeof *choice);
-        for (int e = 0; e < E1; e++) out[(size_t)l * E1 + e] = 0;
-        for (int n = 0; n < N; n++) out[(size_t)l * E1 + choice[n]]++;
+    const int N = a->B * a->T, E = m->cfg.num_experts, E1 = E + 1;
+    for (int l = 0; l < m->cfg.num_hidden_layers; l++) { /* from the host copy of the offsets */
+        const int32_t *off = a->layers[l].offsets_host;
+        for (int e = 0; e < E; e++) out[(size_t)l * E1 + e] = off[e + 1] - off[e];
+        out[(size_t)l * E1 + E] = N - off[E];
     }
-    free(choice);
 }

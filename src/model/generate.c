@@ -12,7 +12,8 @@ struct zy_decoder {
     zy_model *m;
     int B, Tmax, len;
     zy_layer_cache *caches; /* [L] */
-    float *cache_mem;
+    void *cache_mem;
+    float *logits32;       /* [B, V] fp32 logits of the last position, on the model's device */
     zy_acts prefill, step; /* activations for the first chunk and for one token */
     int prefill_T;
 };
@@ -31,15 +32,17 @@ int decoder_init(zy_decoder **out, zy_model *m, int B, int Tmax) {
     const size_t P = (size_t)(c->cca_time0 - 1 + c->cca_time1 - 1), half = (size_t)Hk * d / 2;
     const size_t kv = (size_t)B * Tmax * Hk * d;
     const size_t per_layer = (size_t)B * P * C + (size_t)B * half + 2 * kv;
-    dec->cache_mem = ops_alloc(m->ctx, (size_t)L * per_layer * sizeof(float)); /* zeroed */
+    zy_ctx *ctx = m->ctx;
+    dec->cache_mem = ops_alloc(ctx, (size_t)L * per_layer * ops_act_size(ctx)); /* zeroed */
+    dec->logits32 = ops_alloc(ctx, (size_t)B * c->vocab_size * sizeof(float));
     dec->caches = zy_calloc((size_t)L, sizeof *dec->caches);
     for (int l = 0; l < L; l++) {
-        float *base = dec->cache_mem + (size_t)l * per_layer;
+        zy_act *base = ops_act_at(ctx, dec->cache_mem, (size_t)l * per_layer);
         zy_layer_cache *cc = &dec->caches[l];
         cc->conv_state = base;
-        cc->vprev = base + (size_t)B * P * C;
-        cc->kc = cc->vprev + (size_t)B * half;
-        cc->vc = cc->kc + kv;
+        cc->vprev = ops_act_at(ctx, base, (size_t)B * P * C);
+        cc->kc = ops_act_at(ctx, cc->vprev, (size_t)B * half);
+        cc->vc = ops_act_at(ctx, cc->kc, kv);
         cc->Tmax = Tmax;
     }
     if (acts_init(&dec->step, m, B, 1) != ZY_OK) {
@@ -53,6 +56,7 @@ int decoder_init(zy_decoder **out, zy_model *m, int B, int Tmax) {
 void decoder_free(zy_decoder *dec) {
     if (!dec) return;
     if (dec->cache_mem) ops_free(dec->m->ctx, dec->cache_mem);
+    if (dec->logits32) ops_free(dec->m->ctx, dec->logits32);
     free(dec->caches);
     if (dec->prefill.arena) acts_free(&dec->prefill, dec->m);
     if (dec->step.arena) acts_free(&dec->step, dec->m);
@@ -95,8 +99,9 @@ int decoder_feed(zy_decoder *dec, const int32_t *ids, int T, float *logits) {
     }
     head_forward(m, a);
     for (int b = 0; b < B; b++)
-        ops_copy(m->ctx, logits + (size_t)b * V, a->logits + ((size_t)b * T + T - 1) * V,
-                 (size_t)V * sizeof(float));
+        ops_act_to_f32(m->ctx, dec->logits32 + (size_t)b * V,
+                       ops_act_at(m->ctx, a->logits, ((size_t)b * T + T - 1) * V), (size_t)V);
+    ops_copy(m->ctx, logits, dec->logits32, (size_t)B * V * sizeof(float));
     dec->len += T;
     return ZY_OK;
 }

@@ -127,6 +127,29 @@ static void build_views(zy_weights *w, const zy_model *m, float *base) {
     }
 }
 
+/* Points the compute views at the same offsets of buf (elements of ctx's activation dtype). */
+static void build_compute_views(zy_model *m, void *buf) {
+    const zy_ctx *ctx = m->ctx;
+#define CV(field) ops_act_at(ctx, buf, (size_t)(field - m->params))
+    m->wc.emb = CV(m->w.emb);
+    m->wc.layers = zy_calloc((size_t)m->cfg.num_hidden_layers, sizeof *m->wc.layers);
+    for (int l = 0; l < m->cfg.num_hidden_layers; l++) {
+        const zy_layer_w *w = &m->w.layers[l];
+        zy_layer_wc *c = &m->wc.layers[l];
+        c->wqk = CV(w->wqk);
+        c->wvc = CV(w->wvc);
+        c->wvd = CV(w->wvd);
+        c->wo = CV(w->wo);
+        c->r_down_w = CV(w->r_down_w);
+        c->r_fc1_w = CV(w->r_fc1_w);
+        c->r_fc2_w = CV(w->r_fc2_w);
+        c->r_out = CV(w->r_out);
+        c->gate_up = CV(w->gate_up);
+        c->down = CV(w->down);
+    }
+#undef CV
+}
+
 int model_init(zy_model *m, const zy_config *cfg, zy_ctx *ctx, int with_grads) {
     memset(m, 0, sizeof *m);
     ZY_TRY(config_validate(cfg, "model"));
@@ -135,6 +158,9 @@ int model_init(zy_model *m, const zy_config *cfg, zy_ctx *ctx, int with_grads) {
     model_build_table(&m->table, cfg);
     m->params = ops_alloc(ctx, m->table.total * sizeof(float));
     build_views(&m->w, m, m->params);
+    if (ctx->act_dtype != ZY_DTYPE_F32)
+        m->cparams = ops_alloc(ctx, m->table.total * ops_act_size(ctx));
+    build_compute_views(m, m->cparams ? m->cparams : (void *)m->params);
     if (with_grads) {
         m->grads = ops_alloc(ctx, m->table.total * sizeof(float));
         build_views(&m->g, m, m->grads);
@@ -145,14 +171,20 @@ int model_init(zy_model *m, const zy_config *cfg, zy_ctx *ctx, int with_grads) {
 void model_free(zy_model *m) {
     if (m->params) ops_free(m->ctx, m->params);
     if (m->grads) ops_free(m->ctx, m->grads);
+    if (m->cparams) ops_free(m->ctx, m->cparams);
     free(m->w.layers);
     free(m->g.layers);
+    free(m->wc.layers);
     params_free(&m->table);
     memset(m, 0, sizeof *m);
 }
 
+void model_sync_compute_weights(zy_model *m) {
+    if (m->cparams) ops_cast_to_act(m->ctx, m->cparams, m->params, m->table.total);
+}
+
 void model_zero_grads(zy_model *m) {
-    if (m->grads) ops_fill(m->ctx, m->grads, 0.0f, m->table.total);
+    if (m->grads) ops_zero(m->ctx, m->grads, m->table.total * sizeof(float));
 }
 
 /* The fill value of a tensor that is not drawn from a normal distribution. */
@@ -193,6 +225,7 @@ void model_init_weights(zy_model *m, uint64_t seed) {
         ops_copy(m->ctx, m->params, host, bytes);
         free(host);
     }
+    model_sync_compute_weights(m);
 }
 
 zy_param_counts model_count_params(const zy_config *c) {
@@ -227,7 +260,7 @@ static void plan_acts(zy_acts *a, const zy_model *m, carver *cv) {
     const size_t Hq = c->num_attention_heads, Hk = c->num_key_value_heads, C = (Hq + Hk) * d;
     const size_t E = c->num_experts, E1 = E + 1, F = c->moe_intermediate_size;
     const size_t R = c->router_hidden_size, V = c->vocab_size, half = Hk * d / 2;
-    const size_t f = sizeof(float), i4 = sizeof(int32_t);
+    const size_t f = sizeof(float), i4 = sizeof(int32_t), s = ops_act_size(m->ctx);
     const size_t Tm = (size_t)a->T + c->cca_time1 - 1;
     a->ids = carve(cv, N * i4);
     a->targets = carve(cv, N * i4);
@@ -235,70 +268,70 @@ static void plan_acts(zy_acts *a, const zy_model *m, carver *cv) {
     for (int l = 0; l < c->num_hidden_layers; l++) {
         zy_layer_acts *x = &a->layers[l];
         x->h_in = carve(cv, N * D * f);
-        x->a = carve(cv, N * D * f);
+        x->a = carve(cv, N * D * s);
         x->rstd_a = carve(cv, N * f);
-        x->qk0 = carve(cv, N * C * f);
-        x->mid = carve(cv, (size_t)a->B * Tm * C * f);
-        x->q = carve(cv, N * Hq * d * f);
-        x->k = carve(cv, N * Hk * d * f);
-        x->q_in = carve(cv, N * Hq * d * f);
-        x->k_in = carve(cv, N * Hk * d * f);
+        x->qk0 = carve(cv, N * C * s);
+        x->mid = carve(cv, (size_t)a->B * Tm * C * s);
+        x->q = carve(cv, N * Hq * d * s);
+        x->k = carve(cv, N * Hk * d * s);
+        x->q_in = carve(cv, N * Hq * d * s);
+        x->k_in = carve(cv, N * Hk * d * s);
         x->qn = carve(cv, N * Hq * f);
         x->kn = carve(cv, N * Hk * f);
-        x->vcur = carve(cv, N * half * f);
-        x->vdel = carve(cv, N * half * f);
-        x->v = carve(cv, N * Hk * d * f);
-        x->att = carve(cv, N * Hq * d * f);
+        x->vcur = carve(cv, N * half * s);
+        x->vdel = carve(cv, N * half * s);
+        x->v = carve(cv, N * Hk * d * s);
+        x->att = carve(cv, N * Hq * d * s);
         x->lse = carve(cv, N * Hq * f);
-        x->o = carve(cv, N * D * f);
+        x->o = carve(cv, N * D * s);
         x->h_mid = carve(cv, N * D * f);
-        x->m = carve(cv, N * D * f);
+        x->m = carve(cv, N * D * s);
         x->rstd_m = carve(cv, N * f);
-        x->z = carve(cv, N * R * f);
-        x->u0 = carve(cv, N * R * f);
+        x->z = carve(cv, N * R * s);
+        x->u0 = carve(cv, N * R * s);
         x->rstd_z = carve(cv, N * f);
-        x->f1 = carve(cv, N * R * f);
-        x->g1 = carve(cv, N * R * f);
-        x->f2 = carve(cv, N * R * f);
-        x->g2 = carve(cv, N * R * f);
-        x->rlogits = carve(cv, N * E1 * f);
+        x->f1 = carve(cv, N * R * s);
+        x->g1 = carve(cv, N * R * s);
+        x->f2 = carve(cv, N * R * s);
+        x->g2 = carve(cv, N * R * s);
+        x->rlogits = carve(cv, N * E1 * s);
         x->probs = carve(cv, N * E1 * f);
         x->choice = carve(cv, N * i4);
         x->gate = carve(cv, N * f);
         x->counts = carve(cv, E * i4);
         x->offsets = carve(cv, E1 * i4);
         x->perm = carve(cv, N * i4);
-        x->xs = carve(cv, N * D * f);
-        x->gu = carve(cv, N * 2 * F * f);
-        x->act = carve(cv, N * F * f);
-        x->ys = carve(cv, N * D * f);
-        x->y = carve(cv, N * D * f);
+        x->xs = carve(cv, N * D * s);
+        x->gu = carve(cv, N * 2 * F * s);
+        x->act = carve(cv, N * F * s);
+        x->ys = carve(cv, N * D * s);
+        x->y = carve(cv, N * D * s);
     }
     a->h_final = carve(cv, N * D * f);
-    a->xf = carve(cv, N * D * f);
+    a->xf = carve(cv, N * D * s);
     a->rstd_f = carve(cv, N * f);
-    a->logits = carve(cv, N * V * f);
+    a->logits = carve(cv, N * V * s);
     size_t wide = D > C ? D : C;
     a->dh = carve(cv, N * D * f);
     a->dh2 = carve(cv, N * D * f);
-    a->dx = carve(cv, N * wide * f);
-    a->dm = carve(cv, N * D * f);
-    a->dz = carve(cv, N * R * f);
-    a->dz_carry = carve(cv, N * R * f);
-    a->dr = carve(cv, N * (R > E1 ? R : E1) * f);
-    a->dr2 = carve(cv, N * R * f);
-    a->dqk = carve(cv, N * C * f);
-    a->dq = carve(cv, N * Hq * d * f);
-    a->dk = carve(cv, N * Hk * d * f);
-    a->dv = carve(cv, N * Hk * d * f);
-    a->dvc = carve(cv, N * half * f);
-    a->dvd = carve(cv, N * half * f);
-    a->datt = carve(cv, N * Hq * d * f);
-    a->dys = carve(cv, N * D * f);
+    a->dx = carve(cv, N * wide * s);
+    a->dm = carve(cv, N * D * s);
+    a->dz = carve(cv, N * R * s);
+    a->dz_carry = carve(cv, N * R * s);
+    a->dr = carve(cv, N * (R > E1 ? R : E1) * s);
+    a->dr2 = carve(cv, N * R * s);
+    a->dqk = carve(cv, N * C * s);
+    a->dq = carve(cv, N * Hq * d * s);
+    a->dk = carve(cv, N * Hk * d * s);
+    a->dv = carve(cv, N * Hk * d * s);
+    a->dvc = carve(cv, N * half * s);
+    a->dvd = carve(cv, N * half * s);
+    a->datt = carve(cv, N * Hq * d * s);
+    a->dys = carve(cv, N * D * s);
     a->dgate = carve(cv, N * f);
-    a->dgu = carve(cv, N * 2 * F * f);
-    a->dact = carve(cv, N * F * f);
-    a->dxs = carve(cv, N * D * f);
+    a->dgu = carve(cv, N * 2 * F * s);
+    a->dact = carve(cv, N * F * s);
+    a->dxs = carve(cv, N * D * s);
 }
 
 int acts_init(zy_acts *a, const zy_model *m, int B, int T) {
@@ -315,11 +348,15 @@ int acts_init(zy_acts *a, const zy_model *m, int B, int T) {
     a->arena = ops_alloc(m->ctx, cv.used);
     cv = (carver){a->arena, 0};
     plan_acts(a, m, &cv);
+    const int L = m->cfg.num_hidden_layers, E1 = m->cfg.num_experts + 1;
+    a->host_offsets = zy_calloc((size_t)L * E1, sizeof *a->host_offsets);
+    for (int l = 0; l < L; l++) a->layers[l].offsets_host = a->host_offsets + (size_t)l * E1;
     return ZY_OK;
 }
 
 void acts_free(zy_acts *a, const zy_model *m) {
     if (a->arena) ops_free(m->ctx, a->arena);
     free(a->layers);
+    free(a->host_offsets);
     memset(a, 0, sizeof *a);
 }

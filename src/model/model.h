@@ -42,14 +42,29 @@ typedef struct {
     zy_layer_w *layers;        /* [L] */
 } zy_weights;
 
+/* The weight matrices the GEMMs read, in the activation dtype: on the CPU these are the fp32
+ * master weights themselves; on CUDA a bf16 copy that model_sync_compute_weights refreshes. */
+typedef struct {
+    zy_act *wqk, *wvc, *wvd, *wo;                 /* shapes as in zy_layer_w */
+    zy_act *r_down_w, *r_fc1_w, *r_fc2_w, *r_out; /* router */
+    zy_act *gate_up, *down;                       /* experts [E, 2F, D], [E, D, F] */
+} zy_layer_wc;
+
+typedef struct {
+    zy_act *emb;         /* [V, D] the tied head */
+    zy_layer_wc *layers; /* [L] */
+} zy_weights_c;
+
 typedef struct {
     zy_config cfg;
     zy_ctx *ctx;
     zy_param_table table;
-    float *params; /* [table.total] on ctx's device */
-    float *grads;  /* [table.total] or NULL when built without gradients */
-    zy_weights w;  /* views into params */
-    zy_weights g;  /* views into grads (all NULL without gradients) */
+    float *params;   /* [table.total] on ctx's device */
+    float *grads;    /* [table.total] or NULL when built without gradients */
+    zy_weights w;    /* views into params */
+    zy_weights g;    /* views into grads (all NULL without gradients) */
+    void *cparams;   /* [table.total] activation-dtype copy of params (CUDA), NULL on the CPU */
+    zy_weights_c wc; /* the GEMMs' weights: views into cparams, or into params on the CPU */
 } zy_model;
 
 /* Builds the HF parameter table of a config into t (t is initialised here). */
@@ -60,6 +75,9 @@ void model_free(zy_model *m);
 /* Fills fresh weights per the spec's initialisation: normal(0, initializer_range) matrices and
  * embedding, zero biases, unit norms and scales, temp 1, balancing biases 0 with skip -1. */
 void model_init_weights(zy_model *m, uint64_t seed);
+/* Refreshes the compute copy of the weights from the fp32 master weights (one cast kernel on
+ * CUDA; nothing on the CPU). Call after any change of m->params (init, load, optimizer step). */
+void model_sync_compute_weights(zy_model *m);
 /* Zeroes the gradient buffer. */
 void model_zero_grads(zy_model *m);
 
@@ -70,57 +88,62 @@ typedef struct {
 } zy_param_counts;
 zy_param_counts model_count_params(const zy_config *cfg);
 
-/* Per-layer buffers of a training forward pass (saved for backward) on N = B*T rows. */
+/* Per-layer buffers of a training forward pass (saved for backward) on N = B*T rows. zy_act
+ * buffers hold the context's activation dtype (bf16 on CUDA); float buffers are always fp32. */
 typedef struct {
-    float *h_in;        /* [N, D] residual stream entering the layer */
-    float *a;           /* [N, D] input_layernorm output */
-    float *rstd_a;      /* [N] */
-    float *qk0;         /* [N, C] */
-    float *mid;         /* [B, T+t1-1, C] depthwise conv output */
-    float *q, *k;       /* [N, Hq*d], [N, Hk*d] after norm + rope */
-    float *q_in, *k_in; /* [N, Hq*d], [N, Hk*d] before norm */
-    float *qn, *kn;     /* [N, Hq], [N, Hk] */
-    float *vcur, *vdel; /* [N, Hk*d/2] */
-    float *v;           /* [N, Hk*d] */
-    float *att;         /* [N, Hq*d] attention output */
-    float *lse;         /* [B, Hq, T] */
-    float *o;           /* [N, D] o_proj output */
-    float *h_mid;       /* [N, D] stream after attention */
-    float *m;           /* [N, D] post_attention_layernorm output */
-    float *rstd_m;      /* [N] */
-    float *z;           /* [N, R] router state after depth averaging */
-    float *u0;          /* [N, R] router norm output */
-    float *rstd_z;      /* [N] */
-    float *f1, *g1;     /* [N, R] fc1 pre/post GELU */
-    float *f2, *g2;     /* [N, R] fc2 pre/post GELU */
-    float *rlogits;     /* [N, E+1] */
-    float *probs;       /* [N, E+1] */
-    int32_t *choice;    /* [N] class in [0, E] (E = skip) */
-    float *gate;        /* [N] unbiased probability of the chosen expert, 0 for skip */
+    float *h_in;         /* [N, D] residual stream entering the layer */
+    zy_act *a;           /* [N, D] input_layernorm output */
+    float *rstd_a;       /* [N] */
+    zy_act *qk0;         /* [N, C] */
+    zy_act *mid;         /* [B, T+t1-1, C] depthwise conv output */
+    zy_act *q, *k;       /* [N, Hq*d], [N, Hk*d] after norm + rope */
+    zy_act *q_in, *k_in; /* [N, Hq*d], [N, Hk*d] before norm */
+    float *qn, *kn;      /* [N, Hq], [N, Hk] */
+    zy_act *vcur, *vdel; /* [N, Hk*d/2] */
+    zy_act *v;           /* [N, Hk*d] */
+    zy_act *att;         /* [N, Hq*d] attention output */
+    float *lse;          /* [B, Hq, T] */
+    zy_act *o;           /* [N, D] o_proj output */
+    float *h_mid;        /* [N, D] stream after attention */
+    zy_act *m;           /* [N, D] post_attention_layernorm output */
+    float *rstd_m;       /* [N] */
+    zy_act *z;           /* [N, R] router state after depth averaging */
+    zy_act *u0;          /* [N, R] router norm output */
+    float *rstd_z;       /* [N] */
+    zy_act *f1, *g1;     /* [N, R] fc1 pre/post GELU */
+    zy_act *f2, *g2;     /* [N, R] fc2 pre/post GELU */
+    zy_act *rlogits;     /* [N, E+1] */
+    float *probs;        /* [N, E+1] */
+    int32_t *choice;     /* [N] class in [0, E] (E = skip) */
+    float *gate;         /* [N] unbiased probability of the chosen expert, 0 for skip */
     int32_t *counts, *offsets, *perm; /* [E], [E+1], [N] */
+    int32_t *offsets_host;            /* [E+1] host copy of offsets (the expert GEMM loop) */
     int nrouted;
-    float *xs;  /* [N, D] rows gathered by expert */
-    float *gu;  /* [N, 2F] */
-    float *act; /* [N, F] SwiGLU output */
-    float *ys;  /* [N, D] expert outputs (sorted rows) */
-    float *y;   /* [N, D] MoE output */
+    zy_act *xs;  /* [N, D] rows gathered by expert */
+    zy_act *gu;  /* [N, 2F] */
+    zy_act *act; /* [N, F] SwiGLU output */
+    zy_act *ys;  /* [N, D] expert outputs (sorted rows) */
+    zy_act *y;   /* [N, D] MoE output */
 } zy_layer_acts;
 
 typedef struct {
     int B, T;
-    int32_t *ids;     /* [N] host copy not needed on CPU: device ids */
+    int32_t *ids;     /* [N] device ids */
     int32_t *targets; /* [N] */
     int32_t *pos;     /* [N] positions t */
     zy_layer_acts *layers;
     float *h_final; /* [N, D] stream after the last layer */
-    float *xf;      /* [N, D] final norm output */
+    zy_act *xf;     /* [N, D] final norm output */
     float *rstd_f;  /* [N] */
-    float *logits;  /* [N, V] (overwritten by dlogits in backward) */
-    /* backward scratch */
-    float *dh, *dh2, *dx, *dm, *dz, *dz_carry, *dr, *dr2, *dqk, *dq, *dk, *dv, *dvc, *dvd, *datt,
-        *dys, *dgate, *dgu, *dact, *dxs;
+    zy_act *logits; /* [N, V] (overwritten by dlogits in backward) */
+    /* backward scratch: dh, dh2 follow the fp32 residual stream; the rest are activation grads */
+    float *dh, *dh2;
+    zy_act *dx, *dm, *dz, *dz_carry, *dr, *dr2, *dqk, *dq, *dk, *dv, *dvc, *dvd, *datt, *dys, *dgu,
+        *dact, *dxs;
+    float *dgate;
     int count; /* counted targets of the last forward */
     void *arena;
+    int32_t *host_offsets; /* [L, E+1] backing of the layers' offsets_host */
 } zy_acts;
 
 /* Allocates activations for batch B of length T (one arena). */
