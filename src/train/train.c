@@ -38,16 +38,39 @@ typedef struct {
     int64_t step;                  /* steps completed */
     double tokens_seen;
     char ckpt_root[ZY_PATH_MAX + 16];
+    float *params_host; /* [table.total] host copy of the weights for checkpoints (CUDA only) */
 } trainer;
 
+/* device "auto" takes GPU 0 when one is visible, else the CPU; "cuda" insists on a GPU. */
 static int setup_device(trainer *tr) {
     const char *dev = tr->cfg->device;
-    if (!strcmp(dev, "cuda"))
-        return zy_fail("device cuda: GPU training is not built yet in this version; use cpu");
-    tr->ctx.device = ZY_DEV_CPU;
     if (tr->cfg->threads > 0) omp_set_num_threads(tr->cfg->threads);
-    tr->ctx.num_threads = omp_get_max_threads();
+    if (!strcmp(dev, "cuda") || (!strcmp(dev, "auto") && ops_cuda_device_count() > 0))
+        return ops_ctx_init_cuda(&tr->ctx, 0);
+    ops_ctx_init_cpu(&tr->ctx, omp_get_max_threads());
     return ZY_OK;
+}
+
+/* Loads an HF folder's weights into the model, through a host buffer when it lives on a GPU. */
+static int load_weights(zy_model *m, const char *dir) {
+    if (m->ctx->device == ZY_DEV_CPU) return hf_load_weights(dir, &m->table, m->params);
+    size_t bytes = m->table.total * sizeof(float);
+    float *host = zy_malloc(bytes);
+    int rc = hf_load_weights(dir, &m->table, host);
+    if (rc == ZY_OK) ops_copy(m->ctx, m->params, host, bytes);
+    free(host);
+    model_sync_compute_weights(m);
+    return rc;
+}
+
+/* The weights readable on the host: the model's own buffer on the CPU, a fresh copy on a GPU. */
+static const float *params_on_host(trainer *tr) {
+    zy_model *m = &tr->model;
+    if (m->ctx->device == ZY_DEV_CPU) return m->params;
+    size_t bytes = m->table.total * sizeof(float);
+    if (!tr->params_host) tr->params_host = zy_malloc(bytes);
+    ops_copy(m->ctx, tr->params_host, m->params, bytes);
+    return tr->params_host;
 }
 
 /* Copies a named state list into a checkpoint's train_state items. */
@@ -83,7 +106,7 @@ static int save_checkpoint(trainer *tr) {
     cJSON_Delete(st);
     zy_ckpt_content c = {.config = &tr->model.cfg,
                          .table = &tr->model.table,
-                         .params = tr->model.params,
+                         .params = params_on_host(tr),
                          .state = items,
                          .n_state = n,
                          .state_json = json,
@@ -113,7 +136,7 @@ static int json_int(const cJSON *o, const char *key, const char *source, int64_t
 
 static int resume_from(trainer *tr, const char *dir) {
     char path[4096], *text;
-    ZY_TRY(hf_load_weights(dir, &tr->model.table, tr->model.params));
+    ZY_TRY(load_weights(&tr->model, dir));
     ZY_TRY(zy_path_join(path, sizeof path, dir, "train_state.safetensors"));
     zy_safetensors f;
     ZY_TRY(safetensors_open(&f, path));
@@ -255,7 +278,7 @@ static int trainer_init(trainer *tr, const zy_train_config *c) {
     }
     ZY_TRY(model_init(&tr->model, &mc, &tr->ctx, 1));
     if (c->init_from[0])
-        ZY_TRY(hf_load_weights(c->init_from, &tr->model.table, tr->model.params));
+        ZY_TRY(load_weights(&tr->model, c->init_from));
     else
         model_init_weights(&tr->model, c->seed);
     ZY_TRY(acts_init(&tr->acts, &tr->model, c->batch_size, c->seq_len));
@@ -290,6 +313,8 @@ static void trainer_free(trainer *tr) {
     optim_free(&tr->opt);
     if (tr->acts.arena) acts_free(&tr->acts, &tr->model);
     model_free(&tr->model);
+    free(tr->params_host);
+    ops_ctx_free(&tr->ctx);
 }
 
 /* One optimiser step over grad_accum micro-batches; returns the mean loss. */
@@ -314,6 +339,7 @@ static int train_step(trainer *tr, float lr, double *loss, double *gnorm) {
                        (long long)tr->step + 1, *loss, *gnorm);
     optim_step(&tr->opt, &tr->model.table, tr->model.params, tr->model.grads, lr);
     if (c->balance_enabled) balance_step(&tr->bal, tr->biases, tr->step_counts);
+    model_sync_compute_weights(&tr->model);
     tr->tokens_seen += tokens;
     return ZY_OK;
 }
@@ -348,10 +374,15 @@ int train_run(const zy_train_config *c, const zy_train_opts *o) {
         return ZY_ERR;
     }
     zy_param_counts k = model_count_params(&c->model);
+    char device_desc[64];
+    if (tr.ctx.device == ZY_DEV_CUDA)
+        snprintf(device_desc, sizeof device_desc, "GPU %d, bf16 activations", tr.ctx.gpu);
+    else
+        snprintf(device_desc, sizeof device_desc, "CPU, %d threads", tr.ctx.num_threads);
     printf("model %s: %.2fM parameters (%.2fM active per token without the embedding); "
-           "%d x %d tokens x %d accumulation per step; %s, %d threads\n",
+           "%d x %d tokens x %d accumulation per step; %s; %s\n",
            c->model_desc, k.total / 1e6, k.active_no_embed / 1e6, c->batch_size, c->seq_len,
-           c->grad_accum, c->optim.use_muon ? "Muon + AdamW" : "AdamW", tr.ctx.num_threads);
+           c->grad_accum, c->optim.use_muon ? "Muon + AdamW" : "AdamW", device_desc);
     double t_start = zy_now(), last_val = NAN;
     int64_t first_step = tr.step, ran = 0;
     if (tr.step == 0 && c->eval_interval > 0) {
@@ -426,7 +457,7 @@ int train_eval(const zy_train_config *c, const char *model_dir, int64_t batches,
     tr.cfg = c;
     int rc = setup_device(&tr);
     if (rc == ZY_OK) rc = model_init(&tr.model, &c->model, &tr.ctx, 0);
-    if (rc == ZY_OK) rc = hf_load_weights(model_dir, &tr.model.table, tr.model.params);
+    if (rc == ZY_OK) rc = load_weights(&tr.model, model_dir);
     if (rc == ZY_OK) rc = acts_init(&tr.acts, &tr.model, c->batch_size, c->seq_len);
     size_t N = (size_t)c->batch_size * c->seq_len;
     tr.ids = zy_malloc(N * sizeof *tr.ids);
