@@ -55,7 +55,7 @@ TOOL_OBJ := $(TOOL_SRC:%.c=$(BUILD)/%.o)
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
 TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test clean format format-check
+.PHONY: all tests test clean format format-check
 .SECONDARY:
 all: $(BUILD)/zayac
 
@@ -76,6 +76,9 @@ $(BUILD)/zayac: $(TOOL_OBJ) $(LIB)
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIB)
 	$(CC) $(LDFLAGS) $< $(LIB) -lcmocka $(LDLIBS) -o $@
+
+# Builds the test programs without running them (the GPU scripts run them one by one).
+tests: $(TESTS) $(BUILD)/zayac
 
 # Tests find the zayac binary and the fixtures through these variables.
 test: $(TESTS) $(BUILD)/zayac

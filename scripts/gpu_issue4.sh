@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Issue 4 on the lent GPU machine in one call: build zayac with CUDA (sm_90a) against the Debian
+# packages in $DEBS (unpacked with dpkg -x), run every GPU test (each CUDA op vs its CPU op, the
+# whole GPU model vs the CPU model, 200 GPU training steps vs the CPU curve, exact resume on the
+# GPU), compute-sanitizer memcheck on the op tests, then the training benchmark side by side with
+# PyTorch (scripts/bench_vs_torch.sh) unless SKIP_BENCH=1.
+# Usage (from the zayac root): DEBS=.ext/debs bash scripts/gpu_issue4.sh
+# Logs land in $OUT (summary.txt, build.log, <test>.log, memcheck_<test>.log, bench files).
+set -u
+export PATH=/usr/local/cuda/bin:$PATH
+OUT=${OUT:-/tmp/gpu_issue4_out}
+mkdir -p "$OUT"
+NJ=$(nproc)
+rc_all=0
+note() { echo "$*" | tee -a "$OUT/summary.txt"; }
+
+if [ -z "${DEPS_ROOT:-}" ]; then
+    DEPS_ROOT=/tmp/zy_deps
+    mkdir -p "$DEPS_ROOT"
+    for f in "${DEBS:-.ext/debs}"/*.deb; do dpkg -x "$f" "$DEPS_ROOT"; done
+fi
+export DEPS_ROOT
+L=$DEPS_ROOT/usr/lib/x86_64-linux-gnu
+export LD_LIBRARY_PATH=$L:$L/openblas-openmp:${LD_LIBRARY_PATH:-}
+export OMP_WAIT_POLICY=passive
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >"$OUT/machine.log" 2>&1
+
+t0=$(date +%s)
+make -j"$NJ" DEPS_ROOT="$DEPS_ROOT" CUDA=1 all tests >"$OUT/build.log" 2>&1
+rc=$?
+note "build rc=$rc ($(($(date +%s) - t0)) s)"
+[ $rc -ne 0 ] && { grep -E "error" "$OUT/build.log" | head -30; tail -20 "$OUT/build.log"; exit 1; }
+
+TESTS=()
+for t in tests/test_cuda_*.c; do TESTS+=("build/tests/$(basename "$t" .c)"); done
+TESTS+=(build/tests/test_train_resume)
+for t in "${TESTS[@]}"; do
+    name=$(basename "$t")
+    s0=$(date +%s)
+    ZAYAC_BIN=build/zayac timeout 300 "$t" >"$OUT/$name.log" 2>&1
+    rc=$?
+    note "$name rc=$rc ($(($(date +%s) - s0)) s): $(grep -E '^\[  (PASSED|FAILED|SKIPPED) \]' "$OUT/$name.log" | head -3 | tr '\n' ' ')"
+    grep -E "FAILED|FAILURE|Assert|abort|error" "$OUT/$name.log" | head -12 | tee -a "$OUT/summary.txt"
+    [ $rc -ne 0 ] && rc_all=1
+done
+
+if [ "${SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
+    for name in test_cuda_ops_dense test_cuda_ops_moe test_cuda_ops_cca test_cuda_model; do
+        [ -x "build/tests/$name" ] || continue
+        ZY_TEST_SMALL=1 timeout 240 compute-sanitizer --tool memcheck --error-exitcode 99 \
+            "build/tests/$name" >"$OUT/memcheck_$name.log" 2>&1
+        rc=$?
+        note "memcheck $name rc=$rc: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_$name.log" | tail -1)"
+        [ $rc -ne 0 ] && rc_all=1
+    done
+fi
+
+if [ "${SKIP_BENCH:-0}" != 1 ] && [ -f scripts/bench_vs_torch.sh ]; then
+    bash scripts/bench_vs_torch.sh >"$OUT/bench.log" 2>&1
+    note "bench rc=$?"
+    tail -30 "$OUT/bench.log" | tee -a "$OUT/summary.txt"
+fi
+note "overall rc=$rc_all"
+exit $rc_all
