@@ -130,15 +130,12 @@ static void layer_backward(zy_model *mo, zy_acts *a, int l) {
                     1);
 }
 
-void model_backward(zy_model *m, zy_acts *a, float loss_scale) {
+/* The backward from dlogits (in a->logits) down to the embedding. */
+static void backward_from_dlogits(zy_model *m, zy_acts *a) {
     ZY_CHECKF(m->grads != NULL, "model built without gradients");
     zy_ctx *ctx = m->ctx;
     const zy_config *c = &m->cfg;
     const int N = a->B * a->T, D = c->hidden_size, V = c->vocab_size;
-    int count;
-    /* logits -> dlogits in place */
-    ops_xent_fwd_bwd(ctx, a->logits, a->logits, a->targets, N, V, ZY_IGNORE_INDEX, loss_scale,
-                     &count);
     ops_matmul_f32(ctx, m->g.emb, a->logits, a->xf, V, D, N, 1, 0, 1.0f, 1.0f); /* tied head */
     ops_matmul(ctx, a->dx, a->logits, m->wc.emb, N, D, V, 0, 0, 1.0f, 0.0f);
     ops_rmsnorm_bwd(ctx, a->dh, m->g.norm_f, a->dx, a->h_final, ZY_DTYPE_F32, m->w.norm_f,
@@ -146,4 +143,20 @@ void model_backward(zy_model *m, zy_acts *a, float loss_scale) {
     for (int l = c->num_hidden_layers - 1; l >= 0; l--) layer_backward(m, a, l);
     ops_embed_bwd(ctx, m->g.emb, m->g.in_bias, m->g.in_scale, a->dh, m->w.emb, a->ids, m->w.in_bias,
                   m->w.in_scale, N, D, c->pad_token_id);
+}
+
+void model_backward(zy_model *m, zy_acts *a, float loss_scale) {
+    const int N = a->B * a->T;
+    int count;
+    /* logits -> dlogits in place */
+    ops_xent_fwd_bwd(m->ctx, a->logits, a->logits, a->targets, N, m->cfg.vocab_size,
+                     ZY_IGNORE_INDEX, loss_scale, &count);
+    backward_from_dlogits(m, a);
+}
+
+double model_forward_backward(zy_model *m, zy_acts *a, const int32_t *ids, const int32_t *targets,
+                              float loss_scale) {
+    double loss = model_forward_loss(m, a, ids, targets, loss_scale);
+    backward_from_dlogits(m, a);
+    return loss;
 }

@@ -153,6 +153,11 @@ static void fill_positions(zy_model *m, zy_acts *a, int offset) {
 }
 
 double model_forward(zy_model *m, zy_acts *a, const int32_t *ids, const int32_t *targets) {
+    return model_forward_loss(m, a, ids, targets, 0.0f);
+}
+
+double model_forward_loss(zy_model *m, zy_acts *a, const int32_t *ids, const int32_t *targets,
+                          float grad_scale) {
     const zy_config *c = &m->cfg;
     const int N = a->B * a->T, D = c->hidden_size, L = c->num_hidden_layers;
     ops_copy(m->ctx, a->ids, ids, (size_t)N * sizeof *ids);
@@ -166,8 +171,10 @@ double model_forward(zy_model *m, zy_acts *a, const int32_t *ids, const int32_t 
     head_forward(m, a);
     a->count = 0;
     if (!targets) return 0.0;
-    return ops_xent_fwd_bwd(m->ctx, NULL, a->logits, a->targets, N, c->vocab_size, ZY_IGNORE_INDEX,
-                            1.0f, &a->count);
+    /* with a gradient scale the same pass leaves dlogits in place of the logits */
+    return ops_xent_fwd_bwd(m->ctx, grad_scale != 0.0f ? a->logits : NULL, a->logits, a->targets, N,
+                            c->vocab_size, ZY_IGNORE_INDEX, grad_scale != 0.0f ? grad_scale : 1.0f,
+                            &a->count);
 }
 
 void model_route_counts(const zy_model *m, const zy_acts *a, int64_t *out) {

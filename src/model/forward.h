@@ -18,6 +18,10 @@ typedef struct {
  * router state [N,R] (NULL in layer 0). */
 void layer_forward(zy_model *m, zy_acts *a, int l, float *h_out, const zy_act *r_prev,
                    zy_layer_cache *cache);
+/* model_forward; when grad_scale != 0 the loss pass also writes dlogits (scaled) over a->logits,
+ * the first step of the backward. */
+double model_forward_loss(zy_model *m, zy_acts *a, const int32_t *ids, const int32_t *targets,
+                          float grad_scale);
 /* The final norm and the tied head: logits [N,V] from h_final. */
 void head_forward(zy_model *m, zy_acts *a);
 

@@ -156,6 +156,10 @@ void acts_free(zy_acts *a, const zy_model *m);
 double model_forward(zy_model *m, zy_acts *a, const int32_t *ids, const int32_t *targets);
 /* Backward of the last forward: adds d(loss_sum * loss_scale)/dparam into m->grads. */
 void model_backward(zy_model *m, zy_acts *a, float loss_scale);
+/* model_forward then model_backward, with the loss and dlogits computed in one pass over the
+ * logits. Returns the summed loss like model_forward. */
+double model_forward_backward(zy_model *m, zy_acts *a, const int32_t *ids, const int32_t *targets,
+                              float loss_scale);
 /* Per-layer routed class counts of the last forward: out [L, E+1] (host). */
 void model_route_counts(const zy_model *m, const zy_acts *a, int64_t *out);
 

@@ -327,8 +327,8 @@ static int train_step(trainer *tr, float lr, double *loss, double *gnorm) {
     double sum = 0;
     for (int micro = 0; micro < c->grad_accum; micro++) {
         ZY_TRY(batches_next(tr->train, tr->ids, tr->targets));
-        sum += model_forward(&tr->model, &tr->acts, tr->ids, tr->targets);
-        model_backward(&tr->model, &tr->acts, (float)(1.0 / tokens));
+        sum += model_forward_backward(&tr->model, &tr->acts, tr->ids, tr->targets,
+                                      (float)(1.0 / tokens));
         model_route_counts(&tr->model, &tr->acts, tr->counts);
         for (int i = 0; i < L * E1; i++) tr->step_counts[i] += tr->counts[i];
     }
