@@ -7,10 +7,12 @@
 #include "bench/coll.h"
 #include "bench/gemm.h"
 #include "bench/membw.h"
+#include "bench/train_bench.h"
 #include "bench/util.h"
 #include "cmds.h"
 #include "dist/env.h"
 #include "dist/rdv.h"
+#include "model_cli.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -494,13 +496,126 @@ static int bench_membw(int argc, char **argv) {
 }
 
 /* ================================================================== bench train
- * Reserved for the lead: the whole-training-step benchmark (`zayac bench train`) goes here and
- * into the table below. Until then it says so. */
+ * The whole training step (src/bench/train_bench.h): a model from --config or --preset trained on
+ * synthetic tokens; tokens/s, step time, model TFLOP/s, MFU, memory and the per-op breakdown. */
+
+/* An integer option in [lo, hi] (default def when absent). */
+static int train_opt_int(const zy_opt *opts, const char *name, long long def, long long lo,
+                         long long hi, int *out) {
+    long long v;
+    ZY_TRY(args_int(opts, name, def, &v));
+    if (v < lo || v > hi) return zy_fail("%s must be %lld..%lld, got %lld", name, lo, hi, v);
+    *out = (int)v;
+    return ZY_OK;
+}
+
+/* "cpu", "cuda" or "cuda:N"; absent: cuda when a GPU is visible, else cpu. */
+static int train_opt_device(const char *s, zy_device *dev, int *gpu) {
+    *gpu = 0;
+    if (!s) {
+        *dev = ops_cuda_device_count() > 0 ? ZY_DEV_CUDA : ZY_DEV_CPU;
+        return ZY_OK;
+    }
+    if (!strcmp(s, "cpu")) {
+        *dev = ZY_DEV_CPU;
+        return ZY_OK;
+    }
+    if (!strcmp(s, "cuda")) {
+        *dev = ZY_DEV_CUDA;
+        return ZY_OK;
+    }
+    if (!strncmp(s, "cuda:", 5) && s[5] >= '0' && s[5] <= '9') {
+        char *end;
+        long g = strtol(s + 5, &end, 10);
+        if (!*end && g < 4096) {
+            *dev = ZY_DEV_CUDA;
+            *gpu = (int)g;
+            return ZY_OK;
+        }
+    }
+    return zy_fail("--device '%s': expected cpu, cuda or cuda:N", s);
+}
+
+static int train_parse(const zy_opt *opts, bench_train_opts *o) {
+    const char *config = args_get(opts, "--config"), *preset = args_get(opts, "--preset"), *s;
+    if (config && preset) return zy_fail("give --config FILE or --preset NAME, not both");
+    if (!config && !preset)
+        return zy_fail("name a model: --config FILE (an HF config.json) or --preset NAME "
+                       "(tiny, bench-small, zaya1-base)");
+    ZY_TRY(cli_config(&o->model, NULL, config, preset));
+    snprintf(o->model_name, sizeof o->model_name, "%s", config ? config : preset);
+    ZY_TRY(train_opt_device(args_get(opts, "--device"), &o->device, &o->gpu));
+    ZY_TRY(train_opt_int(opts, "--batch", o->batch, 1, 65536, &o->batch));
+    ZY_TRY(train_opt_int(opts, "--seq", o->seq, 1, 1 << 24, &o->seq));
+    ZY_TRY(train_opt_int(opts, "--steps", o->steps, 1, 1000000, &o->steps));
+    ZY_TRY(train_opt_int(opts, "--warmup", o->warmup, 0, 1000000, &o->warmup));
+    ZY_TRY(train_opt_int(opts, "--threads", 0, 0, 4096, &o->threads));
+    if ((s = args_get(opts, "--optim"))) {
+        if (!strcmp(s, "adamw"))
+            o->use_muon = 0;
+        else if (!strcmp(s, "muon"))
+            o->use_muon = 1;
+        else
+            return zy_fail("--optim '%s': expected adamw or muon", s);
+    }
+    double v;
+    ZY_TRY(args_double(opts, "--lr", o->lr, &v));
+    if (!(v > 0 && v <= 10)) return zy_fail("--lr must be in (0, 10], got %g", v);
+    o->lr = (float)v;
+    ZY_TRY(args_double(opts, "--peak-tflops", 0, &v));
+    if (args_get(opts, "--peak-tflops") && !(v > 0 && v < 1e9))
+        return zy_fail("--peak-tflops must be a positive number, got %g", v);
+    o->peak_tflops = v;
+    long long seed;
+    ZY_TRY(args_int(opts, "--seed", (long long)o->seed, &seed));
+    if (seed < 0) return zy_fail("--seed must not be negative, got %lld", seed);
+    o->seed = (uint64_t)seed;
+    o->profile = args_get(opts, "--profile") != NULL;
+    return bench_train_check(o);
+}
+
 static int bench_train(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "zayac bench train: not implemented yet\n");
-    return 2;
+    zy_opt opts[] = {
+        {"--config", 1, "model config.json (HF) to benchmark", NULL},
+        {"--preset", 1, "model preset: tiny, bench-small or zaya1-base", NULL},
+        {"--device", 1, "cpu, cuda or cuda:N (default: cuda when a GPU is visible)", NULL},
+        {"--batch", 1, "sequences per step (default 8)", NULL},
+        {"--seq", 1, "tokens per sequence (default 2048)", NULL},
+        {"--steps", 1, "timed steps (default 20)", NULL},
+        {"--warmup", 1, "untimed steps before them (default 3)", NULL},
+        {"--optim", 1, "adamw, or muon (Muon for the matrices) (default adamw)", NULL},
+        {"--lr", 1, "constant learning rate (default 3e-4)", NULL},
+        {"--profile", 0, "one extra step with the op profiler: the per-op time breakdown", NULL},
+        {"--peak-tflops", 1, "bf16 peak for the MFU (default: measured, 8192^3 GEMM; CUDA only)",
+         NULL},
+        {"--json", 1, "also write the result as JSON to this file", NULL},
+        {"--seed", 1, "seed of the weights and the synthetic tokens (default 1)", NULL},
+        {"--threads", 1, "CPU threads (default: OpenMP's)", NULL},
+        {"--help", 0, "this help", NULL},
+        {NULL, 0, NULL, NULL}};
+    int prc = args_parse(argc, argv, opts, NULL, 0, NULL);
+    if (prc != ZY_OK || want_help(argc, argv)) {
+        args_usage("bench", "train (--preset NAME | --config FILE) [options]", opts);
+        return prc != ZY_OK ? fail_line("train", 2) : 0;
+    }
+    bench_train_opts o;
+    bench_train_opts_default(&o);
+    if (train_parse(opts, &o) != ZY_OK) return fail_line("train", 2);
+    o.progress = stdout;
+    bench_train_result r;
+    int code = 0;
+    if (bench_train_run(&o, &r) != ZY_OK) {
+        code = fail_line("train", 1);
+    } else {
+        bench_train_print(stdout, &o, &r);
+        const char *json = args_get(opts, "--json");
+        if (json && bench_train_write(json, &o, &r) != ZY_OK)
+            code = fail_line("train", 1);
+        else if (json)
+            printf("# wrote %s\n", json);
+    }
+    bench_train_result_free(&r);
+    return code;
 }
 /* ================================================================== end of bench train */
 
@@ -516,7 +631,7 @@ static const bench_sub subs[] = {
      "definitions), correctness"},
     {"gemm", bench_gemm, "cuBLASLt GEMM throughput by shape, with sizing observations"},
     {"membw", bench_membw, "device copy/scale/triad and host<->device bandwidth"},
-    {"train", bench_train, "whole training step (not implemented yet)"},
+    {"train", bench_train, "whole training step: tokens/s, MFU, memory, per-op time"},
 };
 
 int cmd_bench(int argc, char **argv) {

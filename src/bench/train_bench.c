@@ -1,0 +1,570 @@
+/* The whole-training-step benchmark (see train_bench.h). The step itself is bt_step: the same calls
+ * in the same order as train.c's train_step with one micro-batch, so what is timed here is what a
+ * training run pays per step. The data are synthetic: uniform random token ids from the
+ * counter-based RNG, targets the ids shifted by one, drawn outside the timed region. */
+#include "bench/train_bench.h"
+#include "base/err.h"
+#include "base/fileio.h"
+#include "base/rng.h"
+#include "base/timer.h"
+#include "bench/gemm.h"
+#include "optim/balance.h"
+#include "optim/clip.h"
+#include "optim/optim.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#define GIB           (1024.0 * 1024.0 * 1024.0)
+#define BT_GRAD_CLIP  1.0f /* train_config's default */
+#define BT_MAX_TOKENS (1 << 24)
+#define BT_PROF_MAX   128
+
+static const char *const phase_names[BT_NPHASES] = {
+    "zero_grads", "forward", "backward", "route_counts", "clip", "optimizer", "balance"};
+
+const char *bench_train_phase_name(bench_train_phase p) {
+    return p >= 0 && p < BT_NPHASES ? phase_names[p] : "?";
+}
+
+void bench_train_opts_default(bench_train_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->device = ZY_DEV_CPU;
+    o->batch = 8;
+    o->seq = 2048;
+    o->steps = 20;
+    o->warmup = 3;
+    o->lr = 3e-4f;
+    o->seed = 1;
+}
+
+int bench_train_check(const bench_train_opts *o) {
+    ZY_TRY(config_validate(&o->model, o->model_name[0] ? o->model_name : "model"));
+    if (o->batch < 1 || o->batch > 65536)
+        return zy_fail("--batch must be 1..65536, got %d", o->batch);
+    if (o->seq < 1) return zy_fail("--seq must be at least 1, got %d", o->seq);
+    if (o->seq > o->model.max_position_embeddings)
+        return zy_fail("--seq %d exceeds the model's max_position_embeddings %d (%s)", o->seq,
+                       o->model.max_position_embeddings, o->model_name);
+    if ((int64_t)o->batch * o->seq > BT_MAX_TOKENS)
+        return zy_fail("--batch %d x --seq %d = %lld tokens per step; at most %d", o->batch, o->seq,
+                       (long long)o->batch * o->seq, BT_MAX_TOKENS);
+    if (o->steps < 1 || o->steps > 1000000)
+        return zy_fail("--steps must be 1..1000000, got %d", o->steps);
+    if (o->warmup < 0 || o->warmup > 1000000)
+        return zy_fail("--warmup must be 0..1000000, got %d", o->warmup);
+    if (!(o->lr > 0) || !(o->lr <= 10)) return zy_fail("--lr must be in (0, 10], got %g", o->lr);
+    if (!(o->peak_tflops >= 0) || !isfinite(o->peak_tflops))
+        return zy_fail("--peak-tflops must be a positive number, got %g", o->peak_tflops);
+    if (o->threads < 0 || o->threads > 4096)
+        return zy_fail("--threads must be 0..4096, got %d", o->threads);
+    if (o->device == ZY_DEV_CUDA && o->gpu < 0)
+        return zy_fail("--device cuda:%d: not a device index", o->gpu);
+    return ZY_OK;
+}
+
+double bench_train_flops_per_token(const zy_config *c, int T) {
+    zy_param_counts k = model_count_params(c);
+    double dense = (double)k.active_no_embed + (double)c->vocab_size * c->hidden_size;
+    double attn = (double)c->num_hidden_layers * T * c->num_attention_heads * c->head_dim;
+    return 6.0 * dense + 6.0 * attn;
+}
+
+/* ------------------------------------------------------------------ the training state */
+
+typedef struct {
+    const bench_train_opts *o;
+    zy_ctx ctx;
+    zy_model model;
+    zy_acts acts;
+    zy_optim opt;
+    zy_balance bal;
+    int have_ctx, have_model, have_acts, have_opt, have_bal;
+    float **biases;         /* [L] balancing biases inside model.params (device memory on CUDA) */
+    float *bias_host;       /* [L, E+1] host mirror of the biases on CUDA; NULL on the CPU */
+    float **bias_host_l;    /* [L] rows of bias_host */
+    int32_t *ids, *targets; /* [B, T] host */
+    int64_t *counts;        /* [L, E+1] routed class counts of the step */
+} bt_state;
+
+/* Synthetic batch number `step`: x[b] = T+1 random ids, ids[b] = x[b][:T], targets = x[b][1:].
+ * Its own seed, so it never replays the weights' streams (seed, tensor index). */
+static void bt_batch(bt_state *s, int64_t step) {
+    const int B = s->o->batch, T = s->o->seq, V = s->o->model.vocab_size;
+    zy_rng r = zy_rng_init(s->o->seed ^ 0xda7a5eedda7a5eedull, (uint64_t)step);
+    for (int b = 0; b < B; b++) {
+        int32_t prev = (int32_t)zy_rng_below(&r, (uint64_t)V);
+        for (int t = 0; t < T; t++) {
+            int32_t next = (int32_t)zy_rng_below(&r, (uint64_t)V);
+            s->ids[(size_t)b * T + t] = prev;
+            s->targets[(size_t)b * T + t] = next;
+            prev = next;
+        }
+    }
+}
+
+/* The router balancing step. On CUDA the biases live in device memory and balance_step works on
+ * host arrays, so they make a round trip through a host mirror ([L, E+1] floats). */
+static void bt_balance(bt_state *s) {
+    if (!s->bias_host) {
+        balance_step(&s->bal, s->biases, s->counts);
+        return;
+    }
+    const int L = s->model.cfg.num_hidden_layers, E1 = s->model.cfg.num_experts + 1;
+    const size_t row = (size_t)E1 * sizeof(float);
+    for (int l = 0; l < L; l++) ops_copy(&s->ctx, s->bias_host_l[l], s->biases[l], row);
+    balance_step(&s->bal, s->bias_host_l, s->counts);
+    for (int l = 0; l < L; l++) ops_copy(&s->ctx, s->biases[l], s->bias_host_l[l], row);
+}
+
+/* Waits for the device and reads the clock (seconds). */
+static double bt_clock(bt_state *s) {
+    ops_sync(&s->ctx);
+    return zy_now();
+}
+
+/* One training step on the current batch, as train.c's train_step with grad_accum 1: zero the
+ * gradients, forward, backward with loss scale 1/tokens, routed counts, clip to BT_GRAD_CLIP, the
+ * optimiser step, the balancing step. Unlike train.c a non-finite loss or norm does not stop it
+ * (the caller counts them), so every step costs the same. phase_ms (when not NULL) accumulates
+ * each phase's wall time with the device synchronised between phases.
+ * The clip/optimiser lines are the ones that follow the device-resident optimiser's API. */
+static void bt_step(bt_state *s, double *loss, double *gnorm, double *phase_ms) {
+    zy_model *m = &s->model;
+    const double tokens = (double)s->o->batch * s->o->seq;
+    double t = phase_ms ? bt_clock(s) : 0.0;
+#define BT_PHASE(p)                                                                                \
+    if (phase_ms) {                                                                                \
+        double t1_ = bt_clock(s);                                                                  \
+        phase_ms[p] += (t1_ - t) * 1e3;                                                            \
+        t = t1_;                                                                                   \
+    }
+    model_zero_grads(m);
+    BT_PHASE(BT_PHASE_ZERO);
+    double sum = model_forward(m, &s->acts, s->ids, s->targets);
+    BT_PHASE(BT_PHASE_FORWARD);
+    model_backward(m, &s->acts, (float)(1.0 / tokens));
+    BT_PHASE(BT_PHASE_BACKWARD);
+    model_route_counts(m, &s->acts, s->counts);
+    BT_PHASE(BT_PHASE_ROUTE);
+    *gnorm = clip_grad_norm(&m->table, m->grads, BT_GRAD_CLIP);
+    BT_PHASE(BT_PHASE_CLIP);
+    optim_step(&s->opt, &m->table, m->params, m->grads, s->o->lr);
+    /* model_sync_compute_weights(m) goes here once model.h has it (bf16 copy of the weights). */
+    BT_PHASE(BT_PHASE_OPTIM);
+    bt_balance(s);
+    BT_PHASE(BT_PHASE_BALANCE);
+#undef BT_PHASE
+    *loss = sum / tokens;
+}
+
+/* Device bytes in use (total - free) on CUDA; 0 on the CPU. */
+static int bt_used(const bt_state *s, double *used, double *total) {
+    *used = 0;
+    if (total) *total = 0;
+    if (s->o->device != ZY_DEV_CUDA) return ZY_OK;
+    size_t fr, tot;
+    ZY_TRY(bench_train_gpu_mem(s->o->gpu, &fr, &tot));
+    *used = (double)(tot - fr);
+    if (total) *total = (double)tot;
+    return ZY_OK;
+}
+
+static int bt_init(bt_state *s, const bench_train_opts *o, bench_train_result *r) {
+    memset(s, 0, sizeof *s);
+    s->o = o;
+    const zy_config *c = &o->model;
+    const int L = c->num_hidden_layers, E = c->num_experts;
+    if (o->device == ZY_DEV_CUDA) {
+        ZY_TRY(ops_ctx_init_cuda(&s->ctx, o->gpu));
+    } else {
+        if (o->threads > 0) omp_set_num_threads(o->threads);
+        ops_ctx_init_cpu(&s->ctx, o->threads);
+    }
+    s->have_ctx = 1;
+    double u0, u1;
+    ZY_TRY(model_init(&s->model, c, &s->ctx, 1));
+    s->have_model = 1;
+    model_init_weights(&s->model, o->seed);
+    ZY_TRY(bt_used(s, &u0, NULL));
+    ZY_TRY(acts_init(&s->acts, &s->model, o->batch, o->seq));
+    s->have_acts = 1;
+    ZY_TRY(bt_used(s, &u1, NULL));
+    r->acts_bytes = o->device == ZY_DEV_CUDA ? u1 - u0 : NAN;
+    zy_optim_config oc;
+    optim_config_default(&oc);
+    oc.use_muon = o->use_muon;
+    oc.lr = o->lr;
+    ZY_TRY(optim_init(&s->opt, &oc, &s->model.table));
+    s->have_opt = 1;
+    zy_balance_config bc;
+    balance_config_default(&bc);
+    ZY_TRY(balance_init(&s->bal, &bc, L, E));
+    s->have_bal = 1;
+    s->biases = zy_calloc((size_t)L, sizeof *s->biases);
+    ZY_TRY(balance_find_biases(&s->model.table, s->model.params, L, E, s->biases));
+    if (o->device == ZY_DEV_CUDA) {
+        s->bias_host = zy_calloc((size_t)L * (E + 1), sizeof *s->bias_host);
+        s->bias_host_l = zy_calloc((size_t)L, sizeof *s->bias_host_l);
+        for (int l = 0; l < L; l++) s->bias_host_l[l] = s->bias_host + (size_t)l * (E + 1);
+    }
+    size_t N = (size_t)o->batch * o->seq;
+    s->ids = zy_malloc(N * sizeof *s->ids);
+    s->targets = zy_malloc(N * sizeof *s->targets);
+    s->counts = zy_calloc((size_t)L * (E + 1), sizeof *s->counts);
+    r->params_bytes = (double)s->model.table.total * sizeof(float);
+    r->grads_bytes = r->params_bytes;
+    r->optim_bytes =
+        (double)(2 * s->opt.adam_total + s->opt.muon_total + s->opt.work_floats) * sizeof(float);
+    return ZY_OK;
+}
+
+static void bt_free(bt_state *s) {
+    free(s->ids);
+    free(s->targets);
+    free(s->counts);
+    free(s->biases);
+    free(s->bias_host);
+    free(s->bias_host_l);
+    if (s->have_bal) balance_free(&s->bal);
+    if (s->have_opt) optim_free(&s->opt);
+    if (s->have_acts) acts_free(&s->acts, &s->model);
+    if (s->have_model) model_free(&s->model);
+    if (s->have_ctx) ops_ctx_free(&s->ctx);
+    memset(s, 0, sizeof *s);
+}
+
+/* ------------------------------------------------------------------ measuring */
+
+/* The bf16 matmul peak of device dev: the best of cuBLASLt's first 4 candidates on one 8192^3
+ * GEMM (Y = X W^T) under sustained load, with the GEMM benchmark's code. */
+static int bt_measure_peak(int dev, double *tflops) {
+    bench_gemm_opts g;
+    bench_gemm_opts_default(&g);
+    g.dtypes[0] = BENCH_BF16;
+    g.ndtypes = 1;
+    g.algos = 4;
+    g.check = 0;
+    g.warmup_ms = 200;
+    g.target_ms = 200;
+    bench_gemm_shape sq;
+    memset(&sq, 0, sizeof sq);
+    sq.m = sq.n = sq.k = 8192;
+    sq.layout = GEMM_XWT;
+    snprintf(sq.group, sizeof sq.group, "square");
+    snprintf(sq.label, sizeof sq.label, "peak 8192^3");
+    g.shapes = &sq;
+    g.nshapes = 1;
+    bench_gemm_result res;
+    int rc = bench_gemm_run(&g, dev, &res, NULL);
+    if (rc == ZY_OK && (res.nrows < 1 || !(res.rows[0].tflops > 0)))
+        rc = zy_fail("measuring the bf16 matmul peak: no result");
+    if (rc == ZY_OK) *tflops = res.rows[0].tflops;
+    bench_gemm_result_free(&res);
+    return rc == ZY_OK ? ZY_OK
+                       : zy_fail_ctx("measuring the bf16 matmul peak (--peak-tflops N "
+                                     "skips it)");
+}
+
+static void bt_progress(const bench_train_opts *o, const char *what, int i, int n, double ms,
+                        double loss) {
+    if (!o->progress) return;
+    fprintf(o->progress, "%s %d/%d: %.2f ms, loss %.4f\n", what, i, n, ms, loss);
+    fflush(o->progress);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Warm-up and timed steps, then the memory readings. */
+static int bt_timed(bt_state *s, bench_train_result *r, double used0) {
+    const bench_train_opts *o = s->o;
+    const int total = o->warmup + o->steps;
+    r->step_ms = zy_calloc((size_t)o->steps, sizeof *r->step_ms);
+    r->nsteps = o->steps;
+    for (int i = 0; i < total; i++) {
+        double loss, gnorm;
+        bt_batch(s, i);
+        double t0 = bt_clock(s);
+        bt_step(s, &loss, &gnorm, NULL);
+        double ms = (bt_clock(s) - t0) * 1e3;
+        if (i == 0) r->loss_first = loss;
+        r->loss_last = loss;
+        if (!isfinite(loss) || !isfinite(gnorm)) {
+            if (!r->nonfinite_steps && o->progress)
+                fprintf(o->progress,
+                        "# warning: step %d: loss %g, gradient norm %g (not finite; "
+                        "the benchmark goes on)\n",
+                        i + 1, loss, gnorm);
+            r->nonfinite_steps++;
+        }
+        if (i < o->warmup) {
+            bt_progress(o, "warmup", i + 1, o->warmup, ms, loss);
+        } else {
+            r->step_ms[i - o->warmup] = ms;
+            bt_progress(o, "step", i - o->warmup + 1, o->steps, ms, loss);
+        }
+    }
+    double sum = 0;
+    r->step_ms_min = INFINITY;
+    r->step_ms_max = 0;
+    for (int i = 0; i < o->steps; i++) {
+        sum += r->step_ms[i];
+        if (r->step_ms[i] < r->step_ms_min) r->step_ms_min = r->step_ms[i];
+        if (r->step_ms[i] > r->step_ms_max) r->step_ms_max = r->step_ms[i];
+    }
+    r->step_ms_mean = sum / o->steps;
+    r->tokens_per_s = (double)r->tokens_per_step / (r->step_ms_mean * 1e-3);
+    r->model_tflops = r->flops_per_token * r->tokens_per_s / 1e12;
+    r->mfu = r->peak_tflops > 0 ? r->model_tflops / r->peak_tflops : NAN;
+    if (o->device == ZY_DEV_CUDA) {
+        /* zayac allocates everything up front, so after the warm-up this is the peak */
+        double used;
+        ZY_TRY(bt_used(s, &used, NULL));
+        r->mem_gib = (used - used0) / GIB;
+        r->device_used_gib = used / GIB;
+    } else {
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        r->mem_gib = (double)ru.ru_maxrss * 1024.0 / GIB; /* Linux: kilobytes */
+    }
+    return ZY_OK;
+}
+
+/* One extra step with the op profiler on: the per-op breakdown and the phases. */
+static void bt_profiled(bt_state *s, bench_train_result *r) {
+    const bench_train_opts *o = s->o;
+    double loss, gnorm;
+    bt_batch(s, (int64_t)o->warmup + o->steps);
+    ops_sync(&s->ctx);
+    ops_prof_reset(&s->ctx);
+    s->ctx.prof = 1;
+    double t0 = bt_clock(s);
+    bt_step(s, &loss, &gnorm, r->phase_ms);
+    r->prof_step_ms = (bt_clock(s) - t0) * 1e3;
+    s->ctx.prof = 0;
+    zy_op_time t[BT_PROF_MAX];
+    int n = ops_prof_read(&s->ctx, t, BT_PROF_MAX);
+    r->ops = zy_calloc((size_t)(n > 0 ? n : 1), sizeof *r->ops);
+    for (int i = 0; i < n; i++) {
+        bench_train_op *x = &r->ops[r->nops++];
+        snprintf(x->op, sizeof x->op, "%s", t[i].name ? t[i].name : "?");
+        x->calls = t[i].calls;
+        x->ms_per_step = t[i].ms;
+        x->pct = r->prof_step_ms > 0 ? 100.0 * t[i].ms / r->prof_step_ms : 0;
+    }
+    if (o->progress) {
+        fprintf(o->progress, "profiled step: %.2f ms, loss %.4f\n", r->prof_step_ms, loss);
+        fflush(o->progress);
+    }
+}
+
+int bench_train_run(const bench_train_opts *o, bench_train_result *r) {
+    memset(r, 0, sizeof *r);
+    r->peak_tflops = r->mfu = r->device_used_gib = r->acts_bytes = r->prof_step_ms = NAN;
+    r->loss_first = r->loss_last = NAN;
+    bench_machine_host(&r->machine);
+    ZY_TRY(bench_train_check(o));
+    r->tokens_per_step = (int64_t)o->batch * o->seq;
+    r->flops_per_token = bench_train_flops_per_token(&o->model, o->seq);
+    r->counts = model_count_params(&o->model);
+    if (o->peak_tflops > 0) r->peak_tflops = o->peak_tflops;
+    double used0 = 0;
+    if (o->device == ZY_DEV_CUDA) {
+        int n = ops_cuda_device_count();
+        if (o->gpu >= n)
+            return zy_fail("device cuda:%d: %d CUDA GPU%s visible to this process", o->gpu, n,
+                           n == 1 ? "" : "s");
+        ZY_TRY(bench_gpu_describe(&r->machine, o->gpu));
+        if (!(o->peak_tflops > 0)) {
+            if (o->progress) {
+                fprintf(o->progress, "# measuring the bf16 matmul peak (8192^3 GEMM)\n");
+                fflush(o->progress);
+            }
+            ZY_TRY(bt_measure_peak(o->gpu, &r->peak_tflops));
+            r->peak_measured = 1;
+        }
+        size_t fr, tot;
+        ZY_TRY(bench_train_gpu_mem(o->gpu, &fr, &tot));
+        used0 = (double)(tot - fr);
+    }
+    bt_state s;
+    int rc = bt_init(&s, o, r);
+    if (rc == ZY_OK) rc = bt_timed(&s, r, used0);
+    if (rc == ZY_OK && o->profile) bt_profiled(&s, r);
+    bt_free(&s);
+    return rc;
+}
+
+void bench_train_result_free(bench_train_result *r) {
+    free(r->step_ms);
+    free(r->ops);
+    r->step_ms = NULL;
+    r->ops = NULL;
+    r->nsteps = r->nops = 0;
+}
+
+/* ------------------------------------------------------------------ output */
+
+static const char *device_name(const bench_train_opts *o) {
+    return o->device == ZY_DEV_CUDA ? "cuda" : "cpu";
+}
+
+/* Median of the timed steps (a copy is sorted). */
+static double median_ms(const bench_train_result *r) {
+    if (r->nsteps < 1) return NAN;
+    double *v = zy_malloc((size_t)r->nsteps * sizeof *v);
+    memcpy(v, r->step_ms, (size_t)r->nsteps * sizeof *v);
+    qsort(v, (size_t)r->nsteps, sizeof *v, cmp_double);
+    double m = r->nsteps % 2 ? v[r->nsteps / 2] : 0.5 * (v[r->nsteps / 2 - 1] + v[r->nsteps / 2]);
+    free(v);
+    return m;
+}
+
+void bench_train_print(FILE *f, const bench_train_opts *o, const bench_train_result *r) {
+    fprintf(f,
+            "# zayac bench train: %s on %s, batch %d x %d = %lld tokens/step, %s, lr %g, "
+            "%d timed steps after %d warm-up\n",
+            o->model_name, device_name(o), o->batch, o->seq, (long long)r->tokens_per_step,
+            o->use_muon ? "Muon + AdamW" : "AdamW", o->lr, o->steps, o->warmup);
+    if (r->machine.gpu[0]) fprintf(f, "# gpu: %s\n", r->machine.gpu);
+    fprintf(f, "  %-16s %.2fM total, %.2fM active per token without the embedding\n", "parameters",
+            r->counts.total / 1e6, r->counts.active_no_embed / 1e6);
+    fprintf(f, "  %-16s %.2f ms mean, %.2f median, %.2f min, %.2f max\n", "step time",
+            r->step_ms_mean, median_ms(r), r->step_ms_min, r->step_ms_max);
+    fprintf(f, "  %-16s %.0f\n", "tokens/s", r->tokens_per_s);
+    fprintf(f, "  %-16s %.2f (%.3f GFLOP per token)\n", "model TFLOP/s", r->model_tflops,
+            r->flops_per_token / 1e9);
+    if (isfinite(r->mfu))
+        fprintf(f, "  %-16s %.1f%% of %.1f TFLOP/s (%s)\n", "MFU", 100 * r->mfu, r->peak_tflops,
+                r->peak_measured ? "measured bf16 8192^3 GEMM" : "--peak-tflops");
+    else
+        fprintf(f, "  %-16s n/a (no measured peak on the CPU; --peak-tflops N sets one)\n", "MFU");
+    if (o->device == ZY_DEV_CUDA)
+        fprintf(f, "  %-16s %.2f GiB added by this run (device in use: %.2f GiB)\n", "memory",
+                r->mem_gib, r->device_used_gib);
+    else
+        fprintf(f, "  %-16s %.2f GiB peak resident\n", "memory", r->mem_gib);
+    fprintf(f, "  %-16s params %.3f GiB, grads %.3f GiB, optimizer %.3f GiB", "",
+            r->params_bytes / GIB, r->grads_bytes / GIB, r->optim_bytes / GIB);
+    if (isfinite(r->acts_bytes)) fprintf(f, ", activations %.3f GiB", r->acts_bytes / GIB);
+    fprintf(f, "\n");
+    fprintf(f, "  %-16s %.4f first step, %.4f last%s\n", "loss", r->loss_first, r->loss_last,
+            r->nonfinite_steps ? " (some steps NOT FINITE)" : "");
+    if (!isfinite(r->prof_step_ms)) return;
+    fprintf(f, "# one profiled step: %.2f ms wall; phases (device synchronised between them):\n",
+            r->prof_step_ms);
+    fprintf(f, " ");
+    for (int p = 0; p < BT_NPHASES; p++)
+        fprintf(f, " %s %.2f%s", phase_names[p], r->phase_ms[p], p + 1 < BT_NPHASES ? " |" : "");
+    fprintf(f, " ms\n");
+    fprintf(f, "  %-20s %7s %10s %6s\n", "op", "calls", "ms/step", "%");
+    double sum = 0;
+    for (int i = 0; i < r->nops; i++) {
+        const bench_train_op *x = &r->ops[i];
+        fprintf(f, "  %-20s %7ld %10.3f %6.1f\n", x->op, x->calls, x->ms_per_step, x->pct);
+        sum += x->ms_per_step;
+    }
+    double rest = r->prof_step_ms - sum;
+    fprintf(f, "  %-20s %7s %10.3f %6.1f\n", "(outside ops)", "", rest,
+            r->prof_step_ms > 0 ? 100 * rest / r->prof_step_ms : 0.0);
+}
+
+static void add_num_or_null(cJSON *o, const char *k, double v) {
+    if (isfinite(v))
+        cJSON_AddNumberToObject(o, k, v);
+    else
+        cJSON_AddNullToObject(o, k);
+}
+
+cJSON *bench_train_to_json(const bench_train_opts *o, const bench_train_result *r) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "config", o->model_name);
+    cJSON_AddStringToObject(j, "device", device_name(o));
+    cJSON_AddNumberToObject(j, "batch", o->batch);
+    cJSON_AddNumberToObject(j, "seq", o->seq);
+    cJSON_AddNumberToObject(j, "tokens_per_step", (double)r->tokens_per_step);
+    cJSON_AddNumberToObject(j, "steps", o->steps);
+    cJSON_AddNumberToObject(j, "warmup", o->warmup);
+    cJSON_AddStringToObject(j, "optim", o->use_muon ? "muon" : "adamw");
+    cJSON_AddNumberToObject(j, "lr", o->lr);
+    cJSON_AddNumberToObject(j, "seed", (double)o->seed);
+    cJSON *sm = cJSON_AddObjectToObject(j, "step_ms");
+    add_num_or_null(sm, "mean", r->step_ms_mean);
+    add_num_or_null(sm, "median", median_ms(r));
+    add_num_or_null(sm, "min", r->step_ms_min);
+    add_num_or_null(sm, "max", r->step_ms_max);
+    cJSON *all = cJSON_AddArrayToObject(sm, "all");
+    for (int i = 0; i < r->nsteps; i++)
+        cJSON_AddItemToArray(all, cJSON_CreateNumber(r->step_ms[i]));
+    add_num_or_null(j, "tokens_per_s", r->tokens_per_s);
+    add_num_or_null(j, "flops_per_token", r->flops_per_token);
+    add_num_or_null(j, "model_tflops", r->model_tflops);
+    add_num_or_null(j, "mfu", r->mfu);
+    add_num_or_null(j, "peak_tflops", r->peak_tflops);
+    if (isfinite(r->peak_tflops))
+        cJSON_AddStringToObject(j, "peak_source", r->peak_measured ? "measured" : "given");
+    else
+        cJSON_AddNullToObject(j, "peak_source");
+    add_num_or_null(j, "mem_gib", r->mem_gib);
+    cJSON *mem = cJSON_AddObjectToObject(j, "memory");
+    cJSON_AddStringToObject(mem, "mem_gib_is",
+                            o->device == ZY_DEV_CUDA ? "device memory added by this run"
+                                                     : "peak resident set of the process");
+    add_num_or_null(mem, "device_used_gib", r->device_used_gib);
+    add_num_or_null(mem, "params_bytes", r->params_bytes);
+    add_num_or_null(mem, "grads_bytes", r->grads_bytes);
+    add_num_or_null(mem, "optimizer_bytes", r->optim_bytes);
+    add_num_or_null(mem, "activations_bytes", r->acts_bytes);
+    cJSON *pc = cJSON_AddObjectToObject(j, "params");
+    cJSON_AddNumberToObject(pc, "total", (double)r->counts.total);
+    cJSON_AddNumberToObject(pc, "embedding", (double)r->counts.embedding);
+    cJSON_AddNumberToObject(pc, "active_no_embed", (double)r->counts.active_no_embed);
+    cJSON *lo = cJSON_AddObjectToObject(j, "loss");
+    add_num_or_null(lo, "first", r->loss_first);
+    add_num_or_null(lo, "last", r->loss_last);
+    cJSON_AddNumberToObject(lo, "nonfinite_steps", r->nonfinite_steps);
+    add_num_or_null(j, "profiled_step_ms", r->prof_step_ms);
+    cJSON *ph = cJSON_AddObjectToObject(j, "phases_ms");
+    if (isfinite(r->prof_step_ms))
+        for (int p = 0; p < BT_NPHASES; p++)
+            cJSON_AddNumberToObject(ph, phase_names[p], r->phase_ms[p]);
+    cJSON *bd = cJSON_AddArrayToObject(j, "breakdown");
+    for (int i = 0; i < r->nops; i++) {
+        cJSON *x = cJSON_CreateObject();
+        cJSON_AddStringToObject(x, "op", r->ops[i].op);
+        cJSON_AddNumberToObject(x, "calls", (double)r->ops[i].calls);
+        cJSON_AddNumberToObject(x, "ms_per_step", r->ops[i].ms_per_step);
+        cJSON_AddNumberToObject(x, "pct", r->ops[i].pct);
+        cJSON_AddItemToArray(bd, x);
+    }
+    cJSON_AddItemToObject(j, "machine", bench_machine_to_json(&r->machine));
+    return j;
+}
+
+int bench_train_write(const char *path, const bench_train_opts *o, const bench_train_result *r) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash && slash != dir) {
+        *slash = 0;
+        ZY_TRY(zy_mkdirs(dir));
+    }
+    cJSON *j = bench_train_to_json(o, r);
+    int rc = bench_write_json(path, j);
+    cJSON_Delete(j);
+    return rc;
+}
+
+#ifndef ZY_HAVE_CUDA
+int bench_train_gpu_mem(int dev, size_t *free_bytes, size_t *total_bytes) {
+    *free_bytes = *total_bytes = 0;
+    return zy_fail("device cuda:%d: this zayac was built without CUDA", dev);
+}
+#endif
