@@ -145,16 +145,21 @@ static void bt_step(bt_state *s, double *loss, double *gnorm, double *phase_ms) 
     }
     model_zero_grads(m);
     BT_PHASE(BT_PHASE_ZERO);
-    double sum = model_forward(m, &s->acts, s->ids, s->targets);
-    BT_PHASE(BT_PHASE_FORWARD);
-    model_backward(m, &s->acts, (float)(1.0 / tokens));
-    BT_PHASE(BT_PHASE_BACKWARD);
+    double sum;
+    if (phase_ms) { /* separate passes to time them (one more pass over the logits) */
+        sum = model_forward(m, &s->acts, s->ids, s->targets);
+        BT_PHASE(BT_PHASE_FORWARD);
+        model_backward(m, &s->acts, (float)(1.0 / tokens));
+        BT_PHASE(BT_PHASE_BACKWARD);
+    } else { /* what train.c does */
+        sum = model_forward_backward(m, &s->acts, s->ids, s->targets, (float)(1.0 / tokens));
+    }
     model_route_counts(m, &s->acts, s->counts);
     BT_PHASE(BT_PHASE_ROUTE);
     *gnorm = clip_grad_norm(&m->table, m->grads, BT_GRAD_CLIP);
     BT_PHASE(BT_PHASE_CLIP);
     optim_step(&s->opt, &m->table, m->params, m->grads, s->o->lr);
-    /* model_sync_compute_weights(m) goes here once model.h has it (bf16 copy of the weights). */
+    model_sync_compute_weights(m);
     BT_PHASE(BT_PHASE_OPTIM);
     bt_balance(s);
     BT_PHASE(BT_PHASE_BALANCE);
