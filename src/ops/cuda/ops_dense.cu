@@ -1,99 +1,520 @@
-/* Dense ops of ops.h on CUDA: GEMMs through cuBLASLt, bias, embedding, RMSNorm, residual scaling,
- * GELU, SwiGLU, cross-entropy and attention (wrapping the kernels of norm.cu, elementwise.cu,
- * xent.cu, gemm.cu, attention.cu). STUB: each function aborts until implemented. */
+/* Dense ops of ops.h on CUDA: GEMMs through cuBLASLt (gemm.cu), y += x, bias and its gradient,
+ * embedding, RMSNorm, residual scaling, GELU, SwiGLU, cross-entropy and attention. The add, bias
+ * and residual-scaling kernels live here; the rest wraps norm.cu, elementwise.cu, xent.cu and
+ * attention.cu. Everything runs asynchronously on the context's stream, except the cross-entropy,
+ * which returns the loss sum to the host (ops.h) and so waits for the stream.
+ *
+ * Row kernels use "tiles": blocks of ZY_COL_TX x ZY_COL_TY threads, a thread owning W consecutive
+ * columns (loaded with one vector access) of the rows its lane visits, so per-column parameters are
+ * read once per thread. Parameter gradients are column sums over rows: every block sums one chunk
+ * of rows (zy_col_chunks) into per-chunk partials in the workspace, and a finishing kernel adds the
+ * chunks in a fixed order (in double), so the result is deterministic and needs no atomics. */
+#include "ops/cuda/attention.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/cuda_state.h"
+#include "ops/cuda/kernels.h"
 
+#include <cuda_bf16.h>
+#include <string.h>
+
+typedef __nv_bfloat16 bf16;
+
+#define TILE_THREADS   (ZY_COL_TX * ZY_COL_TY)
+#define TILE_MAXBLOCKS 4096 /* blocks of a tile grid without a chunk structure (rows loop) */
+
+/* ---- vector loads of W elements: 16 bytes for fp32 x 4 and bf16 x 8, 8 bytes for bf16 x 4 ---- */
+
+template <typename T, int W> __device__ __forceinline__ void ld(const T *p, float *out) {
+    if constexpr (sizeof(T) == 2 && W == 4) {
+        uint2 u = *reinterpret_cast<const uint2 *>(p);
+        const T *e = reinterpret_cast<const T *>(&u);
+#pragma unroll
+        for (int k = 0; k < 4; k++) out[k] = zy_to_f(e[k]);
+    } else {
+        zy_load<T, W>(p, out);
+    }
+}
+
+template <typename T, int W> __device__ __forceinline__ void st(T *p, const float *v) {
+    if constexpr (sizeof(T) == 2 && W == 4) {
+        uint2 u;
+        T *e = reinterpret_cast<T *>(&u);
+#pragma unroll
+        for (int k = 0; k < 4; k++) e[k] = zy_from_f<T>(v[k]);
+        *reinterpret_cast<uint2 *>(p) = u;
+    } else {
+        zy_store<T, W>(p, v);
+    }
+}
+
+/* ---- tiles and deterministic column sums ---- */
+
+/* Grid of a tile kernel over N rows of C columns, W columns per thread, no chunking. */
+static dim3 tile_grid(int N, int C, int W) {
+    int units = (C + W - 1) / W;
+    int gx = (units + ZY_COL_TX - 1) / ZY_COL_TX;
+    int gy = (N + ZY_COL_TY - 1) / ZY_COL_TY, cap = TILE_MAXBLOCKS / gx;
+    if (cap < 1) cap = 1;
+    if (gy > cap) gy = cap;
+    if (gy > 65535) gy = 65535;
+    return dim3((unsigned)gx, (unsigned)(gy > 0 ? gy : 1));
+}
+
+/* Adds acc[s][0..W) over the block's ZY_COL_TY row lanes (in lane order) and writes the sums of
+ * chunk p to part[(s*P + p)*C + col] for the block's columns. Every thread of the block calls it;
+ * threads past the last column pass zeros. The lanes' values meet in shared memory, one thread's
+ * W values contiguous, so a thread stores them with W/4 16-byte writes and thread t of the block
+ * then sums column t of the block's ZY_COL_TX*W columns. */
+template <int NS, int W>
+__device__ __forceinline__ void col_partials(float *part, int P, int p, int C,
+                                             const float (&acc)[NS][W]) {
+    __shared__ __align__(16) float red[ZY_COL_TY][ZY_COL_TX * W];
+    const int t = threadIdx.y * ZY_COL_TX + threadIdx.x;
+    const int col = blockIdx.x * ZY_COL_TX * W + t;
+#pragma unroll
+    for (int s = 0; s < NS; s++) {
+        if (s > 0) __syncthreads(); /* the previous sum's reads are done */
+#pragma unroll
+        for (int k = 0; k < W; k++) red[threadIdx.y][threadIdx.x * W + k] = acc[s][k];
+        __syncthreads();
+        if (t < ZY_COL_TX * W && col < C) {
+            float v = 0;
+#pragma unroll
+            for (int y = 0; y < ZY_COL_TY; y++) v += red[y][t];
+            part[((size_t)s * P + p) * C + col] = v;
+        }
+    }
+}
+
+/* The outputs of a finishing pass: dst[j][c] += mul[j][c] * (sum over chunks of sum src[j]), mul
+ * NULL = 1. */
+typedef struct {
+    float *dst[4];
+    const float *mul[4];
+    int src[4];
+    int n;
+} col_outs;
+
+/* Sums the P chunk partials of NS sums per column c = blockIdx.x * ZY_COL_TX + threadIdx.x: lane
+ * threadIdx.y takes the chunks p = lane (mod ZY_COL_TY) in order, in double; the lanes are then
+ * added in order, so the total does not depend on timing. */
+template <int NS>
+__global__ void __launch_bounds__(TILE_THREADS)
+    col_finish_k(col_outs o, const float *part, int P, int C) {
+    __shared__ double red[NS][ZY_COL_TY][ZY_COL_TX];
+    const int c = blockIdx.x * ZY_COL_TX + threadIdx.x;
+    double t[NS];
+#pragma unroll
+    for (int s = 0; s < NS; s++) t[s] = 0;
+    if (c < C)
+        for (int p = threadIdx.y; p < P; p += ZY_COL_TY)
+#pragma unroll
+            for (int s = 0; s < NS; s++) t[s] += part[((size_t)s * P + p) * C + c];
+#pragma unroll
+    for (int s = 0; s < NS; s++) red[s][threadIdx.y][threadIdx.x] = t[s];
+    __syncthreads();
+    if (threadIdx.y != 0 || c >= C) return;
+#pragma unroll
+    for (int s = 0; s < NS; s++) {
+        double v = 0;
+        for (int y = 0; y < ZY_COL_TY; y++) v += red[s][y][threadIdx.x];
+        t[s] = v;
+    }
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        if (j >= o.n) break;
+        double v = t[0]; /* t[o.src[j]] by selection: no local-memory copy of t */
+#pragma unroll
+        for (int s = 1; s < NS; s++)
+            if (o.src[j] == s) v = t[s];
+        if (o.mul[j]) v *= o.mul[j][c];
+        o.dst[j][c] = (float)((double)o.dst[j][c] + v);
+    }
+}
+
+template <int NS>
+static void col_finish(const col_outs &o, const float *part, int P, int C, cudaStream_t st) {
+    if (P <= 0 || C <= 0) return;
+    dim3 block(ZY_COL_TX, ZY_COL_TY);
+    col_finish_k<NS><<<(C + ZY_COL_TX - 1) / ZY_COL_TX, block, 0, st>>>(o, part, P, C);
+    CUDA_CHECK_LAUNCH();
+}
+
+/* ---- dense algebra ---- */
+
+/* C = alpha op(A) op(B) + beta C, bf16 everywhere, fp32 accumulation (cuBLASLt plan cache). */
 void cuda_ops_matmul(zy_ctx *ctx, zy_act *C, const zy_act *A, const zy_act *B, int M, int N, int K,
                      int transA, int transB, float alpha, float beta) {
-    zy_abort_at(__FILE__, __LINE__, "cuda_ops_matmul", "not implemented yet");
+    ZY_OK_OR_ABORT(cuda_gemm(&cuda_st(ctx)->gemm, C, A, B, M, N, K, transA, transB, alpha, beta,
+                             CUDA_GEMM_BF16, CUDA_GEMM_BF16, CUDA_GEMM_EPI_NONE, NULL,
+                             cuda_stream(ctx)));
 }
 
+/* The same with an fp32 C: beta = 1 accumulates parameter gradients in fp32. */
 void cuda_ops_matmul_f32(zy_ctx *ctx, float *C, const zy_act *A, const zy_act *B, int M, int N,
                          int K, int transA, int transB, float alpha, float beta) {
-    zy_abort_at(__FILE__, __LINE__, "cuda_ops_matmul_f32", "not implemented yet");
+    ZY_OK_OR_ABORT(cuda_gemm(&cuda_st(ctx)->gemm, C, A, B, M, N, K, transA, transB, alpha, beta,
+                             CUDA_GEMM_BF16, CUDA_GEMM_FP32, CUDA_GEMM_EPI_NONE, NULL,
+                             cuda_stream(ctx)));
 }
 
+/* y[units*W] += x, grid-stride. */
+template <int W> __global__ void add_act_k(bf16 *y, const bf16 *x, size_t units) {
+    for (size_t u = (size_t)blockIdx.x * blockDim.x + threadIdx.x; u < units;
+         u += (size_t)gridDim.x * blockDim.x) {
+        float a[W], b[W];
+        zy_load<bf16, W>(y + u * W, a);
+        zy_load<bf16, W>(x + u * W, b);
+#pragma unroll
+        for (int k = 0; k < W; k++) a[k] += b[k];
+        zy_store<bf16, W>(y + u * W, a);
+    }
+}
+
+/* y[n] += x[n]: 16-byte units over the aligned body, single elements for the < 8 left over. */
 void cuda_ops_add_act(zy_ctx *ctx, zy_act *y, const zy_act *x, size_t n) {
-    zy_abort_at(__FILE__, __LINE__, "cuda_ops_add_act", "not implemented yet");
+    if (n == 0) return;
+    cudaStream_t st = cuda_stream(ctx);
+    bf16 *by = (bf16 *)y;
+    const bf16 *bx = (const bf16 *)x;
+    size_t nv = zy_aligned(y, 16) && zy_aligned(x, 16) ? n / 8 : 0, done = nv * 8;
+    if (nv) {
+        add_act_k<8><<<zy_grid_blocks(nv), 256, 0, st>>>(by, bx, nv);
+        CUDA_CHECK_LAUNCH();
+    }
+    if (done < n) {
+        add_act_k<1><<<zy_grid_blocks(n - done), 256, 0, st>>>(by + done, bx + done, n - done);
+        CUDA_CHECK_LAUNCH();
+    }
 }
 
+/* Tile kernel: y[N,C] += bias[C]. */
+template <int W>
+__global__ void __launch_bounds__(TILE_THREADS)
+    add_bias_k(bf16 *y, const float *bias, int N, int C) {
+    const int c = (blockIdx.x * ZY_COL_TX + threadIdx.x) * W;
+    if (c >= C) return;
+    float b[W];
+    zy_load<float, W>(bias + c, b);
+    for (int n = blockIdx.y * ZY_COL_TY + threadIdx.y; n < N; n += gridDim.y * ZY_COL_TY) {
+        float v[W];
+        bf16 *p = y + (size_t)n * C + c;
+        zy_load<bf16, W>(p, v);
+#pragma unroll
+        for (int k = 0; k < W; k++) v[k] += b[k];
+        zy_store<bf16, W>(p, v);
+    }
+}
+
+/* y[N,C] += bias broadcast over rows. */
 void cuda_ops_add_bias(zy_ctx *ctx, zy_act *y, const float *bias, int N, int C) {
-    zy_abort_at(__FILE__, __LINE__, "cuda_ops_add_bias", "not implemented yet");
+    ZY_CHECKF(N >= 0 && C >= 0, "add_bias: impossible shape N=%d C=%d", N, C);
+    if (N == 0 || C == 0) return;
+    cudaStream_t st = cuda_stream(ctx);
+    dim3 block(ZY_COL_TX, ZY_COL_TY);
+    if (C % 8 == 0 && zy_aligned(y, 16) && zy_aligned(bias, 16))
+        add_bias_k<8><<<tile_grid(N, C, 8), block, 0, st>>>((bf16 *)y, bias, N, C);
+    else
+        add_bias_k<1><<<tile_grid(N, C, 1), block, 0, st>>>((bf16 *)y, bias, N, C);
+    CUDA_CHECK_LAUNCH();
 }
 
+/* Chunk partials of the column sums of dy [N,C]: block (column tile blockIdx.x, chunk blockIdx.y
+ * of R rows). */
+template <int W>
+__global__ void __launch_bounds__(TILE_THREADS)
+    bias_col_k(float *part, int P, int R, const bf16 *dy, int N, int C) {
+    const int c = (blockIdx.x * ZY_COL_TX + threadIdx.x) * W, p = blockIdx.y;
+    const int n0 = p * R, n1 = n0 + R < N ? n0 + R : N;
+    float acc[1][W];
+#pragma unroll
+    for (int k = 0; k < W; k++) acc[0][k] = 0;
+    if (c < C)
+#pragma unroll 4 /* independent loads in flight: the bias grids are small (C = R = 256) */
+        for (int n = n0 + threadIdx.y; n < n1; n += ZY_COL_TY) {
+            float v[W];
+            zy_load<bf16, W>(dy + (size_t)n * C + c, v);
+#pragma unroll
+            for (int k = 0; k < W; k++) acc[0][k] += v[k];
+        }
+    col_partials<1, W>(part, P, p, C, acc);
+}
+
+/* dbias[C] += column sums of dy [N,C] (deterministic). */
 void cuda_ops_bias_bwd(zy_ctx *ctx, float *dbias, const zy_act *dy, int N, int C) {
-    zy_abort_at(__FILE__, __LINE__, "cuda_ops_bias_bwd", "not implemented yet");
+    ZY_CHECKF(N >= 0 && C >= 0, "bias_bwd: impossible shape N=%d C=%d", N, C);
+    if (N == 0 || C == 0) return;
+    cudaStream_t st = cuda_stream(ctx);
+    int R, P;
+    zy_col_chunks(N, &R, &P);
+    float *part = (float *)cuda_ws(ctx, (size_t)P * C * sizeof(float));
+    dim3 block(ZY_COL_TX, ZY_COL_TY);
+    const bf16 *g = (const bf16 *)dy;
+    if (C % 8 == 0 && zy_aligned(dy, 16)) {
+        dim3 grid((C / 8 + ZY_COL_TX - 1) / ZY_COL_TX, P);
+        bias_col_k<8><<<grid, block, 0, st>>>(part, P, R, g, N, C);
+    } else {
+        dim3 grid((C + ZY_COL_TX - 1) / ZY_COL_TX, P);
+        bias_col_k<1><<<grid, block, 0, st>>>(part, P, R, g, N, C);
+    }
+    CUDA_CHECK_LAUNCH();
+    col_outs o;
+    memset(&o, 0, sizeof o);
+    o.dst[0] = dbias, o.src[0] = 0, o.n = 1;
+    col_finish<1>(o, part, P, C, st);
 }
 
+/* ---- embedding ---- */
+
+/* h = (emb[ids] + bias) * scale (fp32). */
 void cuda_ops_embed_fwd(zy_ctx *ctx, float *h, const float *emb, const int32_t *ids,
                         const float *bias, const float *scale, int N, int D) {
-    zy_abort_at(__FILE__, __LINE__, "cuda_ops_embed_fwd", "not implemented yet");
+    ZY_OK_OR_ABORT(cuda_embed_fwd_f32(h, emb, ids, bias, scale, N, D, cuda_stream(ctx)));
 }
 
+/* demb (fp32 atomics), dbias, dscale (deterministic) +=. */
 void cuda_ops_embed_bwd(zy_ctx *ctx, float *demb, float *dbias, float *dscale, const float *dh,
                         const float *emb, const int32_t *ids, const float *bias, const float *scale,
                         int N, int D, int skip_id) {
-    zy_abort_at(__FILE__, __LINE__, "cuda_ops_embed_bwd", "not implemented yet");
+    float *ws = NULL; /* the kernel checks the shape; N = 0 returns before using ws */
+    if (N > 0 && D > 0) ws = (float *)cuda_ws(ctx, cuda_ops_ws_bytes(N, D));
+    ZY_OK_OR_ABORT(cuda_embed_bwd_f32(demb, dbias, dscale, ws, dh, emb, ids, bias, scale, N, D,
+                                      skip_id, cuda_stream(ctx)));
 }
 
+/* ---- RMSNorm ---- */
+
+/* y (bf16) and rstd from fp32 rows (residual stream) or bf16 rows (router state). */
 void cuda_ops_rmsnorm_fwd(zy_ctx *ctx, zy_act *y, float *rstd, const void *x, zy_dtype xt,
                           const float *w, int N, int C, float eps) {
-    zy_abort_at(__FILE__, __LINE__, "cuda_ops_rmsnorm_fwd", "not implemented yet");
+    cudaStream_t st = cuda_stream(ctx);
+    if (xt == ZY_DTYPE_F32)
+        ZY_OK_OR_ABORT(
+            cuda_rmsnorm_fwd_f32_bf16((zy_bf16 *)y, rstd, (const float *)x, w, N, C, eps, st));
+    else if (xt == ZY_DTYPE_BF16)
+        ZY_OK_OR_ABORT(
+            cuda_rmsnorm_fwd_bf16((zy_bf16 *)y, rstd, (const zy_bf16 *)x, w, N, C, eps, st));
+    else
+        zy_abort_at(__FILE__, __LINE__, "rmsnorm_fwd", "unknown input dtype %d", (int)xt);
 }
 
+/* dx of x's dtype (= or += with accumulate), dw += (deterministic). */
 void cuda_ops_rmsnorm_bwd(zy_ctx *ctx, void *dx, float *dw, const zy_act *dy, const void *x,
                           zy_dtype xt, const float *w, const float *rstd, int N, int C,
                           int accumulate) {
-    zy_abort_at(__FILE__, __LINE__, "cuda_ops_rmsnorm_bwd", "not implemented yet");
+    ZY_CHECKF(xt == ZY_DTYPE_F32 || xt == ZY_DTYPE_BF16, "rmsnorm_bwd: unknown input dtype %d",
+              (int)xt);
+    cudaStream_t st = cuda_stream(ctx);
+    float *ws = NULL; /* the kernels check the shape; N = 0 returns before using ws */
+    if (N > 0 && C > 0) ws = (float *)cuda_ws(ctx, cuda_ops_ws_bytes(N, C));
+    if (xt == ZY_DTYPE_F32)
+        ZY_OK_OR_ABORT(cuda_rmsnorm_bwd_f32_bf16((float *)dx, dw, ws, (const zy_bf16 *)dy,
+                                                 (const float *)x, w, rstd, N, C, accumulate, st));
+    else
+        ZY_OK_OR_ABORT(cuda_rmsnorm_bwd_bf16((zy_bf16 *)dx, dw, ws, (const zy_bf16 *)dy,
+                                             (const zy_bf16 *)x, w, rstd, N, C, accumulate, st));
 }
 
+/* ---- residual scaling: out = (o + ob) * os + (h + rb) * rs ---- */
+
+/* Tile kernel of the forward: 10 bytes per element (o bf16 in, h fp32 in, out fp32 out). */
+template <int W>
+__global__ void __launch_bounds__(TILE_THREADS)
+    resscale_fwd_k(float *out, const bf16 *o, const float *h, const float *ob, const float *os,
+                   const float *rb, const float *rs, int N, int D) {
+    const int c = (blockIdx.x * ZY_COL_TX + threadIdx.x) * W;
+    if (c >= D) return;
+    float obv[W], osv[W], rbv[W], rsv[W];
+    zy_load<float, W>(ob + c, obv);
+    zy_load<float, W>(os + c, osv);
+    zy_load<float, W>(rb + c, rbv);
+    zy_load<float, W>(rs + c, rsv);
+    for (int n = blockIdx.y * ZY_COL_TY + threadIdx.y; n < N; n += gridDim.y * ZY_COL_TY) {
+        const size_t i = (size_t)n * D + c;
+        float ov[W], hv[W], v[W];
+        ld<bf16, W>(o + i, ov);
+        zy_load<float, W>(h + i, hv);
+#pragma unroll
+        for (int k = 0; k < W; k++) v[k] = (ov[k] + obv[k]) * osv[k] + (hv[k] + rbv[k]) * rsv[k];
+        zy_store<float, W>(out + i, v);
+    }
+}
+
+/* W = 4 (16-byte fp32, 8-byte bf16 accesses) when D and every pointer allow it. */
+static int resscale_vec(int D, const void *const *f32, int nf, const void *const *b16, int nb) {
+    int ok = D % 4 == 0;
+    for (int i = 0; i < nf; i++) ok = ok && zy_aligned(f32[i], 16);
+    for (int i = 0; i < nb; i++) ok = ok && zy_aligned(b16[i], 8);
+    return ok;
+}
+
+/* out [N,D] fp32 from the block output o (bf16) and the residual h (fp32). */
 void cuda_ops_resscale_fwd(zy_ctx *ctx, float *out, const zy_act *o, const float *h,
                            const float *ob, const float *os, const float *rb, const float *rs,
                            int N, int D) {
-    zy_abort_at(__FILE__, __LINE__, "cuda_ops_resscale_fwd", "not implemented yet");
+    ZY_CHECKF(N >= 0 && D >= 0, "resscale_fwd: impossible shape N=%d D=%d", N, D);
+    if (N == 0 || D == 0) return;
+    cudaStream_t st = cuda_stream(ctx);
+    const bf16 *bo = (const bf16 *)o;
+    const void *f32[] = {out, h, ob, os, rb, rs}, *b16[] = {o};
+    dim3 block(ZY_COL_TX, ZY_COL_TY);
+    if (resscale_vec(D, f32, 6, b16, 1))
+        resscale_fwd_k<4><<<tile_grid(N, D, 4), block, 0, st>>>(out, bo, h, ob, os, rb, rs, N, D);
+    else
+        resscale_fwd_k<1><<<tile_grid(N, D, 1), block, 0, st>>>(out, bo, h, ob, os, rb, rs, N, D);
+    CUDA_CHECK_LAUNCH();
 }
 
+/* One pass of the backward over chunk blockIdx.y: reads dout, o, h, writes d_o = dout*os (bf16)
+ * and dh = dout*rs (16 bytes per element), and sums per column s0 = dout, s1 = dout*(o+ob),
+ * s2 = dout*(h+rb) into the chunk partials. dh may alias dout: a thread reads its elements of a
+ * row before it writes the same elements, and no other thread touches them. */
+template <int W>
+__global__ void __launch_bounds__(TILE_THREADS)
+    resscale_bwd_k(float *part, int P, int R, int N, int D, bf16 *d_o, float *dh, const float *dout,
+                   const bf16 *o, const float *h, const float *ob, const float *os, const float *rb,
+                   const float *rs) {
+    const int c = (blockIdx.x * ZY_COL_TX + threadIdx.x) * W, p = blockIdx.y;
+    const int n0 = p * R, n1 = n0 + R < N ? n0 + R : N;
+    float acc[3][W];
+#pragma unroll
+    for (int s = 0; s < 3; s++)
+#pragma unroll
+        for (int k = 0; k < W; k++) acc[s][k] = 0;
+    if (c < D) {
+        float obv[W], osv[W], rbv[W], rsv[W];
+        zy_load<float, W>(ob + c, obv);
+        zy_load<float, W>(os + c, osv);
+        zy_load<float, W>(rb + c, rbv);
+        zy_load<float, W>(rs + c, rsv);
+        for (int n = n0 + threadIdx.y; n < n1; n += ZY_COL_TY) {
+            const size_t i = (size_t)n * D + c;
+            float g[W], ov[W], hv[W], dov[W], dhv[W];
+            zy_load<float, W>(dout + i, g);
+            ld<bf16, W>(o + i, ov);
+            zy_load<float, W>(h + i, hv);
+#pragma unroll
+            for (int k = 0; k < W; k++) {
+                acc[0][k] += g[k];
+                acc[1][k] += g[k] * (ov[k] + obv[k]);
+                acc[2][k] += g[k] * (hv[k] + rbv[k]);
+                dov[k] = g[k] * osv[k];
+                dhv[k] = g[k] * rsv[k];
+            }
+            st<bf16, W>(d_o + i, dov);
+            zy_store<float, W>(dh + i, dhv);
+        }
+    }
+    col_partials<3, W>(part, P, p, D, acc);
+}
+
+/* d_o, dh (overwrite; dh may alias dout); dob += sum dout * os, dos += sum dout (o + ob),
+ * drb += sum dout * rs, drs += sum dout (h + rb) (deterministic). */
 void cuda_ops_resscale_bwd(zy_ctx *ctx, zy_act *d_o, float *dh, float *dob, float *dos, float *drb,
                            float *drs, const float *dout, const zy_act *o, const float *h,
                            const float *ob, const float *os, const float *rb, const float *rs,
                            int N, int D) {
-    zy_abort_at(__FILE__, __LINE__, "cuda_ops_resscale_bwd", "not implemented yet");
+    ZY_CHECKF(N >= 0 && D >= 0, "resscale_bwd: impossible shape N=%d D=%d", N, D);
+    if (N == 0 || D == 0) return;
+    cudaStream_t st = cuda_stream(ctx);
+    int R, P;
+    zy_col_chunks(N, &R, &P);
+    float *part = (float *)cuda_ws(ctx, (size_t)3 * P * D * sizeof(float));
+    bf16 *bdo = (bf16 *)d_o;
+    const bf16 *bo = (const bf16 *)o;
+    const void *f32[] = {dh, dout, h, ob, os, rb, rs}, *b16[] = {d_o, o};
+    dim3 block(ZY_COL_TX, ZY_COL_TY);
+    if (resscale_vec(D, f32, 7, b16, 2)) {
+        dim3 grid((D / 4 + ZY_COL_TX - 1) / ZY_COL_TX, P);
+        resscale_bwd_k<4>
+            <<<grid, block, 0, st>>>(part, P, R, N, D, bdo, dh, dout, bo, h, ob, os, rb, rs);
+    } else {
+        dim3 grid((D + ZY_COL_TX - 1) / ZY_COL_TX, P);
+        resscale_bwd_k<1>
+            <<<grid, block, 0, st>>>(part, P, R, N, D, bdo, dh, dout, bo, h, ob, os, rb, rs);
+    }
+    CUDA_CHECK_LAUNCH();
+    col_outs f;
+    memset(&f, 0, sizeof f);
+    f.dst[0] = dob, f.src[0] = 0, f.mul[0] = os; /* sum dout*os = os * sum dout */
+    f.dst[1] = dos, f.src[1] = 1;
+    f.dst[2] = drb, f.src[2] = 0, f.mul[2] = rs;
+    f.dst[3] = drs, f.src[3] = 2;
+    f.n = 4;
+    col_finish<3>(f, part, P, D, st);
 }
+
+/* ---- elementwise ---- */
 
 void cuda_ops_gelu_fwd(zy_ctx *ctx, zy_act *y, const zy_act *x, size_t n) {
-    zy_abort_at(__FILE__, __LINE__, "cuda_ops_gelu_fwd", "not implemented yet");
+    ZY_OK_OR_ABORT(cuda_gelu_fwd_bf16((zy_bf16 *)y, (const zy_bf16 *)x, n, cuda_stream(ctx)));
 }
 
+/* dx may alias dy: the kernel's thread reads its dy and x elements before writing the same dx
+ * elements, which no other thread touches. */
 void cuda_ops_gelu_bwd(zy_ctx *ctx, zy_act *dx, const zy_act *dy, const zy_act *x, size_t n) {
-    zy_abort_at(__FILE__, __LINE__, "cuda_ops_gelu_bwd", "not implemented yet");
+    ZY_OK_OR_ABORT(cuda_gelu_bwd_bf16((zy_bf16 *)dx, (const zy_bf16 *)dy, (const zy_bf16 *)x, n,
+                                      cuda_stream(ctx)));
 }
 
 void cuda_ops_swiglu_fwd(zy_ctx *ctx, zy_act *y, const zy_act *gu, int N, int F) {
-    zy_abort_at(__FILE__, __LINE__, "cuda_ops_swiglu_fwd", "not implemented yet");
+    ZY_OK_OR_ABORT(cuda_swiglu_fwd_bf16((zy_bf16 *)y, (const zy_bf16 *)gu, N, F, cuda_stream(ctx)));
 }
 
 void cuda_ops_swiglu_bwd(zy_ctx *ctx, zy_act *dgu, const zy_act *dy, const zy_act *gu, int N,
                          int F) {
-    zy_abort_at(__FILE__, __LINE__, "cuda_ops_swiglu_bwd", "not implemented yet");
+    ZY_OK_OR_ABORT(cuda_swiglu_bwd_bf16((zy_bf16 *)dgu, (const zy_bf16 *)dy, (const zy_bf16 *)gu, N,
+                                        F, cuda_stream(ctx)));
 }
 
+/* ---- loss ---- */
+
+/* The fused kernel writes the per-row losses, their sum (double) and the counted rows into the
+ * workspace ([sum | count | pad | loss rows]); the 16-byte head is copied to the host after a
+ * stream sync, the one host synchronisation of this file (ops.h: the op returns the sum). */
 double cuda_ops_xent_fwd_bwd(zy_ctx *ctx, zy_act *dlogits, const zy_act *logits,
                              const int32_t *targets, int N, int V, int ignore_index,
                              float grad_scale, int *count) {
-    zy_abort_at(__FILE__, __LINE__, "cuda_ops_xent_fwd_bwd", "not implemented yet");
-    return 0;
+    ZY_CHECKF(N >= 0 && V > 0, "xent: impossible shape N=%d V=%d", N, V);
+    if (N == 0) {
+        if (count) *count = 0;
+        return 0.0;
+    }
+    cudaStream_t st = cuda_stream(ctx);
+    char *ws = (char *)cuda_ws(ctx, 16 + (size_t)N * sizeof(float));
+    double *dsum = (double *)ws;
+    int *dcnt = (int *)(ws + sizeof(double));
+    float *rows = (float *)(ws + 16);
+    ZY_OK_OR_ABORT(cuda_xent_fwd_bwd_bf16((zy_bf16 *)dlogits, rows, dsum, dcnt,
+                                          (const zy_bf16 *)logits, targets, N, V, ignore_index,
+                                          grad_scale, st));
+    char head[16];
+    CUDA_CHECK(cudaMemcpyAsync(head, ws, sizeof head, cudaMemcpyDeviceToHost, st));
+    CUDA_CHECK(cudaStreamSynchronize(st));
+    double sum;
+    int cnt;
+    memcpy(&sum, head, sizeof sum);
+    memcpy(&cnt, head + sizeof(double), sizeof cnt);
+    if (count) *count = cnt;
+    return sum;
 }
+
+/* ---- attention ---- */
 
 void cuda_ops_attention_fwd(zy_ctx *ctx, zy_act *out, float *lse, const zy_act *q, const zy_act *k,
                             const zy_act *v, int B, int T, int Hq, int Hk, int d, float scale,
                             int window) {
-    zy_abort_at(__FILE__, __LINE__, "cuda_ops_attention_fwd", "not implemented yet");
+    ZY_OK_OR_ABORT(
+        cuda_attention_fwd(q, k, v, out, lse, B, T, Hq, Hk, d, scale, window, cuda_stream(ctx)));
 }
 
+/* Scratch (fp32 dq accumulator and row sums) from the context's workspace. */
 void cuda_ops_attention_bwd(zy_ctx *ctx, zy_act *dq, zy_act *dk, zy_act *dv, const zy_act *dout,
                             const zy_act *out, const float *lse, const zy_act *q, const zy_act *k,
                             const zy_act *v, int B, int T, int Hq, int Hk, int d, float scale,
                             int window) {
-    zy_abort_at(__FILE__, __LINE__, "cuda_ops_attention_bwd", "not implemented yet");
+    size_t sb = cuda_attention_bwd_scratch_bytes(B, T, Hq, d);
+    void *scratch = sb ? cuda_ws(ctx, sb) : NULL;
+    ZY_OK_OR_ABORT(cuda_attention_bwd(dout, q, k, v, out, lse, dq, dk, dv, scratch, sb, B, T, Hq,
+                                      Hk, d, scale, window, cuda_stream(ctx)));
 }
