@@ -27,9 +27,10 @@ typedef struct {
 } plan_key;
 
 struct cuda_gemm_plan {
-    plan_key key;
+    plan_key key; /* M and K rounded up to their bucket (see dim_bucket) */
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, lc; /* cuBLAS's A (our B), B (our A), C = D */
+    int cur_m, cur_k;                  /* the actual M, K the layouts describe now */
     cublasLtMatmulAlgo_t algo;
     int fallback; /* 1: cuBLASLt has no kernel with this epilogue: plain GEMM + our kernel;
                      2: none at all: cublasGemmEx + our kernel */
@@ -55,6 +56,17 @@ static colmajor to_colmajor(int M, int N, int K, int transA, int transB) {
         v.tb = CUBLAS_OP_N, v.brows = K, v.bcols = M, v.ldb = K;
     v.ldc = N;
     return v;
+}
+
+/* The plan of a GEMM is cached per bucket of M and K: the MoE expert GEMMs have a different row
+ * count every step (M for the forward and data gradient, K for the weight gradient), and a cache
+ * keyed on exact sizes would ask cuBLASLt's heuristic for every one of them. The algorithm picked
+ * for the bucket's size runs the actual (smaller or equal) size; the layouts are re-sized in place
+ * before each call (host-only attribute writes). Buckets: 64, then powers of two. */
+static int dim_bucket(int x) {
+    int b = 64;
+    while (b < x && b < (1 << 30)) b <<= 1;
+    return b;
 }
 
 static int elt_size(int dt) {
@@ -193,6 +205,7 @@ static int plan_build(cuda_gemm_ctx *c, cuda_gemm_plan *p, const plan_key *k,
         return zy_fail("%s:%d: cuBLASLt preference/heuristic failed: %s", __FILE__, __LINE__,
                        cublasGetStatusString(st));
     if (n > 0) p->algo = h.algo, *found = 1;
+    p->cur_m = k->M, p->cur_k = k->K;
     return ZY_OK;
 }
 
@@ -254,6 +267,31 @@ static int plan_get(cuda_gemm_ctx *c, const plan_key *k, void *bias, cuda_gemm_p
     return ZY_OK;
 }
 
+/* Points p's layouts at the actual sizes of k (same N, transposes and types as the plan). */
+static cublasStatus_t plan_resize(cuda_gemm_plan *p, const plan_key *k) {
+    colmajor v = to_colmajor(k->M, k->N, k->K, k->transA, k->transB);
+    const struct {
+        cublasLtMatrixLayout_t l;
+        uint64_t rows, cols;
+        int64_t ld;
+    } set[3] = {{p->la, (uint64_t)v.arows, (uint64_t)v.acols, v.lda},
+                {p->lb, (uint64_t)v.brows, (uint64_t)v.bcols, v.ldb},
+                {p->lc, (uint64_t)v.m, (uint64_t)v.n, v.ldc}};
+    for (int i = 0; i < 3; i++) {
+        cublasStatus_t st = cublasLtMatrixLayoutSetAttribute(set[i].l, CUBLASLT_MATRIX_LAYOUT_ROWS,
+                                                             &set[i].rows, sizeof set[i].rows);
+        if (st == CUBLAS_STATUS_SUCCESS)
+            st = cublasLtMatrixLayoutSetAttribute(set[i].l, CUBLASLT_MATRIX_LAYOUT_COLS,
+                                                  &set[i].cols, sizeof set[i].cols);
+        if (st == CUBLAS_STATUS_SUCCESS)
+            st = cublasLtMatrixLayoutSetAttribute(set[i].l, CUBLASLT_MATRIX_LAYOUT_LD, &set[i].ld,
+                                                  sizeof set[i].ld);
+        if (st != CUBLAS_STATUS_SUCCESS) return st;
+    }
+    p->cur_m = k->M, p->cur_k = k->K;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
 /* C = alpha op(A) op(B) + beta C by plan p, without our epilogue kernels: cuBLASLt, or the
  * classic cublasGemmEx for the layouts cuBLASLt has no algorithm for. */
 static cublasStatus_t plan_run(cuda_gemm_ctx *c, cuda_gemm_plan *p, const plan_key *k, void *C,
@@ -271,6 +309,10 @@ static cublasStatus_t plan_run(cuda_gemm_ctx *c, cuda_gemm_plan *p, const plan_k
     if (!p->fallback && k->epi != CUDA_GEMM_EPI_NONE) {
         cublasStatus_t st = cublasLtMatmulDescSetAttribute(
             p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+        if (st != CUBLAS_STATUS_SUCCESS) return st;
+    }
+    if (p->cur_m != k->M || p->cur_k != k->K) {
+        cublasStatus_t st = plan_resize(p, k);
         if (st != CUBLAS_STATUS_SUCCESS) return st;
     }
     return cublasLtMatmul((cublasLtHandle_t)c->lt, p->desc, &alpha, B, p->la, A, p->lb, &beta, C,
@@ -349,14 +391,16 @@ int cuda_gemm(cuda_gemm_ctx *c, void *C, const void *A, const void *B, int M, in
         }
         return epilogue_kernels(&k, C, A, bias, s);
     }
+    plan_key kb = k; /* the cache key: M and K by bucket */
+    kb.M = dim_bucket(M), kb.K = dim_bucket(K);
     cuda_gemm_plan *p;
-    ZY_TRY(plan_get(c, &k, bias, &p));
+    ZY_TRY(plan_get(c, &kb, bias, &p));
     cublasStatus_t st = plan_run(c, p, &k, C, A, B, alpha, beta, bias, s);
     if (st == CUBLAS_STATUS_NOT_SUPPORTED && p->fallback == 0 && epi != CUDA_GEMM_EPI_NONE) {
         /* the fused epilogue was refused at launch: from now on the plain GEMM + our kernel */
         int found = 0;
         cublasStatus_t why;
-        if (plan_fallback(c, p, &k, &found, &why) != ZY_OK) {
+        if (plan_fallback(c, p, &kb, &found, &why) != ZY_OK) {
             plan_release(p);
             p->key.M = -1; /* matches no future key; evicted in turn */
             return ZY_ERR;

@@ -38,7 +38,7 @@ typedef enum {
     CUDA_GEMM_GROUPED_CUBLAS = 1 /* one cublasGemmGroupedBatchedEx call (no bf16 -> fp32 mix) */
 } cuda_gemm_grouped_impl;
 
-#define CUDA_GEMM_CACHE_SIZE  64 /* cached (shape, types, epilogue, alignment) plans */
+#define CUDA_GEMM_CACHE_SIZE  192 /* cached (shape bucket, types, epilogue, alignment) plans */
 #define CUDA_GEMM_WORKSPACE   (32u << 20)
 #define CUDA_GEMM_MAX_EXPERTS 128 /* experts per grouped call */
 
