@@ -257,7 +257,8 @@ static void test_gemm_shapes(void **state) {
             for (int k = 0; k < 5; k++) check_shape(sizes[i], sizes[j], sizes[k]);
 }
 
-/* The same GEMM twice reuses its plan; a new shape misses. */
+/* The same GEMM twice reuses its plan, so does a size in the same bucket (row counts 33..64 share
+ * one); a size in another bucket misses. */
 static void test_plan_cache(void **state) {
     (void)state;
     if (!ngpu) skip();
@@ -274,6 +275,11 @@ static void test_plan_cache(void **state) {
     assert_int_equal(cuda_gemm(&g, dC, dA, dB, 48, 48, 32, 0, 0, 1.0f, 0.0f, CUDA_GEMM_BF16,
                                CUDA_GEMM_FP32, CUDA_GEMM_EPI_NONE, NULL, NULL),
                      ZY_OK);
+    assert_int_equal(g.misses - m0, 1);
+    assert_int_equal(g.hits - h0, 3);
+    assert_int_equal(cuda_gemm(&g, dC, dA, dB, 48, 48, 20, 0, 0, 1.0f, 0.0f, CUDA_GEMM_BF16,
+                               CUDA_GEMM_FP32, CUDA_GEMM_EPI_NONE, NULL, NULL),
+                     ZY_OK); /* K = 20: another leading-dimension alignment, a new plan */
     assert_int_equal(g.misses - m0, 2);
     assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
     cudaFree(dA), cudaFree(dB), cudaFree(dC);

@@ -247,7 +247,10 @@ static void matmul_case(int M, int N, int K, int ta, int tb, float alpha, float 
     char what[128];
     snprintf(what, sizeof what, "matmul%s M=%d N=%d K=%d tA=%d tB=%d a=%g b=%g", f32c ? "_f32" : "",
              M, N, K, ta, tb, (double)alpha, (double)beta);
-    cmp(what, got, ref, nc, f32c ? REL_F32 : REL_BF, EPS_K, scale);
+    /* bf16 C with beta != 0: cuBLASLt may round alpha*AB to bf16 before adding beta*C and round
+     * again (seen on an H100: one ulp off), so two bf16 roundings */
+    double rel = f32c ? REL_F32 : beta != 0.0f ? 2 * REL_BF : REL_BF;
+    cmp(what, got, ref, nc, rel, EPS_K, scale);
     end_case();
 }
 
@@ -741,9 +744,16 @@ static void test_attention(void **state) {
         snprintf(what, sizeof what, "attention T=%d d=%d window=%d lse", T, d, window);
         cmp(what, hf32(glse, nl), lser, nl, 0.0, 1e-3, NULL);
         snprintf(what, sizeof what, "attention T=%d d=%d window=%d dq", T, d, window);
-        cmp_l2(what, hact(gdq, nq), dqr, nq, 1e-2);
+        if (T == 1) /* one visible key: dq and dk are zero analytically, both sides leave rounding
+                     * residue, so the bound is absolute */
+            cmp(what, hact(gdq, nq), dqr, nq, 0.0, 1e-5, NULL);
+        else
+            cmp_l2(what, hact(gdq, nq), dqr, nq, 1e-2);
         snprintf(what, sizeof what, "attention T=%d d=%d window=%d dk", T, d, window);
-        cmp_l2(what, hact(gdk, nk), dkr, nk, 1e-2);
+        if (T == 1)
+            cmp(what, hact(gdk, nk), dkr, nk, 0.0, 1e-5, NULL);
+        else
+            cmp_l2(what, hact(gdk, nk), dkr, nk, 1e-2);
         snprintf(what, sizeof what, "attention T=%d d=%d window=%d dv", T, d, window);
         cmp_l2(what, hact(gdv, nk), dvr, nk, 1e-2);
         end_case();

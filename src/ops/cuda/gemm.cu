@@ -24,6 +24,7 @@
 typedef struct {
     int M, N, K, transA, transB, dab, dc, epi, beta_nz;
     int align_a, align_b, align_c, align_bias; /* bytes: largest power of two <= 256 */
+    int div_m, div_k; /* largest power of two <= 16 dividing M, K (leading-dimension alignment) */
 } plan_key;
 
 struct cuda_gemm_plan {
@@ -62,11 +63,20 @@ static colmajor to_colmajor(int M, int N, int K, int transA, int transB) {
  * count every step (M for the forward and data gradient, K for the weight gradient), and a cache
  * keyed on exact sizes would ask cuBLASLt's heuristic for every one of them. The algorithm picked
  * for the bucket's size runs the actual (smaller or equal) size; the layouts are re-sized in place
- * before each call (host-only attribute writes). Buckets: 64, then powers of two. */
+ * before each call (host-only attribute writes). Buckets: 64, then powers of two; the key keeps
+ * the power-of-two divisors of M and K, which decide the leading dimensions' alignment. When the
+ * bucket's algorithm refuses the actual size (cuBLASLt says so before launching), that size gets
+ * an exact plan of its own, which later calls find first. */
 static int dim_bucket(int x) {
     int b = 64;
     while (b < x && b < (1 << 30)) b <<= 1;
     return b;
+}
+
+static int pow2_divisor(int x) {
+    int d = 1;
+    while (d < 16 && x % (2 * d) == 0) d <<= 1;
+    return d;
 }
 
 static int elt_size(int dt) {
@@ -381,6 +391,7 @@ int cuda_gemm(cuda_gemm_ctx *c, void *C, const void *A, const void *B, int M, in
     k.dab = dtype_ab, k.dc = dtype_c, k.epi = epi, k.beta_nz = beta != 0.0f;
     k.align_a = ptr_align(A), k.align_b = ptr_align(B), k.align_c = ptr_align(C);
     k.align_bias = epi != CUDA_GEMM_EPI_NONE ? ptr_align(bias) : 0;
+    k.div_m = pow2_divisor(M), k.div_k = pow2_divisor(K);
     if (epi == CUDA_GEMM_EPI_BGRAD && M > 0 && N == 0) /* no GEMM, but the bias gradient */
         return epilogue_kernels(&k, C, A, bias, s);
     if (M == 0 || N == 0) return ZY_OK;
@@ -393,9 +404,19 @@ int cuda_gemm(cuda_gemm_ctx *c, void *C, const void *A, const void *B, int M, in
     }
     plan_key kb = k; /* the cache key: M and K by bucket */
     kb.M = dim_bucket(M), kb.K = dim_bucket(K);
-    cuda_gemm_plan *p;
-    ZY_TRY(plan_get(c, &kb, bias, &p));
+    cuda_gemm_plan *p = plan_find(c, &k); /* an exact plan when the bucket's was refused */
+    if (p) {
+        c->hits++;
+        kb = k;
+    } else {
+        ZY_TRY(plan_get(c, &kb, bias, &p));
+    }
     cublasStatus_t st = plan_run(c, p, &k, C, A, B, alpha, beta, bias, s);
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED && (kb.M != M || kb.K != K)) {
+        kb = k; /* this size gets its own plan */
+        ZY_TRY(plan_get(c, &kb, bias, &p));
+        st = plan_run(c, p, &k, C, A, B, alpha, beta, bias, s);
+    }
     if (st == CUBLAS_STATUS_NOT_SUPPORTED && p->fallback == 0 && epi != CUDA_GEMM_EPI_NONE) {
         /* the fused epilogue was refused at launch: from now on the plain GEMM + our kernel */
         int found = 0;
