@@ -1,47 +1,440 @@
-/* CCA ops of ops.h on CUDA: the two causal convolutions with the mean residuals, the value delay,
- * QK norm + temperature + partial RoPE, and decoding attention. STUB: each function aborts until
- * implemented. */
+/* CCA ops of ops.h on CUDA: the value delay, QK norm + key temperature + partial RoPE (forward and
+ * backward) and decoding attention. The two convolutions with the mean residuals
+ * (cuda_ops_cca_conv_fwd/bwd) live in cca_conv.cu. All memory-bound: 16-byte vectors where the
+ * widths and pointers allow (else element by element), one block per row for the norms, fp32
+ * arithmetic; dtemp is summed in a fixed order. */
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/cuda_state.h"
 
-void cuda_ops_cca_conv_fwd(zy_ctx *ctx, zy_act *q, zy_act *k, zy_act *mid_save, const zy_act *qk0,
-                           const zy_act *state, const float *w1, const float *b1, const float *w2,
-                           const float *b2, int B, int T, int Hq, int Hk, int d, int t0, int t1) {
-    zy_abort_at(__FILE__, __LINE__, "cuda_ops_cca_conv_fwd", "not implemented yet");
+#include <cuda_bf16.h>
+#include <math.h>
+#include <stdint.h>
+
+typedef __nv_bfloat16 bf16;
+
+#define CCA_ROPE_MAXHALF 128 /* rot/2 of the GPU RoPE (d up to 256) */
+
+/* ---- value delay ---- */
+
+/* Copies W bf16 (16 bytes when W = 8), or zeros when src is NULL. */
+template <int W> static __device__ __forceinline__ void vd_copy(bf16 *dst, const bf16 *src) {
+    if constexpr (W == 8) {
+        *reinterpret_cast<uint4 *>(dst) =
+            src ? *reinterpret_cast<const uint4 *>(src) : make_uint4(0, 0, 0, 0);
+    } else {
+#pragma unroll
+        for (int e = 0; e < W; e++) dst[e] = src ? src[e] : __float2bfloat16_rn(0.0f);
+    }
 }
 
-void cuda_ops_cca_conv_bwd(zy_ctx *ctx, zy_act *dqk0, float *dw1, float *db1, float *dw2,
-                           float *db2, const zy_act *dq, const zy_act *dk, const zy_act *qk0,
-                           const zy_act *mid_save, const float *w1, const float *w2, int B, int T,
-                           int Hq, int Hk, int d, int t0, int t1) {
-    zy_abort_at(__FILE__, __LINE__, "cuda_ops_cca_conv_bwd", "not implemented yet");
+/* v[n] = [vcur[n] | vdel[n-1]] (vdel[-1] = prev[b] or 0); one unit = W elements of a v row. */
+template <int W>
+__global__ void vdelay_fwd_k(bf16 *v, const bf16 *vcur, const bf16 *vdel, const bf16 *prev, int T,
+                             int half, size_t units) {
+    const int per = 2 * half / W;
+    for (size_t u = blockIdx.x * (size_t)blockDim.x + threadIdx.x; u < units;
+         u += (size_t)gridDim.x * blockDim.x) {
+        const size_t n = u / per;
+        const int e = (int)(u - n * per) * W, t = (int)(n % T);
+        const bf16 *src;
+        if (e < half)
+            src = vcur + n * half + e;
+        else if (t > 0)
+            src = vdel + (n - 1) * half + (e - half);
+        else
+            src = prev ? prev + (n / T) * half + (e - half) : nullptr;
+        vd_copy<W>(v + n * 2 * half + e, src);
+    }
 }
 
+/* dvcur[n] = dv[n, :half]; dvdel[n] = dv[n+1, half:] (0 at t = T-1). */
+template <int W>
+__global__ void vdelay_bwd_k(bf16 *dvcur, bf16 *dvdel, const bf16 *dv, int T, int half,
+                             size_t units) {
+    const int per = 2 * half / W;
+    for (size_t u = blockIdx.x * (size_t)blockDim.x + threadIdx.x; u < units;
+         u += (size_t)gridDim.x * blockDim.x) {
+        const size_t n = u / per;
+        const int e = (int)(u - n * per) * W, t = (int)(n % T);
+        if (e < half)
+            vd_copy<W>(dvcur + n * half + e, dv + n * 2 * half + e);
+        else
+            vd_copy<W>(dvdel + n * half + (e - half),
+                       t + 1 < T ? dv + (n + 1) * 2 * half + e : nullptr);
+    }
+}
+
+/* v [B*T, 2*half] = [vcur | vdel one step back] (prev [B, half] or zeros at t = 0). */
 void cuda_ops_value_delay_fwd(zy_ctx *ctx, zy_act *v, const zy_act *vcur, const zy_act *vdel,
                               const zy_act *prev, int B, int T, int half) {
-    zy_abort_at(__FILE__, __LINE__, "cuda_ops_value_delay_fwd", "not implemented yet");
+    ZY_CHECK(B >= 0 && T >= 0 && half >= 0);
+    size_t rows = (size_t)B * T;
+    if (rows == 0 || half == 0) return;
+    cudaStream_t st = cuda_stream(ctx);
+    int vec = half % 8 == 0 && zy_aligned(v, 16) && zy_aligned(vcur, 16) && zy_aligned(vdel, 16) &&
+              (!prev || zy_aligned(prev, 16));
+    size_t units = rows * 2 * half / (vec ? 8 : 1);
+    if (vec)
+        vdelay_fwd_k<8><<<zy_grid_blocks(units), 256, 0, st>>>(
+            (bf16 *)v, (const bf16 *)vcur, (const bf16 *)vdel, (const bf16 *)prev, T, half, units);
+    else
+        vdelay_fwd_k<1><<<zy_grid_blocks(units), 256, 0, st>>>(
+            (bf16 *)v, (const bf16 *)vcur, (const bf16 *)vdel, (const bf16 *)prev, T, half, units);
+    CUDA_CHECK_LAUNCH();
 }
 
+/* dvcur, dvdel [B*T, half] (overwritten) from dv [B*T, 2*half]. */
 void cuda_ops_value_delay_bwd(zy_ctx *ctx, zy_act *dvcur, zy_act *dvdel, const zy_act *dv, int B,
                               int T, int half) {
-    zy_abort_at(__FILE__, __LINE__, "cuda_ops_value_delay_bwd", "not implemented yet");
+    ZY_CHECK(B >= 0 && T >= 0 && half >= 0);
+    size_t rows = (size_t)B * T;
+    if (rows == 0 || half == 0) return;
+    cudaStream_t st = cuda_stream(ctx);
+    int vec = half % 8 == 0 && zy_aligned(dvcur, 16) && zy_aligned(dvdel, 16) && zy_aligned(dv, 16);
+    size_t units = rows * 2 * half / (vec ? 8 : 1);
+    if (vec)
+        vdelay_bwd_k<8><<<zy_grid_blocks(units), 256, 0, st>>>((bf16 *)dvcur, (bf16 *)dvdel,
+                                                               (const bf16 *)dv, T, half, units);
+    else
+        vdelay_bwd_k<1><<<zy_grid_blocks(units), 256, 0, st>>>((bf16 *)dvcur, (bf16 *)dvdel,
+                                                               (const bf16 *)dv, T, half, units);
+    CUDA_CHECK_LAUNCH();
 }
 
+/* ---- QK norm + key temperature + partial RoPE ---- */
+
+/* inv_freq as a kernel argument (no copy, no sync). */
+typedef struct {
+    float v[CCA_ROPE_MAXHALF];
+} rope_freqs;
+
+/* inv_freq[i] = 1 / theta^(2i/rot) in fp32 exactly as the CPU op (and HF's init) computes it:
+ * fp32 exponent, fp32 powf, fp32 reciprocal, so both sides rotate by the same fp32 angles. */
+static rope_freqs rope_host_freqs(int rot, double theta) {
+    rope_freqs f;
+    for (int i = 0; i < CCA_ROPE_MAXHALF; i++) f.v[i] = 0.0f;
+    for (int i = 0; i < rot / 2; i++) {
+        float e = (float)(2 * i) / (float)rot;
+        f.v[i] = 1.0f / powf((float)theta, e);
+    }
+    return f;
+}
+
+/* Shared-memory layout of a row block: x [H*d], then cos/sin [half] each, then per head two
+ * coefficients [H] each. */
+static size_t qk_smem(int H, int d, int half, int nx) {
+    return ((size_t)nx * H * d + 2 * (size_t)half + 2 * (size_t)H) * sizeof(float);
+}
+
+/* Sum over the warp (every lane gets it). */
+static __device__ __forceinline__ float qk_warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* Forward, one block per row n: stage the row's Hq + Hk heads in fp32 (saving the input copies),
+ * cos/sin of pos[n] * inv_freq, one warp per head for the clamped norm, then every element:
+ * y = x * (sqrt(d) / nrm) [* temp], rotated against its rotate-half partner. W = elements per
+ * vector (8 when d % 8 == 0 and the pointers are 16-byte aligned). */
+template <int W>
+__global__ void qknorm_fwd_k(bf16 *q, bf16 *k, float *qn, float *kn, bf16 *q_in, bf16 *k_in,
+                             const float *temp, const int32_t *pos, int Hq, int Hk, int d, int half,
+                             float sqrtd, float eps, rope_freqs fr) {
+    extern __shared__ float qk_sm[];
+    const int H = Hq + Hk, Qd = Hq * d, Kd = Hk * d, Wd = H * d;
+    float *sx = qk_sm, *cs = sx + Wd, *sn = cs + half, *fh = sn + half, *th = fh + H;
+    const size_t n = blockIdx.x;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nw = blockDim.x >> 5;
+    for (int e = tid * W; e < Wd; e += blockDim.x * W) {
+        const bool isq = e < Qd;
+        const bf16 *p = isq ? q + n * Qd + e : k + n * Kd + (e - Qd);
+        bf16 *save = isq ? (q_in ? q_in + n * Qd + e : nullptr)
+                         : (k_in ? k_in + n * Kd + (e - Qd) : nullptr);
+        float x[W];
+        zy_load<bf16, W>(p, x);
+#pragma unroll
+        for (int i = 0; i < W; i++) sx[e + i] = x[i];
+        if (save) zy_store<bf16, W>(save, x); /* bf16 -> fp32 -> bf16 is exact */
+    }
+    const float pf = (float)pos[n];
+    for (int i = tid; i < half; i += blockDim.x) sincosf(pf * fr.v[i], &sn[i], &cs[i]);
+    __syncthreads();
+    for (int h = warp; h < H; h += nw) {
+        float ss = 0.0f;
+        for (int e = lane; e < d; e += 32) ss = fmaf(sx[h * d + e], sx[h * d + e], ss);
+        ss = qk_warp_sum(ss);
+        if (lane == 0) {
+            float nrm = sqrtf(ss);
+            if (nrm < eps) nrm = eps;
+            fh[h] = (1.0f / nrm) * sqrtd; /* as HF: reciprocal(norm) * scale in fp32 */
+            th[h] = h < Hq ? 1.0f : temp[h - Hq];
+            if (h < Hq) {
+                if (qn) qn[n * Hq + h] = nrm;
+            } else if (kn) {
+                kn[n * Hk + (h - Hq)] = nrm;
+            }
+        }
+    }
+    __syncthreads();
+    for (int e = tid * W; e < Wd; e += blockDim.x * W) {
+        const int h = e / d; /* W divides d: one head per vector */
+        const float f = fh[h], tp = th[h];
+        const bool key = h >= Hq;
+        float y[W];
+#pragma unroll
+        for (int i = 0; i < W; i++) {
+            const int el = e + i, c = el - h * d;
+            const float xs = key ? (sx[el] * f) * tp : sx[el] * f;
+            if (c < half) {
+                const float xp = key ? (sx[el + half] * f) * tp : sx[el + half] * f;
+                y[i] = xs * cs[c] - xp * sn[c];
+            } else if (c < 2 * half) {
+                const float xp = key ? (sx[el - half] * f) * tp : sx[el - half] * f;
+                y[i] = xs * cs[c - half] + xp * sn[c - half];
+            } else {
+                y[i] = xs;
+            }
+        }
+        if (e < Qd)
+            zy_store<bf16, W>(q + n * Qd + e, y);
+        else
+            zy_store<bf16, W>(k + n * Kd + (e - Qd), y);
+    }
+}
+
+/* Backward, one block per row n: g = un-rotated output gradient, x = input (both staged in fp32);
+ * per head (one warp) dot = g.x, ss = x.x; then dx = a (g - b x) with a = sqrt(d) t / ||x||,
+ * b = dot / ss (or a = sqrt(d) t / eps, b = 0 where the clamp held). part[n][j] = the row's dtemp
+ * term f * dot of key head j. */
+template <int W>
+__global__ void qknorm_bwd_k(bf16 *dq, bf16 *dk, float *part, const bf16 *q_in, const bf16 *k_in,
+                             const float *qn, const float *kn, const float *temp,
+                             const int32_t *pos, int Hq, int Hk, int d, int half, float sqrtd,
+                             float eps, rope_freqs fr) {
+    extern __shared__ float qk_sm[];
+    const int H = Hq + Hk, Qd = Hq * d, Kd = Hk * d, Wd = H * d;
+    float *sg = qk_sm, *sx = sg + Wd, *cs = sx + Wd, *sn = cs + half, *ca = sn + half, *cb = ca + H;
+    const size_t n = blockIdx.x;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nw = blockDim.x >> 5;
+    for (int e = tid * W; e < Wd; e += blockDim.x * W) {
+        const bool isq = e < Qd;
+        float g[W], x[W];
+        zy_load<bf16, W>(isq ? dq + n * Qd + e : dk + n * Kd + (e - Qd), g);
+        zy_load<bf16, W>(isq ? q_in + n * Qd + e : k_in + n * Kd + (e - Qd), x);
+#pragma unroll
+        for (int i = 0; i < W; i++) sg[e + i] = g[i], sx[e + i] = x[i];
+    }
+    const float pf = (float)pos[n];
+    for (int i = tid; i < half; i += blockDim.x) sincosf(pf * fr.v[i], &sn[i], &cs[i]);
+    __syncthreads();
+    /* undo the rotation (the transpose of [[c, -s], [s, c]]), one pair per thread */
+    for (int p = tid; p < H * half; p += blockDim.x) {
+        const int h = p / half, i = p - h * half, el = h * d + i;
+        const float a = sg[el], b = sg[el + half];
+        sg[el] = a * cs[i] + b * sn[i];
+        sg[el + half] = b * cs[i] - a * sn[i];
+    }
+    __syncthreads();
+    for (int h = warp; h < H; h += nw) {
+        float ss = 0.0f, dot = 0.0f;
+        for (int e = lane; e < d; e += 32) {
+            const float x = sx[h * d + e];
+            ss = fmaf(x, x, ss);
+            dot = fmaf(sg[h * d + e], x, dot);
+        }
+        ss = qk_warp_sum(ss);
+        dot = qk_warp_sum(dot);
+        if (lane == 0) {
+            const bool key = h >= Hq;
+            const float nrm = key ? kn[n * Hk + (h - Hq)] : qn[n * Hq + h];
+            const float t = key ? temp[h - Hq] : 1.0f;
+            const float raw = sqrtf(ss);
+            if (raw >= eps) {
+                ca[h] = sqrtd * t / raw;
+                cb[h] = dot / ss;
+            } else {
+                ca[h] = sqrtd * t / eps;
+                cb[h] = 0.0f;
+            }
+            if (key) part[n * Hk + (h - Hq)] = ((1.0f / nrm) * sqrtd) * dot;
+        }
+    }
+    __syncthreads();
+    for (int e = tid * W; e < Wd; e += blockDim.x * W) {
+        const int h = e / d;
+        const float a = ca[h], b = cb[h];
+        float y[W];
+#pragma unroll
+        for (int i = 0; i < W; i++) y[i] = a * (sg[e + i] - b * sx[e + i]);
+        if (e < Qd)
+            zy_store<bf16, W>(dq + n * Qd + e, y);
+        else
+            zy_store<bf16, W>(dk + n * Kd + (e - Qd), y);
+    }
+}
+
+/* dtemp[j] += sum over rows of part[n][j]: one block per key head, thread i adds rows i, i + 256,
+ * ..., then a fixed tree over the threads (double). */
+__global__ void qk_dtemp_k(float *dtemp, const float *part, int N, int Hk) {
+    __shared__ double sh[256];
+    const int j = blockIdx.x, tid = threadIdx.x;
+    double s = 0;
+    for (int n = tid; n < N; n += 256) s += part[(size_t)n * Hk + j];
+    sh[tid] = s;
+    __syncthreads();
+    for (int w = 128; w > 0; w >>= 1) {
+        if (tid < w) sh[tid] += sh[tid + w];
+        __syncthreads();
+    }
+    if (tid == 0) dtemp[j] = (float)((double)dtemp[j] + sh[0]);
+}
+
+/* Aborts on arguments the kernels do not handle. */
+static void qk_check(int N, int Hq, int Hk, int d, int rot) {
+    ZY_CHECK(N >= 0 && Hq >= 0 && Hk >= 0 && d >= 1);
+    ZY_CHECKF(rot >= 0 && rot <= d && rot % 2 == 0 && rot / 2 <= CCA_ROPE_MAXHALF,
+              "cuda qknorm_rope: rot %d must be even, in [0, d=%d] and at most %d", rot, d,
+              2 * CCA_ROPE_MAXHALF);
+    ZY_CHECKF(qk_smem(Hq + Hk, d, rot / 2, 2) <= 48 * 1024,
+              "cuda qknorm_rope: a row of %d heads of %d is too wide", Hq + Hk, d);
+}
+
+/* 1 when every non-NULL pointer is 16-byte aligned. */
+static int qk_aligned(const void *a, const void *b, const void *c, const void *d) {
+    return (!a || zy_aligned(a, 16)) && (!b || zy_aligned(b, 16)) && (!c || zy_aligned(c, 16)) &&
+           (!d || zy_aligned(d, 16));
+}
+
+/* In place on q [N, Hq*d], k [N, Hk*d]; qn [N, Hq], kn [N, Hk] and the input copies q_in, k_in
+ * saved when not NULL. */
 void cuda_ops_qknorm_rope_fwd(zy_ctx *ctx, zy_act *q, zy_act *k, float *qn, float *kn, zy_act *q_in,
                               zy_act *k_in, const float *temp, const int32_t *pos, int N, int Hq,
                               int Hk, int d, int rot, double theta, float eps_norm) {
-    zy_abort_at(__FILE__, __LINE__, "cuda_ops_qknorm_rope_fwd", "not implemented yet");
+    qk_check(N, Hq, Hk, d, rot);
+    const int H = Hq + Hk, half = rot / 2;
+    if (N == 0 || H == 0) return;
+    rope_freqs fr = rope_host_freqs(rot, theta);
+    float sqrtd = (float)sqrt((double)d);
+    int vec = d % 8 == 0 && qk_aligned(q, k, q_in, k_in);
+    int nth = zy_row_threads((long long)H * d / (vec ? 8 : 1));
+    size_t smem = qk_smem(H, d, half, 1);
+    cudaStream_t st = cuda_stream(ctx);
+    if (vec)
+        qknorm_fwd_k<8><<<N, nth, smem, st>>>((bf16 *)q, (bf16 *)k, qn, kn, (bf16 *)q_in,
+                                              (bf16 *)k_in, temp, pos, Hq, Hk, d, half, sqrtd,
+                                              eps_norm, fr);
+    else
+        qknorm_fwd_k<1><<<N, nth, smem, st>>>((bf16 *)q, (bf16 *)k, qn, kn, (bf16 *)q_in,
+                                              (bf16 *)k_in, temp, pos, Hq, Hk, d, half, sqrtd,
+                                              eps_norm, fr);
+    CUDA_CHECK_LAUNCH();
 }
 
+/* In place on dq, dk; dtemp [Hk] += (fixed-order sum over rows; workspace [N, Hk]). */
 void cuda_ops_qknorm_rope_bwd(zy_ctx *ctx, zy_act *dq, zy_act *dk, float *dtemp, const zy_act *q_in,
                               const zy_act *k_in, const float *qn, const float *kn,
                               const float *temp, const int32_t *pos, int N, int Hq, int Hk, int d,
                               int rot, double theta, float eps_norm) {
-    zy_abort_at(__FILE__, __LINE__, "cuda_ops_qknorm_rope_bwd", "not implemented yet");
+    qk_check(N, Hq, Hk, d, rot);
+    const int H = Hq + Hk, half = rot / 2;
+    if (N == 0 || H == 0) return;
+    rope_freqs fr = rope_host_freqs(rot, theta);
+    float sqrtd = (float)sqrt((double)d);
+    int vec = d % 8 == 0 && qk_aligned(dq, dk, q_in, k_in);
+    int nth = zy_row_threads((long long)H * d / (vec ? 8 : 1));
+    size_t smem = qk_smem(H, d, half, 2);
+    cudaStream_t st = cuda_stream(ctx);
+    float *part = Hk > 0 ? (float *)cuda_ws(ctx, (size_t)N * Hk * sizeof(float)) : NULL;
+    if (vec)
+        qknorm_bwd_k<8><<<N, nth, smem, st>>>((bf16 *)dq, (bf16 *)dk, part, (const bf16 *)q_in,
+                                              (const bf16 *)k_in, qn, kn, temp, pos, Hq, Hk, d,
+                                              half, sqrtd, eps_norm, fr);
+    else
+        qknorm_bwd_k<1><<<N, nth, smem, st>>>((bf16 *)dq, (bf16 *)dk, part, (const bf16 *)q_in,
+                                              (const bf16 *)k_in, qn, kn, temp, pos, Hq, Hk, d,
+                                              half, sqrtd, eps_norm, fr);
+    CUDA_CHECK_LAUNCH();
+    if (Hk > 0) {
+        qk_dtemp_k<<<Hk, 256, 0, st>>>(dtemp, part, N, Hk);
+        CUDA_CHECK_LAUNCH();
+    }
 }
 
+/* ---- decoding attention ---- */
+
+#define DEC_THREADS 256
+#define DEC_MAXPL   8 /* head elements per lane (d <= 256) */
+
+/* Block (query head i, sequence b): warp w takes keys lo + w, lo + w + 8, ... with an online
+ * softmax (fp32, lane l holds elements l, l + 32, ...), then the 8 warps' states are merged. */
+__global__ void __launch_bounds__(DEC_THREADS)
+    attn_decode_k(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, int Tk, int Tmax,
+                  int Hq, int Hk, int d, float scale, int lo) {
+    __shared__ float sm_m[DEC_THREADS / 32], sm_l[DEC_THREADS / 32];
+    __shared__ float sm_acc[DEC_THREADS / 32][DEC_MAXPL * 32];
+    const int i = blockIdx.x, b = blockIdx.y, j = i / (Hq / Hk);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = DEC_THREADS / 32;
+    const size_t ks = (size_t)Hk * d;
+    const bf16 *qr = q + ((size_t)b * Hq + i) * d;
+    const bf16 *kb = kc + (size_t)b * Tmax * ks + (size_t)j * d;
+    const bf16 *vb = vc + (size_t)b * Tmax * ks + (size_t)j * d;
+    float qv[DEC_MAXPL], acc[DEC_MAXPL];
+#pragma unroll
+    for (int u = 0; u < DEC_MAXPL; u++) {
+        const int e = lane + 32 * u;
+        qv[u] = e < d ? __bfloat162float(qr[e]) : 0.0f;
+        acc[u] = 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f;
+    for (int s = lo + warp; s < Tk; s += nw) {
+        const bf16 *kr = kb + (size_t)s * ks, *vr = vb + (size_t)s * ks;
+        float dot = 0.0f;
+#pragma unroll
+        for (int u = 0; u < DEC_MAXPL; u++) {
+            const int e = lane + 32 * u;
+            if (e < d) dot = fmaf(qv[u], __bfloat162float(kr[e]), dot);
+        }
+        dot = qk_warp_sum(dot);
+        const float sc = dot * scale, mn = fmaxf(m, sc);
+        const float corr = expf(m - mn), p = expf(sc - mn);
+        l = l * corr + p;
+#pragma unroll
+        for (int u = 0; u < DEC_MAXPL; u++) {
+            const int e = lane + 32 * u;
+            if (e < d) acc[u] = acc[u] * corr + p * __bfloat162float(vr[e]);
+        }
+        m = mn;
+    }
+    if (lane == 0) sm_m[warp] = m, sm_l[warp] = l;
+#pragma unroll
+    for (int u = 0; u < DEC_MAXPL; u++) sm_acc[warp][lane + 32 * u] = acc[u];
+    __syncthreads();
+    float mx = -INFINITY;
+    for (int w = 0; w < nw; w++) mx = fmaxf(mx, sm_m[w]);
+    float L = 0.0f, sc[DEC_THREADS / 32];
+    for (int w = 0; w < nw; w++) {
+        sc[w] = sm_l[w] > 0.0f ? expf(sm_m[w] - mx) : 0.0f; /* a warp without keys adds 0 */
+        L += sm_l[w] * sc[w];
+    }
+    bf16 *orow = out + ((size_t)b * Hq + i) * d;
+    for (int e = threadIdx.x; e < d; e += DEC_THREADS) {
+        float o = 0.0f;
+        for (int w = 0; w < nw; w++) o += sm_acc[w][e] * sc[w];
+        orow[e] = __float2bfloat16_rn(o / L);
+    }
+}
+
+/* out [B, Hq*d] from one query row per sequence against kc, vc [B, Tmax, Hk*d] rows [lo, Tk). */
 void cuda_ops_attention_decode(zy_ctx *ctx, zy_act *out, const zy_act *q, const zy_act *kc,
                                const zy_act *vc, int B, int Tk, int Tmax, int Hq, int Hk, int d,
                                float scale, int window) {
-    zy_abort_at(__FILE__, __LINE__, "cuda_ops_attention_decode", "not implemented yet");
+    ZY_CHECK(B >= 0 && Hq >= 1 && Hk >= 1 && Hq % Hk == 0 && d >= 1 && Tk >= 1 && Tk <= Tmax);
+    ZY_CHECKF(d <= DEC_MAXPL * 32, "cuda attention_decode: head dim %d > %d", d, DEC_MAXPL * 32);
+    ZY_CHECKF(Hq < 65536 && B < 65536, "cuda attention_decode: B=%d Hq=%d too large", B, Hq);
+    if (B == 0) return;
+    const int t = Tk - 1, lo = (window > 0 && t - window + 1 > 0) ? t - window + 1 : 0;
+    attn_decode_k<<<dim3(Hq, B), DEC_THREADS, 0, cuda_stream(ctx)>>>(
+        (bf16 *)out, (const bf16 *)q, (const bf16 *)kc, (const bf16 *)vc, Tk, Tmax, Hq, Hk, d,
+        scale, lo);
+    CUDA_CHECK_LAUNCH();
 }
