@@ -259,7 +259,7 @@ static int trainer_init(trainer *tr, const zy_train_config *c) {
     else
         model_init_weights(&tr->model, c->seed);
     ZY_TRY(acts_init(&tr->acts, &tr->model, c->batch_size, c->seq_len));
-    ZY_TRY(optim_init(&tr->opt, &c->optim, &tr->model.table));
+    ZY_TRY(optim_init(&tr->opt, &tr->ctx, &c->optim, &tr->model.table));
     const int L = c->model.num_hidden_layers, E = c->model.num_experts;
     ZY_TRY(balance_init(&tr->bal, &c->balance, L, E));
     tr->biases = zy_calloc((size_t)L, sizeof *tr->biases);
@@ -308,12 +308,12 @@ static int train_step(trainer *tr, float lr, double *loss, double *gnorm) {
         for (int i = 0; i < L * E1; i++) tr->step_counts[i] += tr->counts[i];
     }
     *loss = sum / tokens;
-    *gnorm = clip_grad_norm(&tr->model.table, tr->model.grads, c->grad_clip);
+    *gnorm = clip_grad_norm(&tr->ctx, &tr->model.table, tr->model.grads, c->grad_clip);
     if (!isfinite(*loss) || !isfinite(*gnorm))
         return zy_fail("step %lld: loss %g, gradient norm %g: training diverged",
                        (long long)tr->step + 1, *loss, *gnorm);
     optim_step(&tr->opt, &tr->model.table, tr->model.params, tr->model.grads, lr);
-    if (c->balance_enabled) balance_step(&tr->bal, tr->biases, tr->step_counts);
+    if (c->balance_enabled) balance_step(&tr->bal, &tr->ctx, tr->biases, tr->step_counts);
     tr->tokens_seen += tokens;
     return ZY_OK;
 }
