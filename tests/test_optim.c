@@ -51,6 +51,9 @@ static void svd(const double *x, int r, int c, double *U, double *s, double *Vt)
     free(work);
 }
 
+/* The context every optimiser, clipping and balancing call of these tests runs on. */
+static zy_ctx cpu = {.device = ZY_DEV_CPU, .num_threads = 0, .act_dtype = ZY_DTYPE_F32};
+
 static void fill_normal(float *x, size_t n, float std, zy_rng *r) {
     for (size_t i = 0; i < n; i++) x[i] = std * zy_rng_normal(r);
 }
@@ -176,7 +179,7 @@ static void test_adamw_hand_computed(void **state) {
     cfg.eps = 1e-8f;
     cfg.weight_decay = 0.1f;
     zy_optim opt;
-    assert_int_equal(optim_init(&opt, &cfg, &t), ZY_OK);
+    assert_int_equal(optim_init(&opt, &cpu, &cfg, &t), ZY_OK);
 
     for (int k = 0; k < 2; k++) memcpy(g + t.items[k ? iv : iw].offset, g1, sizeof g1);
     optim_step(&opt, &t, p, g, 0.1f);
@@ -274,7 +277,7 @@ static void check_muon_steps(zy_muon_scale rule, float ratio) {
     cfg.muon_scale = rule;
     cfg.muon_lr_ratio = ratio;
     zy_optim opt;
-    assert_int_equal(optim_init(&opt, &cfg, &t), ZY_OK);
+    assert_int_equal(optim_init(&opt, &cpu, &cfg, &t), ZY_OK);
     const double lr = 0.02, mu = 0.95, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.05;
     for (int step = 1; step <= 2; step++) {
         fill_normal(g, t.total, 0.5f, &rng);
@@ -379,7 +382,7 @@ static void test_adamw_only_and_decay_kinds(void **state) {
     cfg.use_muon = 0;
     cfg.weight_decay = 0.5f;
     zy_optim opt;
-    assert_int_equal(optim_init(&opt, &cfg, &t), ZY_OK);
+    assert_int_equal(optim_init(&opt, &cpu, &cfg, &t), ZY_OK);
     assert_int_equal(opt.muon_total, 0);
     float *p = malloc(t.total * sizeof *p), *g = malloc(t.total * sizeof *g);
     for (size_t i = 0; i < t.total; i++) {
@@ -411,8 +414,8 @@ static void test_optim_state_round_trip(void **state) {
     zy_optim_config cfg;
     optim_config_default(&cfg);
     zy_optim a, b;
-    assert_int_equal(optim_init(&a, &cfg, &t), ZY_OK);
-    assert_int_equal(optim_init(&b, &cfg, &t), ZY_OK);
+    assert_int_equal(optim_init(&a, &cpu, &cfg, &t), ZY_OK);
+    assert_int_equal(optim_init(&b, &cpu, &cfg, &t), ZY_OK);
     zy_rng rng = zy_rng_init(9, 0);
     float *pa = malloc(t.total * sizeof *pa), *pb = malloc(t.total * sizeof *pb);
     float *g = malloc(t.total * sizeof *g);
@@ -472,7 +475,7 @@ static void test_optim_bad_config(void **state) {
     optim_config_default(&c);
     assert_int_equal(optim_config_check(&c), ZY_OK);
     c.beta1 = 1.0f;
-    assert_int_equal(optim_init(&opt, &c, &t), ZY_ERR);
+    assert_int_equal(optim_init(&opt, &cpu, &c, &t), ZY_ERR);
     assert_non_null(strstr(zy_errmsg(), "beta1"));
     assert_non_null(strstr(zy_errmsg(), "found 1"));
     optim_free(&opt); /* safe after a failed init */
@@ -588,20 +591,20 @@ static void test_clip(void **state) {
     ga[0] = 3;
     ga[1] = 4;
     gb[0] = -12;
-    gc[0] = gc[1] = gc[2] = 100;                                    /* ignored */
-    assert_true(fabs(clip_grad_norm(&t, g, 100.0f) - 13.0) < 1e-9); /* below max: unchanged */
+    gc[0] = gc[1] = gc[2] = 100;                                          /* ignored */
+    assert_true(fabs(clip_grad_norm(&cpu, &t, g, 100.0f) - 13.0) < 1e-9); /* below max: unchanged */
     assert_true(ga[0] == 3 && ga[1] == 4 && gb[0] == -12);
-    assert_true(fabs(clip_grad_norm(&t, g, 0.0f) - 13.0) < 1e-9); /* 0 = off */
+    assert_true(fabs(clip_grad_norm(&cpu, &t, g, 0.0f) - 13.0) < 1e-9); /* 0 = off */
     assert_true(ga[0] == 3);
-    assert_true(fabs(clip_grad_norm(&t, g, 6.5f) - 13.0) < 1e-9);
+    assert_true(fabs(clip_grad_norm(&cpu, &t, g, 6.5f) - 13.0) < 1e-9);
     double f = 6.5 / (13.0 + 1e-6);
     assert_true(fabs(ga[0] - 3 * f) < 1e-6 && fabs(ga[1] - 4 * f) < 1e-6);
     assert_true(fabs(gb[0] + 12 * f) < 1e-6);
     assert_true(gc[0] == 100.0f);
-    assert_true(fabs(sqrt(clip_grad_sumsq(&t, g)) - 6.5) < 1e-5);
+    assert_true(fabs(sqrt(clip_grad_sumsq(&cpu, &t, g)) - 6.5) < 1e-5);
     /* a non-finite gradient is reported and left alone */
     ga[0] = NAN;
-    assert_true(isnan(clip_grad_norm(&t, g, 1.0f)));
+    assert_true(isnan(clip_grad_norm(&cpu, &t, g, 1.0f)));
     assert_true(fabs(ga[1] - 4 * f) < 1e-6);
     params_free(&t);
     free(g);
@@ -614,7 +617,7 @@ static void test_clip(void **state) {
     fill_normal(g, t.total, 1.0f, &rng);
     double want = 0;
     for (size_t i = 0; i < 1000003; i++) want += (double)g[i] * g[i];
-    assert_true(fabs(clip_grad_sumsq(&t, g) - want) < 1e-9 * want);
+    assert_true(fabs(clip_grad_sumsq(&cpu, &t, g) - want) < 1e-9 * want);
     params_free(&t);
     free(g);
 }
@@ -632,7 +635,7 @@ static void test_balance_single_update(void **state) {
     float bias0[4] = {0, 0, 0, -1}, bias1[4] = {0.5f, 0, 0, -1};
     float *biases[2] = {bias0, bias1};
     const int64_t counts[8] = {6, 2, 2, 0, /* layer 1 routed nothing: unchanged */ 0, 0, 0, 0};
-    balance_step(&b, biases, counts);
+    balance_step(&b, &cpu, biases, counts);
     const double f[4] = {0.6, 0.2, 0.2, 0.0}, init[4] = {0, 0, 0, -1};
     for (int e = 0; e < 4; e++) {
         double g = f[e] - 0.25;
@@ -708,7 +711,7 @@ static void test_balance_moves_load_to_uniform(void **state) {
             tail_h += s.entropy_norm / TAIL;
             if (s.max_frac > worst_tail_max) worst_tail_max = s.max_frac;
         }
-        balance_step(&b, biases, counts);
+        balance_step(&b, &cpu, biases, counts);
     }
     const double u = 1.0 / C;
     if (getenv("ZAYAC_VERBOSE"))
@@ -735,8 +738,8 @@ static void test_balance_state_and_biases(void **state) {
     float ba[2][4] = {{0, 0, 0, -1}, {0, 0, 0, -1}};
     float *pa[2] = {ba[0], ba[1]};
     const int64_t c1[8] = {5, 1, 1, 1, 0, 4, 4, 0}, c2[8] = {2, 2, 3, 1, 1, 1, 5, 1};
-    balance_step(&a, pa, c1);
-    balance_step(&a, pa, c2);
+    balance_step(&a, &cpu, pa, c1);
+    balance_step(&a, &cpu, pa, c2);
     int na, nb;
     zy_state_tensor *sa = balance_state_tensors(&a, &na), *sb = balance_state_tensors(&b, &nb);
     assert_int_equal(na, 4);
@@ -751,8 +754,8 @@ static void test_balance_state_and_biases(void **state) {
     float bb[2][4];
     memcpy(bb, ba, sizeof ba);
     float *pb[2] = {bb[0], bb[1]};
-    balance_step(&a, pa, c1);
-    balance_step(&b, pb, c1);
+    balance_step(&a, &cpu, pa, c1);
+    balance_step(&b, &cpu, pb, c1);
     assert_memory_equal(ba, bb, sizeof ba);
     free(sa);
     free(sb);
@@ -852,7 +855,7 @@ static void test_bench_muon_vs_adamw(void **state) {
             optim_config_default(&cfg);
             cfg.use_muon = muon;
             zy_optim opt;
-            assert_int_equal(optim_init(&opt, &cfg, &t), ZY_OK);
+            assert_int_equal(optim_init(&opt, &cpu, &cfg, &t), ZY_OK);
             optim_step(&opt, &t, p, g, 1e-4f); /* warm */
             ms[muon] = 1e30;
             for (int r = 0; r < 5; r++) { /* best of 5: the machine is shared */

@@ -85,8 +85,6 @@ typedef struct {
     zy_balance bal;
     int have_ctx, have_model, have_acts, have_opt, have_bal;
     float **biases;         /* [L] balancing biases inside model.params (device memory on CUDA) */
-    float *bias_host;       /* [L, E+1] host mirror of the biases on CUDA; NULL on the CPU */
-    float **bias_host_l;    /* [L] rows of bias_host */
     int32_t *ids, *targets; /* [B, T] host */
     int64_t *counts;        /* [L, E+1] routed class counts of the step */
 } bt_state;
@@ -107,18 +105,9 @@ static void bt_batch(bt_state *s, int64_t step) {
     }
 }
 
-/* The router balancing step. On CUDA the biases live in device memory and balance_step works on
- * host arrays, so they make a round trip through a host mirror ([L, E+1] floats). */
+/* The router balancing step (the biases are updated where they live). */
 static void bt_balance(bt_state *s) {
-    if (!s->bias_host) {
-        balance_step(&s->bal, s->biases, s->counts);
-        return;
-    }
-    const int L = s->model.cfg.num_hidden_layers, E1 = s->model.cfg.num_experts + 1;
-    const size_t row = (size_t)E1 * sizeof(float);
-    for (int l = 0; l < L; l++) ops_copy(&s->ctx, s->bias_host_l[l], s->biases[l], row);
-    balance_step(&s->bal, s->bias_host_l, s->counts);
-    for (int l = 0; l < L; l++) ops_copy(&s->ctx, s->biases[l], s->bias_host_l[l], row);
+    balance_step(&s->bal, &s->ctx, s->biases, s->counts);
 }
 
 /* Waits for the device and reads the clock (seconds). */
@@ -156,7 +145,7 @@ static void bt_step(bt_state *s, double *loss, double *gnorm, double *phase_ms) 
     }
     model_route_counts(m, &s->acts, s->counts);
     BT_PHASE(BT_PHASE_ROUTE);
-    *gnorm = clip_grad_norm(&m->table, m->grads, BT_GRAD_CLIP);
+    *gnorm = clip_grad_norm(&s->ctx, &m->table, m->grads, BT_GRAD_CLIP);
     BT_PHASE(BT_PHASE_CLIP);
     optim_step(&s->opt, &m->table, m->params, m->grads, s->o->lr);
     model_sync_compute_weights(m);
@@ -204,7 +193,7 @@ static int bt_init(bt_state *s, const bench_train_opts *o, bench_train_result *r
     optim_config_default(&oc);
     oc.use_muon = o->use_muon;
     oc.lr = o->lr;
-    ZY_TRY(optim_init(&s->opt, &oc, &s->model.table));
+    ZY_TRY(optim_init(&s->opt, &s->ctx, &oc, &s->model.table));
     s->have_opt = 1;
     zy_balance_config bc;
     balance_config_default(&bc);
@@ -212,11 +201,6 @@ static int bt_init(bt_state *s, const bench_train_opts *o, bench_train_result *r
     s->have_bal = 1;
     s->biases = zy_calloc((size_t)L, sizeof *s->biases);
     ZY_TRY(balance_find_biases(&s->model.table, s->model.params, L, E, s->biases));
-    if (o->device == ZY_DEV_CUDA) {
-        s->bias_host = zy_calloc((size_t)L * (E + 1), sizeof *s->bias_host);
-        s->bias_host_l = zy_calloc((size_t)L, sizeof *s->bias_host_l);
-        for (int l = 0; l < L; l++) s->bias_host_l[l] = s->bias_host + (size_t)l * (E + 1);
-    }
     size_t N = (size_t)o->batch * o->seq;
     s->ids = zy_malloc(N * sizeof *s->ids);
     s->targets = zy_malloc(N * sizeof *s->targets);
@@ -233,8 +217,6 @@ static void bt_free(bt_state *s) {
     free(s->targets);
     free(s->counts);
     free(s->biases);
-    free(s->bias_host);
-    free(s->bias_host_l);
     if (s->have_bal) balance_free(&s->bal);
     if (s->have_opt) optim_free(&s->opt);
     if (s->have_acts) acts_free(&s->acts, &s->model);

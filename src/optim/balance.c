@@ -1,6 +1,9 @@
 /* Router balancing-bias controller and load summaries (see balance.h). */
 #include "optim/balance.h"
 #include "base/err.h"
+#ifdef ZY_HAVE_CUDA
+#include "optim/optim_cuda.h"
+#endif
 
 #include <math.h>
 #include <stdio.h>
@@ -40,17 +43,23 @@ int balance_init(zy_balance *b, const zy_balance_config *cfg, int n_layers, int 
     size_t n = (size_t)n_layers * (size_t)b->n_classes;
     b->m = zy_calloc(n ? n : 1, sizeof *b->m);
     b->v = zy_calloc(n ? n : 1, sizeof *b->v);
+    b->delta = zy_calloc(n ? n : 1, sizeof *b->delta);
     return ZY_OK;
 }
 
 void balance_free(zy_balance *b) {
     free(b->m);
     free(b->v);
+    free(b->delta);
     memset(b, 0, sizeof *b);
 }
 
-void balance_update_layer(float *bias, float *m, float *v, const int64_t *counts, int n,
-                          const zy_balance_config *cfg, int64_t t) {
+/* The Adam step of one layer: advances m, v and, for each class, either subtracts the change from
+ * bias[e] (host memory) or writes it to delta[e] (the other pointer NULL). Nothing happens when
+ * the layer routed no tokens. Both ways round alike, so a GPU that subtracts delta later gets the
+ * CPU's bits. */
+static void update_layer(float *bias, float *delta, float *m, float *v, const int64_t *counts,
+                         int n, const zy_balance_config *cfg, int64_t t) {
     int64_t total = 0;
     for (int e = 0; e < n; e++) total += counts[e];
     if (total <= 0) return;
@@ -62,16 +71,37 @@ void balance_update_layer(float *bias, float *m, float *v, const int64_t *counts
         m[e] = cfg->beta1 * m[e] + (1.0f - cfg->beta1) * g;
         v[e] = cfg->beta2 * v[e] + (1.0f - cfg->beta2) * g * g;
         float mhat = (float)(m[e] / bc1), vhat = (float)(v[e] / bc2);
-        bias[e] -= cfg->step_size * mhat / (sqrtf(vhat) + cfg->eps);
+        float d = cfg->step_size * mhat / (sqrtf(vhat) + cfg->eps);
+        if (bias) bias[e] -= d;
+        if (delta) delta[e] = d;
     }
 }
 
-void balance_step(zy_balance *b, float *const *biases, const int64_t *counts) {
+void balance_update_layer(float *bias, float *m, float *v, const int64_t *counts, int n,
+                          const zy_balance_config *cfg, int64_t t) {
+    update_layer(bias, NULL, m, v, counts, n, cfg, t);
+}
+
+void balance_step(zy_balance *b, zy_ctx *ctx, float *const *biases, const int64_t *counts) {
     b->step++;
     const int n = b->n_classes;
+    if (ctx->device == ZY_DEV_CUDA) {
+#ifdef ZY_HAVE_CUDA
+        /* layers with no tokens keep a zero change: bias - 0 is bias, bit for bit */
+        memset(b->delta, 0, (size_t)b->n_layers * (size_t)n * sizeof *b->delta);
+        for (int l = 0; l < b->n_layers; l++) {
+            size_t o = (size_t)l * (size_t)n;
+            update_layer(NULL, b->delta + o, b->m + o, b->v + o, counts + o, n, &b->cfg, b->step);
+        }
+        optim_cuda_bias_sub(ctx, biases, b->delta, b->n_layers, n);
+#else
+        ZY_CHECKF(0, "balancing: a CUDA context in a build without CUDA");
+#endif
+        return;
+    }
     for (int l = 0; l < b->n_layers; l++) {
         size_t o = (size_t)l * (size_t)n;
-        balance_update_layer(biases[l], b->m + o, b->v + o, counts + o, n, &b->cfg, b->step);
+        update_layer(biases[l], NULL, b->m + o, b->v + o, counts + o, n, &b->cfg, b->step);
     }
 }
 

@@ -4,10 +4,15 @@
  * the "gradient" g_e = f_e - 1/(E+1), so over-used classes go down and the load moves toward
  * uniform. It owns the Adam moments and the step counter; the biases are ZY_PARAM_BUFFER tensors
  * ("model.layers.N.mlp.gate.balancing_biases" [E+1]) in the caller's parameter buffer.
- * Also summarises a layer's load for logging. */
+ * Also summarises a layer's load for logging.
+ *
+ * On a CUDA context the biases live in device memory: the controller's math stays on the host
+ * (E+1 numbers per layer; the counts arrive on the host anyway) and a small kernel, given the bias
+ * changes by value, subtracts them from the biases in place, so nothing waits for the device. */
 #ifndef ZY_BALANCE_H
 #define ZY_BALANCE_H
 
+#include "ops/ops.h"
 #include "optim/state.h"
 #include "tensor/params.h"
 
@@ -26,6 +31,7 @@ typedef struct {
     int64_t step;  /* controller updates taken (bias correction uses 1 - beta^step) */
     float *m;      /* [L, E+1] first moments */
     float *v;      /* [L, E+1] second moments */
+    float *delta;  /* [L, E+1] host scratch: the bias changes of a step (CUDA path) */
 } zy_balance;
 
 /* Load of one layer over a batch, for logging. */
@@ -44,10 +50,11 @@ int balance_config_check(const zy_balance_config *c);
 /* Allocates zeroed moments for n_layers layers of n_experts experts (+1 skip class). */
 int balance_init(zy_balance *b, const zy_balance_config *cfg, int n_layers, int n_experts);
 void balance_free(zy_balance *b);
-/* One controller step: step += 1, then for every layer l, biases[l] ([E+1]) is updated from
- * counts[l * (E+1) + e] (tokens of the global batch routed to class e of layer l, [L, E+1]).
- * A layer that routed no tokens is left as it is. */
-void balance_step(zy_balance *b, float *const *biases, const int64_t *counts);
+/* One controller step: step += 1, then for every layer l, biases[l] ([E+1], in ctx's memory) is
+ * updated from counts[l * (E+1) + e] (host: tokens of the global batch routed to class e of layer
+ * l, [L, E+1]). A layer that routed no tokens is left as it is. Asynchronous on CUDA; the same
+ * bits as the CPU. */
+void balance_step(zy_balance *b, zy_ctx *ctx, float *const *biases, const int64_t *counts);
 /* Adam-style update of one layer's bias [n] from its counts [n] at (already incremented) step t;
  * m, v are that layer's moments [n]. */
 void balance_update_layer(float *bias, float *m, float *v, const int64_t *counts, int n,
@@ -55,7 +62,8 @@ void balance_update_layer(float *bias, float *m, float *v, const int64_t *counts
 /* Summarises counts [E+1] (skip last). */
 void balance_load_summary(const int64_t *counts, int n_experts, zy_load_summary *out);
 /* Finds "model.layers.N.mlp.gate.balancing_biases" for N in [0, L) in t and points biases[N] at
- * it in params; an error names a missing tensor or a shape other than [n_experts + 1]. */
+ * it in params (any device: only pointer arithmetic); an error names a missing tensor or a shape
+ * other than [n_experts + 1]. */
 int balance_find_biases(const zy_param_table *t, float *params, int n_layers, int n_experts,
                         float **biases);
 /* Named state: "balance_exp_avg.model.layers.N.mlp.gate.balancing_biases" and

@@ -1,7 +1,21 @@
-/* Global-norm gradient clipping (see clip.h). */
+/* Global-norm gradient clipping (see clip.h); a CUDA context runs the GPU kernels of
+ * optim_cuda.h. */
 #include "optim/clip.h"
+#include "base/err.h"
+#ifdef ZY_HAVE_CUDA
+#include "optim/optim_cuda.h"
+#endif
 
 #include <math.h>
+
+/* 1 when ctx is a CUDA context (which a build without CUDA cannot have made). */
+static int on_cuda(const zy_ctx *ctx) {
+    if (ctx->device != ZY_DEV_CUDA) return 0;
+#ifndef ZY_HAVE_CUDA
+    ZY_CHECKF(0, "clip: a CUDA context in a build without CUDA");
+#endif
+    return 1;
+}
 
 /* Sum of squares of n floats, deterministic whatever the thread count: fixed-size chunks are
  * summed in parallel, then their partial sums are added in order. */
@@ -24,7 +38,12 @@ static double sumsq(const float *g, size_t n) {
     return total;
 }
 
-double clip_grad_sumsq(const zy_param_table *t, const float *grads) {
+double clip_grad_sumsq(zy_ctx *ctx, const zy_param_table *t, const float *grads) {
+    if (on_cuda(ctx)) {
+#ifdef ZY_HAVE_CUDA
+        return optim_cuda_sumsq(ctx, t, grads);
+#endif
+    }
     double total = 0;
     for (int i = 0; i < t->count; i++) {
         const zy_param *p = &t->items[i];
@@ -33,7 +52,13 @@ double clip_grad_sumsq(const zy_param_table *t, const float *grads) {
     return total;
 }
 
-void clip_scale_grads(const zy_param_table *t, float *grads, float scale) {
+void clip_scale_grads(zy_ctx *ctx, const zy_param_table *t, float *grads, float scale) {
+    if (on_cuda(ctx)) {
+#ifdef ZY_HAVE_CUDA
+        optim_cuda_scale(ctx, t, grads, scale);
+#endif
+        return;
+    }
     for (int i = 0; i < t->count; i++) {
         const zy_param *p = &t->items[i];
         if (p->kind == ZY_PARAM_BUFFER) continue;
@@ -48,9 +73,9 @@ float clip_factor(double norm, float max_norm) {
     return f < 1.0 ? (float)f : 1.0f;
 }
 
-double clip_grad_norm(const zy_param_table *t, float *grads, float max_norm) {
-    double norm = sqrt(clip_grad_sumsq(t, grads));
+double clip_grad_norm(zy_ctx *ctx, const zy_param_table *t, float *grads, float max_norm) {
+    double norm = sqrt(clip_grad_sumsq(ctx, t, grads));
     float f = clip_factor(norm, max_norm);
-    if (f < 1.0f) clip_scale_grads(t, grads, f);
+    if (f < 1.0f) clip_scale_grads(ctx, t, grads, f);
     return norm;
 }

@@ -1,6 +1,10 @@
-/* AdamW and Muon over a parameter table (see optim.h). */
+/* AdamW and Muon over a parameter table (see optim.h): the plan, the CPU math, and the dispatch
+ * to the GPU (optim_cuda.h) for a CUDA context. */
 #include "optim/optim.h"
 #include "base/err.h"
+#ifdef ZY_HAVE_CUDA
+#include "optim/optim_cuda.h"
+#endif
 
 #include <cblas.h>
 #include <math.h>
@@ -84,10 +88,21 @@ static void matrix_dims(const zy_param *p, int64_t *rows, int64_t *cols, int64_t
     *count = (int64_t)p->numel / (*rows * *cols);
 }
 
-int optim_init(zy_optim *opt, const zy_optim_config *cfg, const zy_param_table *t) {
+/* 1 when ctx is a CUDA context (which a build without CUDA cannot have made). */
+static int on_cuda(const zy_ctx *ctx) {
+    if (ctx->device != ZY_DEV_CUDA) return 0;
+#ifndef ZY_HAVE_CUDA
+    ZY_CHECKF(0, "optimizer: a CUDA context in a build without CUDA");
+#endif
+    return 1;
+}
+
+int optim_init(zy_optim *opt, zy_ctx *ctx, const zy_optim_config *cfg, const zy_param_table *t) {
     memset(opt, 0, sizeof *opt);
+    ZY_CHECK(ctx != NULL);
     ZY_TRY(optim_config_check(cfg));
     opt->cfg = *cfg;
+    opt->ctx = ctx;
     opt->n_params = t->count;
     opt->method = zy_calloc((size_t)(t->count ? t->count : 1), sizeof *opt->method);
     opt->state_off = zy_calloc((size_t)(t->count ? t->count : 1), sizeof *opt->state_off);
@@ -110,20 +125,34 @@ int optim_init(zy_optim *opt, const zy_optim_config *cfg, const zy_param_table *
             opt->adam_total += align16(p->numel);
         }
     }
-    opt->exp_avg = zy_calloc(opt->adam_total ? opt->adam_total : 1, sizeof(float));
-    opt->exp_avg_sq = zy_calloc(opt->adam_total ? opt->adam_total : 1, sizeof(float));
-    opt->momentum = zy_calloc(opt->muon_total ? opt->muon_total : 1, sizeof(float));
-    opt->work = zy_calloc(opt->work_floats ? opt->work_floats : 1, sizeof(float));
+    const size_t adam_bytes = (opt->adam_total ? opt->adam_total : 1) * sizeof(float);
+    opt->exp_avg = ops_alloc(ctx, adam_bytes);
+    opt->exp_avg_sq = ops_alloc(ctx, adam_bytes);
+    opt->momentum = ops_alloc(ctx, (opt->muon_total ? opt->muon_total : 1) * sizeof(float));
+    if (on_cuda(ctx)) {
+#ifdef ZY_HAVE_CUDA
+        opt->host_state = zy_calloc(2 * opt->adam_total + opt->muon_total + 1, sizeof(float));
+        opt->cuda = optim_cuda_init(ctx, opt, t, 0);
+#endif
+    } else {
+        opt->work = zy_calloc(opt->work_floats ? opt->work_floats : 1, sizeof(float));
+    }
     return ZY_OK;
 }
 
 void optim_free(zy_optim *opt) {
+    if (opt->ctx) {
+#ifdef ZY_HAVE_CUDA
+        if (opt->cuda) optim_cuda_free(opt->ctx, opt->cuda);
+#endif
+        ops_free(opt->ctx, opt->exp_avg);
+        ops_free(opt->ctx, opt->exp_avg_sq);
+        ops_free(opt->ctx, opt->momentum);
+    }
     free(opt->method);
     free(opt->state_off);
-    free(opt->exp_avg);
-    free(opt->exp_avg_sq);
-    free(opt->momentum);
     free(opt->work);
+    free(opt->host_state);
     memset(opt, 0, sizeof *opt);
 }
 
@@ -237,6 +266,12 @@ void optim_step(zy_optim *opt, const zy_param_table *t, float *params, const flo
     opt->step++;
     const double bc1 = 1.0 - pow((double)c->beta1, (double)opt->step);
     const double bc2 = 1.0 - pow((double)c->beta2, (double)opt->step);
+    if (on_cuda(opt->ctx)) {
+#ifdef ZY_HAVE_CUDA
+        optim_cuda_step(opt->ctx, opt->cuda, opt, params, grads, lr_now, bc1, bc2);
+#endif
+        return;
+    }
     const float lr_muon = lr_now * c->muon_lr_ratio;
     for (int i = 0; i < t->count; i++) {
         const zy_param *p = &t->items[i];
@@ -268,20 +303,53 @@ static void state_entry(zy_state_tensor *s, const char *prefix, const zy_param *
     s->numel = p->numel;
 }
 
+/* Host addresses of the three state arrays: the state itself on the CPU, the mirror on CUDA. */
+static void host_views(const zy_optim *opt, float **m, float **v, float **mom) {
+    if (opt->host_state) {
+        *m = opt->host_state;
+        *v = opt->host_state + opt->adam_total;
+        *mom = opt->host_state + 2 * opt->adam_total;
+    } else {
+        *m = opt->exp_avg;
+        *v = opt->exp_avg_sq;
+        *mom = opt->momentum;
+    }
+}
+
 zy_state_tensor *optim_state_tensors(const zy_optim *opt, const zy_param_table *t, int *count) {
     ZY_CHECK(t->count == opt->n_params);
     zy_state_tensor *s = zy_calloc((size_t)(2 * t->count + 1), sizeof *s);
+    float *hm, *hv, *hmom;
+    host_views(opt, &hm, &hv, &hmom);
     int n = 0;
     for (int i = 0; i < t->count; i++) {
         const zy_param *p = &t->items[i];
         size_t so = opt->state_off[i];
         if (opt->method[i] == ZY_OPT_ADAMW) {
-            state_entry(&s[n++], "exp_avg.", p, opt->exp_avg + so);
-            state_entry(&s[n++], "exp_avg_sq.", p, opt->exp_avg_sq + so);
+            state_entry(&s[n++], "exp_avg.", p, hm + so);
+            state_entry(&s[n++], "exp_avg_sq.", p, hv + so);
         } else if (opt->method[i] == ZY_OPT_MUON) {
-            state_entry(&s[n++], "muon_momentum.", p, opt->momentum + so);
+            state_entry(&s[n++], "muon_momentum.", p, hmom + so);
         }
     }
     *count = n;
     return s;
+}
+
+void optim_state_to_host(zy_optim *opt) {
+    if (!opt->host_state) return;
+    float *hm, *hv, *hmom;
+    host_views(opt, &hm, &hv, &hmom);
+    ops_copy(opt->ctx, hm, opt->exp_avg, opt->adam_total * sizeof(float));
+    ops_copy(opt->ctx, hv, opt->exp_avg_sq, opt->adam_total * sizeof(float));
+    ops_copy(opt->ctx, hmom, opt->momentum, opt->muon_total * sizeof(float));
+}
+
+void optim_state_from_host(zy_optim *opt) {
+    if (!opt->host_state) return;
+    float *hm, *hv, *hmom;
+    host_views(opt, &hm, &hv, &hmom);
+    ops_copy(opt->ctx, opt->exp_avg, hm, opt->adam_total * sizeof(float));
+    ops_copy(opt->ctx, opt->exp_avg_sq, hv, opt->adam_total * sizeof(float));
+    ops_copy(opt->ctx, opt->momentum, hmom, opt->muon_total * sizeof(float));
 }

@@ -10,10 +10,23 @@
  * is matrices and embeddings. Vectors (norms, scales, biases, temperatures) are excluded because
  * decaying them pulls gains towards 0 rather than regularising; convolution kernels are excluded
  * because they are tiny per-channel filters that behave like gains (the CCA short convolutions).
- * Buffers (ZY_PARAM_BUFFER, the balancing biases) are never touched. */
+ * Buffers (ZY_PARAM_BUFFER, the balancing biases) are never touched.
+ *
+ * Devices: the optimiser lives on the zy_ctx given to optim_init, whose memory holds params, grads
+ * and the state (fp32 everywhere). On a CUDA context optim_step runs on the GPU (optim_cuda.h):
+ * one fused launch for every AdamW tensor, and Muon's Newton-Schulz batched over same-shape
+ * matrices with bf16 GEMMs (fp32 accumulation), so the Muon update differs from the CPU's by bf16
+ * rounding (~1% relative); AdamW gives the CPU's bits.
+ *
+ * Checkpoints and the state on a GPU: optim_state_tensors always points into HOST memory: the
+ * state itself on a CPU context, a host mirror of it on CUDA. Before saving, call
+ * optim_state_to_host (device -> mirror); after loading into the entries, call
+ * optim_state_from_host (mirror -> device). Both are no-ops on the CPU, so callers need not care
+ * which device they run on. */
 #ifndef ZY_OPTIM_H
 #define ZY_OPTIM_H
 
+#include "ops/ops.h"
 #include "optim/state.h"
 #include "tensor/params.h"
 
@@ -49,19 +62,26 @@ typedef struct {
 /* What the optimiser does with one table entry. */
 typedef enum { ZY_OPT_SKIP = 0, ZY_OPT_ADAMW = 1, ZY_OPT_MUON = 2 } zy_opt_method;
 
+/* The GPU plan (optim_cuda.h). */
+typedef struct zy_optim_cuda zy_optim_cuda;
+
 typedef struct {
     zy_optim_config cfg;
+    zy_ctx *ctx;       /* the context whose memory holds params, grads and the state */
     int64_t step;      /* steps taken; AdamW bias correction at step t uses 1 - beta^t */
     int n_params;      /* table->count at init; the table must not change afterwards */
     uint8_t *method;   /* [n_params] zy_opt_method */
     size_t *state_off; /* [n_params] offset into exp_avg/exp_avg_sq (AdamW) or momentum (Muon) */
-    float *exp_avg;    /* [adam_total] AdamW first moments, laid out param by param */
-    float *exp_avg_sq; /* [adam_total] AdamW second moments */
-    float *momentum;   /* [muon_total] Muon momentum buffers */
+    float *exp_avg;    /* [adam_total] AdamW first moments, laid out param by param (ctx memory) */
+    float *exp_avg_sq; /* [adam_total] AdamW second moments (ctx memory) */
+    float *momentum;   /* [muon_total] Muon momentum buffers (ctx memory) */
     size_t adam_total; /* floats (each tensor 16-float aligned) */
     size_t muon_total; /* floats */
-    float *work;       /* [work_floats] Muon update + Newton-Schulz workspace, largest matrix */
+    float *work; /* CPU: [work_floats] Muon update + Newton-Schulz workspace, largest matrix */
     size_t work_floats;
+    float *host_state;   /* CUDA: host mirror [2 * adam_total + muon_total] (exp_avg, exp_avg_sq,
+                            momentum) for checkpoints; NULL on the CPU */
+    zy_optim_cuda *cuda; /* CUDA: chunk table, Muon batches, GEMM plans, workspace */
 } zy_optim;
 
 /* Fills the defaults: lr 3e-4, betas (0.9, 0.95), eps 1e-8, wd 0.1 on matrices and embeddings,
@@ -69,19 +89,28 @@ typedef struct {
 void optim_config_default(zy_optim_config *c);
 /* Checks every field; an error names the field, the allowed range and the value found. */
 int optim_config_check(const zy_optim_config *c);
-/* Plans the optimiser for a table and allocates zeroed state; ZY_ERR on a bad config. */
-int optim_init(zy_optim *opt, const zy_optim_config *cfg, const zy_param_table *t);
+/* Plans the optimiser for a table and allocates zeroed state in ctx's memory (CPU or CUDA; ctx
+ * must outlive opt); ZY_ERR on a bad config. */
+int optim_init(zy_optim *opt, zy_ctx *ctx, const zy_optim_config *cfg, const zy_param_table *t);
+/* Releases the state (safe after a failed init). */
 void optim_free(zy_optim *opt);
 /* One step: step += 1, then every non-buffer tensor of params is updated from grads (both laid out
- * by t, [t->total] floats) with learning rate lr_now (AdamW) or lr_now * muon_lr_ratio (Muon).
- * grads is not modified. */
+ * by t, [t->total] floats in opt->ctx's memory) with learning rate lr_now (AdamW) or
+ * lr_now * muon_lr_ratio (Muon). grads is not modified. Asynchronous on a CUDA context. */
 void optim_step(zy_optim *opt, const zy_param_table *t, float *params, const float *grads,
                 float lr_now);
 
 /* The named state tensors in table order: "exp_avg.<param>" and "exp_avg_sq.<param>" for AdamW
  * tensors, "muon_momentum.<param>" for Muon tensors, each with the param's shape, pointing into
- * opt. Returns a heap array (free() it) and its length in *count. The step counter is opt->step. */
+ * HOST memory: the state itself on the CPU, the host mirror on CUDA (see the top of this file).
+ * Returns a heap array (free() it) and its length in *count. The step counter is opt->step. */
 zy_state_tensor *optim_state_tensors(const zy_optim *opt, const zy_param_table *t, int *count);
+/* CUDA: copies the device state into the host mirror (waits); call before saving the entries of
+ * optim_state_tensors. No-op on the CPU. */
+void optim_state_to_host(zy_optim *opt);
+/* CUDA: copies the host mirror into the device state (waits); call after loading the entries of
+ * optim_state_tensors. No-op on the CPU. */
+void optim_state_from_host(zy_optim *opt);
 
 /* ---- the math, over flat arrays (each a future CUDA kernel) ---- */
 

@@ -87,6 +87,7 @@ static void add_state_items(zy_st_write_item *items, int *n, const zy_state_tens
 
 static int save_checkpoint(trainer *tr) {
     int no, nb;
+    optim_state_to_host(&tr->opt); /* the moments' host mirror (itself on the CPU) */
     zy_state_tensor *so = optim_state_tensors(&tr->opt, &tr->model.table, &no);
     zy_state_tensor *sb = balance_state_tensors(&tr->bal, &nb);
     zy_st_write_item *items = zy_calloc((size_t)(no + nb), sizeof *items);
@@ -144,6 +145,7 @@ static int resume_from(trainer *tr, const char *dir) {
     zy_state_tensor *so = optim_state_tensors(&tr->opt, &tr->model.table, &no);
     zy_state_tensor *sb = balance_state_tensors(&tr->bal, &nb);
     int rc = load_state_tensors(&f, so, no);
+    if (rc == ZY_OK) optim_state_from_host(&tr->opt);
     if (rc == ZY_OK) rc = load_state_tensors(&f, sb, nb);
     free(so);
     free(sb);
@@ -282,7 +284,7 @@ static int trainer_init(trainer *tr, const zy_train_config *c) {
     else
         model_init_weights(&tr->model, c->seed);
     ZY_TRY(acts_init(&tr->acts, &tr->model, c->batch_size, c->seq_len));
-    ZY_TRY(optim_init(&tr->opt, &c->optim, &tr->model.table));
+    ZY_TRY(optim_init(&tr->opt, &tr->ctx, &c->optim, &tr->model.table));
     const int L = c->model.num_hidden_layers, E = c->model.num_experts;
     ZY_TRY(balance_init(&tr->bal, &c->balance, L, E));
     tr->biases = zy_calloc((size_t)L, sizeof *tr->biases);
@@ -333,12 +335,12 @@ static int train_step(trainer *tr, float lr, double *loss, double *gnorm) {
         for (int i = 0; i < L * E1; i++) tr->step_counts[i] += tr->counts[i];
     }
     *loss = sum / tokens;
-    *gnorm = clip_grad_norm(&tr->model.table, tr->model.grads, c->grad_clip);
+    *gnorm = clip_grad_norm(&tr->ctx, &tr->model.table, tr->model.grads, c->grad_clip);
     if (!isfinite(*loss) || !isfinite(*gnorm))
         return zy_fail("step %lld: loss %g, gradient norm %g: training diverged",
                        (long long)tr->step + 1, *loss, *gnorm);
     optim_step(&tr->opt, &tr->model.table, tr->model.params, tr->model.grads, lr);
-    if (c->balance_enabled) balance_step(&tr->bal, tr->biases, tr->step_counts);
+    if (c->balance_enabled) balance_step(&tr->bal, &tr->ctx, tr->biases, tr->step_counts);
     model_sync_compute_weights(&tr->model);
     tr->tokens_seen += tokens;
     return ZY_OK;

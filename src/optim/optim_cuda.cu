@@ -1,0 +1,807 @@
+/* The optimiser, gradient clipping and the balancing-bias update on the GPU (see optim_cuda.h).
+ *
+ * AdamW: one launch over a chunk table built at init (every AdamW tensor cut into chunks of at
+ * most ADAM_CH elements; a block per chunk), so ~200 tensors cost one launch.
+ *
+ * Muon: the matrices of all Muon tensors (an [E, out, in] stack gives E of them) are grouped by
+ * shape at init, whatever layer they come from, and each group is cut into calls ("batches") of at
+ * most batch_elems elements. Per batch: the momentum kernel (mom = mu mom + g, the Nesterov update
+ * u, and per-chunk sums of u^2), the normalise kernel (each block sums its matrix's chunk sums in a
+ * fixed order, in double, and writes X = bf16(u / (||u|| + 1e-7))), five quintic Newton-Schulz
+ * steps as three strided-batched bf16 GEMMs each (fp32 accumulation, bf16 results):
+ *     A = X X^T,   B = c A A + b A,   X' = B X + a X        (wide: rows <= cols)
+ *     A = X^T X,   B = c A A + b A,   X' = X B + a X        (tall: the Gram matrix is cols^2)
+ * with cuBLASLt, whose D may differ from C so that nothing is copied, and last the apply kernel
+ * p -= lr (scale u + wd p). GEMMs cuBLASLt has no algorithm for run through classic cuBLAS
+ * (C copied into D first). The X buffers hold each matrix row-major with rows padded to a
+ * multiple of 8 elements, i.e. column-major [cols, rows] for cuBLAS; the batch strides are
+ * multiples of 128 elements so every matrix starts 256-byte aligned.
+ *
+ * Clipping: the non-buffer tensors become segments (contiguous tensors merged), passed by value in
+ * launches of up to SEG_MAX; a block sums its chunk's squares in double, blocks write partials in
+ * table order, and one block adds them in a fixed order. */
+extern "C" { /* ops.h has no C++ guards of its own: include it with C linkage first */
+#include "ops/ops.h"
+#include "optim/optim_cuda.h"
+}
+#include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/cuda_state.h"
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef __nv_bfloat16 bf16;
+
+#define NT      256  /* threads per block of the element-wise kernels */
+#define ADAM_CH 8192 /* elements per AdamW block */
+#define MUON_CH 8192 /* elements per Muon element-wise block */
+#define CLIP_CH 8192 /* elements per clipping block */
+#define SEG_MAX 96   /* segments per clipping launch (passed by value: ~2 KB) */
+
+/* Newton-Schulz quintic coefficients and the normalisation epsilon, as optim.c's. */
+#define NS_A   3.4445f
+#define NS_B   (-4.7750f)
+#define NS_C   2.0315f
+#define NS_EPS 1e-7
+
+#define BLAS_CHECK(expr)                                                                           \
+    do {                                                                                           \
+        cublasStatus_t zy_s_ = (expr);                                                             \
+        if (zy_s_ != CUBLAS_STATUS_SUCCESS)                                                        \
+            zy_abort_at(__FILE__, __LINE__, #expr, "cuBLAS error: %s",                             \
+                        cublasGetStatusString(zy_s_));                                             \
+    } while (0)
+
+static int64_t round_up(int64_t x, int64_t m) {
+    return (x + m - 1) / m * m;
+}
+
+/* The ops profiler (ops_prof_read) times these calls too when ctx->prof is set. */
+static int prof_begin(zy_ctx *ctx) {
+    return ctx->prof ? cuda_ops_prof_begin(ctx) : -1;
+}
+static void prof_end(zy_ctx *ctx, int slot, const char *name) {
+    if (slot >= 0) cuda_ops_prof_end(ctx, slot, name);
+}
+
+/* ---- plan ---- */
+
+/* A piece of one AdamW tensor. */
+typedef struct {
+    uint64_t p, s; /* float offsets into params/grads and into exp_avg/exp_avg_sq */
+    uint32_t n;    /* elements, <= ADAM_CH */
+    float wd;      /* weight decay of the tensor's kind */
+} adam_chunk;
+
+/* The GEMM descriptors of one (shape, batch count). */
+typedef struct {
+    int64_t rows, cols; /* each matrix [rows, cols] row-major */
+    int64_t s, l;       /* min and max of rows, cols: the Gram matrix is [s, s] */
+    int tall;           /* rows > cols */
+    int64_t ldx, lds;   /* leading dimensions (elements) of X (cols padded) and of the Gram */
+    int64_t sx, ss;     /* batch strides of X and of the Gram buffers */
+    int count;          /* matrices per call */
+    cublasLtMatmulDesc_t gram, nn; /* GEMM 1 (wide: T,N; tall: N,T), GEMMs 2 and 3 (N,N) */
+    cublasLtMatrixLayout_t lx, ls; /* X: column-major [cols, rows]; Gram [s, s] */
+    cublasLtMatmulAlgo_t algo[3];
+    int have[3]; /* 0: cuBLASLt has no algorithm; classic cuBLAS runs that GEMM */
+} ns_shape;
+
+/* One Newton-Schulz call: count matrices of one shape. */
+typedef struct {
+    int shape;  /* index into shapes */
+    int first;  /* first matrix in goff/moff */
+    int count;  /* matrices */
+    int vec;    /* 8: 8-wide aligned accesses; 1: element by element */
+    int nchunk; /* MUON_CH blocks per matrix */
+    float scale;
+} muon_batch;
+
+struct zy_optim_cuda {
+    adam_chunk *chunks; /* device [nchunks] */
+    int nchunks;
+    uint64_t *goff, *moff; /* device [nmat]: each matrix's offset in params/grads, in momentum */
+    int nmat;
+    ns_shape *shapes; /* host [nshapes] */
+    int nshapes, ngroups;
+    muon_batch *batches; /* host [nbatches] */
+    int nbatches;
+    bf16 *x[2], *ga, *gb; /* workspace: iterates, Gram A, polynomial B */
+    float *part;          /* [count * nchunk] chunk sums of u^2 */
+    int legacy;
+    int lt_missing;
+};
+
+/* Creates the descriptors of sh (dimensions set) and asks cuBLASLt for an algorithm per GEMM. */
+static void shape_build(zy_ctx *ctx, ns_shape *sh) {
+    cublasLtHandle_t lt = (cublasLtHandle_t)cuda_st(ctx)->gemm.lt;
+    const cublasOperation_t N = CUBLAS_OP_N, T = CUBLAS_OP_T;
+    const cublasOperation_t ga = sh->tall ? N : T, gb = sh->tall ? T : N;
+    BLAS_CHECK(cublasLtMatmulDescCreate(&sh->gram, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    BLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(sh->gram, CUBLASLT_MATMUL_DESC_TRANSA, &ga, sizeof ga));
+    BLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(sh->gram, CUBLASLT_MATMUL_DESC_TRANSB, &gb, sizeof gb));
+    BLAS_CHECK(cublasLtMatmulDescCreate(&sh->nn, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    BLAS_CHECK(cublasLtMatmulDescSetAttribute(sh->nn, CUBLASLT_MATMUL_DESC_TRANSA, &N, sizeof N));
+    BLAS_CHECK(cublasLtMatmulDescSetAttribute(sh->nn, CUBLASLT_MATMUL_DESC_TRANSB, &N, sizeof N));
+    const int32_t count = sh->count;
+    BLAS_CHECK(cublasLtMatrixLayoutCreate(&sh->lx, CUDA_R_16BF, (uint64_t)sh->cols,
+                                          (uint64_t)sh->rows, sh->ldx));
+    BLAS_CHECK(cublasLtMatrixLayoutCreate(&sh->ls, CUDA_R_16BF, (uint64_t)sh->s, (uint64_t)sh->s,
+                                          sh->lds));
+    cublasLtMatrixLayout_t lays[2] = {sh->lx, sh->ls};
+    const int64_t strides[2] = {sh->sx, sh->ss};
+    for (int i = 0; i < 2; i++) {
+        BLAS_CHECK(cublasLtMatrixLayoutSetAttribute(lays[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                                                    &count, sizeof count));
+        BLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
+            lays[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &strides[i], sizeof strides[i]));
+    }
+    cublasLtMatmulPreference_t pref;
+    BLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    size_t ws = CUDA_GEMM_WORKSPACE;
+    BLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                    &ws, sizeof ws));
+    /* (desc, A, B, C = D) of GEMM 1, 2, 3 */
+    cublasLtMatmulDesc_t d[3] = {sh->gram, sh->nn, sh->nn};
+    cublasLtMatrixLayout_t a[3] = {sh->lx, sh->ls, sh->tall ? sh->ls : sh->lx};
+    cublasLtMatrixLayout_t b[3] = {sh->lx, sh->ls, sh->tall ? sh->lx : sh->ls};
+    cublasLtMatrixLayout_t c[3] = {sh->ls, sh->ls, sh->lx};
+    for (int i = 0; i < 3; i++) {
+        cublasLtMatmulHeuristicResult_t h;
+        int n = 0;
+        /* a refusal (no kernel for this case, whatever the status) means classic cuBLAS */
+        if (cublasLtMatmulAlgoGetHeuristic(lt, d[i], a[i], b[i], c[i], c[i], pref, 1, &h, &n) !=
+            CUBLAS_STATUS_SUCCESS)
+            n = 0;
+        sh->have[i] = n > 0;
+        if (n > 0) sh->algo[i] = h.algo;
+    }
+    cublasLtMatmulPreferenceDestroy(pref);
+}
+
+static void shape_release(ns_shape *sh) {
+    if (sh->gram) cublasLtMatmulDescDestroy(sh->gram);
+    if (sh->nn) cublasLtMatmulDescDestroy(sh->nn);
+    if (sh->lx) cublasLtMatrixLayoutDestroy(sh->lx);
+    if (sh->ls) cublasLtMatrixLayoutDestroy(sh->ls);
+}
+
+/* Rows, columns and count of the matrices of a Muon tensor ([out, in] or [..., out, in]). */
+static void matrix_dims(const zy_param *p, int64_t *rows, int64_t *cols, int64_t *count) {
+    *rows = p->shape[p->ndim - 2];
+    *cols = p->shape[p->ndim - 1];
+    *count = (int64_t)p->numel / (*rows * *cols);
+}
+
+/* The AdamW chunk table of opt, uploaded. */
+static void plan_adam(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, const zy_param_table *t) {
+    const zy_optim_config *cfg = &opt->cfg;
+    size_t n = 0;
+    for (int i = 0; i < t->count; i++)
+        if (opt->method[i] == ZY_OPT_ADAMW) n += (t->items[i].numel + ADAM_CH - 1) / ADAM_CH;
+    ZY_CHECKF(n < (1u << 31), "optimizer: %zu AdamW chunks", n);
+    c->nchunks = (int)n;
+    if (n == 0) return;
+    adam_chunk *h = (adam_chunk *)zy_calloc(n, sizeof *h);
+    size_t k = 0;
+    for (int i = 0; i < t->count; i++) {
+        const zy_param *p = &t->items[i];
+        if (opt->method[i] != ZY_OPT_ADAMW) continue;
+        const float wd = (cfg->decay_kinds & ZY_KIND_BIT(p->kind)) ? cfg->weight_decay : 0.0f;
+        for (size_t o = 0; o < p->numel; o += ADAM_CH, k++) {
+            h[k].p = p->offset + o;
+            h[k].s = opt->state_off[i] + o;
+            h[k].n = (uint32_t)(p->numel - o < ADAM_CH ? p->numel - o : ADAM_CH);
+            h[k].wd = wd;
+        }
+    }
+    c->chunks = (adam_chunk *)ops_alloc(ctx, n * sizeof *h);
+    ops_copy(ctx, c->chunks, h, n * sizeof *h);
+    free(h);
+}
+
+/* Groups the Muon matrices by shape, cuts the groups into batches, builds their GEMM plans and
+ * allocates the workspace. */
+static void plan_muon(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, const zy_param_table *t,
+                      size_t batch_elems) {
+    /* every matrix in table order, with its group (order of first appearance) */
+    int nmat = 0;
+    for (int i = 0; i < t->count; i++) {
+        if (opt->method[i] != ZY_OPT_MUON) continue;
+        int64_t r, cc, e;
+        matrix_dims(&t->items[i], &r, &cc, &e);
+        nmat += (int)e;
+    }
+    c->nmat = nmat;
+    if (nmat == 0) return;
+    uint64_t *goff = (uint64_t *)zy_calloc((size_t)nmat, sizeof *goff);
+    uint64_t *moff = (uint64_t *)zy_calloc((size_t)nmat, sizeof *moff);
+    int *grp = (int *)zy_calloc((size_t)nmat, sizeof *grp);
+    int64_t(*gdim)[2] = (int64_t(*)[2])zy_calloc((size_t)nmat, sizeof *gdim);
+    int *gsize = (int *)zy_calloc((size_t)nmat, sizeof *gsize);
+    int ng = 0, m = 0;
+    for (int i = 0; i < t->count; i++) {
+        if (opt->method[i] != ZY_OPT_MUON) continue;
+        const zy_param *p = &t->items[i];
+        int64_t r, cc, e;
+        matrix_dims(p, &r, &cc, &e);
+        int g = 0;
+        while (g < ng && !(gdim[g][0] == r && gdim[g][1] == cc)) g++;
+        if (g == ng) gdim[ng][0] = r, gdim[ng][1] = cc, ng++;
+        for (int64_t k = 0; k < e; k++, m++) {
+            goff[m] = p->offset + (uint64_t)(k * r * cc);
+            moff[m] = opt->state_off[i] + (uint64_t)(k * r * cc);
+            grp[m] = g;
+            gsize[g]++;
+        }
+    }
+    /* matrices ordered by group (stable: table order inside a group) */
+    uint64_t *sg = (uint64_t *)zy_calloc((size_t)nmat, sizeof *sg);
+    uint64_t *sm = (uint64_t *)zy_calloc((size_t)nmat, sizeof *sm);
+    int *gfirst = (int *)zy_calloc((size_t)ng + 1, sizeof *gfirst);
+    for (int g = 0; g < ng; g++) gfirst[g + 1] = gfirst[g] + gsize[g];
+    int *fill = (int *)zy_calloc((size_t)ng, sizeof *fill);
+    for (int k = 0; k < nmat; k++) {
+        int at = gfirst[grp[k]] + fill[grp[k]]++;
+        sg[at] = goff[k];
+        sm[at] = moff[k];
+    }
+    c->ngroups = ng;
+    c->shapes = (ns_shape *)zy_calloc((size_t)(2 * ng), sizeof *c->shapes);
+    c->batches = (muon_batch *)zy_calloc((size_t)nmat, sizeof *c->batches);
+    const zy_optim_config *cfg = &opt->cfg;
+    size_t max_x = 0, max_s = 0, max_part = 0;
+    for (int g = 0; g < ng; g++) {
+        const int64_t r = gdim[g][0], cc = gdim[g][1], mn = r * cc, n = gsize[g];
+        int64_t per = (int64_t)batch_elems / mn;
+        if (per < 1) per = 1;
+        if (per > 65535) per = 65535; /* the grid's y dimension */
+        const int64_t nb = (n + per - 1) / per, size = (n + nb - 1) / nb;
+        int shape_of[2] = {-1, -1}; /* shapes for `size` matrices and for a shorter last batch */
+        for (int64_t first = 0; first < n; first += size) {
+            const int count = (int)(n - first < size ? n - first : size);
+            int which = count == size ? 0 : 1;
+            if (shape_of[which] < 0) {
+                ns_shape *sh = &c->shapes[c->nshapes];
+                sh->rows = r, sh->cols = cc, sh->tall = r > cc;
+                sh->s = sh->tall ? cc : r, sh->l = sh->tall ? r : cc;
+                sh->ldx = round_up(cc, 8), sh->lds = round_up(sh->s, 8);
+                sh->sx = round_up(sh->ldx * r, 128), sh->ss = round_up(sh->lds * sh->s, 128);
+                sh->count = count;
+                shape_build(ctx, sh);
+                for (int k = 0; k < 3; k++) c->lt_missing += !sh->have[k];
+                shape_of[which] = c->nshapes++;
+            }
+            muon_batch *b = &c->batches[c->nbatches++];
+            b->shape = shape_of[which];
+            b->first = gfirst[g] + (int)first;
+            b->count = count;
+            b->nchunk = (int)((mn + MUON_CH - 1) / MUON_CH);
+            b->scale = optim_muon_scale(cfg->muon_scale, r, cc);
+            int vec = cc % 8 == 0;
+            for (int k = 0; k < count; k++)
+                vec = vec && sg[b->first + k] % 8 == 0 && sm[b->first + k] % 8 == 0;
+            b->vec = vec ? 8 : 1;
+            const ns_shape *sh = &c->shapes[b->shape];
+            if ((size_t)(count * sh->sx) > max_x) max_x = (size_t)(count * sh->sx);
+            if ((size_t)(count * sh->ss) > max_s) max_s = (size_t)(count * sh->ss);
+            if ((size_t)count * b->nchunk > max_part) max_part = (size_t)count * b->nchunk;
+        }
+    }
+    c->goff = (uint64_t *)ops_alloc(ctx, (size_t)nmat * sizeof *sg);
+    c->moff = (uint64_t *)ops_alloc(ctx, (size_t)nmat * sizeof *sm);
+    ops_copy(ctx, c->goff, sg, (size_t)nmat * sizeof *sg);
+    ops_copy(ctx, c->moff, sm, (size_t)nmat * sizeof *sm);
+    for (int i = 0; i < 2; i++) c->x[i] = (bf16 *)ops_alloc(ctx, max_x * sizeof(bf16));
+    c->ga = (bf16 *)ops_alloc(ctx, max_s * sizeof(bf16));
+    c->gb = (bf16 *)ops_alloc(ctx, max_s * sizeof(bf16));
+    c->part = (float *)ops_alloc(ctx, max_part * sizeof(float));
+    free(goff);
+    free(moff);
+    free(grp);
+    free(gdim);
+    free(gsize);
+    free(sg);
+    free(sm);
+    free(gfirst);
+    free(fill);
+}
+
+zy_optim_cuda *optim_cuda_init(zy_ctx *ctx, const zy_optim *opt, const zy_param_table *t,
+                               size_t batch_elems) {
+    zy_optim_cuda *c = (zy_optim_cuda *)zy_calloc(1, sizeof *c);
+    plan_adam(ctx, c, opt, t);
+    plan_muon(ctx, c, opt, t, batch_elems ? batch_elems : OPTIM_CUDA_BATCH_ELEMS);
+    return c;
+}
+
+void optim_cuda_free(zy_ctx *ctx, zy_optim_cuda *c) {
+    if (!c) return;
+    ops_free(ctx, c->chunks);
+    ops_free(ctx, c->goff);
+    ops_free(ctx, c->moff);
+    for (int i = 0; i < 2; i++) ops_free(ctx, c->x[i]);
+    ops_free(ctx, c->ga);
+    ops_free(ctx, c->gb);
+    ops_free(ctx, c->part);
+    for (int i = 0; i < c->nshapes; i++) shape_release(&c->shapes[i]);
+    free(c->shapes);
+    free(c->batches);
+    free(c);
+}
+
+void optim_cuda_set_legacy_gemm(zy_optim_cuda *c, int legacy) {
+    c->legacy = legacy;
+}
+
+void optim_cuda_plan_info(const zy_optim_cuda *c, zy_optim_cuda_info *info) {
+    info->adam_chunks = c->nchunks;
+    info->muon_groups = c->ngroups;
+    info->muon_batches = c->nbatches;
+    info->muon_mats = c->nmat;
+    info->lt_missing = c->lt_missing;
+}
+
+/* ---- AdamW ---- */
+
+typedef struct {
+    float lr, beta1, beta2, omb1, omb2, eps, step, inv_sqrt_bc2;
+} adam_args;
+
+/* optim_adamw_update on one element, operation by operation (IEEE rounding, no FMA). */
+__device__ __forceinline__ void adam_one(float &p, float g, float &m, float &v, const adam_args &a,
+                                         float decay) {
+    const float mi = __fadd_rn(__fmul_rn(a.beta1, m), __fmul_rn(a.omb1, g));
+    const float vi = __fadd_rn(__fmul_rn(a.beta2, v), __fmul_rn(__fmul_rn(a.omb2, g), g));
+    m = mi;
+    v = vi;
+    const float den = __fadd_rn(__fmul_rn(__fsqrt_rn(vi), a.inv_sqrt_bc2), a.eps);
+    p = __fsub_rn(p, __fadd_rn(__fdiv_rn(__fmul_rn(a.step, mi), den), __fmul_rn(decay, p)));
+}
+
+/* One block per chunk; 16-byte accesses when the parameter offset allows (state offsets are
+ * 16-float aligned). */
+__global__ void __launch_bounds__(NT)
+    adamw_kernel(float *__restrict__ p, const float *__restrict__ g, float *__restrict__ m,
+                 float *__restrict__ v, const adam_chunk *__restrict__ chunks, adam_args a) {
+    const adam_chunk ch = chunks[blockIdx.x];
+    float *pp = p + ch.p, *mm = m + ch.s, *vv = v + ch.s;
+    const float *gg = g + ch.p;
+    const float decay = __fmul_rn(a.lr, ch.wd);
+    uint32_t done = 0;
+    if (ch.p % 4 == 0) {
+        const uint32_t n4 = ch.n / 4;
+        for (uint32_t i = threadIdx.x; i < n4; i += NT) {
+            float4 P = reinterpret_cast<float4 *>(pp)[i], M = reinterpret_cast<float4 *>(mm)[i];
+            float4 V = reinterpret_cast<float4 *>(vv)[i];
+            const float4 G = reinterpret_cast<const float4 *>(gg)[i];
+            adam_one(P.x, G.x, M.x, V.x, a, decay);
+            adam_one(P.y, G.y, M.y, V.y, a, decay);
+            adam_one(P.z, G.z, M.z, V.z, a, decay);
+            adam_one(P.w, G.w, M.w, V.w, a, decay);
+            reinterpret_cast<float4 *>(pp)[i] = P;
+            reinterpret_cast<float4 *>(mm)[i] = M;
+            reinterpret_cast<float4 *>(vv)[i] = V;
+        }
+        done = n4 * 4;
+    }
+    for (uint32_t i = done + threadIdx.x; i < ch.n; i += NT) {
+        float P = pp[i], M = mm[i], V = vv[i];
+        adam_one(P, gg[i], M, V, a, decay);
+        pp[i] = P;
+        mm[i] = M;
+        vv[i] = V;
+    }
+}
+
+/* ---- Muon element-wise kernels: grid (nchunk, count), block NT ---- */
+
+/* Index in the X buffer of element e of a row-major [*, cols] matrix whose rows are ldx apart. */
+__device__ __forceinline__ int64_t x_index(int64_t e, int64_t cols, int64_t ldx) {
+    return ldx == cols ? e : (e / cols) * ldx + e % cols;
+}
+
+/* The Nesterov update from g and the already advanced momentum mi (optim_muon_momentum). */
+__device__ __forceinline__ float muon_u(float g, float mi, float mu, int nesterov) {
+    return nesterov ? __fadd_rn(g, __fmul_rn(mu, mi)) : mi;
+}
+
+/* mom = mu mom + g; part[m * nchunk + chunk] = sum of u^2 over the block's chunk. */
+template <int VEC>
+__global__ void __launch_bounds__(NT)
+    muon_momentum_kernel(const float *__restrict__ g, float *__restrict__ mom,
+                         const uint64_t *__restrict__ goff, const uint64_t *__restrict__ moff,
+                         int64_t mn, float mu, int nesterov, float *__restrict__ part) {
+    const int m = blockIdx.y;
+    const float *gm = g + goff[m];
+    float *mm = mom + moff[m];
+    const int64_t lo = (int64_t)blockIdx.x * MUON_CH, hi = min(mn, lo + MUON_CH);
+    float acc = 0.0f;
+    for (int64_t e = lo + (int64_t)threadIdx.x * VEC; e < hi; e += NT * VEC) {
+        float gv[VEC], mv[VEC];
+        zy_load<float, VEC>(gm + e, gv);
+        zy_load<float, VEC>(mm + e, mv);
+#pragma unroll
+        for (int k = 0; k < VEC; k++) {
+            mv[k] = __fadd_rn(__fmul_rn(mu, mv[k]), gv[k]);
+            const float u = muon_u(gv[k], mv[k], mu, nesterov);
+            acc += u * u;
+        }
+        zy_store<float, VEC>(mm + e, mv);
+    }
+    const float s = zy_block_sum(acc);
+    if (threadIdx.x == 0) part[(int64_t)m * gridDim.x + blockIdx.x] = s;
+}
+
+/* X = bf16(u * inv), inv = 1 / (||u|| + 1e-7) from the matrix's chunk sums (fixed order, double),
+ * u recomputed from g and the advanced momentum exactly as the momentum kernel made it. */
+template <int VEC>
+__global__ void __launch_bounds__(NT)
+    muon_normalise_kernel(const float *__restrict__ g, const float *__restrict__ mom,
+                          const uint64_t *__restrict__ goff, const uint64_t *__restrict__ moff,
+                          int64_t mn, int64_t cols, int64_t ldx, int64_t sx, float mu, int nesterov,
+                          const float *__restrict__ part, bf16 *__restrict__ X) {
+    __shared__ float s_inv;
+    const int m = blockIdx.y, nchunk = gridDim.x;
+    if (threadIdx.x < 32) {
+        double s = 0;
+        for (int j = threadIdx.x; j < nchunk; j += 32) s += part[(int64_t)m * nchunk + j];
+        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (threadIdx.x == 0) s_inv = (float)(1.0 / (sqrt(s) + NS_EPS));
+    }
+    __syncthreads();
+    const float inv = s_inv;
+    const float *gm = g + goff[m], *mm = mom + moff[m];
+    bf16 *xm = X + (int64_t)m * sx;
+    const int64_t lo = (int64_t)blockIdx.x * MUON_CH, hi = min(mn, lo + MUON_CH);
+    for (int64_t e = lo + (int64_t)threadIdx.x * VEC; e < hi; e += NT * VEC) {
+        float gv[VEC], mv[VEC], xv[VEC];
+        zy_load<float, VEC>(gm + e, gv);
+        zy_load<float, VEC>(mm + e, mv);
+#pragma unroll
+        for (int k = 0; k < VEC; k++) xv[k] = __fmul_rn(muon_u(gv[k], mv[k], mu, nesterov), inv);
+        if (VEC > 1) /* cols % 8 == 0: rows are not padded */
+            zy_store<bf16, VEC>(xm + e, xv);
+        else
+            xm[x_index(e, cols, ldx)] = __float2bfloat16_rn(xv[0]);
+    }
+}
+
+/* p -= su * u + decay * p (optim_apply_update), u the final iterate. */
+template <int VEC>
+__global__ void __launch_bounds__(NT)
+    muon_apply_kernel(float *__restrict__ p, const uint64_t *__restrict__ goff, int64_t mn,
+                      int64_t cols, int64_t ldx, int64_t sx, const bf16 *__restrict__ X, float su,
+                      float decay) {
+    const int m = blockIdx.y;
+    float *pm = p + goff[m];
+    const bf16 *xm = X + (int64_t)m * sx;
+    const int64_t lo = (int64_t)blockIdx.x * MUON_CH, hi = min(mn, lo + MUON_CH);
+    for (int64_t e = lo + (int64_t)threadIdx.x * VEC; e < hi; e += NT * VEC) {
+        float pv[VEC], uv[VEC];
+        zy_load<float, VEC>(pm + e, pv);
+        if (VEC > 1)
+            zy_load<bf16, VEC>(xm + e, uv);
+        else
+            uv[0] = __bfloat162float(xm[x_index(e, cols, ldx)]);
+#pragma unroll
+        for (int k = 0; k < VEC; k++)
+            pv[k] = __fsub_rn(pv[k], __fadd_rn(__fmul_rn(su, uv[k]), __fmul_rn(decay, pv[k])));
+        zy_store<float, VEC>(pm + e, pv);
+    }
+}
+
+/* ---- Newton-Schulz GEMMs ---- */
+
+/* D = alpha op(A) op(B) + beta C over sh->count matrices (column-major, strided), GEMM `which`
+ * of sh: cuBLASLt when it has an algorithm, else classic cuBLAS on D after copying C into it. */
+static void ns_gemm(zy_ctx *ctx, zy_optim_cuda *c, const ns_shape *sh, int which,
+                    cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k,
+                    float alpha, const bf16 *A, int64_t lda, int64_t sa, const bf16 *B, int64_t ldb,
+                    int64_t sb, float beta, const bf16 *C, bf16 *D, int64_t ldd, int64_t sd) {
+    cudaStream_t st = cuda_stream(ctx);
+    cuda_gemm_ctx *gc = &cuda_st(ctx)->gemm;
+    if (sh->have[which] && !c->legacy) {
+        cublasLtMatmulDesc_t d = which == 0 ? sh->gram : sh->nn;
+        cublasLtMatrixLayout_t la, lb, lc;
+        if (which == 0)
+            la = lb = sh->lx, lc = sh->ls;
+        else if (which == 1)
+            la = lb = lc = sh->ls;
+        else
+            la = sh->tall ? sh->ls : sh->lx, lb = sh->tall ? sh->lx : sh->ls, lc = sh->lx;
+        BLAS_CHECK(cublasLtMatmul((cublasLtHandle_t)gc->lt, d, &alpha, A, la, B, lb, &beta, C, lc,
+                                  D, lc, &sh->algo[which], gc->workspace, CUDA_GEMM_WORKSPACE, st));
+        return;
+    }
+    if (beta != 0.0f && C != D)
+        CUDA_CHECK(cudaMemcpyAsync(D, C, (size_t)(sd * sh->count) * sizeof(bf16),
+                                   cudaMemcpyDeviceToDevice, st));
+    cublasHandle_t h = (cublasHandle_t)gc->blas;
+    BLAS_CHECK(cublasSetStream(h, st));
+    BLAS_CHECK(cublasGemmStridedBatchedEx(h, ta, tb, (int)m, (int)n, (int)k, &alpha, A, CUDA_R_16BF,
+                                          (int)lda, sa, B, CUDA_R_16BF, (int)ldb, sb, &beta, D,
+                                          CUDA_R_16BF, (int)ldd, sd, sh->count, CUBLAS_COMPUTE_32F,
+                                          CUBLAS_GEMM_DEFAULT));
+}
+
+/* `steps` quintic iterations on the count matrices of *x (swapping *x and *y as it goes). */
+static void newton_schulz(zy_ctx *ctx, zy_optim_cuda *c, const ns_shape *sh, int steps, bf16 **x,
+                          bf16 **y) {
+    const cublasOperation_t N = CUBLAS_OP_N, T = CUBLAS_OP_T;
+    const int64_t s = sh->s, l = sh->l, ldx = sh->ldx, lds = sh->lds, sx = sh->sx, ss = sh->ss;
+    for (int it = 0; it < steps; it++) {
+        /* A = X X^T (wide) or X^T X (tall): with Y = X^T column-major [cols, rows], Y^T Y or Y Y^T
+         */
+        if (sh->tall)
+            ns_gemm(ctx, c, sh, 0, N, T, s, s, l, 1.0f, *x, ldx, sx, *x, ldx, sx, 0.0f, c->ga,
+                    c->ga, lds, ss);
+        else
+            ns_gemm(ctx, c, sh, 0, T, N, s, s, l, 1.0f, *x, ldx, sx, *x, ldx, sx, 0.0f, c->ga,
+                    c->ga, lds, ss);
+        /* B = c A A + b A (A symmetric: row- and column-major agree) */
+        ns_gemm(ctx, c, sh, 1, N, N, s, s, s, NS_C, c->ga, lds, ss, c->ga, lds, ss, NS_B, c->ga,
+                c->gb, lds, ss);
+        /* wide X' = B X + a X: column-major Y' = Y B^T, and the buffer of row-major B read
+         * column-major is B^T; tall X' = X B + a X: Y' = B^T Y */
+        if (sh->tall)
+            ns_gemm(ctx, c, sh, 2, N, N, s, l, s, 1.0f, c->gb, lds, ss, *x, ldx, sx, NS_A, *x, *y,
+                    ldx, sx);
+        else
+            ns_gemm(ctx, c, sh, 2, N, N, l, s, s, 1.0f, *x, ldx, sx, c->gb, lds, ss, NS_A, *x, *y,
+                    ldx, sx);
+        bf16 *tmp = *x;
+        *x = *y;
+        *y = tmp;
+    }
+}
+
+/* Launches kernel<8> or kernel<1> over grid (nchunk, count). */
+#define MUON_LAUNCH(kernel, b, ...)                                                                \
+    do {                                                                                           \
+        dim3 grid_((unsigned)(b)->nchunk, (unsigned)(b)->count);                                   \
+        if ((b)->vec == 8)                                                                         \
+            kernel<8><<<grid_, NT, 0, cuda_stream(ctx)>>>(__VA_ARGS__);                            \
+        else                                                                                       \
+            kernel<1><<<grid_, NT, 0, cuda_stream(ctx)>>>(__VA_ARGS__);                            \
+        CUDA_CHECK_LAUNCH();                                                                       \
+    } while (0)
+
+void optim_cuda_step(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, float *params,
+                     const float *grads, float lr_now, double bc1, double bc2) {
+    const zy_optim_config *cfg = &opt->cfg;
+    int slot = prof_begin(ctx);
+    if (c->nchunks > 0) { /* the host numbers exactly as optim_adamw_update makes them */
+        adam_args a;
+        a.lr = lr_now;
+        a.beta1 = cfg->beta1;
+        a.beta2 = cfg->beta2;
+        a.omb1 = 1.0f - cfg->beta1;
+        a.omb2 = 1.0f - cfg->beta2;
+        a.eps = cfg->eps;
+        a.step = (float)(lr_now / bc1);
+        a.inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
+        adamw_kernel<<<(unsigned)c->nchunks, NT, 0, cuda_stream(ctx)>>>(
+            params, grads, opt->exp_avg, opt->exp_avg_sq, c->chunks, a);
+        CUDA_CHECK_LAUNCH();
+    }
+    prof_end(ctx, slot, "optim_adamw");
+    if (c->nbatches == 0) return;
+    slot = prof_begin(ctx);
+    const float lr = lr_now * cfg->muon_lr_ratio, mu = cfg->muon_momentum;
+    const float wd = (cfg->decay_kinds & ZY_KIND_BIT(ZY_PARAM_MATRIX)) ? cfg->weight_decay : 0.0f;
+    const float decay = lr * wd;
+    const int nesterov = cfg->muon_nesterov;
+    for (int i = 0; i < c->nbatches; i++) {
+        const muon_batch *b = &c->batches[i];
+        const ns_shape *sh = &c->shapes[b->shape];
+        const int64_t mn = sh->rows * sh->cols;
+        const uint64_t *goff = c->goff + b->first, *moff = c->moff + b->first;
+        MUON_LAUNCH(muon_momentum_kernel, b, grads, opt->momentum, goff, moff, mn, mu, nesterov,
+                    c->part);
+        MUON_LAUNCH(muon_normalise_kernel, b, grads, opt->momentum, goff, moff, mn, sh->cols,
+                    sh->ldx, sh->sx, mu, nesterov, c->part, c->x[0]);
+        bf16 *x = c->x[0], *y = c->x[1];
+        newton_schulz(ctx, c, sh, cfg->muon_ns_steps, &x, &y);
+        const float su = lr * b->scale;
+        MUON_LAUNCH(muon_apply_kernel, b, params, goff, mn, sh->cols, sh->ldx, sh->sx, x, su,
+                    decay);
+    }
+    prof_end(ctx, slot, "optim_muon");
+}
+
+/* ---- clipping ---- */
+
+/* Up to SEG_MAX segments [off, off + len) of the flat gradient buffer; segment i owns blocks
+ * blk0[i] .. blk0[i+1]-1 of a launch, CLIP_CH elements each. */
+typedef struct {
+    int n;
+    uint32_t blk0[SEG_MAX + 1];
+    uint64_t off[SEG_MAX], len[SEG_MAX];
+} seg_list;
+
+/* Fills L with the next segments of t's non-buffer tensors from tensor *next on (contiguous
+ * tensors merged); returns 0 when there are none left. */
+static int seg_fill(const zy_param_table *t, int *next, seg_list *L) {
+    L->n = 0;
+    L->blk0[0] = 0;
+    int i = *next;
+    for (; i < t->count; i++) {
+        const zy_param *p = &t->items[i];
+        if (p->kind == ZY_PARAM_BUFFER || p->numel == 0) continue;
+        if (L->n > 0 && L->off[L->n - 1] + L->len[L->n - 1] == p->offset) {
+            L->len[L->n - 1] += p->numel;
+            continue;
+        }
+        if (L->n == SEG_MAX) break;
+        L->off[L->n] = p->offset;
+        L->len[L->n] = p->numel;
+        L->n++;
+    }
+    *next = i;
+    for (int k = 0; k < L->n; k++) {
+        const uint64_t blocks = (L->len[k] + CLIP_CH - 1) / CLIP_CH;
+        ZY_CHECK(L->blk0[k] + blocks < (1u << 31));
+        L->blk0[k + 1] = L->blk0[k] + (uint32_t)blocks;
+    }
+    return L->n > 0;
+}
+
+/* The segment of block b and the block's range [*lo, *hi) of the buffer. */
+__device__ __forceinline__ void seg_range(const seg_list &L, uint32_t b, uint64_t *lo,
+                                          uint64_t *hi) {
+    int a = 0, z = L.n - 1;
+    while (a < z) { /* the last segment whose first block is <= b */
+        const int mid = (a + z + 1) / 2;
+        if (L.blk0[mid] <= b)
+            a = mid;
+        else
+            z = mid - 1;
+    }
+    *lo = L.off[a] + (uint64_t)(b - L.blk0[a]) * CLIP_CH;
+    const uint64_t end = L.off[a] + L.len[a];
+    *hi = *lo + CLIP_CH < end ? *lo + CLIP_CH : end;
+}
+
+/* Sum of v over the block (thread 0 gets it), in a fixed order. */
+__device__ __forceinline__ double block_sum_d(double v) {
+    __shared__ double part[32];
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    if (lane == 0) part[warp] = v;
+    __syncthreads();
+    v = 0;
+    if (warp == 0) {
+        v = lane < nw ? part[lane] : 0.0;
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    }
+    return v;
+}
+
+__global__ void __launch_bounds__(NT)
+    sumsq_kernel(const float *__restrict__ g, const seg_list L, double *__restrict__ part) {
+    uint64_t lo, hi;
+    seg_range(L, blockIdx.x, &lo, &hi);
+    double acc = 0;
+    uint64_t i = lo;
+    if (lo % 4 == 0) {
+        const uint64_t n4 = (hi - lo) / 4;
+        const float4 *g4 = reinterpret_cast<const float4 *>(g + lo);
+        for (uint64_t j = threadIdx.x; j < n4; j += NT) {
+            const float4 x = g4[j];
+            acc += (double)x.x * x.x + (double)x.y * x.y + (double)x.z * x.z + (double)x.w * x.w;
+        }
+        i = lo + n4 * 4;
+    }
+    for (uint64_t j = i + threadIdx.x; j < hi; j += NT) acc += (double)g[j] * g[j];
+    acc = block_sum_d(acc);
+    if (threadIdx.x == 0) part[blockIdx.x] = acc;
+}
+
+__global__ void __launch_bounds__(1024)
+    sum_final_kernel(const double *__restrict__ part, int n, double *__restrict__ out) {
+    double s = 0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) s += part[i];
+    s = block_sum_d(s);
+    if (threadIdx.x == 0) *out = s;
+}
+
+__global__ void __launch_bounds__(NT)
+    scale_kernel(float *__restrict__ g, const seg_list L, float scale) {
+    uint64_t lo, hi;
+    seg_range(L, blockIdx.x, &lo, &hi);
+    uint64_t i = lo;
+    if (lo % 4 == 0) {
+        const uint64_t n4 = (hi - lo) / 4;
+        float4 *g4 = reinterpret_cast<float4 *>(g + lo);
+        for (uint64_t j = threadIdx.x; j < n4; j += NT) {
+            float4 x = g4[j];
+            x.x = __fmul_rn(x.x, scale), x.y = __fmul_rn(x.y, scale);
+            x.z = __fmul_rn(x.z, scale), x.w = __fmul_rn(x.w, scale);
+            g4[j] = x;
+        }
+        i = lo + n4 * 4;
+    }
+    for (uint64_t j = i + threadIdx.x; j < hi; j += NT) g[j] = __fmul_rn(g[j], scale);
+}
+
+double optim_cuda_sumsq(zy_ctx *ctx, const zy_param_table *t, const float *grads) {
+    seg_list L;
+    int64_t total = 0;
+    for (int next = 0; seg_fill(t, &next, &L);) total += L.blk0[L.n];
+    if (total == 0) return 0.0;
+    ZY_CHECK(total < (1 << 30));
+    double *part = (double *)cuda_ws(ctx, (size_t)(total + 1) * sizeof(double));
+    cudaStream_t st = cuda_stream(ctx);
+    const int slot = prof_begin(ctx);
+    int64_t base = 0;
+    for (int next = 0; seg_fill(t, &next, &L);) {
+        sumsq_kernel<<<L.blk0[L.n], NT, 0, st>>>(grads, L, part + base);
+        CUDA_CHECK_LAUNCH();
+        base += L.blk0[L.n];
+    }
+    sum_final_kernel<<<1, 1024, 0, st>>>(part, (int)total, part + total);
+    CUDA_CHECK_LAUNCH();
+    prof_end(ctx, slot, "clip_sumsq");
+    double out = 0;
+    CUDA_CHECK(cudaMemcpyAsync(&out, part + total, sizeof out, cudaMemcpyDeviceToHost, st));
+    CUDA_CHECK(cudaStreamSynchronize(st));
+    return out;
+}
+
+void optim_cuda_scale(zy_ctx *ctx, const zy_param_table *t, float *grads, float scale) {
+    seg_list L;
+    const int slot = prof_begin(ctx);
+    for (int next = 0; seg_fill(t, &next, &L);) {
+        scale_kernel<<<L.blk0[L.n], NT, 0, cuda_stream(ctx)>>>(grads, L, scale);
+        CUDA_CHECK_LAUNCH();
+    }
+    prof_end(ctx, slot, "clip_scale");
+}
+
+/* ---- balancing biases ---- */
+
+#define BIAS_MAXL 24
+#define BIAS_MAXV 768
+
+typedef struct {
+    int nl, n;
+    float *ptr[BIAS_MAXL];
+    float delta[BIAS_MAXV]; /* [nl, n] */
+} bias_list;
+
+__global__ void bias_sub_kernel(const bias_list L) {
+    for (int i = threadIdx.x; i < L.nl * L.n; i += blockDim.x) {
+        float *b = L.ptr[i / L.n] + i % L.n;
+        *b = __fsub_rn(*b, L.delta[i]);
+    }
+}
+
+void optim_cuda_bias_sub(zy_ctx *ctx, float *const *biases, const float *delta, int n_layers,
+                         int n) {
+    ZY_CHECKF(n >= 1 && n <= BIAS_MAXV, "balancing: %d classes per layer (at most %d on CUDA)", n,
+              BIAS_MAXV);
+    int per = BIAS_MAXV / n;
+    if (per > BIAS_MAXL) per = BIAS_MAXL;
+    bias_list L;
+    const int slot = prof_begin(ctx);
+    for (int l0 = 0; l0 < n_layers; l0 += per) {
+        L.nl = n_layers - l0 < per ? n_layers - l0 : per;
+        L.n = n;
+        for (int l = 0; l < L.nl; l++) {
+            L.ptr[l] = biases[l0 + l];
+            memcpy(L.delta + (size_t)l * n, delta + (size_t)(l0 + l) * n,
+                   (size_t)n * sizeof(float));
+        }
+        bias_sub_kernel<<<1, NT, 0, cuda_stream(ctx)>>>(L);
+        CUDA_CHECK_LAUNCH();
+    }
+    prof_end(ctx, slot, "balance_bias");
+}
