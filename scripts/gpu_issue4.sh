@@ -61,4 +61,7 @@ if [ "${SKIP_BENCH:-0}" != 1 ] && [ -f scripts/bench_vs_torch.sh ]; then
     tail -30 "$OUT/bench.log" | tee -a "$OUT/summary.txt"
 fi
 note "overall rc=$rc_all"
+# the device tool returns at most 8 files: every log travels in one archive
+(cd "$OUT" && tar czf logs.tgz --exclude=logs.tgz --exclude=summary.txt . && find . -type f \
+    ! -name logs.tgz ! -name summary.txt ! -name '*.json' ! -name '*.md' -delete)
 exit $rc_all

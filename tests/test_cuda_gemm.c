@@ -279,8 +279,9 @@ static void test_plan_cache(void **state) {
     assert_int_equal(g.hits - h0, 3);
     assert_int_equal(cuda_gemm(&g, dC, dA, dB, 48, 48, 20, 0, 0, 1.0f, 0.0f, CUDA_GEMM_BF16,
                                CUDA_GEMM_FP32, CUDA_GEMM_EPI_NONE, NULL, NULL),
-                     ZY_OK); /* K = 20: another leading-dimension alignment, a new plan */
-    assert_int_equal(g.misses - m0, 2);
+                     ZY_OK); /* K = 20: another leading-dimension alignment: a new bucket plan (and
+                              * an exact one if cuBLASLt refuses the bucket's algorithm for K=20) */
+    assert_true(g.misses - m0 >= 2);
     assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
     cudaFree(dA), cudaFree(dB), cudaFree(dC);
     free(A), free(B);
