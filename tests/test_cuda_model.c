@@ -55,6 +55,22 @@ static float round_bf16(float x) {
     return x;
 }
 
+/* Relative L2 distance between a CPU activation buffer and the GPU's (bf16) copy of it. */
+static double act_err(zy_ctx *gpu, const zy_act *cpu_buf, const zy_act *gpu_buf, size_t n) {
+    float *dev = ops_alloc(gpu, n * sizeof(float)), *host = malloc(n * sizeof *host);
+    ops_act_to_f32(gpu, dev, gpu_buf, n);
+    ops_copy(gpu, host, dev, n * sizeof(float));
+    const float *ref = cpu_buf;
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        num += ((double)host[i] - ref[i]) * ((double)host[i] - ref[i]);
+        den += (double)ref[i] * ref[i];
+    }
+    ops_free(gpu, dev);
+    free(host);
+    return sqrt(num / (den > 0 ? den : 1e-30));
+}
+
 static void test_model_gpu_matches_cpu(void **state) {
     (void)state;
     if (ops_cuda_device_count() == 0) skip();
@@ -114,6 +130,19 @@ static void test_model_gpu_matches_cpu(void **state) {
     model_zero_grads(&mg);
     model_backward(&mc, &ac, 1.0f / (float)ac.count);
     model_backward(&mg, &ag, 1.0f / (float)ag.count);
+    /* where the error grows: layer 0's gradients along the attention path (the scratch buffers
+     * hold the last layer processed, layer 0) */
+    {
+        const size_t q = (size_t)N * cfg.num_attention_heads * cfg.head_dim;
+        const size_t kv = (size_t)N * cfg.num_key_value_heads * cfg.head_dim;
+        const size_t qk = q + kv;
+        print_message(
+            "layer 0 relative L2: d(att out) %.3e | after attention bwd + qk norm: dq %.3e "
+            "dk %.3e dv %.3e | after the convolutions d[q0|k0] %.3e\n",
+            act_err(&gpu, ac.datt, ag.datt, q), act_err(&gpu, ac.dq, ag.dq, q),
+            act_err(&gpu, ac.dk, ag.dk, kv), act_err(&gpu, ac.dv, ag.dv, kv),
+            act_err(&gpu, ac.dqk, ag.dqk, qk));
+    }
     float *gg = malloc(total * sizeof *gg);
     ops_copy(&gpu, gg, mg.grads, total * sizeof(float));
     double num_all = 0, den_all = 0, worst = 0;

@@ -57,7 +57,7 @@ static void write_corpus(void) {
 static const char *config_json =
     "{\"model\": {\"model_type\": \"zaya\", \"vocab_size\": 320, \"hidden_size\": 32,"
     " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,"
-    " \"head_dim\": 16, \"num_experts\": 3, \"moe_intermediate_size\": 16, \"router_hidden_size\": "
+    " \"head_dim\": 32, \"num_experts\": 3, \"moe_intermediate_size\": 16, \"router_hidden_size\": "
     "8,"
     " \"max_position_embeddings\": 64, \"pad_token_id\": 2, \"bos_token_id\": 0,"
     " \"eos_token_id\": 1},"
