@@ -145,36 +145,56 @@ static void test_model_gpu_matches_cpu(void **state) {
     }
     float *gg = malloc(total * sizeof *gg);
     ops_copy(&gpu, gg, mg.grads, total * sizeof(float));
-    double num_all = 0, den_all = 0, worst = 0;
+    /* Per tensor, the error is measured against its layer's whole gradient (the embedding and
+     * final norm count as "layer -1"): a tensor whose own gradient is a nearly cancelling sum over
+     * tokens (the key temperatures, a q_proj in a layer where attention barely matters) has a
+     * large error relative to itself under bf16 activations, which says nothing about the step. */
+    const int L1 = cfg.num_hidden_layers + 1;
+    double *layer_den = calloc((size_t)L1, sizeof *layer_den), *num_t = NULL, *den_t = NULL;
+    num_t = calloc((size_t)mc.table.count, sizeof *num_t);
+    den_t = calloc((size_t)mc.table.count, sizeof *den_t);
+    int *layer_of = calloc((size_t)mc.table.count, sizeof *layer_of);
+    double num_all = 0, den_all = 0;
+    for (int i = 0; i < mc.table.count; i++) {
+        const zy_param *p = &mc.table.items[i];
+        if (p->kind == ZY_PARAM_BUFFER) continue;
+        int l = -1;
+        if (sscanf(p->name, "model.layers.%d.", &l) != 1) l = -1;
+        layer_of[i] = l + 1;
+        for (size_t j = 0; j < p->numel; j++) {
+            double a = mc.grads[p->offset + j], b = gg[p->offset + j];
+            num_t[i] += (a - b) * (a - b);
+            den_t[i] += a * a;
+        }
+        layer_den[l + 1] += den_t[i];
+        num_all += num_t[i];
+        den_all += den_t[i];
+    }
+    double worst = 0;
     const char *worst_name = "";
     for (int i = 0; i < mc.table.count; i++) {
         const zy_param *p = &mc.table.items[i];
         if (p->kind == ZY_PARAM_BUFFER) continue;
-        double num = 0, den = 0;
-        for (size_t j = 0; j < p->numel; j++) {
-            double a = mc.grads[p->offset + j], b = gg[p->offset + j];
-            num += (a - b) * (a - b);
-            den += a * a;
-        }
-        num_all += num;
-        den_all += den;
-        double rel = sqrt(num / (den > 0 ? den : 1e-30));
-        print_message("  %-60s %8zu  |g| %.3e  rel err %.3e\n", p->name, p->numel, sqrt(den), rel);
-        /* The key temperatures (Hk numbers per layer) are sums over every token and channel of
-         * terms that nearly cancel, so bf16 noise in dk is large relative to them: they are held
-         * to the global bound only. */
-        if (p->numel >= 64 && rel > worst) {
-            worst = rel;
+        double own = sqrt(num_t[i] / (den_t[i] > 0 ? den_t[i] : 1e-30));
+        double vs_layer = sqrt(num_t[i] / layer_den[layer_of[i]]);
+        print_message("  %-60s %8zu  |g| %.3e  rel err %.3e  err/|g layer| %.3e\n", p->name,
+                      p->numel, sqrt(den_t[i]), own, vs_layer);
+        if (vs_layer > worst) {
+            worst = vs_layer;
             worst_name = p->name;
         }
     }
     double rel_all = sqrt(num_all / den_all);
-    print_message("gradients: relative L2 error over all %d tensors %.3e; worst tensor of 64+ "
-                  "elements %.3e (%s)\n",
+    print_message("gradients: relative L2 error over all %d tensors %.3e; worst tensor error "
+                  "relative to its layer's gradient %.3e (%s)\n",
                   mc.table.count, rel_all, worst, worst_name);
     /* bf16 activations carry 2^-8 relative rounding through a dozen ops per layer: a few 1e-2 */
     assert_true(rel_all < 3e-2);
-    assert_true(worst < 0.1);
+    assert_true(worst < 3e-2);
+    free(layer_den);
+    free(num_t);
+    free(den_t);
+    free(layer_of);
 
     free(gg);
     free(cc);
