@@ -218,8 +218,16 @@ void model_init_weights(zy_model *m, uint64_t seed) {
             if (p->kind == ZY_PARAM_BUFFER) x[p->numel - 1] = -1.0f; /* skip class starts at -1 */
             continue;
         }
-        zy_rng r = zy_rng_init(seed, (uint64_t)i); /* one stream per tensor: order-independent */
-        for (size_t j = 0; j < p->numel; j++) x[j] = std * zy_rng_normal(&r);
+        /* one stream per tensor (order-independent); element j uses the stream's draws 2j and
+         * 2j+1, so chunks of a tensor fill in parallel with the same values as one pass */
+        const size_t chunk = (size_t)1 << 20, nchunks = (p->numel + chunk - 1) / chunk;
+#pragma omp parallel for schedule(dynamic)
+        for (size_t ch = 0; ch < nchunks; ch++) {
+            zy_rng r = zy_rng_init(seed, (uint64_t)i);
+            r.counter = 2 * ch * chunk;
+            size_t end = (ch + 1) * chunk < p->numel ? (ch + 1) * chunk : p->numel;
+            for (size_t j = ch * chunk; j < end; j++) x[j] = std * zy_rng_normal(&r);
+        }
     }
     if (host != m->params) {
         ops_copy(m->ctx, m->params, host, bytes);
