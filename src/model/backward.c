@@ -21,30 +21,13 @@ static void moe_backward(zy_model *mo, zy_acts *a, int l, const zy_act *dY) {
     const int E = c->num_experts;
     const int32_t *off = x->offsets_host; /* the forward's routing, still on the host */
     ops_moe_combine_bwd(ctx, a->dys, a->dgate, dY, x->ys, x->gate, x->perm, x->nrouted, N, D);
-    for (int e = 0; e < E; e++) {
-        size_t r0 = (size_t)off[e];
-        int ne = off[e + 1] - off[e];
-        if (ne == 0) continue;
-        const zy_act *dys = ops_act_at(ctx, a->dys, r0 * D), *act = ops_act_at(ctx, x->act, r0 * F);
-        /* dact = dys @ down[e]; ddown[e] += dys^T act */
-        ops_matmul(ctx, ops_act_at(ctx, a->dact, r0 * F), dys,
-                   ops_act_at(ctx, wc->down, (size_t)e * D * F), ne, F, D, 0, 0, 1.0f, 0.0f);
-        ops_matmul_f32(ctx, g->down + (size_t)e * D * F, dys, act, D, F, ne, 1, 0, 1.0f, 1.0f);
-    }
+    /* dact = dys @ down[e]; ddown[e] += dys^T act */
+    ops_expert_matmul(ctx, a->dact, a->dys, wc->down, off, E, D, F, 1);
+    ops_expert_matmul_wgrad(ctx, g->down, a->dys, x->act, off, E, D, F);
     ops_swiglu_bwd(ctx, a->dgu, a->dact, x->gu, x->nrouted, F);
-    for (int e = 0; e < E; e++) {
-        size_t r0 = (size_t)off[e];
-        int ne = off[e + 1] - off[e];
-        if (ne == 0) continue;
-        const zy_act *dgu = ops_act_at(ctx, a->dgu, r0 * 2 * F),
-                     *xs = ops_act_at(ctx, x->xs, r0 * D);
-        /* dxs = dgu @ gate_up[e]; dgate_up[e] += dgu^T xs */
-        ops_matmul(ctx, ops_act_at(ctx, a->dxs, r0 * D), dgu,
-                   ops_act_at(ctx, wc->gate_up, (size_t)e * 2 * F * D), ne, D, 2 * F, 0, 0, 1.0f,
-                   0.0f);
-        ops_matmul_f32(ctx, g->gate_up + (size_t)e * 2 * F * D, dgu, xs, 2 * F, D, ne, 1, 0, 1.0f,
-                       1.0f);
-    }
+    /* dxs = dgu @ gate_up[e]; dgate_up[e] += dgu^T xs */
+    ops_expert_matmul(ctx, a->dxs, a->dgu, wc->gate_up, off, E, 2 * F, D, 1);
+    ops_expert_matmul_wgrad(ctx, g->gate_up, a->dgu, x->xs, off, E, 2 * F, D);
     ops_zero(ctx, a->dm, (size_t)N * D * ops_act_size(ctx));
     ops_scatter_add_rows(ctx, a->dm, a->dxs, x->perm, x->nrouted, D);
 }

@@ -12,26 +12,13 @@ static void moe_forward(zy_model *mo, zy_layer_acts *x, const zy_layer_wc *wc, i
     zy_ctx *ctx = mo->ctx;
     const zy_config *c = &mo->cfg;
     const int D = c->hidden_size, F = c->moe_intermediate_size, E = c->num_experts;
-    const int32_t *off = x->offsets_host;
     x->nrouted =
         ops_moe_dispatch(ctx, x->counts, x->offsets, x->offsets_host, x->perm, x->choice, N, E);
     ops_gather_rows(ctx, x->xs, x->m, x->perm, x->nrouted, D);
-    for (int e = 0; e < E; e++) { /* gu[rows of e] = xs @ gate_up[e]^T */
-        size_t r0 = (size_t)off[e];
-        int ne = off[e + 1] - off[e];
-        if (ne > 0)
-            ops_matmul(ctx, ops_act_at(ctx, x->gu, r0 * 2 * F), ops_act_at(ctx, x->xs, r0 * D),
-                       ops_act_at(ctx, wc->gate_up, (size_t)e * 2 * F * D), ne, 2 * F, D, 0, 1,
-                       1.0f, 0.0f);
-    }
+    /* gu[rows of e] = xs @ gate_up[e]^T; ys[rows of e] = act @ down[e]^T */
+    ops_expert_matmul(ctx, x->gu, x->xs, wc->gate_up, x->offsets_host, E, 2 * F, D, 0);
     ops_swiglu_fwd(ctx, x->act, x->gu, x->nrouted, F);
-    for (int e = 0; e < E; e++) { /* ys[rows of e] = act @ down[e]^T */
-        size_t r0 = (size_t)off[e];
-        int ne = off[e + 1] - off[e];
-        if (ne > 0)
-            ops_matmul(ctx, ops_act_at(ctx, x->ys, r0 * D), ops_act_at(ctx, x->act, r0 * F),
-                       ops_act_at(ctx, wc->down, (size_t)e * D * F), ne, D, F, 0, 1, 1.0f, 0.0f);
-    }
+    ops_expert_matmul(ctx, x->ys, x->act, wc->down, x->offsets_host, E, D, F, 0);
     ops_moe_combine(ctx, x->y, x->ys, x->gate, x->perm, x->nrouted, N, D);
 }
 

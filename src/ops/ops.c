@@ -243,6 +243,38 @@ void ops_matmul_f32(zy_ctx *ctx, float *C, const zy_act *A, const zy_act *B, int
     cpu_matmul(cpu_threads(ctx), C, A, B, M, N, K, transA, transB, alpha, beta);
 }
 
+/* Per-expert GEMMs over grouped rows (the CPU runs them one after another). */
+void ops_expert_matmul(zy_ctx *ctx, zy_act *out, const zy_act *in, const zy_act *W,
+                       const int32_t *offsets_host, int E, int N, int K, int data_grad) {
+    ON_CUDA(ctx, "expert_matmul",
+            cuda_ops_expert_matmul(ctx, out, in, W, offsets_host, E, N, K, data_grad));
+    int nt = cpu_threads(ctx);
+    const int in_w = data_grad ? N : K, out_w = data_grad ? K : N;
+    for (int e = 0; e < E; e++) {
+        size_t r0 = (size_t)offsets_host[e];
+        int ne = offsets_host[e + 1] - offsets_host[e];
+        if (ne > 0)
+            cpu_matmul(nt, (float *)out + r0 * out_w, (const float *)in + r0 * in_w,
+                       (const float *)W + (size_t)e * N * K, ne, out_w, in_w, 0, !data_grad, 1.0f,
+                       0.0f);
+    }
+}
+
+/* dW[e] += dY[rows of e]^T X[rows of e]. */
+void ops_expert_matmul_wgrad(zy_ctx *ctx, float *dW, const zy_act *dY, const zy_act *X,
+                             const int32_t *offsets_host, int E, int N, int K) {
+    ON_CUDA(ctx, "expert_matmul_wgrad",
+            cuda_ops_expert_matmul_wgrad(ctx, dW, dY, X, offsets_host, E, N, K));
+    int nt = cpu_threads(ctx);
+    for (int e = 0; e < E; e++) {
+        size_t r0 = (size_t)offsets_host[e];
+        int ne = offsets_host[e + 1] - offsets_host[e];
+        if (ne > 0)
+            cpu_matmul(nt, dW + (size_t)e * N * K, (const float *)dY + r0 * N,
+                       (const float *)X + r0 * K, N, K, ne, 1, 0, 1.0f, 1.0f);
+    }
+}
+
 /* y += x. */
 void ops_add_act(zy_ctx *ctx, zy_act *y, const zy_act *x, size_t n) {
     ON_CUDA(ctx, "add_act", cuda_ops_add_act(ctx, y, x, n));

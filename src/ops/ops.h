@@ -91,6 +91,16 @@ void ops_matmul(zy_ctx *ctx, zy_act *C, const zy_act *A, const zy_act *B, int M,
 /* The same with an fp32 C (parameter gradients: beta = 1 accumulates in fp32). */
 void ops_matmul_f32(zy_ctx *ctx, float *C, const zy_act *A, const zy_act *B, int M, int N, int K,
                     int transA, int transB, float alpha, float beta);
+/* The expert GEMMs of an MoE layer, over rows grouped by expert: expert e owns rows
+ * offsets_host[e] .. offsets_host[e+1]-1 (host memory, [E+1]) of the gathered matrices, W [E,N,K].
+ * data_grad = 0: out[rows of e, N] = in[rows of e, K] W[e]^T (the forward);
+ * data_grad = 1: out[rows of e, K] = in[rows of e, N] W[e]     (the input gradient).
+ * Experts may run concurrently (CUDA: on side streams); results do not depend on it. */
+void ops_expert_matmul(zy_ctx *ctx, zy_act *out, const zy_act *in, const zy_act *W,
+                       const int32_t *offsets_host, int E, int N, int K, int data_grad);
+/* Weight gradients of the same: dW[e] [N,K] (fp32) += dY[rows of e]^T X[rows of e]. */
+void ops_expert_matmul_wgrad(zy_ctx *ctx, float *dW, const zy_act *dY, const zy_act *X,
+                             const int32_t *offsets_host, int E, int N, int K);
 /* y[n] += x[n] (activation buffers). */
 void ops_add_act(zy_ctx *ctx, zy_act *y, const zy_act *x, size_t n);
 /* y[N,C] += bias[C] broadcast over rows */

@@ -38,6 +38,10 @@ void cuda_ops_matmul(zy_ctx *ctx, zy_act *C, const zy_act *A, const zy_act *B, i
                      int transA, int transB, float alpha, float beta);
 void cuda_ops_matmul_f32(zy_ctx *ctx, float *C, const zy_act *A, const zy_act *B, int M, int N,
                          int K, int transA, int transB, float alpha, float beta);
+void cuda_ops_expert_matmul(zy_ctx *ctx, zy_act *out, const zy_act *in, const zy_act *W,
+                            const int32_t *offsets_host, int E, int N, int K, int data_grad);
+void cuda_ops_expert_matmul_wgrad(zy_ctx *ctx, float *dW, const zy_act *dY, const zy_act *X,
+                                  const int32_t *offsets_host, int E, int N, int K);
 void cuda_ops_add_act(zy_ctx *ctx, zy_act *y, const zy_act *x, size_t n);
 void cuda_ops_add_bias(zy_ctx *ctx, zy_act *y, const float *bias, int N, int C);
 void cuda_ops_bias_bwd(zy_ctx *ctx, float *dbias, const zy_act *dy, int N, int C);

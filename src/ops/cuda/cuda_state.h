@@ -29,13 +29,20 @@ extern "C" {
         if ((expr) != ZY_OK) zy_abort_at(__FILE__, __LINE__, #expr, "%s", zy_errmsg());            \
     } while (0)
 
-#define CUDA_PROF_SLOTS 8192 /* event pairs between two ops_prof_read calls */
-#define CUDA_PROF_NAMES 96
+#define CUDA_SIDE_STREAMS 4    /* concurrent expert GEMMs (one expert's GEMM fills few SMs) */
+#define CUDA_PROF_SLOTS   8192 /* event pairs between two ops_prof_read calls */
+#define CUDA_PROF_NAMES   96
 
 typedef struct {
     cudaStream_t stream;
     cuda_gemm_ctx gemm;
-    void *ws; /* column-sum workspace (grown on demand by cuda_ws) */
+    /* side streams for the expert GEMMs, each with its own cuBLASLt context (workspace, plans);
+     * forked from and joined back into `stream` with events */
+    cudaStream_t side[CUDA_SIDE_STREAMS];
+    cuda_gemm_ctx side_gemm[CUDA_SIDE_STREAMS];
+    cudaEvent_t fork, join[CUDA_SIDE_STREAMS];
+    int nside; /* side streams created */
+    void *ws;  /* column-sum workspace (grown on demand by cuda_ws) */
     size_t ws_bytes;
     /* profiler */
     cudaEvent_t *ev; /* [2 * CUDA_PROF_SLOTS] start/stop pairs */

@@ -29,6 +29,14 @@ int cuda_ops_ctx_init(zy_ctx *ctx, int gpu) {
         free(s);
         return zy_fail_ctx("device cuda:%d: cuBLASLt setup", gpu);
     }
+    CUDA_TRY(cudaEventCreateWithFlags(&s->fork, cudaEventDisableTiming));
+    for (int i = 0; i < CUDA_SIDE_STREAMS; i++) {
+        CUDA_TRY(cudaStreamCreateWithFlags(&s->side[i], cudaStreamNonBlocking));
+        CUDA_TRY(cudaEventCreateWithFlags(&s->join[i], cudaEventDisableTiming));
+        if (cuda_gemm_init(&s->side_gemm[i]) != ZY_OK)
+            return zy_fail_ctx("device cuda:%d: cuBLASLt setup of side stream %d", gpu, i);
+        s->nside = i + 1;
+    }
     memset(ctx, 0, sizeof *ctx);
     ctx->device = ZY_DEV_CUDA;
     ctx->act_dtype = ZY_DTYPE_BF16;
@@ -42,6 +50,13 @@ void cuda_ops_ctx_free(zy_ctx *ctx) {
     if (!s) return;
     cudaStreamSynchronize(s->stream);
     cuda_gemm_free(&s->gemm);
+    for (int i = 0; i < s->nside; i++) {
+        cudaStreamSynchronize(s->side[i]);
+        cuda_gemm_free(&s->side_gemm[i]);
+        cudaStreamDestroy(s->side[i]);
+        cudaEventDestroy(s->join[i]);
+    }
+    if (s->fork) cudaEventDestroy(s->fork);
     if (s->ws) cudaFree(s->ws);
     if (s->ev) {
         for (int i = 0; i < 2 * CUDA_PROF_SLOTS; i++) cudaEventDestroy(s->ev[i]);

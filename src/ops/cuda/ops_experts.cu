@@ -1,0 +1,99 @@
+/* The MoE expert GEMMs of ops.h on CUDA. One expert's GEMM (about N*E1/E rows) fills only part of
+ * the GPU (bench-small's down projection: 1024 x 1024 outputs = 32 tiles of 128 x 256 for 132
+ * SMs), so the experts run on CUDA_SIDE_STREAMS side streams at once: fork from the context's
+ * stream with an event, experts dealt to the streams largest first, join back with events. Each
+ * side stream has its own cuBLASLt context (workspace and plan cache), so nothing is shared
+ * between concurrent GEMMs; each expert's result does not depend on which stream ran it. */
+#include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/cuda_state.h"
+
+#include <stdlib.h>
+
+/* One expert's GEMM: C[M,N] = op(A) op(B) + beta C as cuda_gemm takes it. */
+typedef struct {
+    void *C;
+    const void *A, *B;
+    int M, N, K, transA, transB;
+    float beta;
+    cuda_gemm_dtype dc;
+} expert_job;
+
+/* Runs jobs[0..n) spread over the side streams, ordered after everything issued on ctx's stream
+ * and before anything issued after. Larger jobs are dealt first, each to the least loaded stream
+ * (by rows), so the streams finish at about the same time. */
+static void run_jobs(zy_ctx *ctx, expert_job *jobs, int n) {
+    cuda_state *s = cuda_st(ctx);
+    if (n == 0) return;
+    int order[CUDA_GEMM_MAX_EXPERTS];
+    ZY_CHECKF(n <= CUDA_GEMM_MAX_EXPERTS, "expert_matmul: %d experts (at most %d)", n,
+              CUDA_GEMM_MAX_EXPERTS);
+    for (int i = 0; i < n; i++) order[i] = i;
+    for (int i = 1; i < n; i++) /* insertion sort by work, largest first (n is small) */
+        for (int j = i; j > 0; j--) {
+            const expert_job *a = &jobs[order[j - 1]], *b = &jobs[order[j]];
+            if ((double)a->M * a->N * a->K >= (double)b->M * b->N * b->K) break;
+            int t = order[j - 1];
+            order[j - 1] = order[j], order[j] = t;
+        }
+    int ns = s->nside < n ? s->nside : n;
+    double load[CUDA_SIDE_STREAMS] = {0};
+    CUDA_CHECK(cudaEventRecord(s->fork, s->stream));
+    for (int i = 0; i < ns; i++) CUDA_CHECK(cudaStreamWaitEvent(s->side[i], s->fork, 0));
+    for (int i = 0; i < n; i++) {
+        const expert_job *j = &jobs[order[i]];
+        int best = 0;
+        for (int k = 1; k < ns; k++)
+            if (load[k] < load[best]) best = k;
+        load[best] += (double)j->M * j->N * j->K;
+        ZY_OK_OR_ABORT(cuda_gemm(&s->side_gemm[best], j->C, j->A, j->B, j->M, j->N, j->K, j->transA,
+                                 j->transB, 1.0f, j->beta, CUDA_GEMM_BF16, j->dc,
+                                 CUDA_GEMM_EPI_NONE, NULL, s->side[best]));
+    }
+    for (int i = 0; i < ns; i++) {
+        CUDA_CHECK(cudaEventRecord(s->join[i], s->side[i]));
+        CUDA_CHECK(cudaStreamWaitEvent(s->stream, s->join[i], 0));
+    }
+}
+
+void cuda_ops_expert_matmul(zy_ctx *ctx, zy_act *out, const zy_act *in, const zy_act *W,
+                            const int32_t *offsets_host, int E, int N, int K, int data_grad) {
+    expert_job jobs[CUDA_GEMM_MAX_EXPERTS];
+    ZY_CHECKF(E <= CUDA_GEMM_MAX_EXPERTS, "expert_matmul: %d experts (at most %d)", E,
+              CUDA_GEMM_MAX_EXPERTS);
+    const size_t in_w = data_grad ? N : K, out_w = data_grad ? K : N;
+    int n = 0;
+    for (int e = 0; e < E; e++) {
+        size_t r0 = (size_t)offsets_host[e];
+        int ne = offsets_host[e + 1] - offsets_host[e];
+        if (ne <= 0) continue;
+        expert_job *j = &jobs[n++];
+        j->C = (char *)out + r0 * out_w * 2;
+        j->A = (const char *)in + r0 * in_w * 2;
+        j->B = (const char *)W + (size_t)e * N * K * 2;
+        j->M = ne, j->N = (int)out_w, j->K = (int)in_w;
+        j->transA = 0, j->transB = !data_grad;
+        j->beta = 0.0f, j->dc = CUDA_GEMM_BF16;
+    }
+    run_jobs(ctx, jobs, n);
+}
+
+void cuda_ops_expert_matmul_wgrad(zy_ctx *ctx, float *dW, const zy_act *dY, const zy_act *X,
+                                  const int32_t *offsets_host, int E, int N, int K) {
+    expert_job jobs[CUDA_GEMM_MAX_EXPERTS];
+    ZY_CHECKF(E <= CUDA_GEMM_MAX_EXPERTS, "expert_matmul_wgrad: %d experts (at most %d)", E,
+              CUDA_GEMM_MAX_EXPERTS);
+    int n = 0;
+    for (int e = 0; e < E; e++) {
+        size_t r0 = (size_t)offsets_host[e];
+        int ne = offsets_host[e + 1] - offsets_host[e];
+        if (ne <= 0) continue; /* no rows: the gradient is unchanged (+= 0) */
+        expert_job *j = &jobs[n++];
+        j->C = dW + (size_t)e * N * K;
+        j->A = (const char *)dY + r0 * N * 2;
+        j->B = (const char *)X + r0 * K * 2;
+        j->M = N, j->N = K, j->K = ne;
+        j->transA = 1, j->transB = 0;
+        j->beta = 1.0f, j->dc = CUDA_GEMM_FP32;
+    }
+    run_jobs(ctx, jobs, n);
+}
