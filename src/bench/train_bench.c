@@ -148,7 +148,7 @@ static void bt_step(bt_state *s, double *loss, double *gnorm, double *phase_ms) 
     *gnorm = clip_grad_norm(&s->ctx, &m->table, m->grads, BT_GRAD_CLIP);
     BT_PHASE(BT_PHASE_CLIP);
     optim_step(&s->opt, &m->table, m->params, m->grads, s->o->lr);
-    model_sync_compute_weights(m);
+    if (!s->opt.compute_copy) model_sync_compute_weights(m);
     BT_PHASE(BT_PHASE_OPTIM);
     bt_balance(s);
     BT_PHASE(BT_PHASE_BALANCE);
@@ -194,6 +194,7 @@ static int bt_init(bt_state *s, const bench_train_opts *o, bench_train_result *r
     oc.use_muon = o->use_muon;
     oc.lr = o->lr;
     ZY_TRY(optim_init(&s->opt, &s->ctx, &oc, &s->model.table));
+    optim_set_compute_copy(&s->opt, s->model.cparams); /* bf16 weights refreshed by the step */
     s->have_opt = 1;
     zy_balance_config bc;
     balance_config_default(&bc);

@@ -316,6 +316,10 @@ static void host_views(const zy_optim *opt, float **m, float **v, float **mom) {
     }
 }
 
+void optim_set_compute_copy(zy_optim *opt, void *bf16_params) {
+    opt->compute_copy = opt->ctx && opt->ctx->device == ZY_DEV_CUDA ? bf16_params : NULL;
+}
+
 zy_state_tensor *optim_state_tensors(const zy_optim *opt, const zy_param_table *t, int *count) {
     ZY_CHECK(t->count == opt->n_params);
     zy_state_tensor *s = zy_calloc((size_t)(2 * t->count + 1), sizeof *s);

@@ -82,6 +82,8 @@ typedef struct {
     float *host_state;   /* CUDA: host mirror [2 * adam_total + muon_total] (exp_avg, exp_avg_sq,
                             momentum) for checkpoints; NULL on the CPU */
     zy_optim_cuda *cuda; /* CUDA: chunk table, Muon batches, GEMM plans, workspace */
+    void *compute_copy;  /* CUDA: bf16 [t->total] copy of params that each step refreshes for the
+                            tensors it updates (the model's GEMM weights), or NULL */
 } zy_optim;
 
 /* Fills the defaults: lr 3e-4, betas (0.9, 0.95), eps 1e-8, wd 0.1 on matrices and embeddings,
@@ -100,6 +102,10 @@ void optim_free(zy_optim *opt);
 void optim_step(zy_optim *opt, const zy_param_table *t, float *params, const float *grads,
                 float lr_now);
 
+/* CUDA: from now on each step also writes the updated tensors, rounded to bf16, at the same
+ * offsets of bf16 [t->total] (the model's compute copy, model.cparams), in the same pass as the
+ * update; NULL turns it off. Ignored on the CPU. */
+void optim_set_compute_copy(zy_optim *opt, void *bf16_params);
 /* The named state tensors in table order: "exp_avg.<param>" and "exp_avg_sq.<param>" for AdamW
  * tensors, "muon_momentum.<param>" for Muon tensors, each with the param's shape, pointing into
  * HOST memory: the state itself on the CPU, the host mirror on CUDA (see the top of this file).

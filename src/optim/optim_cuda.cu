@@ -370,9 +370,11 @@ __device__ __forceinline__ void adam_one(float &p, float g, float &m, float &v, 
  * 16-float aligned). */
 __global__ void __launch_bounds__(NT)
     adamw_kernel(float *__restrict__ p, const float *__restrict__ g, float *__restrict__ m,
-                 float *__restrict__ v, const adam_chunk *__restrict__ chunks, adam_args a) {
+                 float *__restrict__ v, const adam_chunk *__restrict__ chunks, adam_args a,
+                 bf16 *__restrict__ pc) {
     const adam_chunk ch = chunks[blockIdx.x];
     float *pp = p + ch.p, *mm = m + ch.s, *vv = v + ch.s;
+    bf16 *cc = pc ? pc + ch.p : NULL; /* the bf16 compute copy, refreshed in the same pass */
     const float *gg = g + ch.p;
     const float decay = __fmul_rn(a.lr, ch.wd);
     uint32_t done = 0;
@@ -389,6 +391,10 @@ __global__ void __launch_bounds__(NT)
             reinterpret_cast<float4 *>(pp)[i] = P;
             reinterpret_cast<float4 *>(mm)[i] = M;
             reinterpret_cast<float4 *>(vv)[i] = V;
+            if (cc) {
+                const float pv[4] = {P.x, P.y, P.z, P.w};
+                zy_store<bf16, 4>(cc + 4 * (size_t)i, pv);
+            }
         }
         done = n4 * 4;
     }
@@ -398,6 +404,7 @@ __global__ void __launch_bounds__(NT)
         pp[i] = P;
         mm[i] = M;
         vv[i] = V;
+        if (cc) cc[i] = __float2bfloat16_rn(P);
     }
 }
 
@@ -479,9 +486,10 @@ template <int VEC>
 __global__ void __launch_bounds__(NT)
     muon_apply_kernel(float *__restrict__ p, const uint64_t *__restrict__ goff, int64_t mn,
                       int64_t cols, int64_t ldx, int64_t sx, const bf16 *__restrict__ X, float su,
-                      float decay) {
+                      float decay, bf16 *__restrict__ pc) {
     const int m = blockIdx.y;
     float *pm = p + goff[m];
+    bf16 *cm = pc ? pc + goff[m] : NULL; /* the bf16 compute copy, refreshed in the same pass */
     const bf16 *xm = X + (int64_t)m * sx;
     const int64_t lo = (int64_t)blockIdx.x * MUON_CH, hi = min(mn, lo + MUON_CH);
     for (int64_t e = lo + (int64_t)threadIdx.x * VEC; e < hi; e += NT * VEC) {
@@ -495,6 +503,7 @@ __global__ void __launch_bounds__(NT)
         for (int k = 0; k < VEC; k++)
             pv[k] = __fsub_rn(pv[k], __fadd_rn(__fmul_rn(su, uv[k]), __fmul_rn(decay, pv[k])));
         zy_store<float, VEC>(pm + e, pv);
+        if (cm) zy_store<bf16, VEC>(cm + e, pv);
     }
 }
 
@@ -589,7 +598,7 @@ void optim_cuda_step(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, float *
         a.step = (float)(lr_now / bc1);
         a.inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
         adamw_kernel<<<(unsigned)c->nchunks, NT, 0, cuda_stream(ctx)>>>(
-            params, grads, opt->exp_avg, opt->exp_avg_sq, c->chunks, a);
+            params, grads, opt->exp_avg, opt->exp_avg_sq, c->chunks, a, (bf16 *)opt->compute_copy);
         CUDA_CHECK_LAUNCH();
     }
     prof_end(ctx, slot, "optim_adamw");
@@ -611,8 +620,8 @@ void optim_cuda_step(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, float *
         bf16 *x = c->x[0], *y = c->x[1];
         newton_schulz(ctx, c, sh, cfg->muon_ns_steps, &x, &y);
         const float su = lr * b->scale;
-        MUON_LAUNCH(muon_apply_kernel, b, params, goff, mn, sh->cols, sh->ldx, sh->sx, x, su,
-                    decay);
+        MUON_LAUNCH(muon_apply_kernel, b, params, goff, mn, sh->cols, sh->ldx, sh->sx, x, su, decay,
+                    (bf16 *)opt->compute_copy);
     }
     prof_end(ctx, slot, "optim_muon");
 }

@@ -285,6 +285,7 @@ static int trainer_init(trainer *tr, const zy_train_config *c) {
         model_init_weights(&tr->model, c->seed);
     ZY_TRY(acts_init(&tr->acts, &tr->model, c->batch_size, c->seq_len));
     ZY_TRY(optim_init(&tr->opt, &tr->ctx, &c->optim, &tr->model.table));
+    optim_set_compute_copy(&tr->opt, tr->model.cparams); /* bf16 weights refreshed by the step */
     const int L = c->model.num_hidden_layers, E = c->model.num_experts;
     ZY_TRY(balance_init(&tr->bal, &c->balance, L, E));
     tr->biases = zy_calloc((size_t)L, sizeof *tr->biases);
@@ -341,7 +342,7 @@ static int train_step(trainer *tr, float lr, double *loss, double *gnorm) {
                        (long long)tr->step + 1, *loss, *gnorm);
     optim_step(&tr->opt, &tr->model.table, tr->model.params, tr->model.grads, lr);
     if (c->balance_enabled) balance_step(&tr->bal, &tr->ctx, tr->biases, tr->step_counts);
-    model_sync_compute_weights(&tr->model);
+    if (!tr->opt.compute_copy) model_sync_compute_weights(&tr->model);
     tr->tokens_seen += tokens;
     return ZY_OK;
 }
