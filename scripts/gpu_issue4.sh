@@ -56,9 +56,10 @@ if [ "${SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
 fi
 
 if [ "${SKIP_BENCH:-0}" != 1 ] && [ -f scripts/bench_vs_torch.sh ]; then
-    bash scripts/bench_vs_torch.sh >"$OUT/bench.log" 2>&1
+    OUT="$OUT/bench" bash scripts/bench_vs_torch.sh >"$OUT/bench.log" 2>&1
     note "bench rc=$?"
-    tail -30 "$OUT/bench.log" | tee -a "$OUT/summary.txt"
+    cp "$OUT/bench/summary.md" "$OUT/bench_summary.md" 2>/dev/null
+    sed -n '1,/## zayac Muon/p' "$OUT/bench/summary.md" | tee -a "$OUT/summary.txt"
 fi
 note "overall rc=$rc_all"
 # the device tool returns at most 8 files: every log travels in one archive
