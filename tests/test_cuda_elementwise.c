@@ -7,7 +7,8 @@
  * difference of (0 where nothing cancels): e.g. RMSNorm's dx = rstd*dy*w - k*x cancels entirely at
  * C = 1, and no fp32 kernel can give it more than ~1e-7 * S absolute accuracy. Outputs are filled
  * with NaN before each run, so an element left unwritten fails. Parameter gradients start from
- * random values; their increments (after - before) are compared in fp32. */
+ * random values; their increments (after - before) are compared in fp32. The embedding backward
+ * must also be bitwise repeatable (two runs, memcmp). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -439,6 +440,80 @@ static void run_embed(void) {
         }
 }
 
+/* ---- embedding table gradient: repeatability ----
+ * Many rows per id (the sorted segments cross many row chunks): the backward runs twice from the
+ * same starting gradients and demb, dbias, dscale must match bit for bit; the first run is also
+ * checked against the CPU op. Cases: 16384 rows over 50 ids at D = 1024 (16-byte path, one id
+ * skipped) and D = 130 (element path); 20000 rows (longer chunks) with 30% of them on one id;
+ * 3000 rows all of one id (one segment over every chunk). */
+static void run_embed_repeat(void) {
+    static const struct {
+        int N, D, hot_pct, one_id, skip_row;
+    } cs[] = {{16384, 1024, 0, 0, 1},
+              {16384, 130, 0, 0, -1},
+              {20000, 256, 30, 0, -1},
+              {3000, 64, 0, 1, -1}};
+    const int V = 50;
+    for (size_t ci = 0; ci < sizeof(cs) / sizeof(cs[0]); ci++) {
+        const int N = cs[ci].N, D = cs[ci].D;
+        size_t nd = (size_t)N * D, vd = (size_t)V * D;
+        char what[160];
+        float *emb = H(tu_randn(vd, 1.0f)), *bias = H(tu_randn(D, 0.2f));
+        float *scale = H(tu_randu(D, 0.5f, 1.5f));
+        int32_t *ids = malloc((size_t)N * sizeof(int32_t));
+        assert_non_null(ids);
+        H((float *)ids);
+        for (int n = 0; n < N; n++) {
+            int hot = (int)zy_rng_below(&tu_rng, 100) < cs[ci].hot_pct;
+            ids[n] = cs[ci].one_id ? 3 : hot ? 7 : (int32_t)zy_rng_below(&tu_rng, (uint64_t)V);
+        }
+        int skip = cs[ci].skip_row >= 0 ? ids[cs[ci].skip_row] : -1;
+        float *g = H(tu_randn(nd, 1.0f));
+        float *ge0 = H(tu_randn(vd, 0.1f)), *gb0 = H(tu_randn(D, 0.1f)),
+              *gs0 = H(tu_randn(D, 0.1f));
+        float *ger = H(tu_dup(ge0, vd)), *gbr = H(tu_dup(gb0, D)), *gsr = H(tu_dup(gs0, D));
+        ops_embed_bwd(&tu_ctx, ger, gbr, gsr, g, emb, ids, bias, scale, N, D, skip);
+        float *demb = dput(emb, vd, 0), *dbias = dput(bias, D, 0), *dscale = dput(scale, D, 0);
+        float *dg = dput(g, nd, 0), *ws = dalloc(cuda_ops_ws_bytes(N, D));
+        int32_t *dids = dalloc((size_t)N * sizeof(int32_t));
+        CK(cudaMemcpy(dids, ids, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice));
+        float *got[2][3];
+        for (int run = 0; run < 2; run++) {
+            float *dge = dput(ge0, vd, 0), *dgb = dput(gb0, D, 0), *dgs = dput(gs0, D, 0);
+            CK(cudaMemset(ws, 0xff, cuda_ops_ws_bytes(N, D))); /* stale workspace must not matter */
+            OKZ(cuda_embed_bwd_f32(dge, dgb, dgs, ws, dg, demb, dids, dbias, dscale, N, D, skip,
+                                   NULL));
+            got[run][0] = dget(dge, vd, 0);
+            got[run][1] = dget(dgb, D, 0);
+            got[run][2] = dget(dgs, D, 0);
+        }
+        snprintf(what, sizeof what, "embed_bwd repeat N=%d D=%d skip=%d demb", N, D, skip);
+        check_accum(what, got[0][0], ger, ge0, vd);
+        if (skip >= 0 && memcmp(got[0][0] + (size_t)skip * D, ge0 + (size_t)skip * D,
+                                (size_t)D * sizeof(float)) != 0)
+            fail_msg("%s: row skip_id=%d changed", what, skip);
+        snprintf(what, sizeof what, "embed_bwd repeat N=%d D=%d dbias", N, D);
+        check_accum(what, got[0][1], gbr, gb0, D);
+        snprintf(what, sizeof what, "embed_bwd repeat N=%d D=%d dscale", N, D);
+        check_accum(what, got[0][2], gsr, gs0, D);
+        static const char *names[3] = {"demb", "dbias", "dscale"};
+        const size_t sizes[3] = {vd, (size_t)D, (size_t)D};
+        size_t ndiff[3] = {0, 0, 0};
+        for (int k = 0; k < 3; k++)
+            for (size_t i = 0; i < sizes[k]; i++)
+                ndiff[k] += memcmp(&got[0][k][i], &got[1][k][i], sizeof(float)) != 0;
+        printf("    embed_bwd repeat N=%d D=%d skip=%d: elements differing between two runs: "
+               "demb %zu dbias %zu dscale %zu\n",
+               N, D, skip, ndiff[0], ndiff[1], ndiff[2]);
+        for (int k = 0; k < 3; k++)
+            if (ndiff[k] != 0)
+                fail_msg("embed_bwd repeat N=%d D=%d: %s differs between two runs in %zu of %zu "
+                         "elements",
+                         N, D, names[k], ndiff[k], sizes[k]);
+        free_case();
+    }
+}
+
 /* ---- cross-entropy ---- */
 
 static void run_xent(void) {
@@ -553,6 +628,12 @@ static void test_embed(void **state) {
     GPU_RUN(run_embed);
 }
 
+static void test_embed_repeat(void **state) {
+    (void)state;
+    if (!have_gpu) skip();
+    GPU_RUN(run_embed_repeat);
+}
+
 static void test_xent(void **state) {
     (void)state;
     if (!have_gpu) skip();
@@ -571,8 +652,12 @@ static int teardown(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_rmsnorm), cmocka_unit_test(test_resnorm), cmocka_unit_test(test_gelu),
-        cmocka_unit_test(test_swiglu),  cmocka_unit_test(test_embed),   cmocka_unit_test(test_xent),
+        cmocka_unit_test(test_rmsnorm),      cmocka_unit_test(test_resnorm),
+        cmocka_unit_test(test_gelu),         cmocka_unit_test(test_swiglu),
+        cmocka_unit_test(test_embed),        cmocka_unit_test(test_xent),
+        cmocka_unit_test(test_embed_repeat),
     };
+    /* ELEM_FILTER=test_embed* runs the matching tests only (the compute-sanitizer runs) */
+    if (getenv("ELEM_FILTER")) cmocka_set_test_filter(getenv("ELEM_FILTER"));
     return cmocka_run_group_tests(tests, setup, teardown);
 }

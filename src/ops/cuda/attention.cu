@@ -10,9 +10,13 @@
  * head, tile of 16*NW key rows); each warp owns 16 keys and keeps their dK and dV accumulators in
  * registers while the block walks over every query tile of every query head of the GQA group, so
  * dk/dv are complete when the block ends (no atomics). Per query tile it recomputes P^T from lse,
- * dP^T = V dO^T, dS^T = P^T (dP^T - D), accumulates dV += P^T dO and dK += dS^T Q, stores dS^T in
- * shared memory and adds dQ = dS K into an fp32 scratch with float2 atomics; a last kernel scales
- * dq and rounds it to bf16.
+ * dP^T = V dO^T, dS^T = P^T (dP^T - D), and accumulates dV += P^T dO and dK += dS^T Q.
+ * dQ = scale * dS K needs a sum over every key block. By default a second kernel, shaped like the
+ * forward (one block per (sequence, query head, 64 query rows), key/value tiles streaming through
+ * shared memory in a fixed order), recomputes S, P, dP and dS per key tile and keeps dQ in
+ * registers: bitwise-repeatable results for three more T x T x d products. With dq_atomic the
+ * main kernel instead stores dS^T in shared memory and adds dQ = dS K into an fp32 scratch with
+ * float2 atomics, and a last kernel scales dq and rounds it to bf16.
  *
  * Shared-memory tiles are [rows][d + 8] bf16: the 16-byte pad puts the 8 rows read by one
  * ldmatrix phase in 8 different bank groups for every d. */
@@ -398,8 +402,9 @@ bwd_issue(bf16 *sQ, bf16 *sO, float *sL, float *sD, const bf16 *q, const bf16 *d
     load_vec<NTH>(sD, Dsum + lo, q0, BR, T);
 }
 
-/* Grid (B*Hk, ceil(T/BC)), NW warps, BC = 16*NW keys per block, BR query rows per step. */
-template <int D, int NW, int BR>
+/* Grid (B*Hk, ceil(T/BC)), NW warps, BC = 16*NW keys per block, BR query rows per step. DQA:
+ * also add dQ into dq_acc with atomics (else dq_acc is unused and dQ is att_dq_kernel's). */
+template <int D, int NW, int BR, bool DQA>
 __global__ void __launch_bounds__(NW * 32)
     att_bwd_kernel(const bf16 *__restrict__ q, const bf16 *__restrict__ k,
                    const bf16 *__restrict__ v, const bf16 *__restrict__ dout,
@@ -409,13 +414,14 @@ __global__ void __launch_bounds__(NW * 32)
     constexpr int BC = 16 * NW, LD = D + 8, LDS = BR + 8, NTH = NW * 32;
     constexpr int KD = D / 16, ND = D / 8, NQ = BR / 8;
     constexpr int DQC = D < 64 ? D : 64, UNITS = (BR / 16) * (D / DQC);
+    constexpr int SR = DQA ? BC : 0; /* rows of the dS^T tile (only the atomic dQ uses it) */
     extern __shared__ __align__(16) unsigned char att_smem[];
     bf16 *sK = (bf16 *)att_smem;          /* [BC][LD] */
     bf16 *sV = sK + BC * LD;              /* [BC][LD] */
     bf16 *sQ = sV + BC * LD;              /* [2][BR][LD] */
     bf16 *sO = sQ + 2 * BR * LD;          /* [2][BR][LD] dout */
-    bf16 *sS = sO + 2 * BR * LD;          /* [BC][LDS] dS^T */
-    float *sL = (float *)(sS + BC * LDS); /* [2][BR] lse */
+    bf16 *sS = sO + 2 * BR * LD;          /* [SR][LDS] dS^T */
+    float *sL = (float *)(sS + SR * LDS); /* [2][BR] lse */
     float *sD = sL + 2 * BR;              /* [2][BR] Dsum */
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
     const int b = blockIdx.x / Hk, hk = blockIdx.x % Hk, G = Hq / Hk;
@@ -439,20 +445,34 @@ __global__ void __launch_bounds__(NW * 32)
     const int klo = n0 + w * 16 + g, khi = klo + 8;
 
     for (int it = 0; it < total; it++) {
-        /* No barrier needed before refilling stage st^1: every read of it (and of sL/sD) in
-         * step it-1 came before that step's dS^T barrier, and sS is rewritten only after the
-         * barrier below, which every warp reaches only once its dQ of step it-1 is done. */
         const int st = it & 1;
-        if (it + 1 < total) {
-            bwd_issue<D, BR, NTH>(sQ + (st ^ 1) * BR * LD, sO + (st ^ 1) * BR * LD,
-                                  sL + (st ^ 1) * BR, sD + (st ^ 1) * BR, q, dout, lse, Dsum, b,
-                                  hk * G + (it + 1) / nqt, (i0 + (it + 1) % nqt) * BR, T, Hq);
-            cp_async_commit();
-            cp_async_wait<1>();
+        if constexpr (DQA) {
+            /* No barrier needed before refilling stage st^1: every read of it (and of sL/sD)
+             * in step it-1 came before that step's dS^T barrier, and sS is rewritten only after
+             * the barrier below, which every warp reaches only once its dQ of step it-1 is
+             * done. */
+            if (it + 1 < total) {
+                bwd_issue<D, BR, NTH>(sQ + (st ^ 1) * BR * LD, sO + (st ^ 1) * BR * LD,
+                                      sL + (st ^ 1) * BR, sD + (st ^ 1) * BR, q, dout, lse, Dsum, b,
+                                      hk * G + (it + 1) / nqt, (i0 + (it + 1) % nqt) * BR, T, Hq);
+                cp_async_commit();
+                cp_async_wait<1>();
+            } else {
+                cp_async_wait<0>();
+            }
+            __syncthreads();
         } else {
+            /* Step it-1 has no barrier after its reads of stage st^1: wait for stage st, then
+             * one barrier (stage st visible, every warp done with st^1), then refill st^1. */
             cp_async_wait<0>();
+            __syncthreads();
+            if (it + 1 < total) {
+                bwd_issue<D, BR, NTH>(sQ + (st ^ 1) * BR * LD, sO + (st ^ 1) * BR * LD,
+                                      sL + (st ^ 1) * BR, sD + (st ^ 1) * BR, q, dout, lse, Dsum, b,
+                                      hk * G + (it + 1) / nqt, (i0 + (it + 1) % nqt) * BR, T, Hq);
+                cp_async_commit();
+            }
         }
-        __syncthreads();
         const int h = hk * G + it / nqt, q0 = (i0 + it % nqt) * BR;
         const bf16 *sQs = sQ + st * BR * LD, *sOs = sO + st * BR * LD;
         const float *sLs = sL + st * BR, *sDs = sD + st * BR;
@@ -523,52 +543,55 @@ __global__ void __launch_bounds__(NW * 32)
             }
         }
 
-        /* dS^T to shared memory for dQ, which needs the sum over all the block's keys */
+        if constexpr (DQA) {
+            /* dS^T to shared memory for dQ, which needs the sum over all the block's keys */
 #pragma unroll
-        for (int nt = 0; nt < NQ; nt++) {
-            *(uint32_t *)(sS + (w * 16 + g) * LDS + nt * 8 + 2 * tq) =
-                pack_bf16(pa[nt][0], pa[nt][1]);
-            *(uint32_t *)(sS + (w * 16 + g + 8) * LDS + nt * 8 + 2 * tq) =
-                pack_bf16(pa[nt][2], pa[nt][3]);
-        }
-        __syncthreads();
-
-        /* dQ[BR, D] += dS K in units of 16 query rows x DQC columns, fp32 atomics */
-        for (int u = w; u < UNITS; u += NW) {
-            const int qsl = u % (BR / 16), cch = u / (BR / 16);
-            float acc[DQC / 8][4];
-#pragma unroll
-            for (int i = 0; i < DQC / 8; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
-#pragma unroll
-            for (int kk = 0; kk < BC / 16; kk++) {
-                uint32_t a[4];
-                ldsm_x4_t(a, sS + (kk * 16 + (lane & 7) + (lane >> 4) * 8) * LDS + qsl * 16 +
-                                 ((lane >> 3) & 1) * 8);
-#pragma unroll
-                for (int dp = 0; dp < DQC / 16; dp++) {
-                    uint32_t bb[4];
-                    ldsm_x4_t(bb, sK + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD +
-                                      cch * DQC + dp * 16 + (lane >> 4) * 8);
-                    mma16816(acc[2 * dp], a, bb[0], bb[1]);
-                    mma16816(acc[2 * dp + 1], a, bb[2], bb[3]);
-                }
+            for (int nt = 0; nt < NQ; nt++) {
+                *(uint32_t *)(sS + (w * 16 + g) * LDS + nt * 8 + 2 * tq) =
+                    pack_bf16(pa[nt][0], pa[nt][1]);
+                *(uint32_t *)(sS + (w * 16 + g + 8) * LDS + nt * 8 + 2 * tq) =
+                    pack_bf16(pa[nt][2], pa[nt][3]);
             }
-            const int tlo = q0 + qsl * 16 + g, thi = tlo + 8;
-            float *base = dq_acc + (size_t)b * T * qs + (size_t)h * D + cch * DQC + 2 * tq;
+            __syncthreads();
+
+            /* dQ[BR, D] += dS K in units of 16 query rows x DQC columns, fp32 atomics */
+            for (int u = w; u < UNITS; u += NW) {
+                const int qsl = u % (BR / 16), cch = u / (BR / 16);
+                float acc[DQC / 8][4];
 #pragma unroll
-            for (int nt = 0; nt < DQC / 8; nt++) {
-                if (tlo < T)
-                    atomicAdd((float2 *)(base + (size_t)tlo * qs + nt * 8),
-                              make_float2(acc[nt][0], acc[nt][1]));
-                if (thi < T)
-                    atomicAdd((float2 *)(base + (size_t)thi * qs + nt * 8),
-                              make_float2(acc[nt][2], acc[nt][3]));
+                for (int i = 0; i < DQC / 8; i++)
+                    acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+#pragma unroll
+                for (int kk = 0; kk < BC / 16; kk++) {
+                    uint32_t a[4];
+                    ldsm_x4_t(a, sS + (kk * 16 + (lane & 7) + (lane >> 4) * 8) * LDS + qsl * 16 +
+                                     ((lane >> 3) & 1) * 8);
+#pragma unroll
+                    for (int dp = 0; dp < DQC / 16; dp++) {
+                        uint32_t bb[4];
+                        ldsm_x4_t(bb, sK + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD +
+                                          cch * DQC + dp * 16 + (lane >> 4) * 8);
+                        mma16816(acc[2 * dp], a, bb[0], bb[1]);
+                        mma16816(acc[2 * dp + 1], a, bb[2], bb[3]);
+                    }
+                }
+                const int tlo = q0 + qsl * 16 + g, thi = tlo + 8;
+                float *base = dq_acc + (size_t)b * T * qs + (size_t)h * D + cch * DQC + 2 * tq;
+#pragma unroll
+                for (int nt = 0; nt < DQC / 8; nt++) {
+                    if (tlo < T)
+                        atomicAdd((float2 *)(base + (size_t)tlo * qs + nt * 8),
+                                  make_float2(acc[nt][0], acc[nt][1]));
+                    if (thi < T)
+                        atomicAdd((float2 *)(base + (size_t)thi * qs + nt * 8),
+                                  make_float2(acc[nt][2], acc[nt][3]));
+                }
             }
         }
     }
 
     /* dK (times scale) and dV: stage each warp's 16 rows in sK / sV, then 16-byte stores */
-    __syncthreads(); /* sK is read by every warp's dQ step above */
+    __syncthreads(); /* with DQA, sK is read by every warp's dQ step above */
     bf16 *sk = sK + w * 16 * LD, *sv = sV + w * 16 * LD;
 #pragma unroll
     for (int nt = 0; nt < ND; nt++) {
@@ -587,6 +610,160 @@ __global__ void __launch_bounds__(NW * 32)
             *(uint4 *)(dk + off) = *(const uint4 *)(sk + r * LD + cc * 8);
             *(uint4 *)(dv + off) = *(const uint4 *)(sv + r * LD + cc * 8);
         }
+    }
+}
+
+/* ---- deterministic dQ ---- */
+
+#define ATT_DQ_NW 4 /* warps of att_dq_kernel: 16 query rows each */
+
+/* dq = scale * dS K without atomics. Grid (B*Hq, ceil(T/BR)), BR = 16*ATT_DQ_NW query rows per
+ * block (tiles in reverse, the longest first); each warp owns 16 rows and reads their Q and dO
+ * fragments from shared memory at each use (registers go to the dQ accumulator). Key/value tiles
+ * of ATT_BC rows stream through a two-stage cp.async buffer in increasing order, the same order
+ * on every call; per tile S = Q K^T and dP = dO V^T, P = exp(scale S - lse) (0 where masked),
+ * dS = P (dP - D), dQ += dS K. */
+template <int D>
+__global__ void __launch_bounds__(ATT_DQ_NW * 32)
+    att_dq_kernel(const bf16 *__restrict__ q, const bf16 *__restrict__ k,
+                  const bf16 *__restrict__ v, const bf16 *__restrict__ dout,
+                  const float *__restrict__ lse, const float *__restrict__ Dsum,
+                  bf16 *__restrict__ dq, int T, int Hq, int Hk, float sl2, float scale,
+                  int window) {
+    constexpr int NW = ATT_DQ_NW, BR = 16 * NW, BC = ATT_BC, LD = D + 8, NTH = NW * 32;
+    constexpr int KD = D / 16, ND = D / 8, NS = BC / 8;
+    extern __shared__ __align__(16) unsigned char att_smem[];
+    bf16 *sQ = (bf16 *)att_smem; /* [BR][LD] */
+    bf16 *sO = sQ + BR * LD;     /* [BR][LD] dout */
+    bf16 *sK = sO + BR * LD;     /* [2][BC][LD] */
+    bf16 *sV = sK + 2 * BC * LD; /* [2][BC][LD] */
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
+    const int b = blockIdx.x / Hq, h = blockIdx.x % Hq, hk = h / (Hq / Hk);
+    const int m0 = (gridDim.y - 1 - blockIdx.y) * BR;
+    const size_t qs = (size_t)Hq * D, ks = (size_t)Hk * D;
+    const size_t qoff = (size_t)b * T * qs + (size_t)h * D;
+    const bf16 *kb = k + (size_t)b * T * ks + (size_t)hk * D;
+    const bf16 *vb = v + (size_t)b * T * ks + (size_t)hk * D;
+    const int qlast = min(m0 + BR, T) - 1;
+    const int kfirst = window > 0 ? max(0, m0 - window + 1) : 0;
+    const int j0 = kfirst / BC, j1 = qlast / BC;
+    const bf16 *sQw = sQ + w * 16 * LD, *sOw = sO + w * 16 * LD; /* this warp's rows */
+
+    load_tile<BR, D, NTH>(sQ, q + qoff, qs, m0, T);
+    load_tile<BR, D, NTH>(sO, dout + qoff, qs, m0, T);
+    load_tile<BC, D, NTH>(sK, kb, ks, j0 * BC, T);
+    load_tile<BC, D, NTH>(sV, vb, ks, j0 * BC, T);
+    cp_async_commit();
+
+    /* lse (to the exp2 domain) and D of this thread's rows r0 and r0 + 8; 0 past T, where Q and
+     * dO are zero-filled, so those rows get finite dS = P * (0 - 0) and are never stored */
+    const int r0 = m0 + w * 16 + g;
+    const size_t lo = ((size_t)b * Hq + h) * T;
+    float ll[2], dd[2];
+#pragma unroll
+    for (int hi = 0; hi < 2; hi++) {
+        const int r = r0 + 8 * hi;
+        ll[hi] = r < T ? lse[lo + r] * ATT_LOG2E : 0.0f;
+        dd[hi] = r < T ? Dsum[lo + r] : 0.0f;
+    }
+    float acc[ND][4];
+#pragma unroll
+    for (int i = 0; i < ND; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+    cp_async_wait<0>();
+    __syncthreads();
+
+    for (int j = j0; j <= j1; j++) {
+        const int st = (j - j0) & 1;
+        if (j > j0) __syncthreads(); /* every warp is done with tile j-1 (buffer st^1) */
+        if (j < j1) {
+            load_tile<BC, D, NTH>(sK + (st ^ 1) * BC * LD, kb, ks, (j + 1) * BC, T);
+            load_tile<BC, D, NTH>(sV + (st ^ 1) * BC * LD, vb, ks, (j + 1) * BC, T);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads(); /* tile j visible to every warp */
+        const bf16 *sKs = sK + st * BC * LD, *sVs = sV + st * BC * LD;
+        const int n0 = j * BC;
+
+        /* S = Q K^T and dP = dO V^T for 16 rows x BC keys */
+        float sa[NS][4], pa[NS][4];
+#pragma unroll
+        for (int i = 0; i < NS; i++) {
+            sa[i][0] = sa[i][1] = sa[i][2] = sa[i][3] = 0.0f;
+            pa[i][0] = pa[i][1] = pa[i][2] = pa[i][3] = 0.0f;
+        }
+#pragma unroll
+        for (int kc = 0; kc < KD; kc++) {
+            uint32_t a[4], ao[4];
+            ldsm_x4(a, sQw + (lane & 15) * LD + kc * 16 + (lane >> 4) * 8);
+            ldsm_x4(ao, sOw + (lane & 15) * LD + kc * 16 + (lane >> 4) * 8);
+#pragma unroll
+            for (int np = 0; np < NS / 2; np++) {
+                const int boff =
+                    (np * 16 + (lane & 7) + (lane >> 4) * 8) * LD + kc * 16 + ((lane >> 3) & 1) * 8;
+                uint32_t bb[4];
+                ldsm_x4(bb, sKs + boff);
+                mma16816(sa[2 * np], a, bb[0], bb[1]);
+                mma16816(sa[2 * np + 1], a, bb[2], bb[3]);
+                ldsm_x4(bb, sVs + boff);
+                mma16816(pa[2 * np], ao, bb[0], bb[1]);
+                mma16816(pa[2 * np + 1], ao, bb[2], bb[3]);
+            }
+        }
+
+        /* P = exp(scale S - lse), masked to 0; dS = P (dP - D), kept in sa */
+        const bool need_mask =
+            n0 + BC - 1 > m0 || n0 + BC > T || (window > 0 && n0 <= m0 + BR - 1 - window);
+#pragma unroll
+        for (int nt = 0; nt < NS; nt++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int hi = e >> 1;
+                float p = ex2(sa[nt][e] * sl2 - ll[hi]);
+                if (need_mask &&
+                    !att_visible(r0 + 8 * hi, n0 + nt * 8 + 2 * tq + (e & 1), T, window))
+                    p = 0.0f;
+                sa[nt][e] = p * (pa[nt][e] - dd[hi]);
+            }
+        }
+
+        /* dQ += dS K (k = keys) */
+#pragma unroll
+        for (int kc = 0; kc < BC / 16; kc++) {
+            const uint32_t a[4] = {pack_bf16(sa[2 * kc][0], sa[2 * kc][1]),
+                                   pack_bf16(sa[2 * kc][2], sa[2 * kc][3]),
+                                   pack_bf16(sa[2 * kc + 1][0], sa[2 * kc + 1][1]),
+                                   pack_bf16(sa[2 * kc + 1][2], sa[2 * kc + 1][3])};
+#pragma unroll
+            for (int dp = 0; dp < ND / 2; dp++) {
+                uint32_t bb[4];
+                ldsm_x4_t(bb, sKs + (kc * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + dp * 16 +
+                                  (lane >> 4) * 8);
+                mma16816(acc[2 * dp], a, bb[0], bb[1]);
+                mma16816(acc[2 * dp + 1], a, bb[2], bb[3]);
+            }
+        }
+    }
+
+    /* dq = scale * dQ, staged in this warp's own rows of sQ (read only by this warp), then
+     * 16-byte stores */
+    bf16 *so = sQ + w * 16 * LD;
+    __syncwarp();
+#pragma unroll
+    for (int nt = 0; nt < ND; nt++) {
+        *(uint32_t *)(so + g * LD + nt * 8 + 2 * tq) =
+            pack_bf16(acc[nt][0] * scale, acc[nt][1] * scale);
+        *(uint32_t *)(so + (g + 8) * LD + nt * 8 + 2 * tq) =
+            pack_bf16(acc[nt][2] * scale, acc[nt][3] * scale);
+    }
+    __syncwarp();
+    for (int c = lane; c < 16 * ND; c += 32) {
+        int r = c / ND, cc = c % ND, t = m0 + w * 16 + r;
+        if (t < T)
+            *(uint4 *)(dq + ((size_t)b * T + t) * qs + (size_t)h * D + cc * 8) =
+                *(const uint4 *)(so + r * LD + cc * 8);
     }
 }
 
@@ -621,30 +798,42 @@ static int att_launch_fwd(const bf16 *q, const bf16 *k, const bf16 *v, bf16 *out
     return att_cuda_ok(cudaGetLastError(), "forward kernel launch");
 }
 
-template <int D, int NW, int BR>
+template <int D, int NW, int BR, bool DQA>
 static int att_launch_bwd(const bf16 *dout, const bf16 *q, const bf16 *k, const bf16 *v,
                           const bf16 *out, const float *lse, bf16 *dq, bf16 *dk, bf16 *dv,
                           float *dq_acc, float *Dsum, int B, int T, int Hq, int Hk, float scale,
                           int window, cudaStream_t s) {
     constexpr int BC = 16 * NW;
     const size_t rows = (size_t)B * T * Hq, nq = rows * D;
-    ZY_TRY(att_cuda_ok(cudaMemsetAsync(dq_acc, 0, nq * sizeof(float), s), "clearing dq scratch"));
+    if (DQA)
+        ZY_TRY(
+            att_cuda_ok(cudaMemsetAsync(dq_acc, 0, nq * sizeof(float), s), "clearing dq scratch"));
     const size_t dot_threads = rows * (D / 8);
     att_bwd_dot_kernel<D>
         <<<(unsigned)((dot_threads + 255) / 256), 256, 0, s>>>(dout, out, Dsum, rows, T, Hq);
     ZY_TRY(att_cuda_ok(cudaGetLastError(), "backward row-sum kernel launch"));
     const size_t smem = (size_t)(2 * BC + 4 * BR) * (D + 8) * sizeof(bf16) +
-                        (size_t)BC * (BR + 8) * sizeof(bf16) + 4 * BR * sizeof(float);
-    ZY_TRY(att_set_smem((const void *)att_bwd_kernel<D, NW, BR>, smem));
+                        (DQA ? (size_t)BC * (BR + 8) * sizeof(bf16) : 0) + 4 * BR * sizeof(float);
+    ZY_TRY(att_set_smem((const void *)att_bwd_kernel<D, NW, BR, DQA>, smem));
     dim3 grid((unsigned)(B * Hk), (unsigned)((T + BC - 1) / BC));
-    att_bwd_kernel<D, NW, BR><<<grid, NW * 32, smem, s>>>(
+    att_bwd_kernel<D, NW, BR, DQA><<<grid, NW * 32, smem, s>>>(
         q, k, v, dout, lse, Dsum, dq_acc, dk, dv, T, Hq, Hk, scale * ATT_LOG2E, scale, window);
     ZY_TRY(att_cuda_ok(cudaGetLastError(), "backward kernel launch"));
-    const size_t n4 = nq / 4;
-    unsigned blocks = (unsigned)((n4 + 255) / 256);
-    if (blocks > 4096) blocks = 4096;
-    att_dq_convert_kernel<<<blocks, 256, 0, s>>>((const float4 *)dq_acc, (uint2 *)dq, n4, scale);
-    return att_cuda_ok(cudaGetLastError(), "dq conversion kernel launch");
+    if (DQA) {
+        const size_t n4 = nq / 4;
+        unsigned blocks = (unsigned)((n4 + 255) / 256);
+        if (blocks > 4096) blocks = 4096;
+        att_dq_convert_kernel<<<blocks, 256, 0, s>>>((const float4 *)dq_acc, (uint2 *)dq, n4,
+                                                     scale);
+        return att_cuda_ok(cudaGetLastError(), "dq conversion kernel launch");
+    }
+    constexpr int BQ = 16 * ATT_DQ_NW;
+    const size_t dsmem = (size_t)(2 * BQ + 4 * ATT_BC) * (D + 8) * sizeof(bf16);
+    ZY_TRY(att_set_smem((const void *)att_dq_kernel<D>, dsmem));
+    dim3 dgrid((unsigned)(B * Hq), (unsigned)((T + BQ - 1) / BQ));
+    att_dq_kernel<D><<<dgrid, ATT_DQ_NW * 32, dsmem, s>>>(q, k, v, dout, lse, Dsum, dq, T, Hq, Hk,
+                                                          scale * ATT_LOG2E, scale, window);
+    return att_cuda_ok(cudaGetLastError(), "dq kernel launch");
 }
 
 /* Shared argument checks; returns ZY_OK or the failure. */
@@ -716,15 +905,24 @@ extern "C" int cuda_attention_fwd(const void *q, const void *k, const void *v, v
     return cuda_attention_fwd_cfg(q, k, v, out, lse, B, T, Hq, Hk, d, scale, window, NULL, s);
 }
 
-extern "C" size_t cuda_attention_bwd_scratch_bytes(int B, int T, int Hq, int d) {
+extern "C" size_t cuda_attention_bwd_scratch_bytes_cfg(int B, int T, int Hq, int d,
+                                                       const cuda_attention_cfg *cfg) {
     if (B <= 0 || T <= 0 || Hq <= 0 || d <= 0) return 0;
-    return ((size_t)B * T * Hq * d + (size_t)B * Hq * T) * sizeof(float);
+    size_t rows = (size_t)B * T * Hq; /* Dsum, plus the fp32 dq accumulator for dq_atomic */
+    return (rows + (cfg && cfg->dq_atomic ? rows * d : 0)) * sizeof(float);
 }
 
-/* The backward for one (D, warps, rows) choice; the template sizes live in the variants below. */
+extern "C" size_t cuda_attention_bwd_scratch_bytes(int B, int T, int Hq, int d) {
+    return cuda_attention_bwd_scratch_bytes_cfg(B, T, Hq, d, NULL);
+}
+
+/* The backward for one (D, warps, rows) choice and dq path; the template sizes live in the
+ * variants below. */
 #define ATT_BWD(D, NW, BR)                                                                         \
-    att_launch_bwd<D, NW, BR>(bdo, bq, bk, bv, bo, lse, bdq, bdk, bdv, acc, Dsum, B, T, Hq, Hk,    \
-                              scale, window, s)
+    (dqa ? att_launch_bwd<D, NW, BR, true>(bdo, bq, bk, bv, bo, lse, bdq, bdk, bdv, acc, Dsum, B,  \
+                                           T, Hq, Hk, scale, window, s)                            \
+         : att_launch_bwd<D, NW, BR, false>(bdo, bq, bk, bv, bo, lse, bdq, bdk, bdv, acc, Dsum, B, \
+                                            T, Hq, Hk, scale, window, s))
 
 extern "C" int cuda_attention_bwd_cfg(const void *dout, const void *q, const void *k, const void *v,
                                       const void *out, const float *lse, void *dq, void *dk,
@@ -733,13 +931,16 @@ extern "C" int cuda_attention_bwd_cfg(const void *dout, const void *q, const voi
                                       const cuda_attention_cfg *cfg, cudaStream_t s) {
     const void *ptrs[10] = {dout, q, k, v, out, lse, dq, dk, dv, scratch};
     ZY_TRY(att_check_args("cuda_attention_bwd", B, T, Hq, Hk, d, scale, ptrs, 10));
+    if (cfg && cfg->dq_atomic != 0 && cfg->dq_atomic != 1)
+        return zy_fail("cuda_attention_bwd: dq_atomic %d not supported (0 or 1)", cfg->dq_atomic);
     if (B == 0 || T == 0) return ZY_OK;
-    size_t need = cuda_attention_bwd_scratch_bytes(B, T, Hq, d);
+    size_t need = cuda_attention_bwd_scratch_bytes_cfg(B, T, Hq, d, cfg);
     if (scratch == NULL || scratch_bytes < need)
         return zy_fail("cuda_attention_bwd: scratch of %zu bytes given, %zu needed", scratch_bytes,
                        need);
     int nw = cfg && cfg->bwd_warps ? cfg->bwd_warps : 8;
     int br = cfg && cfg->bwd_rows ? cfg->bwd_rows : 64;
+    const bool dqa = cfg && cfg->dq_atomic;
     if ((nw != 4 && nw != 8) || (br != 32 && br != 64))
         return zy_fail("cuda_attention_bwd: bwd_warps %d / bwd_rows %d not supported (4 or 8 / "
                        "32 or 64)",
@@ -747,7 +948,10 @@ extern "C" int cuda_attention_bwd_cfg(const void *dout, const void *q, const voi
     const bf16 *bdo = (const bf16 *)dout, *bq = (const bf16 *)q, *bk = (const bf16 *)k,
                *bv = (const bf16 *)v, *bo = (const bf16 *)out;
     bf16 *bdq = (bf16 *)dq, *bdk = (bf16 *)dk, *bdv = (bf16 *)dv;
-    float *acc = (float *)scratch, *Dsum = acc + (size_t)B * T * Hq * d;
+    /* scratch: Dsum [B, Hq, T]; with dq_atomic the dq accumulator [N, Hq*d] first (16-byte
+     * aligned for its float4 reads), then Dsum */
+    float *acc = dqa ? (float *)scratch : NULL;
+    float *Dsum = dqa ? acc + (size_t)B * T * Hq * d : (float *)scratch;
     const int variant = (nw == 8 ? 2 : 0) + (br == 64 ? 1 : 0);
     switch (d) {
     case 128:

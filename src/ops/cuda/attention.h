@@ -22,33 +22,42 @@ extern "C" {
  * bwd_warps: 4 or 8 (key rows per block = 16 x warps); bwd_rows: 32 or 64 query rows per step.
  * Defaults (the fastest on an H100 at d = 128): forward 4 warps x 2 m-tiles at d = 128, else
  * 4 x 1; backward 8 warps, 64 rows. Only d = 128 and d = 64 offer every combination; other d
- * use the default. */
+ * use the default. dq_atomic: 0 (default) computes dq in a second kernel over query tiles, each
+ * summing its key tiles in a fixed order, so the backward is bitwise repeatable; 1 adds each key
+ * block's share of dq into an fp32 scratch with atomics (faster, but the rounding depends on the
+ * order the blocks run in; kept for comparison). */
 typedef struct {
     int fwd_warps;
     int fwd_mtiles;
     int bwd_warps;
     int bwd_rows;
+    int dq_atomic;
 } cuda_attention_cfg;
 
 /* out [N, Hq*d] bf16 and lse [B, Hq, T] fp32 from q [N, Hq*d], k, v [N, Hk*d] (bf16). */
 int cuda_attention_fwd(const void *q, const void *k, const void *v, void *out, float *lse, int B,
                        int T, int Hq, int Hk, int d, float scale, int window, cudaStream_t s);
 
-/* Bytes of device scratch cuda_attention_bwd needs (fp32 dq accumulator and the row sums
- * D = rowsum(dout * out)). */
+/* Bytes of device scratch the default cuda_attention_bwd needs (the row sums
+ * D = rowsum(dout * out), [B, Hq, T] fp32). */
 size_t cuda_attention_bwd_scratch_bytes(int B, int T, int Hq, int d);
+
+/* The same for a kernel shape (cfg == NULL: the default); dq_atomic needs an fp32 dq
+ * accumulator [N, Hq*d] besides the row sums. */
+size_t cuda_attention_bwd_scratch_bytes_cfg(int B, int T, int Hq, int d,
+                                            const cuda_attention_cfg *cfg);
 
 /* dq [N, Hq*d], dk, dv [N, Hk*d] (bf16, overwritten) from dout [N, Hq*d] and the forward's
  * inputs, out and lse. scratch: device memory of at least cuda_attention_bwd_scratch_bytes. dk/dv
- * are summed over the query heads of a group inside one block (no atomics); dq is accumulated
- * with fp32 atomics in scratch, then scaled and rounded to bf16. */
+ * are summed over the query heads of a group inside one block, dq over the key tiles inside one
+ * block of a second kernel: no atomics, and the same inputs give the same bits on every call. */
 int cuda_attention_bwd(const void *dout, const void *q, const void *k, const void *v,
                        const void *out, const float *lse, void *dq, void *dk, void *dv,
                        void *scratch, size_t scratch_bytes, int B, int T, int Hq, int Hk, int d,
                        float scale, int window, cudaStream_t s);
 
 /* The two calls above with an explicit kernel shape (benchmarks and tests of every variant);
- * cfg == NULL is the default. */
+ * cfg == NULL is the default. The backward's scratch: cuda_attention_bwd_scratch_bytes_cfg. */
 int cuda_attention_fwd_cfg(const void *q, const void *k, const void *v, void *out, float *lse,
                            int B, int T, int Hq, int Hk, int d, float scale, int window,
                            const cuda_attention_cfg *cfg, cudaStream_t s);

@@ -8,8 +8,9 @@
  * residual stream, rstd and losses are fp32; every reduction runs in fp32 (chunk totals of the
  * parameter gradients in double). Parameter gradients ACCUMULATE (+=); input gradients overwrite
  * unless stated. Parameter-gradient sums over rows are deterministic (per-chunk partials in `ws`,
- * then a fixed-order sum), except the embedding table gradient (fp32 atomics). `ws` is a workspace
- * of cuda_ops_ws_bytes(N, C) bytes, not used concurrently by two launches.
+ * then a fixed-order sum; the embedding table gradient through a sort by id): no atomics, the same
+ * bits on every run. `ws` is a workspace of cuda_ops_ws_bytes(N, C) bytes (16-byte aligned, as
+ * cudaMalloc gives), not used concurrently by two launches.
  * Return ZY_OK, or ZY_ERR with zy_errmsg() naming a failed launch or an impossible shape. Launches
  * are asynchronous: a kernel fault shows at the next synchronising call. */
 #ifndef ZY_OPS_CUDA_KERNELS_H
@@ -24,8 +25,11 @@ extern "C" {
 
 typedef uint16_t zy_bf16; /* bf16 bits (device: __nv_bfloat16) */
 
-/* Bytes of the workspace the backward kernels need for N rows of width C. */
+/* Bytes of the workspace the backward kernels need for N rows of width C (on the current device:
+ * the embedding backward's share includes CUB's radix-sort storage). */
 size_t cuda_ops_ws_bytes(int N, int C);
+/* The embedding backward's share of it (cuda_ops_ws_bytes is at least this). */
+size_t cuda_embed_bwd_ws_bytes(int N, int D);
 
 /* ---- RMSNorm: y[N,C] = x * rstd * w, rstd[N] = 1/sqrt(mean(x^2) + eps) ---- */
 int cuda_rmsnorm_fwd_f32(float *y, float *rstd, const float *x, const float *w, int N, int C,
@@ -86,9 +90,10 @@ int cuda_swiglu_bwd_bf16(zy_bf16 *dgu, const zy_bf16 *dy, const zy_bf16 *gu, int
  * h[N,D] = (emb[ids[n]] + bias) * scale; ids in [0, V) (the caller checks). */
 int cuda_embed_fwd_f32(float *h, const float *emb, const int32_t *ids, const float *bias,
                        const float *scale, int N, int D, void *stream);
-/* demb[ids[n]] += dh*scale (fp32 atomics: the order of repeated ids is not fixed; rows with
- * ids[n] == skip_id get nothing, -1 = none), dbias += sum dh*scale, dscale += sum dh*(emb+bias)
- * (deterministic). */
+/* demb[ids[n]] += dh*scale (rows with ids[n] == skip_id get nothing, -1 = none), dbias += sum
+ * dh*scale, dscale += sum dh*(emb+bias). No atomics: the (id, row) pairs are sorted by id (stable
+ * radix sort in ws), each id's rows are summed in a fixed order (row order within chunks of the
+ * sorted list, then the chunk partials in order) and the total is added to demb once. */
 int cuda_embed_bwd_f32(float *demb, float *dbias, float *dscale, float *ws, const float *dh,
                        const float *emb, const int32_t *ids, const float *bias, const float *scale,
                        int N, int D, int skip_id, void *stream);

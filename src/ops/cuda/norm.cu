@@ -15,7 +15,8 @@ size_t cuda_ops_ws_bytes(int N, int C) {
     int R, P;
     zy_col_chunks(N > 0 ? N : 0, &R, &P);
     size_t b = (size_t)4 * (size_t)(P > 0 ? P : 1) * (size_t)(C > 0 ? C : 1) * sizeof(float);
-    return b;
+    size_t e = cuda_embed_bwd_ws_bytes(N, C); /* column partials, id sort, segment partials */
+    return b > e ? b : e;
 }
 
 /* dst[c] += (sum_p part[p*C + c]) * mul[c]; the chunk totals are added in order, in double. */
