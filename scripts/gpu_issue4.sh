@@ -45,9 +45,9 @@ for t in "${TESTS[@]}"; do
 done
 
 if [ "${SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
-    for name in ${SANITIZE_TESTS:-test_cuda_ops_dense test_cuda_ops_moe test_cuda_ops_cca test_cuda_model}; do
+    for name in ${SANITIZE_TESTS:-test_cuda_ops_dense test_cuda_ops_moe test_cuda_ops_cca test_cuda_optim test_cuda_attention test_cuda_elementwise test_cuda_model}; do
         [ -x "build/tests/$name" ] || continue
-        CCA_TEST_QUICK=1 ZY_SKIP_BENCH=1 timeout 240 compute-sanitizer --tool memcheck --error-exitcode 99 \
+        CCA_TEST_QUICK=1 ZY_SKIP_BENCH=1 ATTN_FILTER=test_sanitize ELEM_FILTER="test_embed*" timeout 240 compute-sanitizer --tool memcheck --error-exitcode 99 \
             "build/tests/$name" >"$OUT/memcheck_$name.log" 2>&1
         rc=$?
         note "memcheck $name rc=$rc: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_$name.log" | tail -1)"
