@@ -65,7 +65,7 @@ static const char *config_json =
     " \"grad_accum\": 2, \"steps\": 8, \"eval_interval\": 4, \"eval_batches\": 2,"
     " \"checkpoint_interval\": 4, \"keep_checkpoints\": 3, \"log_interval\": 1, \"seed\": 5,"
     " \"optimizer\": {\"name\": \"muon\", \"lr\": 0.01}, \"schedule\": {\"warmup\": 2},"
-    " \"device\": \"%s\"}";
+    " \"samples\": {\"prompts\": [\"the cat\"], \"tokens\": 12}, \"device\": \"%s\"}";
 
 static int setup(void **state) {
     (void)state;
@@ -178,8 +178,16 @@ static void test_gpu_tracks_cpu(void **state) {
         char cfg[256], out[256];
         snprintf(cfg, sizeof cfg, "%s/train_%s.json", tmp, devices[i]);
         snprintf(out, sizeof out, "%s/curve_%s", tmp, devices[i]);
-        RUN_OK("train", "--config", cfg, "--out", out, "--steps", "200", "--set", "eval_interval=0",
-               "--set", "checkpoint_interval=0");
+        /* the run ends by sampling from the prompt: decoding with the caches on that device */
+        run_result r = spawn_capture(
+            bin, tmp,
+            (const char *const[]){"train", "--config", cfg, "--out", out, "--steps", "200", "--set",
+                                  "eval_interval=0", "--set", "checkpoint_interval=0", NULL});
+        if (r.code != 0) fail_msg("train on %s failed:\n%s\n%s", devices[i], r.out, r.err);
+        const char *sample = strstr(r.out, "--- the cat");
+        assert_non_null(sample);
+        print_message("%s sample: %.80s\n", devices[i], sample);
+        result_free(&r);
         char run[64];
         snprintf(run, sizeof run, "curve_%s", devices[i]);
         assert_int_equal(loss_values(run, loss[i], STEPS), STEPS);
