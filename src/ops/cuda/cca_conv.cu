@@ -22,6 +22,7 @@
  * ldmatrix phase in 8 different bank groups. Supported: d in {32, 64, 128}, t0, t1 <= 4. */
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/cuda_state.h"
+#include "ops/cuda/mma.h"
 
 #include <cuda_bf16.h>
 #include <stdint.h>
@@ -35,54 +36,6 @@ typedef __nv_bfloat16 bf16;
 #define CCA_NSTAGE   4   /* dw2: pipeline stages */
 #define CCA_DW2_CTAS 256 /* dw2: blocks aimed at (one wave of 2 per SM on 128-132 SMs) */
 #define CCA_DW2_MINR 256 /* dw2: fewest rows per split-K chunk */
-
-/* ---- PTX wrappers ---- */
-
-static __device__ __forceinline__ uint32_t cca_smem_u32(const void *p) {
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-/* 16 bytes global -> shared, asynchronous; zero-filled when !valid (src is then not read). */
-static __device__ __forceinline__ void cca_cp16(void *dst, const void *src, bool valid) {
-    int n = valid ? 16 : 0;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(cca_smem_u32(dst)),
-                 "l"(src), "r"(n)
-                 : "memory");
-}
-
-static __device__ __forceinline__ void cca_commit(void) {
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-
-/* Waits until at most N committed groups of this thread are still in flight. */
-template <int N> static __device__ __forceinline__ void cca_wait(void) {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-/* Four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i. */
-static __device__ __forceinline__ void cca_ldsm(uint32_t r[4], const bf16 *p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(cca_smem_u32(p))
-                 : "memory");
-}
-
-/* The same, each matrix transposed on the way. */
-static __device__ __forceinline__ void cca_ldsm_t(uint32_t r[4], const bf16 *p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(cca_smem_u32(p))
-                 : "memory");
-}
-
-/* c[16x8] += a[16x16] b[16x8], bf16 inputs, fp32 accumulators. */
-static __device__ __forceinline__ void cca_mma(float c[4], const uint32_t a[4], uint32_t b0,
-                                               uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
-                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 /* ---- the conv tile kernels (forward and dmid) ---- */
 
@@ -128,7 +81,7 @@ template <int D> static __device__ __forceinline__ void cca_load_w(bf16 *sw, con
     constexpr int NV = D / 8, TOTAL = D * NV;
     for (int u = threadIdx.x; u < TOTAL; u += CCA_NTH) {
         int r = u / NV, cv = u % NV;
-        cca_cp16(sw + r * (D + 8) + cv * 8, src + (size_t)r * D + cv * 8, true);
+        cp_async16(smem_u32(sw + r * (D + 8) + cv * 8), src + (size_t)r * D + cv * 8, true);
     }
 }
 
@@ -146,15 +99,15 @@ static __device__ __forceinline__ void cca_mma_tap(float (&acc)[cca_cfg<D>::MT][
     for (int kk = 0; kk < D; kk += 16) {
         uint32_t af[K::MT][4], bfr[2][4];
 #pragma unroll
-        for (int mt = 0; mt < K::MT; mt++) cca_ldsm(af[mt], pa + mt * 16 * K::LD + kk);
+        for (int mt = 0; mt < K::MT; mt++) ldsm_x4(af[mt], pa + mt * 16 * K::LD + kk);
 #pragma unroll
-        for (int np = 0; np < 2; np++) cca_ldsm(bfr[np], pb + np * 16 * K::LD + kk);
+        for (int np = 0; np < 2; np++) ldsm_x4(bfr[np], pb + np * 16 * K::LD + kk);
 #pragma unroll
         for (int mt = 0; mt < K::MT; mt++)
 #pragma unroll
             for (int np = 0; np < 2; np++) {
-                cca_mma(acc[mt][2 * np], af[mt], bfr[np][0], bfr[np][1]);
-                cca_mma(acc[mt][2 * np + 1], af[mt], bfr[np][2], bfr[np][3]);
+                mma16816(acc[mt][2 * np], af[mt], bfr[np][0], bfr[np][1]);
+                mma16816(acc[mt][2 * np + 1], af[mt], bfr[np][2], bfr[np][3]);
             }
     }
 }
@@ -174,15 +127,15 @@ static __device__ __forceinline__ void cca_taps(float (&acc)[cca_cfg<D>::MT][4][
 #pragma unroll
             for (int e = 0; e < 4; e++) acc[mt][nt][e] = 0.0f;
     for (int j = 0; j < t1; j++) {
-        cca_wait<1>(); /* groups 0..j (tap j) have landed */
+        cp_async_wait<1>(); /* groups 0..j (tap j) have landed */
         __syncthreads();
         cca_mma_tap<D>(acc, sa + (size_t)(shift0 + dir * j) * K::LD, sw + (j & 1) * D * K::LD, wm,
                        wn, lane);
         __syncthreads(); /* slot j & 1 is free */
         if (j + 2 < t1) cca_load_w<D>(sw + (j & 1) * D * K::LD, wg + (size_t)(j + 2) * wtap);
-        cca_commit();
+        cp_async_commit();
     }
-    cca_wait<0>(); /* only empty groups can be left; the region becomes the stage */
+    cp_async_wait<0>(); /* only empty groups can be left; the region becomes the stage */
 }
 
 /* Writes this warp's accumulators to the fp32 stage [128][D + 8]. */
@@ -225,9 +178,9 @@ template <int D> __global__ void __launch_bounds__(CCA_NTH, 2) cca_fwd_k(cca_arg
     const bf16 *wg = a.wp + (size_t)c0 * D;
 
     cca_load_w<D>(sw, wg);
-    cca_commit();
+    cp_async_commit();
     if (a.t1 > 1) cca_load_w<D>(sw + D * K::LD, wg + wtap);
-    cca_commit();
+    cp_async_commit();
 
     /* depthwise conv: mid[t, c] = b1[c] + sum_jj w1[c, jj] xpad[t + jj, c] (xpad row r is
      * state row r for r < P, else qk0 row r - P) */
@@ -341,13 +294,13 @@ template <int D> __global__ void __launch_bounds__(CCA_NTH, 2) cca_bwd_k(cca_arg
     for (int u = tid; u < rows * K::NV; u += CCA_NTH) {
         const int r = u / K::NV, cv = u % K::NV, t = s0 - (a.t1 - 1) + r;
         const bool ok = t >= 0 && t < a.T;
-        cca_cp16(sa + (size_t)r * K::LD + cv * 8,
-                 ok ? gsrc + ((size_t)b * a.T + t) * ldg + cv * 8 : gsrc, ok);
+        cp_async16(smem_u32(sa + (size_t)r * K::LD + cv * 8),
+                   ok ? gsrc + ((size_t)b * a.T + t) * ldg + cv * 8 : gsrc, ok);
     }
     cca_load_w<D>(sw, wg);
-    cca_commit();
+    cp_async_commit();
     if (a.t1 > 1) cca_load_w<D>(sw + D * K::LD, wg + wtap);
-    cca_commit();
+    cp_async_commit();
     for (int u = tid; u < a.t0 * D; u += CCA_NTH)
         w1s[u] = a.w1[(size_t)(c0 + u % D) * a.t0 + u / D];
 
@@ -495,9 +448,9 @@ static __device__ __forceinline__ void cca_dw2_load(bf16 *sbuf, int kt, const bf
         const int r = u / NV, cv = u % NV, n = n_lo + kt * CCA_BK + r;
         const bool ok = n < n_hi;
         const int bb = ok ? n / T : 0, t = ok ? n - bb * T : 0;
-        cca_cp16(sA + r * LD + cv * 8, ok ? gsrc + (size_t)n * ldg + cv * 8 : gsrc, ok);
-        cca_cp16(sB + r * LD + cv * 8, ok ? msrc + ((size_t)bb * Tm + t + j) * C + cv * 8 : msrc,
-                 ok);
+        cp_async16(smem_u32(sA + r * LD + cv * 8), ok ? gsrc + (size_t)n * ldg + cv * 8 : gsrc, ok);
+        cp_async16(smem_u32(sB + r * LD + cv * 8),
+                   ok ? msrc + ((size_t)bb * Tm + t + j) * C + cv * 8 : msrc, ok);
     }
 }
 
@@ -534,37 +487,37 @@ __global__ void __launch_bounds__(WMW *WNW * 32)
 #pragma unroll
     for (int s = 0; s < CCA_NSTAGE - 1; s++) {
         if (s < nk) cca_dw2_load<D, NTH>(sbuf, s, gsrc, ldg, msrc, n_lo, n_hi, T, Tm, C, j);
-        cca_commit();
+        cp_async_commit();
     }
     for (int kt = 0; kt < nk; kt++) {
-        cca_wait<CCA_NSTAGE - 2>(); /* tile kt has landed */
-        __syncthreads();            /* ... for every thread; slot (kt-1) % NSTAGE is free */
+        cp_async_wait<CCA_NSTAGE - 2>(); /* tile kt has landed */
+        __syncthreads();                 /* ... for every thread; slot (kt-1) % NSTAGE is free */
         const bf16 *sA = sbuf + (size_t)(kt % CCA_NSTAGE) * 2 * CCA_BK * LD, *sB = sA + CCA_BK * LD;
 #pragma unroll
         for (int kk = 0; kk < CCA_BK; kk += 16) {
             uint32_t af[MT][4], bfr[NT / 2][4];
 #pragma unroll
             for (int mt = 0; mt < MT; mt++)
-                cca_ldsm_t(af[mt], sA + (kk + (lane >> 4) * 8 + (lane & 7)) * LD + wm * WM +
-                                       mt * 16 + ((lane >> 3) & 1) * 8);
+                ldsm_x4_t(af[mt], sA + (kk + (lane >> 4) * 8 + (lane & 7)) * LD + wm * WM +
+                                      mt * 16 + ((lane >> 3) & 1) * 8);
 #pragma unroll
             for (int np = 0; np < NT / 2; np++)
-                cca_ldsm_t(bfr[np], sB + (kk + ((lane >> 3) & 1) * 8 + (lane & 7)) * LD + wn * WN +
-                                        np * 16 + (lane >> 4) * 8);
+                ldsm_x4_t(bfr[np], sB + (kk + ((lane >> 3) & 1) * 8 + (lane & 7)) * LD + wn * WN +
+                                       np * 16 + (lane >> 4) * 8);
 #pragma unroll
             for (int mt = 0; mt < MT; mt++)
 #pragma unroll
                 for (int np = 0; np < NT / 2; np++) {
-                    cca_mma(acc[mt][2 * np], af[mt], bfr[np][0], bfr[np][1]);
-                    cca_mma(acc[mt][2 * np + 1], af[mt], bfr[np][2], bfr[np][3]);
+                    mma16816(acc[mt][2 * np], af[mt], bfr[np][0], bfr[np][1]);
+                    mma16816(acc[mt][2 * np + 1], af[mt], bfr[np][2], bfr[np][3]);
                 }
         }
         if (kt + CCA_NSTAGE - 1 < nk)
             cca_dw2_load<D, NTH>(sbuf, kt + CCA_NSTAGE - 1, gsrc, ldg, msrc, n_lo, n_hi, T, Tm, C,
                                  j);
-        cca_commit();
+        cp_async_commit();
     }
-    cca_wait<0>();
+    cp_async_wait<0>();
 
     float *out = part + (((size_t)ch * t1 + j) * C + (size_t)g * D) * D;
     const int gid = lane >> 2, tq = lane & 3;
