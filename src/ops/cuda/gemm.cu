@@ -404,7 +404,8 @@ int cuda_gemm(cuda_gemm_ctx *c, void *C, const void *A, const void *B, int M, in
     }
     plan_key kb = k; /* the cache key: M and K by bucket */
     kb.M = dim_bucket(M), kb.K = dim_bucket(K);
-    cuda_gemm_plan *p = plan_find(c, &k); /* an exact plan when the bucket's was refused */
+    /* an exact plan exists only where a bucket's algorithm was refused: look for one first */
+    cuda_gemm_plan *p = c->nexact > 0 && memcmp(&kb, &k, sizeof k) != 0 ? plan_find(c, &k) : NULL;
     if (p) {
         c->hits++;
         kb = k;
@@ -415,6 +416,7 @@ int cuda_gemm(cuda_gemm_ctx *c, void *C, const void *A, const void *B, int M, in
     if (st == CUBLAS_STATUS_NOT_SUPPORTED && (kb.M != M || kb.K != K)) {
         kb = k; /* this size gets its own plan */
         ZY_TRY(plan_get(c, &kb, bias, &p));
+        c->nexact++; /* counts plans made, evicted ones too: the lookup stays correct */
         st = plan_run(c, p, &k, C, A, B, alpha, beta, bias, s);
     }
     if (st == CUBLAS_STATUS_NOT_SUPPORTED && p->fallback == 0 && epi != CUDA_GEMM_EPI_NONE) {

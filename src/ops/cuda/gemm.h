@@ -54,6 +54,7 @@ typedef struct {
     long hits, misses; /* plan cache statistics */
     long fallbacks;    /* GEMMs whose epilogue cuBLASLt had no kernel for: our own kernels */
     long legacy;       /* GEMMs cuBLASLt had no algorithm for at all: cublasGemmEx */
+    int nexact;        /* cached exact-size plans (made when a bucket's algorithm was refused) */
     int device;
 } cuda_gemm_ctx;
 
