@@ -14,15 +14,7 @@ NJ=$(nproc)
 rc_all=0
 note() { echo "$*" | tee -a "$OUT/summary.txt"; }
 
-if [ -z "${DEPS_ROOT:-}" ]; then
-    DEPS_ROOT=/tmp/zy_deps
-    mkdir -p "$DEPS_ROOT"
-    for f in "${DEBS:-.ext/debs}"/*.deb; do dpkg -x "$f" "$DEPS_ROOT"; done
-fi
-export DEPS_ROOT
-L=$DEPS_ROOT/usr/lib/x86_64-linux-gnu
-export LD_LIBRARY_PATH=$L:$L/openblas-openmp:${LD_LIBRARY_PATH:-}
-export OMP_WAIT_POLICY=passive
+. "$(dirname "$0")/gpu_deps.sh"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >"$OUT/machine.log" 2>&1
 
 t0=$(date +%s)

@@ -563,6 +563,74 @@ static void test_scatter_add(void **state) {
             }
 }
 
+/* ---- expert GEMMs ---- */
+
+static float *absdup(const float *x, size_t n) {
+    float *a = H(tu_alloc(n));
+    for (size_t i = 0; i < n; i++) a[i] = fabsf(x[i]);
+    return a;
+}
+
+/* fp32 sums of bf16 products (exact in fp32): (k + 2) 2^-24 sum|terms| + 2^-22 |ref|. */
+static void check_f32_sum(const char *what, const float *got, const float *ref, const float *sabs,
+                          int k, size_t n) {
+    double *tol = H(tu_dalloc(n));
+    for (size_t i = 0; i < n; i++)
+        tol[i] = (k + 2) * F32_EPS * sabs[i] + 4 * F32_EPS * fabs(ref[i]) + 1e-37;
+    check_tol(what, got, ref, tol, n);
+}
+
+/* ops_expert_matmul (forward and data gradient) and ops_expert_matmul_wgrad with beta 0 and 1,
+ * on experts of 0, 1 and many rows, against the CPU op. With beta = 0 the old gradient is NaN:
+ * every expert's block must be overwritten, the empty expert's with zeros. */
+static void test_expert_matmul(void **state) {
+    (void)state;
+    if (!have_gpu) skip();
+    enum { E = 5, N = 48, K = 40, ROWS = 96 };
+    const int32_t off[E + 1] = {0, 30, 30, 70, 71, ROWS};
+    const size_t nw = (size_t)E * N * K;
+    float *W = randn_bf(nw, 0.5f), *X = randn_bf((size_t)ROWS * K, 1.0f);
+    float *dY = randn_bf((size_t)ROWS * N, 1.0f);
+    zy_act *dW_ = put_act(W, nw), *dX_ = put_act(X, (size_t)ROWS * K);
+    zy_act *ddY = put_act(dY, (size_t)ROWS * N);
+    char what[128];
+    for (int data_grad = 0; data_grad < 2; data_grad++) {
+        const int in_w = data_grad ? N : K, out_w = data_grad ? K : N;
+        const float *in = data_grad ? dY : X;
+        const size_t no = (size_t)ROWS * out_w;
+        float *ref = H(tu_const(no, 0.0f)), *sabs = H(tu_const(no, 0.0f));
+        ops_expert_matmul(&tu_ctx, ref, in, W, off, E, N, K, data_grad);
+        ops_expert_matmul(&tu_ctx, sabs, absdup(in, (size_t)ROWS * in_w), absdup(W, nw), off, E, N,
+                          K, data_grad);
+        zy_act *dout = nan_act_at(no, 0);
+        ops_expert_matmul(&gpu, dout, data_grad ? ddY : dX_, dW_, off, E, N, K, data_grad);
+        snprintf(what, sizeof what, "expert_matmul %s E=%d N=%d K=%d", data_grad ? "data" : "fwd",
+                 E, N, K);
+        double *tol = H(tu_dalloc(no)); /* bf16 rounding of the output + fp32 sums over in_w */
+        for (size_t i = 0; i < no; i++)
+            tol[i] = BF_REL * fabs(ref[i]) + (in_w + 2) * F32_EPS * sabs[i] + 1e-37;
+        check_tol(what, get_act(dout, no), ref, tol, no);
+    }
+    for (int beta = 0; beta < 2; beta++) {
+        float *old = beta ? randn_bf(nw, 1.0f) : H(tu_const(nw, NAN));
+        float *ref = H(tu_dup(old, nw)), *sabs = H(tu_const(nw, 0.0f));
+        ops_expert_matmul_wgrad(&tu_ctx, ref, dY, X, off, E, N, K, (float)beta);
+        ops_expert_matmul_wgrad(&tu_ctx, sabs, absdup(dY, (size_t)ROWS * N),
+                                absdup(X, (size_t)ROWS * K), off, E, N, K, 0.0f);
+        if (beta)
+            for (size_t i = 0; i < nw; i++) sabs[i] += fabsf(old[i]);
+        float *ddW = put_f32(old, nw);
+        ops_expert_matmul_wgrad(&gpu, ddW, ddY, dX_, off, E, N, K, (float)beta);
+        float *got = get_f32(ddW, nw);
+        snprintf(what, sizeof what, "expert_matmul_wgrad beta=%d E=%d N=%d K=%d", beta, E, N, K);
+        check_f32_sum(what, got, ref, sabs, off[3] - off[2], nw);
+        if (!beta)
+            for (size_t i = (size_t)N * K; i < 2 * (size_t)N * K; i++)
+                if (got[i] != 0.0f) fail_msg("%s: empty expert element %zu is %g", what, i, got[i]);
+    }
+    free_case();
+}
+
 /* ---- EDA ---- */
 
 static void test_eda(void **state) {
@@ -682,8 +750,9 @@ int main(void) {
         cmocka_unit_test(test_router_select), cmocka_unit_test(test_router_ties),
         cmocka_unit_test(test_router_bwd),    cmocka_unit_test(test_dispatch),
         cmocka_unit_test(test_gather),        cmocka_unit_test(test_combine),
-        cmocka_unit_test(test_scatter_add),   cmocka_unit_test(test_eda),
-        cmocka_unit_test(test_timing),        cmocka_unit_test(test_summary),
+        cmocka_unit_test(test_scatter_add),   cmocka_unit_test(test_expert_matmul),
+        cmocka_unit_test(test_eda),           cmocka_unit_test(test_timing),
+        cmocka_unit_test(test_summary),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -23,11 +23,11 @@ static void moe_backward(zy_model *mo, zy_acts *a, int l, const zy_act *dY) {
     ops_moe_combine_bwd(ctx, a->dys, a->dgate, dY, x->ys, x->gate, x->perm, x->nrouted, N, D);
     /* dact = dys @ down[e]; ddown[e] += dys^T act */
     ops_expert_matmul(ctx, a->dact, a->dys, wc->down, off, E, D, F, 1);
-    ops_expert_matmul_wgrad(ctx, g->down, a->dys, x->act, off, E, D, F);
+    ops_expert_matmul_wgrad(ctx, g->down, a->dys, x->act, off, E, D, F, mo->grad_beta);
     ops_swiglu_bwd(ctx, a->dgu, a->dact, x->gu, x->nrouted, F);
     /* dxs = dgu @ gate_up[e]; dgate_up[e] += dgu^T xs */
     ops_expert_matmul(ctx, a->dxs, a->dgu, wc->gate_up, off, E, 2 * F, D, 1);
-    ops_expert_matmul_wgrad(ctx, g->gate_up, a->dgu, x->xs, off, E, 2 * F, D);
+    ops_expert_matmul_wgrad(ctx, g->gate_up, a->dgu, x->xs, off, E, 2 * F, D, mo->grad_beta);
     ops_zero(ctx, a->dm, (size_t)N * D * ops_act_size(ctx));
     ops_scatter_add_rows(ctx, a->dm, a->dxs, x->perm, x->nrouted, D);
 }
@@ -36,6 +36,7 @@ static void moe_backward(zy_model *mo, zy_acts *a, int l, const zy_act *dY) {
  * router state gradient, before depth averaging) and updates a->dz_carry for layer l-1. */
 static void router_backward(zy_model *mo, zy_acts *a, int l) {
     zy_ctx *ctx = mo->ctx;
+    const float gb = mo->grad_beta; /* 0: first gradient of this sum, overwrite */
     const zy_config *c = &mo->cfg;
     const zy_layer_w *w = &mo->w.layers[l], *g = &mo->g.layers[l];
     const zy_layer_wc *wc = &mo->wc.layers[l];
@@ -44,16 +45,16 @@ static void router_backward(zy_model *mo, zy_acts *a, int l) {
     const int E1 = c->num_experts + 1;
     ops_router_bwd(ctx, a->dr, a->dgate, x->probs, x->choice, N, E1);
     /* logits = g2 @ out^T */
-    ops_matmul_f32(ctx, g->r_out, a->dr, x->g2, E1, R, N, 1, 0, 1.0f, 1.0f);
+    ops_matmul_f32(ctx, g->r_out, a->dr, x->g2, E1, R, N, 1, 0, 1.0f, gb);
     ops_matmul(ctx, a->dr2, a->dr, wc->r_out, N, R, E1, 0, 0, 1.0f, 0.0f);
     ops_gelu_bwd(ctx, a->dr2, a->dr2, x->f2, (size_t)N * R);
     /* f2 = g1 @ fc2^T + b2 */
-    ops_matmul_f32(ctx, g->r_fc2_w, a->dr2, x->g1, R, R, N, 1, 0, 1.0f, 1.0f);
+    ops_matmul_f32(ctx, g->r_fc2_w, a->dr2, x->g1, R, R, N, 1, 0, 1.0f, gb);
     ops_bias_bwd(ctx, g->r_fc2_b, a->dr2, N, R);
     ops_matmul(ctx, a->dr, a->dr2, wc->r_fc2_w, N, R, R, 0, 0, 1.0f, 0.0f);
     ops_gelu_bwd(ctx, a->dr, a->dr, x->f1, (size_t)N * R);
     /* f1 = u0 @ fc1^T + b1 */
-    ops_matmul_f32(ctx, g->r_fc1_w, a->dr, x->u0, R, R, N, 1, 0, 1.0f, 1.0f);
+    ops_matmul_f32(ctx, g->r_fc1_w, a->dr, x->u0, R, R, N, 1, 0, 1.0f, gb);
     ops_bias_bwd(ctx, g->r_fc1_b, a->dr, N, R);
     ops_matmul(ctx, a->dr2, a->dr, wc->r_fc1_w, N, R, R, 0, 0, 1.0f, 0.0f);
     ops_rmsnorm_bwd(ctx, a->dz, g->r_norm, a->dr2, x->z, ctx->act_dtype, w->r_norm, x->rstd_z, N, R,
@@ -63,14 +64,18 @@ static void router_backward(zy_model *mo, zy_acts *a, int l) {
     if (l > 0)
         ops_eda_bwd(ctx, a->dz_carry, g->r_scale, a->dz, a->layers[l - 1].z, w->r_scale, N, R);
     /* z = m @ down^T + b */
-    ops_matmul_f32(ctx, g->r_down_w, a->dz, x->m, R, D, N, 1, 0, 1.0f, 1.0f);
+    ops_matmul_f32(ctx, g->r_down_w, a->dz, x->m, R, D, N, 1, 0, 1.0f, gb);
     ops_bias_bwd(ctx, g->r_down_b, a->dz, N, R);
     ops_matmul(ctx, a->dm, a->dz, wc->r_down_w, N, D, R, 0, 0, 1.0f, 1.0f);
 }
 
-/* On entry a->dh is the gradient w.r.t. the layer's output; on exit w.r.t. its input h_in. */
+/* On entry a->dx is the gradient w.r.t. the output of the norm that reads this layer's output
+ * (the next layer's input norm, or the final norm) and a->dh the gradient w.r.t. the output
+ * through the next layer's residual (ignored for the last layer). On exit a->dx is the gradient
+ * w.r.t. this layer's input norm output x->a and a->dh w.r.t. h_in through the residual. */
 static void layer_backward(zy_model *mo, zy_acts *a, int l) {
     zy_ctx *ctx = mo->ctx;
+    const float gb = mo->grad_beta;
     const zy_config *c = &mo->cfg;
     const zy_layer_w *w = &mo->w.layers[l], *g = &mo->g.layers[l];
     const zy_layer_wc *wc = &mo->wc.layers[l];
@@ -81,18 +86,25 @@ static void layer_backward(zy_model *mo, zy_acts *a, int l) {
     const int window = type == ZY_LAYER_HYBRID_SLIDING ? c->sliding_window : 0;
     const float scale = 1.0f / sqrtf((float)d);
 
-    /* h_out = (y + hb) * hs + (h_mid + rb) * rs: dY -> a->dx, dh_mid -> a->dh2 */
-    ops_resscale_bwd(ctx, a->dx, a->dh2, g->pm_hb, g->pm_hs, g->pm_rb, g->pm_rs, a->dh, x->y,
-                     x->h_mid, w->pm_hb, w->pm_hs, w->pm_rb, w->pm_rs, N, D);
+    const int last = l + 1 == c->num_hidden_layers;
+    const float *h_out = last ? a->h_final : a->layers[l + 1].h_in;
+    const float *next_rstd = last ? a->rstd_f : a->layers[l + 1].rstd_a;
+    const float *next_w = last ? mo->w.norm_f : mo->w.layers[l + 1].ln_in;
+    float *next_gw = last ? mo->g.norm_f : mo->g.layers[l + 1].ln_in;
+
+    /* next norm of h_out = (y + hb) * hs + (h_mid + rb) * rs: dY -> a->dx, dh_mid -> a->dh2 */
+    ops_resnorm_bwd(ctx, a->dx, a->dh2, next_gw, g->pm_hb, g->pm_hs, g->pm_rb, g->pm_rs, a->dx,
+                    last ? NULL : a->dh, h_out, next_rstd, next_w, x->y, x->h_mid, w->pm_hb,
+                    w->pm_hs, w->pm_rb, w->pm_rs, N, D);
     moe_backward(mo, a, l, a->dx);
     router_backward(mo, a, l);
-    ops_rmsnorm_bwd(ctx, a->dh2, g->ln_post, a->dm, x->h_mid, ZY_DTYPE_F32, w->ln_post, x->rstd_m,
-                    N, D, 1);
 
-    /* h_mid = (o + hb) * hs + (h_in + rb) * rs: do -> a->dm, dh_in -> a->dh */
-    ops_resscale_bwd(ctx, a->dm, a->dh, g->pa_hb, g->pa_hs, g->pa_rb, g->pa_rs, a->dh2, x->o,
-                     x->h_in, w->pa_hb, w->pa_hs, w->pa_rb, w->pa_rs, N, D);
-    ops_matmul_f32(ctx, g->wo, a->dm, x->att, D, Hq * d, N, 1, 0, 1.0f, 1.0f);
+    /* post-attention norm of h_mid = (o + hb) * hs + (h_in + rb) * rs: do -> a->dm, dh_in -> a->dh
+     */
+    ops_resnorm_bwd(ctx, a->dm, a->dh, g->ln_post, g->pa_hb, g->pa_hs, g->pa_rb, g->pa_rs, a->dm,
+                    a->dh2, x->h_mid, x->rstd_m, w->ln_post, x->o, x->h_in, w->pa_hb, w->pa_hs,
+                    w->pa_rb, w->pa_rs, N, D);
+    ops_matmul_f32(ctx, g->wo, a->dm, x->att, D, Hq * d, N, 1, 0, 1.0f, gb);
     ops_matmul(ctx, a->datt, a->dm, wc->wo, N, Hq * d, D, 0, 0, 1.0f, 0.0f);
     ops_attention_bwd(ctx, a->dq, a->dk, a->dv, a->datt, x->att, x->lse, x->q, x->k, x->v, B, T, Hq,
                       Hk, d, scale, window);
@@ -103,14 +115,12 @@ static void layer_backward(zy_model *mo, zy_acts *a, int l) {
                      x->qk0, x->mid, w->conv1_w, w->conv2_w, B, T, Hq, Hk, d, c->cca_time0,
                      c->cca_time1);
     /* projections from a: [q0|k0] = a Wqk^T, vcur = a Wvc^T, vdel = a Wvd^T */
-    ops_matmul_f32(ctx, g->wqk, a->dqk, x->a, C, D, N, 1, 0, 1.0f, 1.0f);
-    ops_matmul_f32(ctx, g->wvc, a->dvc, x->a, half, D, N, 1, 0, 1.0f, 1.0f);
-    ops_matmul_f32(ctx, g->wvd, a->dvd, x->a, half, D, N, 1, 0, 1.0f, 1.0f);
+    ops_matmul_f32(ctx, g->wqk, a->dqk, x->a, C, D, N, 1, 0, 1.0f, gb);
+    ops_matmul_f32(ctx, g->wvc, a->dvc, x->a, half, D, N, 1, 0, 1.0f, gb);
+    ops_matmul_f32(ctx, g->wvd, a->dvd, x->a, half, D, N, 1, 0, 1.0f, gb);
     ops_matmul(ctx, a->dx, a->dqk, wc->wqk, N, D, C, 0, 0, 1.0f, 0.0f);
     ops_matmul(ctx, a->dx, a->dvc, wc->wvc, N, D, half, 0, 0, 1.0f, 1.0f);
     ops_matmul(ctx, a->dx, a->dvd, wc->wvd, N, D, half, 0, 0, 1.0f, 1.0f);
-    ops_rmsnorm_bwd(ctx, a->dh, g->ln_in, a->dx, x->h_in, ZY_DTYPE_F32, w->ln_in, x->rstd_a, N, D,
-                    1);
 }
 
 /* The backward from dlogits (in a->logits) down to the embedding. */
@@ -119,13 +129,17 @@ static void backward_from_dlogits(zy_model *m, zy_acts *a) {
     zy_ctx *ctx = m->ctx;
     const zy_config *c = &m->cfg;
     const int N = a->B * a->T, D = c->hidden_size, V = c->vocab_size;
-    ops_matmul_f32(ctx, m->g.emb, a->logits, a->xf, V, D, N, 1, 0, 1.0f, 1.0f); /* tied head */
+    const float gb = m->grad_beta; /* the head's product comes before embed_bwd's sums */
+    ops_matmul_f32(ctx, m->g.emb, a->logits, a->xf, V, D, N, 1, 0, 1.0f, gb); /* tied head */
     ops_matmul(ctx, a->dx, a->logits, m->wc.emb, N, D, V, 0, 0, 1.0f, 0.0f);
-    ops_rmsnorm_bwd(ctx, a->dh, m->g.norm_f, a->dx, a->h_final, ZY_DTYPE_F32, m->w.norm_f,
-                    a->rstd_f, N, D, 0);
     for (int l = c->num_hidden_layers - 1; l >= 0; l--) layer_backward(m, a, l);
+    /* layer 0's input norm reads the embedding's output */
+    const zy_layer_acts *x0 = &a->layers[0];
+    ops_rmsnorm_bwd(ctx, a->dh, m->g.layers[0].ln_in, a->dx, x0->h_in, ZY_DTYPE_F32,
+                    m->w.layers[0].ln_in, x0->rstd_a, N, D, 1);
     ops_embed_bwd(ctx, m->g.emb, m->g.in_bias, m->g.in_scale, a->dh, m->w.emb, a->ids, m->w.in_bias,
                   m->w.in_scale, N, D, c->pad_token_id);
+    m->grad_beta = 1.0f; /* every GEMM-written gradient holds a value now: accumulate */
 }
 
 void model_backward(zy_model *m, zy_acts *a, float loss_scale) {

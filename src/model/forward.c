@@ -59,8 +59,10 @@ static void cache_update_conv(zy_ctx *ctx, zy_layer_cache *cc, const zy_act *qk0
     free(tmp);
 }
 
-void layer_forward(zy_model *mo, zy_acts *a, int l, float *h_out, const zy_act *r_prev,
-                   zy_layer_cache *cache) {
+/* Runs layer l from its normed input x->a (written beforehand, with rstd_a) into the next layer's
+ * h_in, ending with the next norm: the next layer's input norm, or the final norm after the last
+ * layer, each fused with the residual scaling that produces its input. */
+static void layer_forward(zy_model *mo, zy_acts *a, int l, zy_layer_cache *cache) {
     zy_ctx *ctx = mo->ctx;
     const zy_config *c = &mo->cfg;
     const zy_layer_w *w = &mo->w.layers[l];
@@ -72,9 +74,11 @@ void layer_forward(zy_model *mo, zy_acts *a, int l, float *h_out, const zy_act *
     const int type = c->layer_types[l];
     const int window = type == ZY_LAYER_HYBRID_SLIDING ? c->sliding_window : 0;
     const float eps = (float)c->rms_norm_eps, scale = 1.0f / sqrtf((float)d);
+    const zy_act *r_prev = l > 0 ? a->layers[l - 1].z : NULL;
+    const int last = l + 1 == c->num_hidden_layers;
+    float *h_out = last ? a->h_final : a->layers[l + 1].h_in;
 
-    /* attention block */
-    ops_rmsnorm_fwd(ctx, x->a, x->rstd_a, x->h_in, ZY_DTYPE_F32, w->ln_in, N, D, eps);
+    /* attention block (x->a = input norm of h_in) */
     ops_matmul(ctx, x->qk0, x->a, wc->wqk, N, C, D, 0, 1, 1.0f, 0.0f); /* [q0 | k0] */
     ops_cca_conv_fwd(ctx, x->q, x->k, x->mid, x->qk0, cache ? cache->conv_state : NULL, w->conv1_w,
                      w->conv1_b, w->conv2_w, w->conv2_b, B, T, Hq, Hk, d, t0, t1);
@@ -113,21 +117,29 @@ void layer_forward(zy_model *mo, zy_acts *a, int l, float *h_out, const zy_act *
                      (size_t)half * ops_act_size(ctx));
     }
     ops_matmul(ctx, x->o, x->att, wc->wo, N, D, Hq * d, 0, 1, 1.0f, 0.0f);
-    ops_resscale_fwd(ctx, x->h_mid, x->o, x->h_in, w->pa_hb, w->pa_hs, w->pa_rb, w->pa_rs, N, D);
+    ops_resnorm_fwd(ctx, x->h_mid, x->m, x->rstd_m, x->o, x->h_in, w->pa_hb, w->pa_hs, w->pa_rb,
+                    w->pa_rs, w->ln_post, N, D, eps);
 
-    /* MoE block */
-    ops_rmsnorm_fwd(ctx, x->m, x->rstd_m, x->h_mid, ZY_DTYPE_F32, w->ln_post, N, D, eps);
+    /* MoE block (x->m = post-attention norm of h_mid) */
     router_forward(mo, x, w, wc, r_prev, N);
     moe_forward(mo, x, wc, N);
-    ops_resscale_fwd(ctx, h_out, x->y, x->h_mid, w->pm_hb, w->pm_hs, w->pm_rb, w->pm_rs, N, D);
+    zy_act *next_in = last ? a->xf : a->layers[l + 1].a;
+    float *next_rstd = last ? a->rstd_f : a->layers[l + 1].rstd_a;
+    const float *next_w = last ? mo->w.norm_f : mo->w.layers[l + 1].ln_in;
+    ops_resnorm_fwd(ctx, h_out, next_in, next_rstd, x->y, x->h_mid, w->pm_hb, w->pm_hs, w->pm_rb,
+                    w->pm_rs, next_w, N, D, eps);
 }
 
-void head_forward(zy_model *m, zy_acts *a) {
+void trunk_forward(zy_model *m, zy_acts *a, zy_layer_cache *caches) {
     const zy_config *c = &m->cfg;
     const int N = a->B * a->T, D = c->hidden_size, V = c->vocab_size;
-    ops_rmsnorm_fwd(m->ctx, a->xf, a->rstd_f, a->h_final, ZY_DTYPE_F32, m->w.norm_f, N, D,
+    zy_layer_acts *x0 = &a->layers[0];
+    ops_embed_fwd(m->ctx, x0->h_in, m->w.emb, a->ids, m->w.in_bias, m->w.in_scale, N, D);
+    ops_rmsnorm_fwd(m->ctx, x0->a, x0->rstd_a, x0->h_in, ZY_DTYPE_F32, m->w.layers[0].ln_in, N, D,
                     (float)c->rms_norm_eps);
-    ops_matmul(m->ctx, a->logits, a->xf, m->wc.emb, N, V, D, 0, 1, 1.0f, 0.0f);
+    for (int l = 0; l < c->num_hidden_layers; l++)
+        layer_forward(m, a, l, caches ? &caches[l] : NULL);
+    ops_matmul(m->ctx, a->logits, a->xf, m->wc.emb, N, V, D, 0, 1, 1.0f, 0.0f); /* tied head */
 }
 
 /* Fills positions 0..T-1 per sequence (host-built, copied to the device). */
@@ -146,16 +158,11 @@ double model_forward(zy_model *m, zy_acts *a, const int32_t *ids, const int32_t 
 double model_forward_loss(zy_model *m, zy_acts *a, const int32_t *ids, const int32_t *targets,
                           float grad_scale) {
     const zy_config *c = &m->cfg;
-    const int N = a->B * a->T, D = c->hidden_size, L = c->num_hidden_layers;
+    const int N = a->B * a->T;
     ops_copy(m->ctx, a->ids, ids, (size_t)N * sizeof *ids);
     if (targets) ops_copy(m->ctx, a->targets, targets, (size_t)N * sizeof *targets);
     fill_positions(m, a, 0);
-    ops_embed_fwd(m->ctx, a->layers[0].h_in, m->w.emb, a->ids, m->w.in_bias, m->w.in_scale, N, D);
-    for (int l = 0; l < L; l++) {
-        float *h_out = l + 1 < L ? a->layers[l + 1].h_in : a->h_final;
-        layer_forward(m, a, l, h_out, l > 0 ? a->layers[l - 1].z : NULL, NULL);
-    }
-    head_forward(m, a);
+    trunk_forward(m, a, NULL);
     a->count = 0;
     if (!targets) return 0.0;
     /* with a gradient scale the same pass leaves dlogits in place of the logits */

@@ -14,15 +14,11 @@ typedef struct {
     int Tmax;
 } zy_layer_cache;
 
-/* Runs layer l on a->layers[l].h_in (written beforehand) into h_out; r_prev: the previous layer's
- * router state [N,R] (NULL in layer 0). */
-void layer_forward(zy_model *m, zy_acts *a, int l, float *h_out, const zy_act *r_prev,
-                   zy_layer_cache *cache);
+/* The model from a->ids (and a->pos, written beforehand) to a->logits [N,V]: the embedding, every
+ * layer (layer l with caches[l] when caches != NULL) and the tied head. */
+void trunk_forward(zy_model *m, zy_acts *a, zy_layer_cache *caches);
 /* model_forward; when grad_scale != 0 the loss pass also writes dlogits (scaled) over a->logits,
  * the first step of the backward. */
 double model_forward_loss(zy_model *m, zy_acts *a, const int32_t *ids, const int32_t *targets,
                           float grad_scale);
-/* The final norm and the tied head: logits [N,V] from h_final. */
-void head_forward(zy_model *m, zy_acts *a);
-
 #endif

@@ -78,7 +78,7 @@ int decoder_feed(zy_decoder *dec, const int32_t *ids, int T, float *logits) {
         }
         a = &dec->prefill;
     }
-    const int B = dec->B, N = B * T, D = c->hidden_size, V = c->vocab_size;
+    const int B = dec->B, N = B * T, V = c->vocab_size;
     int32_t *pos = zy_malloc((size_t)N * sizeof *pos);
     for (int n = 0; n < N; n++) {
         pos[n] = dec->len + n % T;
@@ -90,14 +90,8 @@ int decoder_feed(zy_decoder *dec, const int32_t *ids, int T, float *logits) {
     ops_copy(m->ctx, a->pos, pos, (size_t)N * sizeof *pos);
     ops_copy(m->ctx, a->ids, ids, (size_t)N * sizeof *ids);
     free(pos);
-    ops_embed_fwd(m->ctx, a->layers[0].h_in, m->w.emb, a->ids, m->w.in_bias, m->w.in_scale, N, D);
-    const int L = c->num_hidden_layers;
-    for (int l = 0; l < L; l++) {
-        dec->caches[l].len = dec->len;
-        float *h_out = l + 1 < L ? a->layers[l + 1].h_in : a->h_final;
-        layer_forward(m, a, l, h_out, l > 0 ? a->layers[l - 1].z : NULL, &dec->caches[l]);
-    }
-    head_forward(m, a);
+    for (int l = 0; l < c->num_hidden_layers; l++) dec->caches[l].len = dec->len;
+    trunk_forward(m, a, dec->caches);
     for (int b = 0; b < B; b++)
         ops_act_to_f32(m->ctx, dec->logits32 + (size_t)b * V,
                        ops_act_at(m->ctx, a->logits, ((size_t)b * T + T - 1) * V), (size_t)V);

@@ -150,6 +150,54 @@ static void build_compute_views(zy_model *m, void *buf) {
 #undef CV
 }
 
+/* Orders {first, count} pairs by first element. */
+static int cmp_range(const void *a, const void *b) {
+    size_t x = ((const size_t *)a)[0], y = ((const size_t *)b)[0];
+    return x < y ? -1 : x > y;
+}
+
+/* The complement, within the gradient buffer, of the gradients backward.c writes whole with one
+ * GEMM (ops_matmul_f32 / ops_expert_matmul_wgrad with beta = grad_beta): model_zero_grads clears
+ * only these ranges. */
+static void build_zero_ranges(zy_model *m) {
+    const zy_config *c = &m->cfg;
+    const int L = c->num_hidden_layers;
+    const size_t D = c->hidden_size, d = c->head_dim, Hq = c->num_attention_heads;
+    const size_t Hk = c->num_key_value_heads, R = c->router_hidden_size, E = c->num_experts;
+    const size_t F = c->moe_intermediate_size, half = Hk * d / 2;
+    size_t(*gemm)[2] = zy_calloc((size_t)L * 10 + 1, sizeof *gemm);
+    int n = 0;
+#define GEMM_WRITTEN(ptr, count) (gemm[n][0] = (size_t)((ptr)-m->grads), gemm[n++][1] = (count))
+    GEMM_WRITTEN(m->g.emb, (size_t)c->vocab_size * D);
+    for (int l = 0; l < L; l++) {
+        const zy_layer_w *g = &m->g.layers[l];
+        GEMM_WRITTEN(g->wqk, (Hq + Hk) * d * D); /* q and k packed: one [C, D] product */
+        GEMM_WRITTEN(g->wvc, half * D);
+        GEMM_WRITTEN(g->wvd, half * D);
+        GEMM_WRITTEN(g->wo, D * Hq * d);
+        GEMM_WRITTEN(g->r_down_w, R * D);
+        GEMM_WRITTEN(g->r_fc1_w, R * R);
+        GEMM_WRITTEN(g->r_fc2_w, R * R);
+        GEMM_WRITTEN(g->r_out, (E + 1) * R);
+        GEMM_WRITTEN(g->gate_up, E * 2 * F * D);
+        GEMM_WRITTEN(g->down, E * D * F);
+    }
+#undef GEMM_WRITTEN
+    qsort(gemm, (size_t)n, sizeof *gemm, cmp_range);
+    m->zero_ranges = zy_calloc((size_t)n + 1, sizeof *m->zero_ranges);
+    size_t at = 0;
+    for (int i = 0; i <= n; i++) {
+        size_t end = i < n ? gemm[i][0] : m->table.total;
+        ZY_CHECKF(end >= at, "gradient GEMM ranges overlap at element %zu", end);
+        if (end > at) {
+            m->zero_ranges[m->nzero][0] = at;
+            m->zero_ranges[m->nzero++][1] = end - at;
+        }
+        if (i < n) at = gemm[i][0] + gemm[i][1];
+    }
+    free(gemm);
+}
+
 int model_init(zy_model *m, const zy_config *cfg, zy_ctx *ctx, int with_grads) {
     memset(m, 0, sizeof *m);
     ZY_TRY(config_validate(cfg, "model"));
@@ -164,6 +212,8 @@ int model_init(zy_model *m, const zy_config *cfg, zy_ctx *ctx, int with_grads) {
     if (with_grads) {
         m->grads = ops_alloc(ctx, m->table.total * sizeof(float));
         build_views(&m->g, m, m->grads);
+        build_zero_ranges(m);
+        m->grad_beta = 0.0f; /* allocated zeroed; overwriting gives the same */
     }
     return ZY_OK;
 }
@@ -175,6 +225,7 @@ void model_free(zy_model *m) {
     free(m->w.layers);
     free(m->g.layers);
     free(m->wc.layers);
+    free(m->zero_ranges);
     params_free(&m->table);
     memset(m, 0, sizeof *m);
 }
@@ -184,7 +235,10 @@ void model_sync_compute_weights(zy_model *m) {
 }
 
 void model_zero_grads(zy_model *m) {
-    if (m->grads) ops_zero(m->ctx, m->grads, m->table.total * sizeof(float));
+    if (!m->grads) return;
+    for (int i = 0; i < m->nzero; i++)
+        ops_zero(m->ctx, m->grads + m->zero_ranges[i][0], m->zero_ranges[i][1] * sizeof(float));
+    m->grad_beta = 0.0f;
 }
 
 /* The fill value of a tensor that is not drawn from a normal distribution. */

@@ -65,6 +65,13 @@ typedef struct {
     zy_weights g;    /* views into grads (all NULL without gradients) */
     void *cparams;   /* [table.total] activation-dtype copy of params (CUDA), NULL on the CPU */
     zy_weights_c wc; /* the GEMMs' weights: views into cparams, or into params on the CPU */
+    /* Gradients the backward writes whole with one GEMM each (the matrices, the experts, the
+     * tied embedding's head product) are not cleared by model_zero_grads: their first GEMM after
+     * it overwrites (beta = grad_beta = 0), later ones accumulate (grad_beta = 1). That saves a
+     * clearing pass and a read of each such gradient per step. zero_ranges are the rest. */
+    float grad_beta;
+    size_t (*zero_ranges)[2]; /* [nzero] {first element, count} cleared by model_zero_grads */
+    int nzero;
 } zy_model;
 
 /* Builds the HF parameter table of a config into t (t is initialised here). */
@@ -78,7 +85,9 @@ void model_init_weights(zy_model *m, uint64_t seed);
 /* Refreshes the compute copy of the weights from the fp32 master weights (one cast kernel on
  * CUDA; nothing on the CPU). Call after any change of m->params (init, load, optimizer step). */
 void model_sync_compute_weights(zy_model *m);
-/* Zeroes the gradient buffer. */
+/* Starts a new gradient sum: clears the gradients the backward accumulates into and lets the
+ * next backward overwrite the GEMM-written ones (see grad_beta). Until that backward those hold
+ * stale values. */
 void model_zero_grads(zy_model *m);
 
 typedef struct {

@@ -260,18 +260,22 @@ void ops_expert_matmul(zy_ctx *ctx, zy_act *out, const zy_act *in, const zy_act 
     }
 }
 
-/* dW[e] += dY[rows of e]^T X[rows of e]. */
+/* dW[e] = dY[rows of e]^T X[rows of e] + beta dW[e]. */
 void ops_expert_matmul_wgrad(zy_ctx *ctx, float *dW, const zy_act *dY, const zy_act *X,
-                             const int32_t *offsets_host, int E, int N, int K) {
+                             const int32_t *offsets_host, int E, int N, int K, float beta) {
+    ZY_CHECKF(beta == 0.0f || beta == 1.0f, "expert_matmul_wgrad: beta %g (0 or 1)", (double)beta);
     ON_CUDA(ctx, "expert_matmul_wgrad",
-            cuda_ops_expert_matmul_wgrad(ctx, dW, dY, X, offsets_host, E, N, K));
+            cuda_ops_expert_matmul_wgrad(ctx, dW, dY, X, offsets_host, E, N, K, beta));
     int nt = cpu_threads(ctx);
     for (int e = 0; e < E; e++) {
         size_t r0 = (size_t)offsets_host[e];
         int ne = offsets_host[e + 1] - offsets_host[e];
+        float *dWe = dW + (size_t)e * N * K;
         if (ne > 0)
-            cpu_matmul(nt, dW + (size_t)e * N * K, (const float *)dY + r0 * N,
-                       (const float *)X + r0 * K, N, K, ne, 1, 0, 1.0f, 1.0f);
+            cpu_matmul(nt, dWe, (const float *)dY + r0 * N, (const float *)X + r0 * K, N, K, ne, 1,
+                       0, 1.0f, beta);
+        else if (beta == 0.0f)
+            cpu_fill(nt, dWe, 0.0f, (size_t)N * K);
     }
 }
 
@@ -343,6 +347,34 @@ void ops_resscale_bwd(zy_ctx *ctx, zy_act *d_o, float *dh, float *dob, float *do
         cuda_ops_resscale_bwd(ctx, d_o, dh, dob, dos, drb, drs, dout, o, h, ob, os, rb, rs, N, D));
     cpu_resscale_bwd(cpu_threads(ctx), d_o, dh, dob, dos, drb, drs, dout, o, h, ob, os, rb, rs, N,
                      D);
+}
+
+/* Residual scaling + RMSNorm; the CPU runs the two ops. */
+void ops_resnorm_fwd(zy_ctx *ctx, float *out, zy_act *y, float *rstd, const zy_act *o,
+                     const float *h, const float *ob, const float *os, const float *rb,
+                     const float *rs, const float *w, int N, int D, float eps) {
+    ON_CUDA(ctx, "resnorm_fwd",
+            cuda_ops_resnorm_fwd(ctx, out, y, rstd, o, h, ob, os, rb, rs, w, N, D, eps));
+    cpu_resscale_fwd(cpu_threads(ctx), out, o, h, ob, os, rb, rs, N, D);
+    cpu_rmsnorm_fwd(cpu_threads(ctx), y, rstd, out, w, N, D, eps);
+}
+
+void ops_resnorm_bwd(zy_ctx *ctx, zy_act *d_o, float *dh, float *dw, float *dob, float *dos,
+                     float *drb, float *drs, const zy_act *dy, const float *dres, const float *out,
+                     const float *rstd, const float *w, const zy_act *o, const float *h,
+                     const float *ob, const float *os, const float *rb, const float *rs, int N,
+                     int D) {
+    ON_CUDA(ctx, "resnorm_bwd",
+            cuda_ops_resnorm_bwd(ctx, d_o, dh, dw, dob, dos, drb, drs, dy, dres, out, rstd, w, o, h,
+                                 ob, os, rb, rs, N, D));
+    int nt = cpu_threads(ctx);
+    size_t nd = (size_t)N * D;
+    if (!dres) /* dout is built in dh: dres (dh may alias it) plus the norm's gradient */
+        cpu_fill(nt, dh, 0.0f, nd);
+    else if (dres != dh)
+        memcpy(dh, dres, nd * sizeof(float));
+    cpu_rmsnorm_bwd(nt, dh, dw, dy, out, w, rstd, N, D, 1);
+    cpu_resscale_bwd(nt, d_o, dh, dob, dos, drb, drs, dh, o, h, ob, os, rb, rs, N, D);
 }
 
 /* q, k (and mid_save) from qk0 through the two causal convolutions and the mean residuals. */

@@ -98,9 +98,10 @@ void ops_matmul_f32(zy_ctx *ctx, float *C, const zy_act *A, const zy_act *B, int
  * Experts may run concurrently (CUDA: on side streams); results do not depend on it. */
 void ops_expert_matmul(zy_ctx *ctx, zy_act *out, const zy_act *in, const zy_act *W,
                        const int32_t *offsets_host, int E, int N, int K, int data_grad);
-/* Weight gradients of the same: dW[e] [N,K] (fp32) += dY[rows of e]^T X[rows of e]. */
+/* Weight gradients of the same: dW[e] [N,K] (fp32) = dY[rows of e]^T X[rows of e] + beta dW[e];
+ * beta is 0 (overwrite: an expert without rows gets zeros) or 1 (accumulate). */
 void ops_expert_matmul_wgrad(zy_ctx *ctx, float *dW, const zy_act *dY, const zy_act *X,
-                             const int32_t *offsets_host, int E, int N, int K);
+                             const int32_t *offsets_host, int E, int N, int K, float beta);
 /* y[n] += x[n] (activation buffers). */
 void ops_add_act(zy_ctx *ctx, zy_act *y, const zy_act *x, size_t n);
 /* y[N,C] += bias[C] broadcast over rows */
@@ -137,6 +138,21 @@ void ops_resscale_bwd(zy_ctx *ctx, zy_act *d_o, float *dh, float *dob, float *do
                       float *drs, const float *dout, const zy_act *o, const float *h,
                       const float *ob, const float *os, const float *rb, const float *rs, int N,
                       int D);
+
+/* ---- residual scaling fused with the RMSNorm that reads its output ----
+ * out = (o + ob) * os + (h + rb) * rs (fp32, the residual stream), then y = out * rstd * w (act),
+ * rstd[N]: ops_resscale_fwd + ops_rmsnorm_fwd (x = out, fp32) in one pass. */
+void ops_resnorm_fwd(zy_ctx *ctx, float *out, zy_act *y, float *rstd, const zy_act *o,
+                     const float *h, const float *ob, const float *os, const float *rb,
+                     const float *rs, const float *w, int N, int D, float eps);
+/* Its backward: dout = dres (NULL = 0) + the norm's input gradient from dy, then the residual
+ * scaling's backward from dout: d_o = dout*os (overwrite), dh = dout*rs (overwrite); dw, dob,
+ * dos, drb, drs += as ops_rmsnorm_bwd and ops_resscale_bwd. dh may alias dres, d_o may alias dy. */
+void ops_resnorm_bwd(zy_ctx *ctx, zy_act *d_o, float *dh, float *dw, float *dob, float *dos,
+                     float *drb, float *drs, const zy_act *dy, const float *dres, const float *out,
+                     const float *rstd, const float *w, const zy_act *o, const float *h,
+                     const float *ob, const float *os, const float *rb, const float *rs, int N,
+                     int D);
 
 /* ---- CCA: convolutions and mean residuals ----
  * qk0[N,C] = [q0 (Hq*d) | k0 (Hk*d)] per row, C = (Hq+Hk)*d. Per sequence, the input is left-padded

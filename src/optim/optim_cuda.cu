@@ -39,6 +39,7 @@ typedef __nv_bfloat16 bf16;
 
 #define NT      256  /* threads per block of the element-wise kernels */
 #define ADAM_CH 8192 /* elements per AdamW block */
+#define ADAM_U  4    /* float4 groups per thread in flight in the AdamW kernel */
 #define MUON_CH 8192 /* elements per Muon element-wise block */
 #define CLIP_CH 8192 /* elements per clipping block */
 #define SEG_MAX 96   /* segments per clipping launch (passed by value: ~2 KB) */
@@ -379,21 +380,35 @@ __global__ void __launch_bounds__(NT)
     const float decay = __fmul_rn(a.lr, ch.wd);
     uint32_t done = 0;
     if (ch.p % 4 == 0) {
+        /* ADAM_U float4 groups per thread per round, every load issued before any arithmetic so
+         * that enough bytes are in flight to keep HBM busy (the chunks are short) */
         const uint32_t n4 = ch.n / 4;
-        for (uint32_t i = threadIdx.x; i < n4; i += NT) {
-            float4 P = reinterpret_cast<float4 *>(pp)[i], M = reinterpret_cast<float4 *>(mm)[i];
-            float4 V = reinterpret_cast<float4 *>(vv)[i];
-            const float4 G = reinterpret_cast<const float4 *>(gg)[i];
-            adam_one(P.x, G.x, M.x, V.x, a, decay);
-            adam_one(P.y, G.y, M.y, V.y, a, decay);
-            adam_one(P.z, G.z, M.z, V.z, a, decay);
-            adam_one(P.w, G.w, M.w, V.w, a, decay);
-            reinterpret_cast<float4 *>(pp)[i] = P;
-            reinterpret_cast<float4 *>(mm)[i] = M;
-            reinterpret_cast<float4 *>(vv)[i] = V;
-            if (cc) {
-                const float pv[4] = {P.x, P.y, P.z, P.w};
-                zy_store<bf16, 4>(cc + 4 * (size_t)i, pv);
+        for (uint32_t i0 = threadIdx.x; i0 < n4; i0 += NT * ADAM_U) {
+            float4 P[ADAM_U], M[ADAM_U], V[ADAM_U], G[ADAM_U];
+#pragma unroll
+            for (int u = 0; u < ADAM_U; u++) {
+                const uint32_t i = i0 + u * NT;
+                if (i >= n4) break;
+                P[u] = reinterpret_cast<float4 *>(pp)[i];
+                M[u] = reinterpret_cast<float4 *>(mm)[i];
+                V[u] = reinterpret_cast<float4 *>(vv)[i];
+                G[u] = reinterpret_cast<const float4 *>(gg)[i];
+            }
+#pragma unroll
+            for (int u = 0; u < ADAM_U; u++) {
+                const uint32_t i = i0 + u * NT;
+                if (i >= n4) break;
+                adam_one(P[u].x, G[u].x, M[u].x, V[u].x, a, decay);
+                adam_one(P[u].y, G[u].y, M[u].y, V[u].y, a, decay);
+                adam_one(P[u].z, G[u].z, M[u].z, V[u].z, a, decay);
+                adam_one(P[u].w, G[u].w, M[u].w, V[u].w, a, decay);
+                reinterpret_cast<float4 *>(pp)[i] = P[u];
+                reinterpret_cast<float4 *>(mm)[i] = M[u];
+                reinterpret_cast<float4 *>(vv)[i] = V[u];
+                if (cc) {
+                    const float pv[4] = {P[u].x, P[u].y, P[u].z, P[u].w};
+                    zy_store_bf16x4(cc + 4 * (size_t)i, pv); /* ch.p % 4 == 0: 8-byte aligned */
+                }
             }
         }
         done = n4 * 4;

@@ -41,7 +41,7 @@ void cuda_ops_matmul_f32(zy_ctx *ctx, float *C, const zy_act *A, const zy_act *B
 void cuda_ops_expert_matmul(zy_ctx *ctx, zy_act *out, const zy_act *in, const zy_act *W,
                             const int32_t *offsets_host, int E, int N, int K, int data_grad);
 void cuda_ops_expert_matmul_wgrad(zy_ctx *ctx, float *dW, const zy_act *dY, const zy_act *X,
-                                  const int32_t *offsets_host, int E, int N, int K);
+                                  const int32_t *offsets_host, int E, int N, int K, float beta);
 void cuda_ops_add_act(zy_ctx *ctx, zy_act *y, const zy_act *x, size_t n);
 void cuda_ops_add_bias(zy_ctx *ctx, zy_act *y, const float *bias, int N, int C);
 void cuda_ops_bias_bwd(zy_ctx *ctx, float *dbias, const zy_act *dy, int N, int C);
@@ -62,6 +62,14 @@ void cuda_ops_resscale_bwd(zy_ctx *ctx, zy_act *d_o, float *dh, float *dob, floa
                            float *drs, const float *dout, const zy_act *o, const float *h,
                            const float *ob, const float *os, const float *rb, const float *rs,
                            int N, int D);
+void cuda_ops_resnorm_fwd(zy_ctx *ctx, float *out, zy_act *y, float *rstd, const zy_act *o,
+                          const float *h, const float *ob, const float *os, const float *rb,
+                          const float *rs, const float *w, int N, int D, float eps);
+void cuda_ops_resnorm_bwd(zy_ctx *ctx, zy_act *d_o, float *dh, float *dw, float *dob, float *dos,
+                          float *drb, float *drs, const zy_act *dy, const float *dres,
+                          const float *out, const float *rstd, const float *w, const zy_act *o,
+                          const float *h, const float *ob, const float *os, const float *rb,
+                          const float *rs, int N, int D);
 void cuda_ops_cca_conv_fwd(zy_ctx *ctx, zy_act *q, zy_act *k, zy_act *mid_save, const zy_act *qk0,
                            const zy_act *state, const float *w1, const float *b1, const float *w2,
                            const float *b2, int B, int T, int Hq, int Hk, int d, int t0, int t1);

@@ -29,9 +29,14 @@ extern "C" {
         if ((expr) != ZY_OK) zy_abort_at(__FILE__, __LINE__, #expr, "%s", zy_errmsg());            \
     } while (0)
 
-#define CUDA_SIDE_STREAMS 4    /* concurrent expert GEMMs (one expert's GEMM fills few SMs) */
-#define CUDA_PROF_SLOTS   8192 /* event pairs between two ops_prof_read calls */
-#define CUDA_PROF_NAMES   96
+/* Side streams for concurrent expert GEMMs (one expert's GEMM fills few SMs): at most
+ * CUDA_SIDE_STREAMS, CUDA_SIDE_STREAMS_DEFAULT unless ZAYAC_EXPERT_STREAMS says otherwise. On an
+ * H200 at bench-small, 2 streams gave the shortest step: ~0.4 ms less than 4; 3, 8 and 16 were
+ * slower than 4 (scripts/gpu_speed.sh, results/issue4/speed/). */
+#define CUDA_SIDE_STREAMS         16
+#define CUDA_SIDE_STREAMS_DEFAULT 2
+#define CUDA_PROF_SLOTS           8192 /* event pairs between two ops_prof_read calls */
+#define CUDA_PROF_NAMES           96
 
 typedef struct {
     cudaStream_t stream;

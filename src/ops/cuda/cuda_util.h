@@ -70,6 +70,21 @@ template <typename T, int W> __device__ __forceinline__ void zy_store(T *p, cons
     }
 }
 
+/* Four bf16 as one 8-byte access (p 8-byte aligned) to or from fp32. */
+__device__ __forceinline__ void zy_load_bf16x4(const __nv_bfloat16 *p, float *v) {
+    uint2 u = *reinterpret_cast<const uint2 *>(p);
+    const __nv_bfloat16 *e = reinterpret_cast<const __nv_bfloat16 *>(&u);
+#pragma unroll
+    for (int k = 0; k < 4; k++) v[k] = __bfloat162float(e[k]);
+}
+__device__ __forceinline__ void zy_store_bf16x4(__nv_bfloat16 *p, const float *v) {
+    uint2 u;
+    __nv_bfloat16 *e = reinterpret_cast<__nv_bfloat16 *>(&u);
+#pragma unroll
+    for (int k = 0; k < 4; k++) e[k] = __float2bfloat16_rn(v[k]);
+    *reinterpret_cast<uint2 *>(p) = u;
+}
+
 /* Threads for a row kernel over `units` vector units: a multiple of 32 in [32, ZY_ROW_THREADS]. */
 static inline int zy_row_threads(long long units) {
     long long t = (units + 31) / 32 * 32;
@@ -114,8 +129,20 @@ static inline void zy_col_chunks(int N, int *R, int *P) {
     *P = N > 0 ? (N + r - 1) / r : 0;
 }
 
-/* dst[c] += (sum over p < P of part[p*C + c]) (* mul[c] when mul != NULL), summed in chunk order.
- * Defined in norm.cu. */
+/* The outputs of a finishing pass over NS column sums: dst[j][c] += mul[j][c] * (total of sum
+ * src[j]) for j < n (mul NULL = 1). */
+typedef struct {
+    float *dst[5];
+    const float *mul[5];
+    int src[5];
+    int n;
+} zy_col_outs;
+
+/* Totals the chunk partials part[(s*P + p)*C + c] (s < ns <= 4, p < P) per column in double, in an
+ * order fixed by the thread layout, and adds them to the outputs o. Defined in norm.cu. */
+int zy_col_finish_multi(const zy_col_outs *o, int ns, const float *part, int P, int C,
+                        cudaStream_t stream);
+/* The same for one sum: dst[c] += (sum over p < P of part[p*C + c]) (* mul[c] when mul != NULL). */
 int zy_col_finish(float *dst, const float *part, const float *mul, int P, int C,
                   cudaStream_t stream);
 

@@ -6,6 +6,7 @@
 #include "ops/cuda/kernels.h"
 
 #include <cuda_bf16.h>
+#include <string.h>
 
 typedef __nv_bfloat16 bf16;
 
@@ -19,22 +20,73 @@ size_t cuda_ops_ws_bytes(int N, int C) {
     return b > e ? b : e;
 }
 
-/* dst[c] += (sum_p part[p*C + c]) * mul[c]; the chunk totals are added in order, in double. */
-__global__ void col_finish_k(float *dst, const float *part, const float *mul, int P, int C) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    double t = 0;
-    for (int p = 0; p < P; p++) t += part[(size_t)p * C + c];
-    if (mul) t *= mul[c];
-    dst[c] = (float)((double)dst[c] + t);
+/* Sums the P chunk partials of NS sums per column c = blockIdx.x * ZY_COL_TX + threadIdx.x: lane
+ * threadIdx.y takes the chunks p = lane (mod ZY_COL_TY) in order, in double; the lanes are then
+ * added in order, so the total does not depend on timing. */
+template <int NS>
+__global__ void __launch_bounds__(ZY_COL_TX *ZY_COL_TY)
+    col_finish_k(zy_col_outs o, const float *part, int P, int C) {
+    __shared__ double red[NS][ZY_COL_TY][ZY_COL_TX];
+    const int c = blockIdx.x * ZY_COL_TX + threadIdx.x;
+    double t[NS];
+#pragma unroll
+    for (int s = 0; s < NS; s++) t[s] = 0;
+    if (c < C)
+        for (int p = threadIdx.y; p < P; p += ZY_COL_TY)
+#pragma unroll
+            for (int s = 0; s < NS; s++) t[s] += part[((size_t)s * P + p) * C + c];
+#pragma unroll
+    for (int s = 0; s < NS; s++) red[s][threadIdx.y][threadIdx.x] = t[s];
+    __syncthreads();
+    if (threadIdx.y != 0 || c >= C) return;
+#pragma unroll
+    for (int s = 0; s < NS; s++) {
+        double v = 0;
+        for (int y = 0; y < ZY_COL_TY; y++) v += red[s][y][threadIdx.x];
+        t[s] = v;
+    }
+#pragma unroll
+    for (int j = 0; j < 5; j++) {
+        if (j >= o.n) break;
+        double v = t[0]; /* t[o.src[j]] by selection: no local-memory copy of t */
+#pragma unroll
+        for (int s = 1; s < NS; s++)
+            if (o.src[j] == s) v = t[s];
+        if (o.mul[j]) v *= o.mul[j][c];
+        o.dst[j][c] = (float)((double)o.dst[j][c] + v);
+    }
+}
+
+int zy_col_finish_multi(const zy_col_outs *o, int ns, const float *part, int P, int C,
+                        cudaStream_t st) {
+    if (P <= 0 || C <= 0 || o->n == 0) return ZY_OK;
+    dim3 grid((C + ZY_COL_TX - 1) / ZY_COL_TX), block(ZY_COL_TX, ZY_COL_TY);
+    switch (ns) {
+    case 1:
+        col_finish_k<1><<<grid, block, 0, st>>>(*o, part, P, C);
+        break;
+    case 2:
+        col_finish_k<2><<<grid, block, 0, st>>>(*o, part, P, C);
+        break;
+    case 3:
+        col_finish_k<3><<<grid, block, 0, st>>>(*o, part, P, C);
+        break;
+    case 4:
+        col_finish_k<4><<<grid, block, 0, st>>>(*o, part, P, C);
+        break;
+    default:
+        return zy_fail("zy_col_finish_multi: %d sums (1..4)", ns);
+    }
+    CUDA_TRY_LAUNCH();
+    return ZY_OK;
 }
 
 int zy_col_finish(float *dst, const float *part, const float *mul, int P, int C,
                   cudaStream_t stream) {
-    if (P <= 0 || C <= 0) return ZY_OK;
-    col_finish_k<<<(C + 255) / 256, 256, 0, stream>>>(dst, part, mul, P, C);
-    CUDA_TRY_LAUNCH();
-    return ZY_OK;
+    zy_col_outs o;
+    memset(&o, 0, sizeof o);
+    o.dst[0] = dst, o.mul[0] = mul, o.src[0] = 0, o.n = 1;
+    return zy_col_finish_multi(&o, 1, part, P, C, stream);
 }
 
 /* ---- RMSNorm forward ---- */
@@ -307,6 +359,148 @@ int cuda_rmsnorm_bwd_f32_bf16(float *dx, float *dw, float *ws, const zy_bf16 *dy
 
 /* ---- residual scaling + RMSNorm backward ---- */
 
+/* ---- residual scaling + RMSNorm backward in one pass (bf16 dy / o, D % 4 == 0, D <= 2048) ----
+ * Block p = blockIdx.x (256 threads) takes rows [p*R, p*R + R) one after another; thread t owns the
+ * column groups c = 4 (t + 256 j), j < J. Per row: the norm's dot sum dy*w*out (block sum in a
+ * fixed order: one barrier per row, the partial slots alternate by row parity), then dout =
+ * dres + rstd*dy*w - k*out, d_o = dout*os, dh = dout*rs, and the column sums s0 = dy*out*rstd,
+ * s1 = dout, s2 = dout*(o+ob), s3 = dout*(h+rb) kept in registers until the chunk ends (written to
+ * part[(s*P + p)*D + c], summed over chunks by zy_col_finish). The next row's inputs are loaded
+ * before the current row's barrier. Reads 16 and writes 6 bytes per element, against 36 for the
+ * norm and residual-scaling kernels one after the other. d_o may alias dy and dh may alias dres:
+ * a thread reads its elements of a row before it writes them, and no other thread touches them. */
+#define RESNORM_NT 256
+
+struct resnorm_row4 { /* one thread's four columns of one row */
+    float dy[4], out[4], res[4], o[4], h[4], r;
+};
+
+template <int J>
+__device__ __forceinline__ void resnorm_load_row(resnorm_row4 *x, size_t row, int D, const bf16 *dy,
+                                                 const float *dres, const float *out,
+                                                 const float *rstd, const bf16 *o, const float *h) {
+    x[0].r = rstd[row];
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+        const int c = 4 * ((int)threadIdx.x + RESNORM_NT * j);
+        if (c >= D) { /* no columns here: zeros add nothing to the row's dot */
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                x[j].dy[k] = x[j].out[k] = x[j].res[k] = x[j].o[k] = x[j].h[k] = 0.0f;
+            continue;
+        }
+        const size_t i = row * D + c;
+        zy_load_bf16x4(dy + i, x[j].dy);
+        zy_load<float, 4>(out + i, x[j].out);
+        if (dres)
+            zy_load<float, 4>(dres + i, x[j].res);
+        else
+#pragma unroll
+            for (int k = 0; k < 4; k++) x[j].res[k] = 0.0f;
+        zy_load_bf16x4(o + i, x[j].o);
+        zy_load<float, 4>(h + i, x[j].h);
+    }
+}
+
+template <int J>
+__global__ void __launch_bounds__(RESNORM_NT)
+    resnorm_bwd_onepass_k(float *part, int P, int R, int N, int D, bf16 *d_o, float *dh,
+                          const bf16 *dy, const float *dres, const float *out, const float *rstd,
+                          const float *w, const bf16 *o, const float *h, const float *ob,
+                          const float *os, const float *rb, const float *rs) {
+    __shared__ float red[2][RESNORM_NT / 32];
+    const int p = blockIdx.x, n0 = p * R, n1 = n0 + R < N ? n0 + R : N;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    float wv[J][4], osv[J][4], rsv[J][4], obv[J][4], rbv[J][4], acc[J][4][4];
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+        const int c = 4 * ((int)threadIdx.x + RESNORM_NT * j);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            wv[j][k] = osv[j][k] = rsv[j][k] = obv[j][k] = rbv[j][k] = 0.0f;
+#pragma unroll
+            for (int s = 0; s < 4; s++) acc[j][s][k] = 0.0f;
+        }
+        if (c >= D) continue;
+        zy_load<float, 4>(w + c, wv[j]);
+        zy_load<float, 4>(os + c, osv[j]);
+        zy_load<float, 4>(rs + c, rsv[j]);
+        zy_load<float, 4>(ob + c, obv[j]);
+        zy_load<float, 4>(rb + c, rbv[j]);
+    }
+    resnorm_row4 cur[J], nxt[J];
+    if (n0 < n1) resnorm_load_row<J>(cur, (size_t)n0, D, dy, dres, out, rstd, o, h);
+    for (int n = n0; n < n1; n++) {
+        if (n + 1 < n1) resnorm_load_row<J>(nxt, (size_t)n + 1, D, dy, dres, out, rstd, o, h);
+        float dot = 0.0f;
+#pragma unroll
+        for (int j = 0; j < J; j++)
+#pragma unroll
+            for (int k = 0; k < 4; k++) dot += cur[j].dy[k] * wv[j][k] * cur[j].out[k];
+        for (int off = 16; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+        if (lane == 0) red[n & 1][warp] = dot;
+        __syncthreads();
+        dot = 0.0f;
+#pragma unroll
+        for (int k = 0; k < RESNORM_NT / 32; k++) dot += red[n & 1][k];
+        const float r = cur[0].r, kk = r * r * r * dot / (float)D;
+#pragma unroll
+        for (int j = 0; j < J; j++) {
+            const int c = 4 * ((int)threadIdx.x + RESNORM_NT * j);
+            if (c >= D) break;
+            float dov[4], dhv[4];
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const float g = cur[j].res[k] + (r * cur[j].dy[k] * wv[j][k] - kk * cur[j].out[k]);
+                acc[j][0][k] += cur[j].dy[k] * cur[j].out[k] * r;
+                acc[j][1][k] += g;
+                acc[j][2][k] += g * (cur[j].o[k] + obv[j][k]);
+                acc[j][3][k] += g * (cur[j].h[k] + rbv[j][k]);
+                dov[k] = g * osv[j][k];
+                dhv[k] = g * rsv[j][k];
+            }
+            const size_t i = (size_t)n * D + c;
+            zy_store_bf16x4(d_o + i, dov);
+            zy_store<float, 4>(dh + i, dhv);
+        }
+#pragma unroll
+        for (int j = 0; j < J; j++) cur[j] = nxt[j];
+    }
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+        const int c = 4 * ((int)threadIdx.x + RESNORM_NT * j);
+        if (c >= D) break;
+#pragma unroll
+        for (int s = 0; s < 4; s++)
+            zy_store<float, 4>(part + ((size_t)s * P + p) * D + c, acc[j][s]);
+    }
+}
+
+/* The one-pass backward when the shape and alignment allow it (else ZY_ERR without a launch). */
+static int resnorm_bwd_onepass(bf16 *d_o, float *dh, float *ws, int P, int R, const bf16 *dy,
+                               const float *dres, const float *out, const float *rstd,
+                               const float *w, const bf16 *o, const float *h, const float *ob,
+                               const float *os, const float *rb, const float *rs, int N, int D,
+                               cudaStream_t st) {
+    const void *f16[] = {dh, out, w, os, rs, ob, rb, dres ? dres : dh, ws};
+    const void *b8[] = {d_o, dy, o};
+    if (D % 4 != 0 || D > 4 * RESNORM_NT * 2) return ZY_ERR; /* wider rows would spill */
+    for (const void *q : f16)
+        if (!zy_aligned(q, 16)) return ZY_ERR;
+    for (const void *q : b8)
+        if (!zy_aligned(q, 8)) return ZY_ERR;
+    const int J = (D / 4 + RESNORM_NT - 1) / RESNORM_NT;
+#define RESNORM_LAUNCH(JJ)                                                                         \
+    resnorm_bwd_onepass_k<JJ><<<P, RESNORM_NT, 0, st>>>(ws, P, R, N, D, d_o, dh, dy, dres, out,    \
+                                                        rstd, w, o, h, ob, os, rb, rs)
+    if (J == 1)
+        RESNORM_LAUNCH(1);
+    else
+        RESNORM_LAUNCH(2);
+#undef RESNORM_LAUNCH
+    return ZY_OK;
+}
+
 template <typename T>
 static int resnorm_bwd(T *d_o, float *dh, float *dw, float *dob, float *dos, float *drb, float *drs,
                        float *ws, const T *dy, const float *dres, const float *out,
@@ -318,21 +512,27 @@ static int resnorm_bwd(T *d_o, float *dh, float *dw, float *dob, float *dos, flo
     cudaStream_t st = (cudaStream_t)stream;
     int R, P;
     zy_col_chunks(N, &R, &P);
-    /* dout = dres + norm backward, into dh */
-    rmsnorm_bwd_rows<float, T, float>(dh, dres, dy, out, w, rstd, N, D, st);
+    int onepass = ZY_ERR;
+    if constexpr (sizeof(T) == 2)
+        onepass = resnorm_bwd_onepass(d_o, dh, ws, P, R, dy, dres, out, rstd, w, o, h, ob, os, rb,
+                                      rs, N, D, st);
+    if (onepass != ZY_OK) { /* two passes: dout = dres + norm backward into dh, then the sums */
+        rmsnorm_bwd_rows<float, T, float>(dh, dres, dy, out, w, rstd, N, D, st);
+        CUDA_TRY_LAUNCH();
+        dim3 grid((D + ZY_COL_TX - 1) / ZY_COL_TX, P), block(ZY_COL_TX, ZY_COL_TY);
+        norm_col_k<1, float, T>
+            <<<grid, block, 0, st>>>(ws, P, R, N, D, dy, out, rstd, dh, d_o, o, h, ob, os, rb, rs);
+    }
     CUDA_TRY_LAUNCH();
-    dim3 grid((D + ZY_COL_TX - 1) / ZY_COL_TX, P), block(ZY_COL_TX, ZY_COL_TY);
-    norm_col_k<1, float, T>
-        <<<grid, block, 0, st>>>(ws, P, R, N, D, dy, out, rstd, dh, d_o, o, h, ob, os, rb, rs);
-    CUDA_TRY_LAUNCH();
-    size_t S = (size_t)P * D;
-    if (zy_col_finish(dw, ws, NULL, P, D, st) != ZY_OK ||
-        zy_col_finish(dob, ws + S, os, P, D, st) != ZY_OK ||
-        zy_col_finish(dos, ws + 2 * S, NULL, P, D, st) != ZY_OK ||
-        zy_col_finish(drb, ws + S, rs, P, D, st) != ZY_OK ||
-        zy_col_finish(drs, ws + 3 * S, NULL, P, D, st) != ZY_OK)
-        return ZY_ERR;
-    return ZY_OK;
+    zy_col_outs f; /* sums: 0 dy*out*rstd, 1 dout, 2 dout*(o+ob), 3 dout*(h+rb) */
+    memset(&f, 0, sizeof f);
+    f.dst[0] = dw, f.src[0] = 0;
+    f.dst[1] = dob, f.src[1] = 1, f.mul[1] = os; /* sum dout*os = os * sum dout */
+    f.dst[2] = dos, f.src[2] = 2;
+    f.dst[3] = drb, f.src[3] = 1, f.mul[3] = rs;
+    f.dst[4] = drs, f.src[4] = 3;
+    f.n = 5;
+    return zy_col_finish_multi(&f, 4, ws, P, D, st);
 }
 
 int cuda_resnorm_bwd_f32(float *d_o, float *dh, float *dw, float *dob, float *dos, float *drb,

@@ -6,6 +6,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The side-stream count: ZAYAC_EXPERT_STREAMS (1..CUDA_SIDE_STREAMS) or the default. */
+static int side_stream_count(void) {
+    const char *v = getenv("ZAYAC_EXPERT_STREAMS");
+    int n = v ? atoi(v) : 0;
+    return n >= 1 && n <= CUDA_SIDE_STREAMS ? n : CUDA_SIDE_STREAMS_DEFAULT;
+}
+
+/* The runtime maps streams onto CUDA_DEVICE_MAX_CONNECTIONS hardware queues (default 8); with
+ * fewer queues than side streams, independent expert GEMMs queue behind each other. It must be
+ * set before the first CUDA call of the process creates the context, hence a constructor; a
+ * value the user set wins. */
+__attribute__((constructor)) static void set_device_connections(void) {
+    setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
+}
+
 int cuda_ops_device_count(void) {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) {
@@ -30,7 +45,8 @@ int cuda_ops_ctx_init(zy_ctx *ctx, int gpu) {
         return zy_fail_ctx("device cuda:%d: cuBLASLt setup", gpu);
     }
     CUDA_TRY(cudaEventCreateWithFlags(&s->fork, cudaEventDisableTiming));
-    for (int i = 0; i < CUDA_SIDE_STREAMS; i++) {
+    const int nside = side_stream_count();
+    for (int i = 0; i < nside; i++) {
         CUDA_TRY(cudaStreamCreateWithFlags(&s->side[i], cudaStreamNonBlocking));
         CUDA_TRY(cudaEventCreateWithFlags(&s->join[i], cudaEventDisableTiming));
         if (cuda_gemm_init(&s->side_gemm[i]) != ZY_OK)

@@ -86,60 +86,6 @@ __device__ __forceinline__ void col_partials(float *part, int P, int p, int C,
     }
 }
 
-/* The outputs of a finishing pass: dst[j][c] += mul[j][c] * (sum over chunks of sum src[j]), mul
- * NULL = 1. */
-typedef struct {
-    float *dst[4];
-    const float *mul[4];
-    int src[4];
-    int n;
-} col_outs;
-
-/* Sums the P chunk partials of NS sums per column c = blockIdx.x * ZY_COL_TX + threadIdx.x: lane
- * threadIdx.y takes the chunks p = lane (mod ZY_COL_TY) in order, in double; the lanes are then
- * added in order, so the total does not depend on timing. */
-template <int NS>
-__global__ void __launch_bounds__(TILE_THREADS)
-    col_finish_k(col_outs o, const float *part, int P, int C) {
-    __shared__ double red[NS][ZY_COL_TY][ZY_COL_TX];
-    const int c = blockIdx.x * ZY_COL_TX + threadIdx.x;
-    double t[NS];
-#pragma unroll
-    for (int s = 0; s < NS; s++) t[s] = 0;
-    if (c < C)
-        for (int p = threadIdx.y; p < P; p += ZY_COL_TY)
-#pragma unroll
-            for (int s = 0; s < NS; s++) t[s] += part[((size_t)s * P + p) * C + c];
-#pragma unroll
-    for (int s = 0; s < NS; s++) red[s][threadIdx.y][threadIdx.x] = t[s];
-    __syncthreads();
-    if (threadIdx.y != 0 || c >= C) return;
-#pragma unroll
-    for (int s = 0; s < NS; s++) {
-        double v = 0;
-        for (int y = 0; y < ZY_COL_TY; y++) v += red[s][y][threadIdx.x];
-        t[s] = v;
-    }
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        if (j >= o.n) break;
-        double v = t[0]; /* t[o.src[j]] by selection: no local-memory copy of t */
-#pragma unroll
-        for (int s = 1; s < NS; s++)
-            if (o.src[j] == s) v = t[s];
-        if (o.mul[j]) v *= o.mul[j][c];
-        o.dst[j][c] = (float)((double)o.dst[j][c] + v);
-    }
-}
-
-template <int NS>
-static void col_finish(const col_outs &o, const float *part, int P, int C, cudaStream_t st) {
-    if (P <= 0 || C <= 0) return;
-    dim3 block(ZY_COL_TX, ZY_COL_TY);
-    col_finish_k<NS><<<(C + ZY_COL_TX - 1) / ZY_COL_TX, block, 0, st>>>(o, part, P, C);
-    CUDA_CHECK_LAUNCH();
-}
-
 /* ---- dense algebra ---- */
 
 /* C = alpha op(A) op(B) + beta C, bf16 everywhere, fp32 accumulation (cuBLASLt plan cache). */
@@ -258,10 +204,10 @@ void cuda_ops_bias_bwd(zy_ctx *ctx, float *dbias, const zy_act *dy, int N, int C
         bias_col_k<1><<<grid, block, 0, st>>>(part, P, R, g, N, C);
     }
     CUDA_CHECK_LAUNCH();
-    col_outs o;
+    zy_col_outs o;
     memset(&o, 0, sizeof o);
     o.dst[0] = dbias, o.src[0] = 0, o.n = 1;
-    col_finish<1>(o, part, P, C, st);
+    ZY_OK_OR_ABORT(zy_col_finish_multi(&o, 1, part, P, C, st));
 }
 
 /* ---- embedding ---- */
@@ -434,14 +380,35 @@ void cuda_ops_resscale_bwd(zy_ctx *ctx, zy_act *d_o, float *dh, float *dob, floa
             <<<grid, block, 0, st>>>(part, P, R, N, D, bdo, dh, dout, bo, h, ob, os, rb, rs);
     }
     CUDA_CHECK_LAUNCH();
-    col_outs f;
+    zy_col_outs f;
     memset(&f, 0, sizeof f);
     f.dst[0] = dob, f.src[0] = 0, f.mul[0] = os; /* sum dout*os = os * sum dout */
     f.dst[1] = dos, f.src[1] = 1;
     f.dst[2] = drb, f.src[2] = 0, f.mul[2] = rs;
     f.dst[3] = drs, f.src[3] = 2;
     f.n = 4;
-    col_finish<3>(f, part, P, D, st);
+    ZY_OK_OR_ABORT(zy_col_finish_multi(&f, 3, part, P, D, st));
+}
+
+/* ---- residual scaling + RMSNorm (norm.cu) ---- */
+
+void cuda_ops_resnorm_fwd(zy_ctx *ctx, float *out, zy_act *y, float *rstd, const zy_act *o,
+                          const float *h, const float *ob, const float *os, const float *rb,
+                          const float *rs, const float *w, int N, int D, float eps) {
+    ZY_OK_OR_ABORT(cuda_resnorm_fwd_bf16(out, (zy_bf16 *)y, rstd, (const zy_bf16 *)o, h, ob, os, rb,
+                                         rs, w, N, D, eps, cuda_stream(ctx)));
+}
+
+void cuda_ops_resnorm_bwd(zy_ctx *ctx, zy_act *d_o, float *dh, float *dw, float *dob, float *dos,
+                          float *drb, float *drs, const zy_act *dy, const float *dres,
+                          const float *out, const float *rstd, const float *w, const zy_act *o,
+                          const float *h, const float *ob, const float *os, const float *rb,
+                          const float *rs, int N, int D) {
+    float *ws = NULL; /* the kernels check the shape; N = 0 returns before using ws */
+    if (N > 0 && D > 0) ws = (float *)cuda_ws(ctx, cuda_ops_ws_bytes(N, D));
+    ZY_OK_OR_ABORT(cuda_resnorm_bwd_bf16(
+        (zy_bf16 *)d_o, dh, dw, dob, dos, drb, drs, ws, (const zy_bf16 *)dy, dres, out, rstd, w,
+        (const zy_bf16 *)o, h, ob, os, rb, rs, N, D, cuda_stream(ctx)));
 }
 
 /* ---- elementwise ---- */

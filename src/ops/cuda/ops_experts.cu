@@ -1,6 +1,6 @@
 /* The MoE expert GEMMs of ops.h on CUDA. One expert's GEMM (about N*E1/E rows) fills only part of
  * the GPU (bench-small's down projection: 1024 x 1024 outputs = 32 tiles of 128 x 256 for 132
- * SMs), so the experts run on CUDA_SIDE_STREAMS side streams at once: fork from the context's
+ * SMs), so the experts run on the side streams (cuda_state.h) at once: fork from the context's
  * stream with an event, experts dealt to the streams largest first, join back with events. Each
  * side stream has its own cuBLASLt context (workspace and plan cache), so nothing is shared
  * between concurrent GEMMs; each expert's result does not depend on which stream ran it. */
@@ -78,7 +78,7 @@ void cuda_ops_expert_matmul(zy_ctx *ctx, zy_act *out, const zy_act *in, const zy
 }
 
 void cuda_ops_expert_matmul_wgrad(zy_ctx *ctx, float *dW, const zy_act *dY, const zy_act *X,
-                                  const int32_t *offsets_host, int E, int N, int K) {
+                                  const int32_t *offsets_host, int E, int N, int K, float beta) {
     expert_job jobs[CUDA_GEMM_MAX_EXPERTS];
     ZY_CHECKF(E <= CUDA_GEMM_MAX_EXPERTS, "expert_matmul_wgrad: %d experts (at most %d)", E,
               CUDA_GEMM_MAX_EXPERTS);
@@ -86,14 +86,19 @@ void cuda_ops_expert_matmul_wgrad(zy_ctx *ctx, float *dW, const zy_act *dY, cons
     for (int e = 0; e < E; e++) {
         size_t r0 = (size_t)offsets_host[e];
         int ne = offsets_host[e + 1] - offsets_host[e];
-        if (ne <= 0) continue; /* no rows: the gradient is unchanged (+= 0) */
+        if (ne <= 0) { /* no rows: the gradient is unchanged (+= 0), or zero */
+            if (beta == 0.0f)
+                CUDA_CHECK(cudaMemsetAsync(dW + (size_t)e * N * K, 0, (size_t)N * K * sizeof(float),
+                                           cuda_stream(ctx)));
+            continue;
+        }
         expert_job *j = &jobs[n++];
         j->C = dW + (size_t)e * N * K;
         j->A = (const char *)dY + r0 * N * 2;
         j->B = (const char *)X + r0 * K * 2;
         j->M = N, j->N = K, j->K = ne;
         j->transA = 1, j->transB = 0;
-        j->beta = 1.0f, j->dc = CUDA_GEMM_FP32;
+        j->beta = beta, j->dc = CUDA_GEMM_FP32;
     }
     run_jobs(ctx, jobs, n);
 }
