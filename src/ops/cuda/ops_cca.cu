@@ -273,16 +273,20 @@ __global__ void qknorm_bwd_k(bf16 *dq, bf16 *dk, float *part, const bf16 *q_in, 
     }
 }
 
-/* dtemp[j] += sum over rows of part[n][j]: one block per key head, thread i adds rows i, i + 256,
- * ..., then a fixed tree over the threads (double). */
-__global__ void qk_dtemp_k(float *dtemp, const float *part, int N, int Hk) {
-    __shared__ double sh[256];
+/* dtemp[j] += sum over rows of part[n][j]: one block of QK_DT_NT threads per key head, thread i
+ * adds rows i, i + QK_DT_NT, ... (loads unrolled: a lone block must keep many in flight), then a
+ * fixed tree over the threads (double). */
+#define QK_DT_NT 1024
+__global__ void __launch_bounds__(QK_DT_NT) qk_dtemp_k(float *dtemp, const float *part, int N,
+                                                       int Hk) {
+    __shared__ double sh[QK_DT_NT];
     const int j = blockIdx.x, tid = threadIdx.x;
     double s = 0;
-    for (int n = tid; n < N; n += 256) s += part[(size_t)n * Hk + j];
+#pragma unroll 8
+    for (int n = tid; n < N; n += QK_DT_NT) s += part[(size_t)n * Hk + j];
     sh[tid] = s;
     __syncthreads();
-    for (int w = 128; w > 0; w >>= 1) {
+    for (int w = QK_DT_NT / 2; w > 0; w >>= 1) {
         if (tid < w) sh[tid] += sh[tid + w];
         __syncthreads();
     }
@@ -355,7 +359,7 @@ void cuda_ops_qknorm_rope_bwd(zy_ctx *ctx, zy_act *dq, zy_act *dk, float *dtemp,
                                               half, sqrtd, eps_norm, fr);
     CUDA_CHECK_LAUNCH();
     if (Hk > 0) {
-        qk_dtemp_k<<<Hk, 256, 0, st>>>(dtemp, part, N, Hk);
+        qk_dtemp_k<<<Hk, QK_DT_NT, 0, st>>>(dtemp, part, N, Hk);
         CUDA_CHECK_LAUNCH();
     }
 }
