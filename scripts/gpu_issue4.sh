@@ -55,6 +55,6 @@ if [ "${SKIP_BENCH:-0}" != 1 ] && [ -f scripts/bench_vs_torch.sh ]; then
 fi
 note "overall rc=$rc_all"
 # the device tool returns at most 8 files: every log travels in one archive
-(cd "$OUT" && tar czf logs.tgz --exclude=logs.tgz --exclude=summary.txt . && find . -type f \
-    ! -name logs.tgz ! -name summary.txt ! -name '*.json' ! -name '*.md' -delete)
+(cd "$OUT" && tar czf /tmp/zy_issue4_logs.tgz --exclude=summary.txt . && find . -type f \
+    ! -name summary.txt ! -name '*.json' ! -name '*.md' -delete && mv /tmp/zy_issue4_logs.tgz logs.tgz)
 exit $rc_all
