@@ -324,6 +324,20 @@ static void run_resnorm(void) {
                              pn[k]);
                     check_accum(what, dget(pd[k], D, 0), pr[k], p0[k], D);
                 }
+                if (bf && has_res) { /* in place, as the model calls it: d_o over dy, dh over dres */
+                    void *io = dput(g, nd, bf);
+                    float *ioh = dput(res, nd, 0);
+                    for (int k = 0; k < 5; k++) pd[k] = dput(p0[k], D, 0);
+                    OKZ(cuda_resnorm_bwd_bf16(io, ioh, pd[0], pd[1], pd[2], pd[3], pd[4], ws, io,
+                                              ioh, doutin, drr, dw, d_o, dh, dob, dos, drb, drs, N,
+                                              D, NULL));
+                    snprintf(what, sizeof what, "resnorm_bwd_bf16 in place N=%d D=%d d_o", N, D);
+                    check(what, dget(io, nd, bf), d_or, nd, bf, dterms * maxabs(os, D));
+                    snprintf(what, sizeof what, "resnorm_bwd_bf16 in place N=%d D=%d dh", N, D);
+                    check(what, dget(ioh, nd, 0), dhr, nd, 0, dterms * maxabs(rs, D));
+                    snprintf(what, sizeof what, "resnorm_bwd_bf16 in place N=%d D=%d dw", N, D);
+                    check_accum(what, dget(pd[0], D, 0), pr[0], p0[0], D);
+                }
                 free_case();
             }
 }
