@@ -324,7 +324,8 @@ static void run_resnorm(void) {
                              pn[k]);
                     check_accum(what, dget(pd[k], D, 0), pr[k], p0[k], D);
                 }
-                if (bf && has_res) { /* in place, as the model calls it: d_o over dy, dh over dres */
+                if (bf &&
+                    has_res) { /* in place, as the model calls it: d_o over dy, dh over dres */
                     void *io = dput(g, nd, bf);
                     float *ioh = dput(res, nd, 0);
                     for (int k = 0; k < 5; k++) pd[k] = dput(p0[k], D, 0);

@@ -277,8 +277,8 @@ __global__ void qknorm_bwd_k(bf16 *dq, bf16 *dk, float *part, const bf16 *q_in, 
  * adds rows i, i + QK_DT_NT, ... (loads unrolled: a lone block must keep many in flight), then a
  * fixed tree over the threads (double). */
 #define QK_DT_NT 1024
-__global__ void __launch_bounds__(QK_DT_NT) qk_dtemp_k(float *dtemp, const float *part, int N,
-                                                       int Hk) {
+__global__ void __launch_bounds__(QK_DT_NT)
+    qk_dtemp_k(float *dtemp, const float *part, int N, int Hk) {
     __shared__ double sh[QK_DT_NT];
     const int j = blockIdx.x, tid = threadIdx.x;
     double s = 0;
