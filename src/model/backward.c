@@ -86,16 +86,12 @@ static void layer_backward(zy_model *mo, zy_acts *a, int l) {
     const int window = type == ZY_LAYER_HYBRID_SLIDING ? c->sliding_window : 0;
     const float scale = 1.0f / sqrtf((float)d);
 
-    const int last = l + 1 == c->num_hidden_layers;
-    const float *h_out = last ? a->h_final : a->layers[l + 1].h_in;
-    const float *next_rstd = last ? a->rstd_f : a->layers[l + 1].rstd_a;
-    const float *next_w = last ? mo->w.norm_f : mo->w.layers[l + 1].ln_in;
-    float *next_gw = last ? mo->g.norm_f : mo->g.layers[l + 1].ln_in;
+    const zy_next_norm nn = next_norm(mo, a, l);
 
     /* next norm of h_out = (y + hb) * hs + (h_mid + rb) * rs: dY -> a->dx, dh_mid -> a->dh2 */
-    ops_resnorm_bwd(ctx, a->dx, a->dh2, next_gw, g->pm_hb, g->pm_hs, g->pm_rb, g->pm_rs, a->dx,
-                    last ? NULL : a->dh, h_out, next_rstd, next_w, x->y, x->h_mid, w->pm_hb,
-                    w->pm_hs, w->pm_rb, w->pm_rs, N, D);
+    ops_resnorm_bwd(ctx, a->dx, a->dh2, nn.gw, g->pm_hb, g->pm_hs, g->pm_rb, g->pm_rs, a->dx,
+                    nn.last ? NULL : a->dh, nn.h, nn.rstd, nn.w, x->y, x->h_mid, w->pm_hb, w->pm_hs,
+                    w->pm_rb, w->pm_rs, N, D);
     moe_backward(mo, a, l, a->dx);
     router_backward(mo, a, l);
 

@@ -59,6 +59,19 @@ static void cache_update_conv(zy_ctx *ctx, zy_layer_cache *cc, const zy_act *qk0
     free(tmp);
 }
 
+zy_next_norm next_norm(zy_model *m, zy_acts *a, int l) {
+    zy_next_norm n;
+    n.last = l + 1 == m->cfg.num_hidden_layers;
+    if (n.last) {
+        n.h = a->h_final, n.y = a->xf, n.rstd = a->rstd_f, n.w = m->w.norm_f, n.gw = m->g.norm_f;
+    } else {
+        zy_layer_acts *x = &a->layers[l + 1];
+        n.h = x->h_in, n.y = x->a, n.rstd = x->rstd_a, n.w = m->w.layers[l + 1].ln_in;
+        n.gw = m->grads ? m->g.layers[l + 1].ln_in : NULL;
+    }
+    return n;
+}
+
 /* Runs layer l from its normed input x->a (written beforehand, with rstd_a) into the next layer's
  * h_in, ending with the next norm: the next layer's input norm, or the final norm after the last
  * layer, each fused with the residual scaling that produces its input. */
@@ -75,8 +88,6 @@ static void layer_forward(zy_model *mo, zy_acts *a, int l, zy_layer_cache *cache
     const int window = type == ZY_LAYER_HYBRID_SLIDING ? c->sliding_window : 0;
     const float eps = (float)c->rms_norm_eps, scale = 1.0f / sqrtf((float)d);
     const zy_act *r_prev = l > 0 ? a->layers[l - 1].z : NULL;
-    const int last = l + 1 == c->num_hidden_layers;
-    float *h_out = last ? a->h_final : a->layers[l + 1].h_in;
 
     /* attention block (x->a = input norm of h_in) */
     ops_matmul(ctx, x->qk0, x->a, wc->wqk, N, C, D, 0, 1, 1.0f, 0.0f); /* [q0 | k0] */
@@ -123,11 +134,9 @@ static void layer_forward(zy_model *mo, zy_acts *a, int l, zy_layer_cache *cache
     /* MoE block (x->m = post-attention norm of h_mid) */
     router_forward(mo, x, w, wc, r_prev, N);
     moe_forward(mo, x, wc, N);
-    zy_act *next_in = last ? a->xf : a->layers[l + 1].a;
-    float *next_rstd = last ? a->rstd_f : a->layers[l + 1].rstd_a;
-    const float *next_w = last ? mo->w.norm_f : mo->w.layers[l + 1].ln_in;
-    ops_resnorm_fwd(ctx, h_out, next_in, next_rstd, x->y, x->h_mid, w->pm_hb, w->pm_hs, w->pm_rb,
-                    w->pm_rs, next_w, N, D, eps);
+    const zy_next_norm nn = next_norm(mo, a, l);
+    ops_resnorm_fwd(ctx, nn.h, nn.y, nn.rstd, x->y, x->h_mid, w->pm_hb, w->pm_hs, w->pm_rb,
+                    w->pm_rs, nn.w, N, D, eps);
 }
 
 void trunk_forward(zy_model *m, zy_acts *a, zy_layer_cache *caches) {

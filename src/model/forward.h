@@ -14,6 +14,19 @@ typedef struct {
     int Tmax;
 } zy_layer_cache;
 
+/* The norm that reads layer l's output h: the next layer's input norm, or the final norm after the
+ * last layer (its normed output y, rstd, weight w and weight gradient gw; gw NULL without
+ * gradients). Forward and backward both end a layer with it, fused with the residual scaling. */
+typedef struct {
+    float *h;
+    zy_act *y;
+    float *rstd;
+    const float *w;
+    float *gw;
+    int last; /* the final norm: nothing reaches h through a later residual */
+} zy_next_norm;
+zy_next_norm next_norm(zy_model *m, zy_acts *a, int l);
+
 /* The model from a->ids (and a->pos, written beforehand) to a->logits [N,V]: the embedding, every
  * layer (layer l with caches[l] when caches != NULL) and the tied head. */
 void trunk_forward(zy_model *m, zy_acts *a, zy_layer_cache *caches);

@@ -32,7 +32,7 @@ extern "C" {
 /* Side streams for concurrent expert GEMMs (one expert's GEMM fills few SMs): at most
  * CUDA_SIDE_STREAMS, CUDA_SIDE_STREAMS_DEFAULT unless ZAYAC_EXPERT_STREAMS says otherwise. On an
  * H200 at bench-small, 2 streams gave the shortest step: ~0.4 ms less than 4; 3, 8 and 16 were
- * slower than 4 (scripts/gpu_speed.sh, results/issue4/speed/). */
+ * slower than 4 (scripts/gpu_speed.sh; results/issue4/README.md). */
 #define CUDA_SIDE_STREAMS         16
 #define CUDA_SIDE_STREAMS_DEFAULT 2
 #define CUDA_PROF_SLOTS           8192 /* event pairs between two ops_prof_read calls */

@@ -357,18 +357,19 @@ int cuda_rmsnorm_bwd_f32_bf16(float *dx, float *dw, float *ws, const zy_bf16 *dy
                                            accumulate, stream);
 }
 
-/* ---- residual scaling + RMSNorm backward ---- */
-
-/* ---- residual scaling + RMSNorm backward in one pass (bf16 dy / o, D % 4 == 0, D <= 2048) ----
+/* ---- residual scaling + RMSNorm backward ----
+ * One pass when dy / o are bf16, D % 4 == 0 and D <= 2048; else the row and column kernels above.
+ * The one-pass kernel:
  * Block p = blockIdx.x (256 threads) takes rows [p*R, p*R + R) one after another; thread t owns the
  * column groups c = 4 (t + 256 j), j < J. Per row: the norm's dot sum dy*w*out (block sum in a
  * fixed order: one barrier per row, the partial slots alternate by row parity), then dout =
  * dres + rstd*dy*w - k*out, d_o = dout*os, dh = dout*rs, and the column sums s0 = dy*out*rstd,
  * s1 = dout, s2 = dout*(o+ob), s3 = dout*(h+rb) kept in registers until the chunk ends (written to
- * part[(s*P + p)*D + c], summed over chunks by zy_col_finish). The next row's inputs are loaded
- * before the current row's barrier. Reads 16 and writes 6 bytes per element, against 36 for the
- * norm and residual-scaling kernels one after the other. d_o may alias dy and dh may alias dres:
- * a thread reads its elements of a row before it writes them, and no other thread touches them. */
+ * part[(s*P + p)*D + c], summed over chunks by zy_col_finish_multi). The next row's inputs are
+ * loaded before the current row's barrier. Reads 16 and writes 6 bytes per element, against 36 for
+ * the norm and residual-scaling kernels one after the other. d_o may alias dy and dh may alias
+ * dres: a thread reads its elements of a row before it writes them, and no other thread touches
+ * them. */
 #define RESNORM_NT 256
 
 struct resnorm_row4 { /* one thread's four columns of one row */
