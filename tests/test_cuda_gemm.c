@@ -293,15 +293,24 @@ static const int grows[GE] = {0, 7, 0, 129, 64, 0};
 
 static void check_grouped(int N, int K, int combo, cuda_gemm_grouped_impl impl) {
     cuda_gemm_dtype dab = combo_ab[combo], dc = combo_c[combo];
+    /* the padded layout gives every expert cap rows, zero past its own */
+    const int cap = impl == CUDA_GEMM_GROUPED_PADDED ? 136 : 0;
     int off[GE + 1];
     off[0] = 0;
-    for (int e = 0; e < GE; e++) off[e + 1] = off[e] + grows[e];
+    for (int e = 0; e < GE; e++) off[e + 1] = cap ? (e + 1) * cap : off[e] + grows[e];
     int R = off[GE];
     size_t rk = (size_t)R * K, rn = (size_t)R * N, wn = (size_t)GE * N * K;
     float *X = rand_vals(rk, dab), *dY = rand_vals(rn, dab), *W = rand_vals(wn, dab);
+    for (int e = 0; e < GE; e++) {
+        size_t r0 = (size_t)off[e] + grows[e], r1 = (size_t)off[e + 1];
+        memset(X + r0 * K, 0, (r1 - r0) * K * sizeof(float));
+        memset(dY + r0 * N, 0, (r1 - r0) * N * sizeof(float));
+    }
     float *dW0 = rand_vals(wn, dc);
     void *dX_in = upload(X, rk, dab), *ddY = upload(dY, rn, dab), *dWt = upload(W, wn, dab);
-    const char *iname = impl == CUDA_GEMM_GROUPED_LOOP ? "loop" : "cublas";
+    const char *iname = impl == CUDA_GEMM_GROUPED_LOOP     ? "loop"
+                        : impl == CUDA_GEMM_GROUPED_PADDED ? "padded"
+                                                           : "cublas";
     double *ref = malloc((wn > rn ? (wn > rk ? wn : rk) : (rn > rk ? rn : rk)) * sizeof(double));
     float *tmp = malloc((wn > rn ? (wn > rk ? wn : rk) : (rn > rk ? rn : rk)) * sizeof(float));
     assert_non_null(ref);
@@ -312,6 +321,7 @@ static void check_grouped(int N, int K, int combo, cuda_gemm_grouped_impl impl) 
     if (cuda_gemm_grouped_fwd(&g, dYo, dX_in, dWt, off, GE, N, K, dab, dc, impl, NULL) != ZY_OK)
         fail_msg("grouped fwd %s: %s", iname, zy_errmsg());
     float *got = download(dYo, rn, dc);
+    memset(tmp, 0, rn * sizeof(float)); /* padding rows: 0 = zero rows times W */
     for (int e = 0; e < GE; e++)
         if (grows[e])
             ops_matmul(&cpu, tmp + (size_t)off[e] * N, X + (size_t)off[e] * K,
@@ -326,6 +336,7 @@ static void check_grouped(int N, int K, int combo, cuda_gemm_grouped_impl impl) 
     if (cuda_gemm_grouped_bwd_data(&g, dXo, ddY, dWt, off, GE, N, K, dab, dc, impl, NULL) != ZY_OK)
         fail_msg("grouped bwd_data %s: %s", iname, zy_errmsg());
     got = download(dXo, rk, dc);
+    memset(tmp, 0, rk * sizeof(float));
     for (int e = 0; e < GE; e++)
         if (grows[e])
             ops_matmul(&cpu, tmp + (size_t)off[e] * K, dY + (size_t)off[e] * N,
@@ -378,6 +389,7 @@ static void test_grouped(void **state) {
     for (int s = 0; s < 3; s++)
         for (int combo = 0; combo < 3; combo++) {
             check_grouped(nk[s][0], nk[s][1], combo, CUDA_GEMM_GROUPED_LOOP);
+            check_grouped(nk[s][0], nk[s][1], combo, CUDA_GEMM_GROUPED_PADDED);
             if (combo != 1) /* cublasGemmGroupedBatchedEx path: equal input and output types */
                 check_grouped(nk[s][0], nk[s][1], combo, CUDA_GEMM_GROUPED_CUBLAS);
         }
@@ -418,6 +430,15 @@ static void test_bad_arguments(void **state) {
                                                   CUDA_GEMM_BF16, CUDA_GEMM_GROUPED_LOOP, NULL),
                      ZY_ERR);
     assert_non_null(strstr(zy_errmsg(), "beta must be 0 or 1"));
+    int uneven[4] = {0, 2, 3, 6}; /* rows 2, 1, 3: not e * cap */
+    assert_int_equal(cuda_gemm_grouped_fwd(&g, d, d, d, uneven, 3, 4, 4, CUDA_GEMM_BF16,
+                                           CUDA_GEMM_BF16, CUDA_GEMM_GROUPED_PADDED, NULL),
+                     ZY_ERR);
+    assert_non_null(strstr(zy_errmsg(), "offsets e * cap"));
+    assert_int_equal(cuda_gemm_strided(&g, d, d, d, 4, 4, 4, 0, 0, 1, 0, CUDA_GEMM_BF16,
+                                       CUDA_GEMM_BF16, 2, 16, 16, 8, NULL),
+                     ZY_ERR); /* C's two [4 x 4] matrices 8 elements apart overlap */
+    assert_non_null(strstr(zy_errmsg(), "overlap"));
     assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
     cudaFree(d);
 }

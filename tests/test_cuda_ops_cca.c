@@ -412,6 +412,11 @@ static void test_qknorm_rope(void **state) {
         {50, 4, 1, 32, 32, 1e6},    /* full rotation, d = 32 */
         {20, 2, 1, 24, 8, 1e4},     /* d % 8 != 0: element path */
         {20, 2, 2, 64, 0, 1e4},     /* no rotation */
+        /* the warp-per-row kernels take the shapes above but for d = 24; these two take the
+         * block-per-row kernels: rot / 2 not a multiple of 8, a row wider than 2048 */
+        {30, 4, 2, 64, 8, 1e4},
+        {10, 16, 2, 128, 64, 1e4},
+        {1001, 8, 2, 128, 64, 1e4}, /* rows not a multiple of the 8 per block */
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) qk_case(shapes[i]);
 }

@@ -657,9 +657,12 @@ static void test_swiglu(void **state) {
 static void test_xent(void **state) {
     (void)state;
     GPU_ONLY();
-    static const int shapes[][2] = {{1, 50}, {7, 1001}, {33, 32768}, {5, 8}};
+    /* V % 8 == 0 up to 32768 takes the register kernel (R = 4 up to 16384, 8 above), the rest
+     * the two-pass one */
+    static const int shapes[][2] = {{1, 50}, {7, 1001},  {33, 32768},
+                                    {5, 8},  {3, 12296}, {2, 40000}};
     const float gs = 0.37f;
-    for (int s = 0; s < 4; s++)
+    for (int s = 0; s < 6; s++)
         for (int mode = 0; mode < 3; mode++) { /* 0 loss only, 1 separate dlogits, 2 in place */
             int N = shapes[s][0], V = shapes[s][1];
             size_t nv = (size_t)N * V;

@@ -270,6 +270,23 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* Folds the step's routed counts into r's expert-load ratios (timed step index i). */
+static void bt_load(const bt_state *s, bench_train_result *r, int i) {
+    const int L = s->o->model.num_hidden_layers, E = s->o->model.num_experts;
+    if (i == 0) r->load_ratio_mean = 0, r->load_ratio_max = 0;
+    double sum = 0;
+    for (int l = 0; l < L; l++) {
+        const int64_t *c = s->counts + (size_t)l * (E + 1);
+        int64_t mx = 0, tot = 0;
+        for (int e = 0; e < E; e++) mx = c[e] > mx ? c[e] : mx, tot += c[e];
+        double ratio = tot > 0 ? (double)mx * E / (double)tot : 1.0;
+        sum += ratio;
+        if (ratio > r->load_ratio_max) r->load_ratio_max = ratio;
+    }
+    /* running mean over the timed steps */
+    r->load_ratio_mean += (sum / L - r->load_ratio_mean) / (i + 1);
+}
+
 /* Warm-up and timed steps, then the memory readings. */
 static int bt_timed(bt_state *s, bench_train_result *r, double used0) {
     const bench_train_opts *o = s->o;
@@ -295,6 +312,7 @@ static int bt_timed(bt_state *s, bench_train_result *r, double used0) {
         if (i < o->warmup) {
             bt_progress(o, "warmup", i + 1, o->warmup, ms, loss);
         } else {
+            bt_load(s, r, i - o->warmup);
             r->step_ms[i - o->warmup] = ms;
             bt_progress(o, "step", i - o->warmup + 1, o->steps, ms, loss);
         }
@@ -445,6 +463,9 @@ void bench_train_print(FILE *f, const bench_train_opts *o, const bench_train_res
     fprintf(f, "\n");
     fprintf(f, "  %-16s %.4f first step, %.4f last%s\n", "loss", r->loss_first, r->loss_last,
             r->nonfinite_steps ? " (some steps NOT FINITE)" : "");
+    if (r->nsteps > 0)
+        fprintf(f, "  %-16s busiest expert / mean: %.2f mean over layers and steps, %.2f worst\n",
+                "expert load", r->load_ratio_mean, r->load_ratio_max);
     if (!isfinite(r->prof_step_ms)) return;
     fprintf(f, "# one profiled step: %.2f ms wall; phases (device synchronised between them):\n",
             r->prof_step_ms);
@@ -518,6 +539,9 @@ cJSON *bench_train_to_json(const bench_train_opts *o, const bench_train_result *
     add_num_or_null(lo, "first", r->loss_first);
     add_num_or_null(lo, "last", r->loss_last);
     cJSON_AddNumberToObject(lo, "nonfinite_steps", r->nonfinite_steps);
+    cJSON *el = cJSON_AddObjectToObject(j, "expert_load");
+    cJSON_AddNumberToObject(el, "busiest_over_mean", r->load_ratio_mean);
+    cJSON_AddNumberToObject(el, "busiest_over_mean_worst", r->load_ratio_max);
     add_num_or_null(j, "profiled_step_ms", r->prof_step_ms);
     cJSON *ph = cJSON_AddObjectToObject(j, "phases_ms");
     if (isfinite(r->prof_step_ms))

@@ -79,9 +79,12 @@ typedef struct {
     zy_param_counts counts; /* model_count_params */
     double loss_first, loss_last; /* mean token loss of the first warm-up/timed and last step */
     int nonfinite_steps;          /* steps whose loss or gradient norm was not finite */
-    double prof_step_ms;          /* wall time of the profiled step; NaN without profiling */
-    double phase_ms[BT_NPHASES];  /* the profiled step's phases */
-    bench_train_op *ops;          /* [nops] most time first (profiling only) */
+    /* expert load over the timed steps: per layer and step, the busiest expert's routed rows over
+     * the mean of the experts' (1 = perfectly balanced); the mean and the largest of them */
+    double load_ratio_mean, load_ratio_max;
+    double prof_step_ms;         /* wall time of the profiled step; NaN without profiling */
+    double phase_ms[BT_NPHASES]; /* the profiled step's phases */
+    bench_train_op *ops;         /* [nops] most time first (profiling only) */
     int nops;
     bench_machine machine;
 } bench_train_result;

@@ -25,13 +25,21 @@ typedef struct {
     int M, N, K, transA, transB, dab, dc, epi, beta_nz;
     int align_a, align_b, align_c, align_bias; /* bytes: largest power of two <= 256 */
     int div_m, div_k; /* largest power of two <= 16 dividing M, K (leading-dimension alignment) */
+    int batch;        /* strided batch count (1: one GEMM) */
+    int div_s;        /* largest power of two <= 16 dividing every batch stride (1 when batch 1) */
 } plan_key;
+
+/* Batch strides in elements of our A, B and C (unused when batch is 1). */
+typedef struct {
+    long long a, b, c;
+} batch_strides;
 
 struct cuda_gemm_plan {
     plan_key key; /* M and K rounded up to their bucket (see dim_bucket) */
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, lc; /* cuBLAS's A (our B), B (our A), C = D */
     int cur_m, cur_k;                  /* the actual M, K the layouts describe now */
+    long long cur_sa, cur_sb, cur_sc;  /* and the batch strides (elements of our A, B, C) */
     cublasLtMatmulAlgo_t algo;
     int fallback; /* 1: cuBLASLt has no kernel with this epilogue: plain GEMM + our kernel;
                      2: none at all: cublasGemmEx + our kernel */
@@ -167,9 +175,30 @@ static void plan_release(cuda_gemm_plan *p) {
     memset(p, 0, sizeof *p);
 }
 
-/* Descriptors for key with cuBLASLt epilogue epi_lt; *found = 0 when no algorithm fits. */
+/* The batch count and strides of p's three layouts: cuBLAS's A is our B, its B our A. */
+static cublasStatus_t set_batch(cuda_gemm_plan *p, int batch, long long sa, long long sb,
+                                long long sc) {
+    const struct {
+        cublasLtMatrixLayout_t l;
+        int64_t stride;
+    } set[3] = {{p->la, sb}, {p->lb, sa}, {p->lc, sc}};
+    for (int i = 0; i < 3; i++) {
+        cublasStatus_t st = cublasLtMatrixLayoutSetAttribute(
+            set[i].l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof batch);
+        if (st == CUBLAS_STATUS_SUCCESS)
+            st = cublasLtMatrixLayoutSetAttribute(set[i].l,
+                                                  CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                  &set[i].stride, sizeof set[i].stride);
+        if (st != CUBLAS_STATUS_SUCCESS) return st;
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+/* Descriptors for key with cuBLASLt epilogue epi_lt (batch strides bs when k->batch > 1);
+ * *found = 0 when no algorithm fits. */
 static int plan_build(cuda_gemm_ctx *c, cuda_gemm_plan *p, const plan_key *k,
-                      cublasLtEpilogue_t epi_lt, void *bias, int *found, cublasStatus_t *why) {
+                      cublasLtEpilogue_t epi_lt, void *bias, const batch_strides *bs, int *found,
+                      cublasStatus_t *why) {
     colmajor v = to_colmajor(k->M, k->N, k->K, k->transA, k->transB);
     cudaDataType_t tab = cuda_type(k->dab), tc = cuda_type(k->dc);
     *found = 0;
@@ -190,6 +219,9 @@ static int plan_build(cuda_gemm_ctx *c, cuda_gemm_plan *p, const plan_key *k,
     LT_TRY(cublasLtMatrixLayoutCreate(&p->la, tab, v.arows, v.acols, v.lda));
     LT_TRY(cublasLtMatrixLayoutCreate(&p->lb, tab, v.brows, v.bcols, v.ldb));
     LT_TRY(cublasLtMatrixLayoutCreate(&p->lc, tc, v.m, v.n, v.ldc));
+    if (k->batch > 1) {
+        LT_TRY(set_batch(p, k->batch, bs->a, bs->b, bs->c));
+    }
     cublasLtMatmulPreference_t pref;
     LT_TRY(cublasLtMatmulPreferenceCreate(&pref));
     size_t ws = CUDA_GEMM_WORKSPACE;
@@ -216,14 +248,15 @@ static int plan_build(cuda_gemm_ctx *c, cuda_gemm_plan *p, const plan_key *k,
                        cublasGetStatusString(st));
     if (n > 0) p->algo = h.algo, *found = 1;
     p->cur_m = k->M, p->cur_k = k->K;
+    p->cur_sa = bs->a, p->cur_sb = bs->b, p->cur_sc = bs->c;
     return ZY_OK;
 }
 
 /* Rebuilds p as a plain GEMM whose epilogue our kernels apply. */
-static int plan_fallback(cuda_gemm_ctx *c, cuda_gemm_plan *p, const plan_key *k, int *found,
-                         cublasStatus_t *why) {
+static int plan_fallback(cuda_gemm_ctx *c, cuda_gemm_plan *p, const plan_key *k,
+                         const batch_strides *bs, int *found, cublasStatus_t *why) {
     plan_release(p);
-    int rc = plan_build(c, p, k, CUBLASLT_EPILOGUE_DEFAULT, NULL, found, why);
+    int rc = plan_build(c, p, k, CUBLASLT_EPILOGUE_DEFAULT, NULL, bs, found, why);
     p->fallback = 1;
     p->key = *k;
     return rc;
@@ -236,7 +269,8 @@ static cuda_gemm_plan *plan_find(cuda_gemm_ctx *c, const plan_key *k) {
 }
 
 /* The cached plan for k, building it on a miss (the oldest entry is evicted when full). */
-static int plan_get(cuda_gemm_ctx *c, const plan_key *k, void *bias, cuda_gemm_plan **out) {
+static int plan_get(cuda_gemm_ctx *c, const plan_key *k, void *bias, const batch_strides *bs,
+                    cuda_gemm_plan **out) {
     cuda_gemm_plan *p = plan_find(c, k);
     if (p) {
         c->hits++;
@@ -256,9 +290,9 @@ static int plan_get(cuda_gemm_ctx *c, const plan_key *k, void *bias, cuda_gemm_p
                                                  CUBLASLT_EPILOGUE_BGRADB};
     int found = 0;
     cublasStatus_t why;
-    int rc = plan_build(c, p, k, lt_epi[k->epi], bias, &found, &why);
+    int rc = plan_build(c, p, k, lt_epi[k->epi], bias, bs, &found, &why);
     if (rc == ZY_OK && !found && k->epi != CUDA_GEMM_EPI_NONE)
-        rc = plan_fallback(c, p, k, &found, &why);
+        rc = plan_fallback(c, p, k, bs, &found, &why);
     if (rc == ZY_OK && !found) p->fallback = 2; /* the classic cuBLAS API takes any layout */
     if (rc != ZY_OK) {
         plan_release(p);
@@ -278,7 +312,7 @@ static int plan_get(cuda_gemm_ctx *c, const plan_key *k, void *bias, cuda_gemm_p
 }
 
 /* Points p's layouts at the actual sizes of k (same N, transposes and types as the plan). */
-static cublasStatus_t plan_resize(cuda_gemm_plan *p, const plan_key *k) {
+static cublasStatus_t plan_resize(cuda_gemm_plan *p, const plan_key *k, const batch_strides *bs) {
     colmajor v = to_colmajor(k->M, k->N, k->K, k->transA, k->transB);
     const struct {
         cublasLtMatrixLayout_t l;
@@ -298,7 +332,12 @@ static cublasStatus_t plan_resize(cuda_gemm_plan *p, const plan_key *k) {
                                                   sizeof set[i].ld);
         if (st != CUBLAS_STATUS_SUCCESS) return st;
     }
+    if (k->batch > 1) {
+        cublasStatus_t st = set_batch(p, k->batch, bs->a, bs->b, bs->c);
+        if (st != CUBLAS_STATUS_SUCCESS) return st;
+    }
     p->cur_m = k->M, p->cur_k = k->K;
+    p->cur_sa = bs->a, p->cur_sb = bs->b, p->cur_sc = bs->c;
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -306,12 +345,17 @@ static cublasStatus_t plan_resize(cuda_gemm_plan *p, const plan_key *k) {
  * classic cublasGemmEx for the layouts cuBLASLt has no algorithm for. */
 static cublasStatus_t plan_run(cuda_gemm_ctx *c, cuda_gemm_plan *p, const plan_key *k, void *C,
                                const void *A, const void *B, float alpha, float beta, void *bias,
-                               cudaStream_t s) {
+                               const batch_strides *bs, cudaStream_t s) {
     if (p->fallback == 2) {
         colmajor v = to_colmajor(k->M, k->N, k->K, k->transA, k->transB);
         cublasHandle_t h = (cublasHandle_t)c->blas;
         cublasStatus_t st = cublasSetStream(h, s);
         if (st != CUBLAS_STATUS_SUCCESS) return st;
+        if (k->batch > 1)
+            return cublasGemmStridedBatchedEx(
+                h, v.ta, v.tb, v.m, v.n, v.k, &alpha, B, cuda_type(k->dab), v.lda, bs->b, A,
+                cuda_type(k->dab), v.ldb, bs->a, &beta, C, cuda_type(k->dc), v.ldc, bs->c, k->batch,
+                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
         return cublasGemmEx(h, v.ta, v.tb, v.m, v.n, v.k, &alpha, B, cuda_type(k->dab), v.lda, A,
                             cuda_type(k->dab), v.ldb, &beta, C, cuda_type(k->dc), v.ldc,
                             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
@@ -321,8 +365,9 @@ static cublasStatus_t plan_run(cuda_gemm_ctx *c, cuda_gemm_plan *p, const plan_k
             p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
         if (st != CUBLAS_STATUS_SUCCESS) return st;
     }
-    if (p->cur_m != k->M || p->cur_k != k->K) {
-        cublasStatus_t st = plan_resize(p, k);
+    if (p->cur_m != k->M || p->cur_k != k->K ||
+        (k->batch > 1 && (p->cur_sa != bs->a || p->cur_sb != bs->b || p->cur_sc != bs->c))) {
+        cublasStatus_t st = plan_resize(p, k, bs);
         if (st != CUBLAS_STATUS_SUCCESS) return st;
     }
     return cublasLtMatmul((cublasLtHandle_t)c->lt, p->desc, &alpha, B, p->la, A, p->lb, &beta, C,
@@ -367,9 +412,11 @@ void cuda_gemm_free(cuda_gemm_ctx *c) {
     memset(c, 0, sizeof *c);
 }
 
-int cuda_gemm(cuda_gemm_ctx *c, void *C, const void *A, const void *B, int M, int N, int K,
-              int transA, int transB, float alpha, float beta, cuda_gemm_dtype dtype_ab,
-              cuda_gemm_dtype dtype_c, cuda_gemm_epilogue epi, void *bias, void *stream) {
+/* The GEMM of cuda_gemm, batch times over matrices bs->a, bs->b, bs->c elements apart. */
+static int gemm_batched(cuda_gemm_ctx *c, void *C, const void *A, const void *B, int M, int N,
+                        int K, int transA, int transB, float alpha, float beta,
+                        cuda_gemm_dtype dtype_ab, cuda_gemm_dtype dtype_c, cuda_gemm_epilogue epi,
+                        void *bias, int batch, const batch_strides *bs, void *stream) {
     if (M < 0 || N < 0 || K < 0)
         return zy_fail("cuda_gemm: shape M=%d N=%d K=%d has a negative size", M, N, K);
     if ((dtype_ab != CUDA_GEMM_BF16 && dtype_ab != CUDA_GEMM_FP32) ||
@@ -384,6 +431,13 @@ int cuda_gemm(cuda_gemm_ctx *c, void *C, const void *A, const void *B, int M, in
     if (epi == CUDA_GEMM_EPI_BGRAD && alpha != 1.0f)
         return zy_fail("cuda_gemm: the bias-gradient epilogue needs alpha = 1, found %g",
                        (double)alpha);
+    if (batch < 1) return zy_fail("cuda_gemm: batch count %d (at least 1)", batch);
+    if (batch > 1 && epi != CUDA_GEMM_EPI_NONE)
+        return zy_fail("cuda_gemm: a batched GEMM takes no epilogue (found %d)", (int)epi);
+    if (batch > 1 && (bs->a < 0 || bs->b < 0 || bs->c < (long long)M * N))
+        return zy_fail("cuda_gemm: batch strides A %lld, B %lld, C %lld: negative, or C's "
+                       "matrices [%d x %d] overlap",
+                       bs->a, bs->b, bs->c, M, N);
     cudaStream_t s = (cudaStream_t)stream;
     plan_key k;
     memset(&k, 0, sizeof k);
@@ -392,14 +446,21 @@ int cuda_gemm(cuda_gemm_ctx *c, void *C, const void *A, const void *B, int M, in
     k.align_a = ptr_align(A), k.align_b = ptr_align(B), k.align_c = ptr_align(C);
     k.align_bias = epi != CUDA_GEMM_EPI_NONE ? ptr_align(bias) : 0;
     k.div_m = pow2_divisor(M), k.div_k = pow2_divisor(K);
+    k.batch = batch, k.div_s = 1;
+    if (batch > 1) { /* the strides' alignment, like the leading dimensions' */
+        long long g = bs->a | bs->b | bs->c;
+        k.div_s = pow2_divisor((int)(g & 0xffff ? g & 0xffff : 16));
+    }
     if (epi == CUDA_GEMM_EPI_BGRAD && M > 0 && N == 0) /* no GEMM, but the bias gradient */
         return epilogue_kernels(&k, C, A, bias, s);
     if (M == 0 || N == 0) return ZY_OK;
     if (K == 0) { /* cuBLASLt wants k >= 1: C = beta C, then the epilogue */
-        if (beta != 1.0f) {
-            k_scale<<<grid_for((size_t)M * N), 256, 0, s>>>(C, (size_t)M * N, dtype_c, beta);
-            CUDA_TRY_LAUNCH();
-        }
+        if (beta != 1.0f)
+            for (int i = 0; i < batch; i++) {
+                void *Ci = (char *)C + (size_t)i * bs->c * elt_size(dtype_c);
+                k_scale<<<grid_for((size_t)M * N), 256, 0, s>>>(Ci, (size_t)M * N, dtype_c, beta);
+                CUDA_TRY_LAUNCH();
+            }
         return epilogue_kernels(&k, C, A, bias, s);
     }
     plan_key kb = k; /* the cache key: M and K by bucket */
@@ -410,31 +471,31 @@ int cuda_gemm(cuda_gemm_ctx *c, void *C, const void *A, const void *B, int M, in
         c->hits++;
         kb = k;
     } else {
-        ZY_TRY(plan_get(c, &kb, bias, &p));
+        ZY_TRY(plan_get(c, &kb, bias, bs, &p));
     }
-    cublasStatus_t st = plan_run(c, p, &k, C, A, B, alpha, beta, bias, s);
+    cublasStatus_t st = plan_run(c, p, &k, C, A, B, alpha, beta, bias, bs, s);
     if (st == CUBLAS_STATUS_NOT_SUPPORTED && (kb.M != M || kb.K != K)) {
         kb = k; /* this size gets its own plan */
-        ZY_TRY(plan_get(c, &kb, bias, &p));
+        ZY_TRY(plan_get(c, &kb, bias, bs, &p));
         c->nexact++; /* counts plans made, evicted ones too: the lookup stays correct */
-        st = plan_run(c, p, &k, C, A, B, alpha, beta, bias, s);
+        st = plan_run(c, p, &k, C, A, B, alpha, beta, bias, bs, s);
     }
     if (st == CUBLAS_STATUS_NOT_SUPPORTED && p->fallback == 0 && epi != CUDA_GEMM_EPI_NONE) {
         /* the fused epilogue was refused at launch: from now on the plain GEMM + our kernel */
         int found = 0;
         cublasStatus_t why;
-        if (plan_fallback(c, p, &kb, &found, &why) != ZY_OK) {
+        if (plan_fallback(c, p, &kb, bs, &found, &why) != ZY_OK) {
             plan_release(p);
             p->key.M = -1; /* matches no future key; evicted in turn */
             return ZY_ERR;
         }
         if (!found) p->fallback = 2;
-        st = plan_run(c, p, &k, C, A, B, alpha, beta, bias, s);
+        st = plan_run(c, p, &k, C, A, B, alpha, beta, bias, bs, s);
     }
     if (st != CUBLAS_STATUS_SUCCESS)
-        return zy_fail("%s:%d: %s M=%d N=%d K=%d transA=%d transB=%d failed: %s", __FILE__,
+        return zy_fail("%s:%d: %s M=%d N=%d K=%d transA=%d transB=%d batch=%d failed: %s", __FILE__,
                        __LINE__, p->fallback == 2 ? "cublasGemmEx" : "cublasLtMatmul", M, N, K,
-                       transA, transB, cublasGetStatusString(st));
+                       transA, transB, batch, cublasGetStatusString(st));
     if (p->fallback) {
         c->fallbacks += p->fallback == 1;
         c->legacy += p->fallback == 2;
@@ -443,7 +504,32 @@ int cuda_gemm(cuda_gemm_ctx *c, void *C, const void *A, const void *B, int M, in
     return ZY_OK;
 }
 
+int cuda_gemm(cuda_gemm_ctx *c, void *C, const void *A, const void *B, int M, int N, int K,
+              int transA, int transB, float alpha, float beta, cuda_gemm_dtype dtype_ab,
+              cuda_gemm_dtype dtype_c, cuda_gemm_epilogue epi, void *bias, void *stream) {
+    const batch_strides none = {0, 0, 0};
+    return gemm_batched(c, C, A, B, M, N, K, transA, transB, alpha, beta, dtype_ab, dtype_c, epi,
+                        bias, 1, &none, stream);
+}
+
+int cuda_gemm_strided(cuda_gemm_ctx *c, void *C, const void *A, const void *B, int M, int N, int K,
+                      int transA, int transB, float alpha, float beta, cuda_gemm_dtype dtype_ab,
+                      cuda_gemm_dtype dtype_c, int batch, long long stride_a, long long stride_b,
+                      long long stride_c, void *stream) {
+    const batch_strides bs = {stride_a, stride_b, stride_c};
+    return gemm_batched(c, C, A, B, M, N, K, transA, transB, alpha, beta, dtype_ab, dtype_c,
+                        CUDA_GEMM_EPI_NONE, NULL, batch, &bs, stream);
+}
+
 /* ---- grouped expert GEMMs ---- */
+
+int cuda_gemm_uniform_cap(const int *offsets, int E) {
+    if (E <= 0 || offsets[0] != 0) return -1;
+    int cap = offsets[1];
+    for (int e = 1; e <= E; e++)
+        if (offsets[e] != e * cap) return -1;
+    return cap;
+}
 
 typedef enum { GROUP_FWD, GROUP_BWD_DATA, GROUP_BWD_WEIGHT } group_kind;
 
@@ -519,6 +605,31 @@ static int grouped(cuda_gemm_ctx *c, group_kind kind, void *out, const void *in,
                              dc, CUDA_GEMM_EPI_NONE, NULL, stream));
         }
         return ZY_OK;
+    }
+    if (impl == CUDA_GEMM_GROUPED_PADDED) {
+        int cap = cuda_gemm_uniform_cap(offsets, E);
+        if (cap < 0)
+            return zy_fail("cuda_gemm_grouped: the padded implementation needs offsets e * cap, "
+                           "found offsets[1] = %d, offsets[%d] = %d",
+                           E > 0 ? offsets[1] : 0, E, offsets[E]);
+        if (E == 0 || cap == 0) {
+            if (kind == GROUP_BWD_WEIGHT && beta != 1.0f && E > 0)
+                ZY_TRY(cuda_gemm_strided(c, out, in, w, N, K, 0, 1, 0, 1.0f, beta, dab, dc, E, 0, 0,
+                                         (long long)N * K, stream));
+            return ZY_OK;
+        }
+        /* expert 0's problem; expert e's operands lie e strides further */
+        expert_gemm g = expert_problem(kind, 0, 0, cap, out, in, w, N, K, eab, ec);
+        long long wmat = (long long)N * K;
+        long long sa, sb, sc;
+        if (kind == GROUP_FWD) /* X rows, W, Y rows */
+            sa = (long long)cap * K, sb = wmat, sc = (long long)cap * N;
+        else if (kind == GROUP_BWD_DATA) /* dY rows, W, dX rows */
+            sa = (long long)cap * N, sb = wmat, sc = (long long)cap * K;
+        else /* dY rows, X rows, dW */
+            sa = (long long)cap * N, sb = (long long)cap * K, sc = wmat;
+        return cuda_gemm_strided(c, g.C, g.A, g.B, g.M, g.N, g.K, g.transA, g.transB, 1.0f, beta,
+                                 dab, dc, E, sa, sb, sc, stream);
     }
     if (impl != CUDA_GEMM_GROUPED_CUBLAS)
         return zy_fail("cuda_gemm_grouped: unknown implementation %d", (int)impl);

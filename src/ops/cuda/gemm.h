@@ -34,8 +34,10 @@ typedef enum {
 
 /* How the expert GEMMs run. */
 typedef enum {
-    CUDA_GEMM_GROUPED_LOOP = 0,  /* one cached cuBLASLt call per non-empty expert */
-    CUDA_GEMM_GROUPED_CUBLAS = 1 /* one cublasGemmGroupedBatchedEx call (no bf16 -> fp32 mix) */
+    CUDA_GEMM_GROUPED_LOOP = 0,   /* one cached cuBLASLt call per non-empty expert */
+    CUDA_GEMM_GROUPED_CUBLAS = 1, /* one cublasGemmGroupedBatchedEx call (no bf16 -> fp32 mix) */
+    CUDA_GEMM_GROUPED_PADDED = 2  /* every expert owns cap rows (offsets[e] = e * cap, the rows
+                                     past its tokens zero): one strided batched cuBLASLt GEMM */
 } cuda_gemm_grouped_impl;
 
 #define CUDA_GEMM_CACHE_SIZE  192 /* cached (shape bucket, types, epilogue, alignment) plans */
@@ -69,6 +71,16 @@ void cuda_gemm_free(cuda_gemm_ctx *c);
 int cuda_gemm(cuda_gemm_ctx *c, void *C, const void *A, const void *B, int M, int N, int K,
               int transA, int transB, float alpha, float beta, cuda_gemm_dtype dtype_ab,
               cuda_gemm_dtype dtype_c, cuda_gemm_epilogue epi, void *bias, void *stream);
+
+/* batch GEMMs C_i = alpha op(A_i) op(B_i) + beta C_i, i < batch, with X_i = X + i * stride_x
+ * elements: one cuBLASLt call (strided batch). No epilogue. Matrices of C must not overlap. */
+int cuda_gemm_strided(cuda_gemm_ctx *c, void *C, const void *A, const void *B, int M, int N, int K,
+                      int transA, int transB, float alpha, float beta, cuda_gemm_dtype dtype_ab,
+                      cuda_gemm_dtype dtype_c, int batch, long long stride_a, long long stride_b,
+                      long long stride_c, void *stream);
+
+/* cap when offsets[e] = e * cap for every e <= E (the padded expert layout), else -1. */
+int cuda_gemm_uniform_cap(const int *offsets, int E);
 
 /* Expert e owns rows offsets[e] .. offsets[e+1]-1 (offsets: HOST [E+1], non-decreasing, from 0)
  * of the gathered matrices. W [E,N,K] (dtype_ab). Experts with no rows cost nothing. The CUBLAS

@@ -22,6 +22,10 @@ __global__ static void k_fill(__nv_bfloat16 *p, size_t n, uint64_t seed) {
 }
 
 enum { T_E = 16, T_D = 1024, T_F = 1024, T_ROWS = 16384, T_ITERS = 20 };
+/* The padded layout's rows per expert, as a multiple of the mean (T_ROWS / T_E) in percent: a
+ * perfectly balanced step, and two plausible imbalances. */
+static const int pad_pcts[3] = {100, 125, 150};
+#define T_PAD_ROWS (T_ROWS * 150 / 100)
 
 typedef struct {
     cuda_gemm_ctx *g;
@@ -30,6 +34,12 @@ typedef struct {
     const int *off;
     cudaStream_t s;
 } time_bufs;
+
+/* offsets e * cap for cap = pct% of the mean rows per expert */
+static void padded_offsets(int *off, int pct) {
+    int cap = T_ROWS / T_E * pct / 100;
+    for (int e = 0; e <= T_E; e++) off[e] = e * cap;
+}
 
 /* what: 0 fwd, 1 bwd data, 2 bwd weight, 3 dense; impl as gemm.h. N, K: W_e is [N,K]. */
 static int run_once(time_bufs *b, int what, int impl, int N, int K, cuda_gemm_dtype dc) {
@@ -83,7 +93,7 @@ int cuda_gemm_grouped_time(FILE *out) {
     time_bufs b;
     memset(&b, 0, sizeof b);
     b.g = &g, b.off = off;
-    size_t big = (size_t)T_ROWS * 2 * T_F, wn = (size_t)T_E * 2 * T_F * T_D;
+    size_t big = (size_t)T_PAD_ROWS * 2 * T_F, wn = (size_t)T_E * 2 * T_F * T_D;
     int rc = ZY_OK;
     CUDA_NOTE(rc, cudaStreamCreate(&b.s));
     CUDA_NOTE(rc, cudaMalloc(&b.y, big * 2));
@@ -109,24 +119,39 @@ int cuda_gemm_grouped_time(FILE *out) {
     const char *whats[4] = {"fwd", "bwd_data", "bwd_weight", "dense"};
     for (int m = 0; m < 2 && rc == ZY_OK; m++) {
         for (int what = 0; what < 4 && rc == ZY_OK; what++) {
-            for (int v = 0; v < 3 && rc == ZY_OK; v++) {
+            for (int v = 0; v < 6 && rc == ZY_OK; v++) {
                 /* v: 0 loop bf16 out, 1 cuBLAS grouped bf16 out, 2 loop fp32 out (the weight
-                 * gradient's accumulation type) */
+                 * gradient's accumulation type), 3-5 padded strided batch at pad_pcts[v - 3]
+                 * (fp32 out for the weight gradient) */
                 if (what == 3 && v > 0) continue;
                 if (v == 2 && what != 2) continue;
-                cuda_gemm_dtype dc = v == 2 ? CUDA_GEMM_FP32 : CUDA_GEMM_BF16;
-                int impl = v == 1 ? CUDA_GEMM_GROUPED_CUBLAS : CUDA_GEMM_GROUPED_LOOP;
+                cuda_gemm_dtype dc =
+                    v == 2 || (v >= 3 && what == 2) ? CUDA_GEMM_FP32 : CUDA_GEMM_BF16;
+                int impl = v == 1   ? CUDA_GEMM_GROUPED_CUBLAS
+                           : v >= 3 ? CUDA_GEMM_GROUPED_PADDED
+                                    : CUDA_GEMM_GROUPED_LOOP;
+                int poff[T_E + 1];
+                char label[40];
+                if (v >= 3) {
+                    padded_offsets(poff, pad_pcts[v - 3]);
+                    b.off = poff;
+                    snprintf(label, sizeof label, "padded batch %d%%", pad_pcts[v - 3]);
+                } else {
+                    b.off = off;
+                    snprintf(label, sizeof label, "%s",
+                             what == 3 ? "one cuBLASLt GEMM"
+                             : v == 1  ? "cublasGroupedBatched"
+                                       : "per-expert cuBLASLt");
+                }
                 /* bwd_data: W_e [N,K] maps dY [rows,N] to dX [rows,K] */
                 double us = 0;
                 rc = time_one(&b, what, impl, mats[m].N, mats[m].K, dc, &us);
                 if (rc != ZY_OK) break;
+                /* useful FLOPs: the T_ROWS routed rows, whatever the padding adds */
                 double flops = 2.0 * T_ROWS * mats[m].N * mats[m].K;
                 fprintf(out, "%-8s %-11s %-6s %-22s %10.1f %9.1f\n", mats[m].name, whats[what],
-                        dc == CUDA_GEMM_FP32 ? "fp32" : "bf16",
-                        what == 3 ? "one cuBLASLt GEMM"
-                        : v == 1  ? "cublasGroupedBatched"
-                                  : "per-expert cuBLASLt",
-                        us, flops / (us * 1e-6) / 1e12);
+                        dc == CUDA_GEMM_FP32 ? "fp32" : "bf16", label, us,
+                        flops / (us * 1e-6) / 1e12);
             }
         }
     }

@@ -293,6 +293,196 @@ __global__ void __launch_bounds__(QK_DT_NT)
     if (tid == 0) dtemp[j] = (float)((double)dtemp[j] + sh[0]);
 }
 
+/* ---- QK norm, one warp per row ----
+ * The block-per-row kernels above stage a row in shared memory between two barriers, so an SM
+ * keeps only ~12 rows (~30 KB) in flight: 1/3 of the bandwidth their bytes need (bench-small's
+ * rows are 10 heads of 128). Here a warp owns a row and keeps it in registers: lane l holds the
+ * 16-byte vectors v = it * 32 + l (it < MAXIT: 2, 4, 6 or 8, as few as the row needs), one head
+ * per VPH = d / 8 consecutive lanes, all loads issued before any arithmetic. Head sums are xor
+ * shuffles inside the lane group, the rotate-half partner is the lane half / 8 away, and a lane's
+ * RoPE angles are the same for every head (its column in the head is fixed), so it takes its 8
+ * sincosf once per row. Needs d / 8 a power of two dividing 32 (d in 8 .. 256), rot / 2 a multiple
+ * of 8 and H * d <= 256 QKW_MAXIT; other shapes take the block kernels. Same arithmetic as they do,
+ * per element. */
+#define QKW_MAXIT 8 /* 16-byte vectors per lane: rows up to 2048 elements */
+#define QKW_ROWS  8 /* rows (warps) per block */
+
+static int qkw_fits(int H, int d, int half) {
+    const int vph = d / 8;
+    return d % 8 == 0 && vph >= 1 && vph <= 32 && (32 % vph) == 0 && half % 8 == 0 &&
+           (long long)H * d <= 256LL * QKW_MAXIT;
+}
+
+static __device__ __forceinline__ void qkw_unpack(uint4 u, float *x) {
+    const bf16 *e = reinterpret_cast<const bf16 *>(&u);
+#pragma unroll
+    for (int i = 0; i < 8; i++) x[i] = __bfloat162float(e[i]);
+}
+static __device__ __forceinline__ uint4 qkw_pack(const float *x) {
+    uint4 u;
+    bf16 *e = reinterpret_cast<bf16 *>(&u);
+#pragma unroll
+    for (int i = 0; i < 8; i++) e[i] = __float2bfloat16_rn(x[i]);
+    return u;
+}
+
+/* Sum over the vph lanes of this lane's head (vph a power of two, groups aligned). */
+static __device__ __forceinline__ float qkw_head_sum(float v, int vph) {
+    for (int o = vph >> 1; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* The lane's rotation: kind 0 none, 1 lower half (partner + half), 2 upper half (partner - half);
+ * cos/sin of its 8 columns; src = the partner's lane. */
+typedef struct {
+    int kind, src;
+    float cs[8], sn[8];
+} qkw_rot;
+
+static __device__ __forceinline__ qkw_rot qkw_rotation(int lane, int vph, int half, float pf,
+                                                       const rope_freqs &fr) {
+    qkw_rot r;
+    const int c0 = (lane % vph) * 8, hv = half / 8;
+    r.kind = c0 < half ? 1 : c0 < 2 * half ? 2 : 0;
+    r.src = r.kind == 1 ? lane + hv : r.kind == 2 ? lane - hv : lane;
+    const int i0 = r.kind == 2 ? c0 - half : c0;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        if (r.kind)
+            sincosf(pf * fr.v[i0 + i], &r.sn[i], &r.cs[i]);
+        else
+            r.cs[i] = 1.0f, r.sn[i] = 0.0f;
+    }
+    return r;
+}
+
+template <int MAXIT>
+__global__ void __launch_bounds__(QKW_ROWS * 32)
+    qknorm_fwd_warp_k(bf16 *q, bf16 *k, float *qn, float *kn, bf16 *q_in, bf16 *k_in,
+                      const float *temp, const int32_t *pos, int N, int Hq, int Hk, int d, int half,
+                      float sqrtd, float eps, rope_freqs fr) {
+    const int lane = threadIdx.x & 31;
+    const size_t n = (size_t)blockIdx.x * QKW_ROWS + (threadIdx.x >> 5);
+    if (n >= (size_t)N) return; /* whole warps leave: the shuffles below see full warps */
+    const int vph = d / 8, H = Hq + Hk, nv = H * vph, qv = Hq * vph, kv = Hk * vph;
+    uint4 raw[MAXIT];
+#pragma unroll
+    for (int it = 0; it < MAXIT; it++) {
+        const int v = it * 32 + lane;
+        raw[it] = make_uint4(0, 0, 0, 0);
+        if (v < qv)
+            raw[it] = reinterpret_cast<const uint4 *>(q + n * Hq * d)[v];
+        else if (v < nv)
+            raw[it] = reinterpret_cast<const uint4 *>(k + n * Hk * d)[v - qv];
+    }
+    const qkw_rot r = qkw_rotation(lane, vph, half, (float)pos[n], fr);
+#pragma unroll
+    for (int it = 0; it < MAXIT; it++) {
+        if (it * 32 >= nv) break; /* uniform over the warp */
+        const int v = it * 32 + lane, h = v / vph;
+        const bool live = v < nv, key = h >= Hq;
+        if (live) { /* the input copies, bits unchanged */
+            if (!key && q_in) reinterpret_cast<uint4 *>(q_in + n * Hq * d)[v] = raw[it];
+            if (key && k_in) reinterpret_cast<uint4 *>(k_in + n * Hk * d)[v - qv] = raw[it];
+        }
+        float x[8], y[8];
+        qkw_unpack(raw[it], x);
+        float ss = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 8; i++) ss = fmaf(x[i], x[i], ss);
+        ss = qkw_head_sum(ss, vph);
+        float nrm = sqrtf(ss);
+        if (nrm < eps) nrm = eps;
+        const float f = (1.0f / nrm) * sqrtd, tp = key && live ? temp[h - Hq] : 1.0f;
+        if (live && lane % vph == 0) {
+            if (!key) {
+                if (qn) qn[n * Hq + h] = nrm;
+            } else if (kn) {
+                kn[n * Hk + (h - Hq)] = nrm;
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < 8; i++) x[i] = key ? (x[i] * f) * tp : x[i] * f;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const float xp = __shfl_sync(0xffffffffu, x[i], r.src);
+            y[i] = r.kind == 1   ? x[i] * r.cs[i] - xp * r.sn[i]
+                   : r.kind == 2 ? x[i] * r.cs[i] + xp * r.sn[i]
+                                 : x[i];
+        }
+        if (!live) continue;
+        if (!key)
+            reinterpret_cast<uint4 *>(q + n * Hq * d)[v] = qkw_pack(y);
+        else
+            reinterpret_cast<uint4 *>(k + n * Hk * d)[v - qv] = qkw_pack(y);
+    }
+    (void)kv;
+}
+
+template <int MAXIT>
+__global__ void __launch_bounds__(QKW_ROWS * 32)
+    qknorm_bwd_warp_k(bf16 *dq, bf16 *dk, float *part, const bf16 *q_in, const bf16 *k_in,
+                      const float *qn, const float *kn, const float *temp, const int32_t *pos,
+                      int N, int Hq, int Hk, int d, int half, float sqrtd, float eps,
+                      rope_freqs fr) {
+    const int lane = threadIdx.x & 31;
+    const size_t n = (size_t)blockIdx.x * QKW_ROWS + (threadIdx.x >> 5);
+    if (n >= (size_t)N) return;
+    const int vph = d / 8, H = Hq + Hk, nv = H * vph, qv = Hq * vph;
+    uint4 graw[MAXIT], xraw[MAXIT];
+#pragma unroll
+    for (int it = 0; it < MAXIT; it++) {
+        const int v = it * 32 + lane;
+        graw[it] = xraw[it] = make_uint4(0, 0, 0, 0);
+        if (v < qv) {
+            graw[it] = reinterpret_cast<const uint4 *>(dq + n * Hq * d)[v];
+            xraw[it] = reinterpret_cast<const uint4 *>(q_in + n * Hq * d)[v];
+        } else if (v < nv) {
+            graw[it] = reinterpret_cast<const uint4 *>(dk + n * Hk * d)[v - qv];
+            xraw[it] = reinterpret_cast<const uint4 *>(k_in + n * Hk * d)[v - qv];
+        }
+    }
+    const qkw_rot r = qkw_rotation(lane, vph, half, (float)pos[n], fr);
+#pragma unroll
+    for (int it = 0; it < MAXIT; it++) {
+        if (it * 32 >= nv) break;
+        const int v = it * 32 + lane, h = v / vph;
+        const bool live = v < nv, key = h >= Hq;
+        float g[8], x[8], y[8];
+        qkw_unpack(graw[it], g);
+        qkw_unpack(xraw[it], x);
+        /* undo the rotation: lower a c + b s, upper b c - a s (a lower, b upper element) */
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const float gp = __shfl_sync(0xffffffffu, g[i], r.src);
+            y[i] = r.kind == 1   ? g[i] * r.cs[i] + gp * r.sn[i]
+                   : r.kind == 2 ? g[i] * r.cs[i] - gp * r.sn[i]
+                                 : g[i];
+        }
+        float ss = 0.0f, dot = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 8; i++) ss = fmaf(x[i], x[i], ss), dot = fmaf(y[i], x[i], dot);
+        ss = qkw_head_sum(ss, vph);
+        dot = qkw_head_sum(dot, vph);
+        if (!live) continue;
+        const float t = key ? temp[h - Hq] : 1.0f, raw_n = sqrtf(ss);
+        float a, b;
+        if (raw_n >= eps)
+            a = sqrtd * t / raw_n, b = dot / ss;
+        else
+            a = sqrtd * t / eps, b = 0.0f;
+        if (key && lane % vph == 0)
+            part[n * Hk + (h - Hq)] = ((1.0f / kn[n * Hk + (h - Hq)]) * sqrtd) * dot;
+#pragma unroll
+        for (int i = 0; i < 8; i++) y[i] = a * (y[i] - b * x[i]);
+        if (!key)
+            reinterpret_cast<uint4 *>(dq + n * Hq * d)[v] = qkw_pack(y);
+        else
+            reinterpret_cast<uint4 *>(dk + n * Hk * d)[v - qv] = qkw_pack(y);
+    }
+    (void)qn;
+}
+
 /* Aborts on arguments the kernels do not handle. */
 static void qk_check(int N, int Hq, int Hk, int d, int rot) {
     ZY_CHECK(N >= 0 && Hq >= 0 && Hk >= 0 && d >= 1);
@@ -323,7 +513,22 @@ void cuda_ops_qknorm_rope_fwd(zy_ctx *ctx, zy_act *q, zy_act *k, float *qn, floa
     int nth = zy_row_threads((long long)H * d / (vec ? 8 : 1));
     size_t smem = qk_smem(H, d, half, 1);
     cudaStream_t st = cuda_stream(ctx);
-    if (vec)
+    if (vec && qkw_fits(H, d, half)) {
+        const int nit = (H * d / 8 + 31) / 32, grid = (N + QKW_ROWS - 1) / QKW_ROWS;
+#define QKW_FWD(M)                                                                                 \
+    qknorm_fwd_warp_k<M><<<grid, QKW_ROWS * 32, 0, st>>>((bf16 *)q, (bf16 *)k, qn, kn,             \
+                                                         (bf16 *)q_in, (bf16 *)k_in, temp, pos, N, \
+                                                         Hq, Hk, d, half, sqrtd, eps_norm, fr)
+        if (nit <= 2)
+            QKW_FWD(2);
+        else if (nit <= 4)
+            QKW_FWD(4);
+        else if (nit <= 6)
+            QKW_FWD(6);
+        else
+            QKW_FWD(8);
+#undef QKW_FWD
+    } else if (vec)
         qknorm_fwd_k<8><<<N, nth, smem, st>>>((bf16 *)q, (bf16 *)k, qn, kn, (bf16 *)q_in,
                                               (bf16 *)k_in, temp, pos, Hq, Hk, d, half, sqrtd,
                                               eps_norm, fr);
@@ -349,7 +554,22 @@ void cuda_ops_qknorm_rope_bwd(zy_ctx *ctx, zy_act *dq, zy_act *dk, float *dtemp,
     size_t smem = qk_smem(H, d, half, 2);
     cudaStream_t st = cuda_stream(ctx);
     float *part = Hk > 0 ? (float *)cuda_ws(ctx, (size_t)N * Hk * sizeof(float)) : NULL;
-    if (vec)
+    if (vec && qkw_fits(H, d, half)) {
+        const int nit = (H * d / 8 + 31) / 32, grid = (N + QKW_ROWS - 1) / QKW_ROWS;
+#define QKW_BWD(M)                                                                                 \
+    qknorm_bwd_warp_k<M><<<grid, QKW_ROWS * 32, 0, st>>>(                                          \
+        (bf16 *)dq, (bf16 *)dk, part, (const bf16 *)q_in, (const bf16 *)k_in, qn, kn, temp, pos,   \
+        N, Hq, Hk, d, half, sqrtd, eps_norm, fr)
+        if (nit <= 2)
+            QKW_BWD(2);
+        else if (nit <= 4)
+            QKW_BWD(4);
+        else if (nit <= 6)
+            QKW_BWD(6);
+        else
+            QKW_BWD(8);
+#undef QKW_BWD
+    } else if (vec)
         qknorm_bwd_k<8><<<N, nth, smem, st>>>((bf16 *)dq, (bf16 *)dk, part, (const bf16 *)q_in,
                                               (const bf16 *)k_in, qn, kn, temp, pos, Hq, Hk, d,
                                               half, sqrtd, eps_norm, fr);
