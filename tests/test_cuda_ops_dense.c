@@ -657,8 +657,7 @@ static void test_swiglu(void **state) {
 static void test_xent(void **state) {
     (void)state;
     GPU_ONLY();
-    /* V % 8 == 0 up to 32768 takes the register kernel (R = 4 up to 16384, 8 above), the rest
-     * the two-pass one */
+    /* vectorised rows (V % 8 == 0) and element rows, bench-small's vocabulary and larger */
     static const int shapes[][2] = {{1, 50}, {7, 1001},  {33, 32768},
                                     {5, 8},  {3, 12296}, {2, 40000}};
     const float gs = 0.37f;

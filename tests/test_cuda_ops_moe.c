@@ -582,12 +582,13 @@ static void check_f32_sum(const char *what, const float *got, const float *ref, 
 
 /* ops_expert_matmul (forward and data gradient) and ops_expert_matmul_wgrad with beta 0 and 1,
  * on experts of 0, 1 and many rows, against the CPU op. With beta = 0 the old gradient is NaN:
- * every expert's block must be overwritten, the empty expert's with zeros. */
+ * every expert's block must be overwritten, the empty expert's with zeros. Experts 3 (exactly two
+ * blocks of CUDA_GEMM_CHUNK_ROWS = 256) and 5 (one block and 160 rows) take the blocked GEMMs. */
 static void test_expert_matmul(void **state) {
     (void)state;
     if (!have_gpu) skip();
-    enum { E = 5, N = 48, K = 40, ROWS = 96 };
-    const int32_t off[E + 1] = {0, 30, 30, 70, 71, ROWS};
+    enum { E = 6, N = 48, K = 40, ROWS = 999 };
+    const int32_t off[E + 1] = {0, 30, 30, 70, 582, 583, ROWS};
     const size_t nw = (size_t)E * N * K;
     float *W = randn_bf(nw, 0.5f), *X = randn_bf((size_t)ROWS * K, 1.0f);
     float *dY = randn_bf((size_t)ROWS * N, 1.0f);

@@ -25,13 +25,15 @@ typedef struct {
     int M, N, K, transA, transB, dab, dc, epi, beta_nz;
     int align_a, align_b, align_c, align_bias; /* bytes: largest power of two <= 256 */
     int div_m, div_k; /* largest power of two <= 16 dividing M, K (leading-dimension alignment) */
-    int batch;        /* strided batch count (1: one GEMM) */
+    int batch;        /* strided batch count (1: one GEMM; -1: pointer-array batch, any count) */
     int div_s;        /* largest power of two <= 16 dividing every batch stride (1 when batch 1) */
 } plan_key;
 
-/* Batch strides in elements of our A, B and C (unused when batch is 1). */
+/* Batch strides in elements of our A, B and C (unused when batch is 1); for a pointer-array batch
+ * (key batch -1) the count and the smallest alignment of each operand's pointers. */
 typedef struct {
     long long a, b, c;
+    int count, align_a, align_b, align_c;
 } batch_strides;
 
 struct cuda_gemm_plan {
@@ -40,6 +42,7 @@ struct cuda_gemm_plan {
     cublasLtMatrixLayout_t la, lb, lc; /* cuBLAS's A (our B), B (our A), C = D */
     int cur_m, cur_k;                  /* the actual M, K the layouts describe now */
     long long cur_sa, cur_sb, cur_sc;  /* and the batch strides (elements of our A, B, C) */
+    int cur_count;                     /* and the pointer-array batch count */
     cublasLtMatmulAlgo_t algo;
     int fallback; /* 1: cuBLASLt has no kernel with this epilogue: plain GEMM + our kernel;
                      2: none at all: cublasGemmEx + our kernel */
@@ -175,16 +178,25 @@ static void plan_release(cuda_gemm_plan *p) {
     memset(p, 0, sizeof *p);
 }
 
-/* The batch count and strides of p's three layouts: cuBLAS's A is our B, its B our A. */
-static cublasStatus_t set_batch(cuda_gemm_plan *p, int batch, long long sa, long long sb,
-                                long long sc) {
+/* The batch count and strides of p's three layouts (cuBLAS's A is our B, its B our A); batch -1:
+ * a pointer-array batch of bs->count. */
+static cublasStatus_t set_batch(cuda_gemm_plan *p, int batch, const batch_strides *bs) {
     const struct {
         cublasLtMatrixLayout_t l;
         int64_t stride;
-    } set[3] = {{p->la, sb}, {p->lb, sa}, {p->lc, sc}};
+    } set[3] = {{p->la, bs->b}, {p->lb, bs->a}, {p->lc, bs->c}};
+    const int ptrs = batch < 0, count = ptrs ? bs->count : batch;
     for (int i = 0; i < 3; i++) {
         cublasStatus_t st = cublasLtMatrixLayoutSetAttribute(
-            set[i].l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof batch);
+            set[i].l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count);
+        if (ptrs) {
+            const cublasLtBatchMode_t mode = CUBLASLT_BATCH_MODE_POINTER_ARRAY;
+            if (st == CUBLAS_STATUS_SUCCESS)
+                st = cublasLtMatrixLayoutSetAttribute(set[i].l, CUBLASLT_MATRIX_LAYOUT_BATCH_MODE,
+                                                      &mode, sizeof mode);
+            if (st != CUBLAS_STATUS_SUCCESS) return st;
+            continue;
+        }
         if (st == CUBLAS_STATUS_SUCCESS)
             st = cublasLtMatrixLayoutSetAttribute(set[i].l,
                                                   CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
@@ -219,8 +231,8 @@ static int plan_build(cuda_gemm_ctx *c, cuda_gemm_plan *p, const plan_key *k,
     LT_TRY(cublasLtMatrixLayoutCreate(&p->la, tab, v.arows, v.acols, v.lda));
     LT_TRY(cublasLtMatrixLayoutCreate(&p->lb, tab, v.brows, v.bcols, v.ldb));
     LT_TRY(cublasLtMatrixLayoutCreate(&p->lc, tc, v.m, v.n, v.ldc));
-    if (k->batch > 1) {
-        LT_TRY(set_batch(p, k->batch, bs->a, bs->b, bs->c));
+    if (k->batch != 1) {
+        LT_TRY(set_batch(p, k->batch, bs));
     }
     cublasLtMatmulPreference_t pref;
     LT_TRY(cublasLtMatmulPreferenceCreate(&pref));
@@ -248,7 +260,7 @@ static int plan_build(cuda_gemm_ctx *c, cuda_gemm_plan *p, const plan_key *k,
                        cublasGetStatusString(st));
     if (n > 0) p->algo = h.algo, *found = 1;
     p->cur_m = k->M, p->cur_k = k->K;
-    p->cur_sa = bs->a, p->cur_sb = bs->b, p->cur_sc = bs->c;
+    p->cur_sa = bs->a, p->cur_sb = bs->b, p->cur_sc = bs->c, p->cur_count = bs->count;
     return ZY_OK;
 }
 
@@ -332,12 +344,12 @@ static cublasStatus_t plan_resize(cuda_gemm_plan *p, const plan_key *k, const ba
                                                   sizeof set[i].ld);
         if (st != CUBLAS_STATUS_SUCCESS) return st;
     }
-    if (k->batch > 1) {
-        cublasStatus_t st = set_batch(p, k->batch, bs->a, bs->b, bs->c);
+    if (k->batch != 1) {
+        cublasStatus_t st = set_batch(p, k->batch, bs);
         if (st != CUBLAS_STATUS_SUCCESS) return st;
     }
     p->cur_m = k->M, p->cur_k = k->K;
-    p->cur_sa = bs->a, p->cur_sb = bs->b, p->cur_sc = bs->c;
+    p->cur_sa = bs->a, p->cur_sb = bs->b, p->cur_sc = bs->c, p->cur_count = bs->count;
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -351,6 +363,11 @@ static cublasStatus_t plan_run(cuda_gemm_ctx *c, cuda_gemm_plan *p, const plan_k
         cublasHandle_t h = (cublasHandle_t)c->blas;
         cublasStatus_t st = cublasSetStream(h, s);
         if (st != CUBLAS_STATUS_SUCCESS) return st;
+        if (k->batch < 0)
+            return cublasGemmBatchedEx(
+                h, v.ta, v.tb, v.m, v.n, v.k, &alpha, (const void *const *)B, cuda_type(k->dab),
+                v.lda, (const void *const *)A, cuda_type(k->dab), v.ldb, &beta, (void *const *)C,
+                cuda_type(k->dc), v.ldc, bs->count, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
         if (k->batch > 1)
             return cublasGemmStridedBatchedEx(
                 h, v.ta, v.tb, v.m, v.n, v.k, &alpha, B, cuda_type(k->dab), v.lda, bs->b, A,
@@ -366,7 +383,8 @@ static cublasStatus_t plan_run(cuda_gemm_ctx *c, cuda_gemm_plan *p, const plan_k
         if (st != CUBLAS_STATUS_SUCCESS) return st;
     }
     if (p->cur_m != k->M || p->cur_k != k->K ||
-        (k->batch > 1 && (p->cur_sa != bs->a || p->cur_sb != bs->b || p->cur_sc != bs->c))) {
+        (k->batch > 1 && (p->cur_sa != bs->a || p->cur_sb != bs->b || p->cur_sc != bs->c)) ||
+        (k->batch < 0 && p->cur_count != bs->count)) {
         cublasStatus_t st = plan_resize(p, k, bs);
         if (st != CUBLAS_STATUS_SUCCESS) return st;
     }
@@ -431,8 +449,10 @@ static int gemm_batched(cuda_gemm_ctx *c, void *C, const void *A, const void *B,
     if (epi == CUDA_GEMM_EPI_BGRAD && alpha != 1.0f)
         return zy_fail("cuda_gemm: the bias-gradient epilogue needs alpha = 1, found %g",
                        (double)alpha);
-    if (batch < 1) return zy_fail("cuda_gemm: batch count %d (at least 1)", batch);
-    if (batch > 1 && epi != CUDA_GEMM_EPI_NONE)
+    if (batch == 0 || batch < -1 || (batch < 0 && bs->count < 1))
+        return zy_fail("cuda_gemm: batch count %d (at least 1)", batch < 0 ? bs->count : batch);
+    if (batch < 0 && K == 0) return zy_fail("cuda_gemm: a pointer-array batch needs K >= 1");
+    if (batch != 1 && epi != CUDA_GEMM_EPI_NONE)
         return zy_fail("cuda_gemm: a batched GEMM takes no epilogue (found %d)", (int)epi);
     if (batch > 1 && (bs->a < 0 || bs->b < 0 || bs->c < (long long)M * N))
         return zy_fail("cuda_gemm: batch strides A %lld, B %lld, C %lld: negative, or C's "
@@ -444,6 +464,8 @@ static int gemm_batched(cuda_gemm_ctx *c, void *C, const void *A, const void *B,
     k.M = M, k.N = N, k.K = K, k.transA = !!transA, k.transB = !!transB;
     k.dab = dtype_ab, k.dc = dtype_c, k.epi = epi, k.beta_nz = beta != 0.0f;
     k.align_a = ptr_align(A), k.align_b = ptr_align(B), k.align_c = ptr_align(C);
+    if (batch < 0) /* A, B, C are arrays of pointers: the caller measured their alignment */
+        k.align_a = bs->align_a, k.align_b = bs->align_b, k.align_c = bs->align_c;
     k.align_bias = epi != CUDA_GEMM_EPI_NONE ? ptr_align(bias) : 0;
     k.div_m = pow2_divisor(M), k.div_k = pow2_divisor(K);
     k.batch = batch, k.div_s = 1;
@@ -507,7 +529,7 @@ static int gemm_batched(cuda_gemm_ctx *c, void *C, const void *A, const void *B,
 int cuda_gemm(cuda_gemm_ctx *c, void *C, const void *A, const void *B, int M, int N, int K,
               int transA, int transB, float alpha, float beta, cuda_gemm_dtype dtype_ab,
               cuda_gemm_dtype dtype_c, cuda_gemm_epilogue epi, void *bias, void *stream) {
-    const batch_strides none = {0, 0, 0};
+    const batch_strides none = {0, 0, 0, 0, 0, 0, 0};
     return gemm_batched(c, C, A, B, M, N, K, transA, transB, alpha, beta, dtype_ab, dtype_c, epi,
                         bias, 1, &none, stream);
 }
@@ -516,7 +538,7 @@ int cuda_gemm_strided(cuda_gemm_ctx *c, void *C, const void *A, const void *B, i
                       int transA, int transB, float alpha, float beta, cuda_gemm_dtype dtype_ab,
                       cuda_gemm_dtype dtype_c, int batch, long long stride_a, long long stride_b,
                       long long stride_c, void *stream) {
-    const batch_strides bs = {stride_a, stride_b, stride_c};
+    const batch_strides bs = {stride_a, stride_b, stride_c, 0, 0, 0, 0};
     return gemm_batched(c, C, A, B, M, N, K, transA, transB, alpha, beta, dtype_ab, dtype_c,
                         CUDA_GEMM_EPI_NONE, NULL, batch, &bs, stream);
 }
@@ -551,6 +573,37 @@ __global__ static void k_store_ptrs(group_ptrs g, void **dst) {
     }
 }
 
+int cuda_gemm_ptr_array(cuda_gemm_ctx *c, void *const *C, const void *const *A,
+                        const void *const *B, int M, int N, int K, int transA, int transB,
+                        float alpha, float beta, cuda_gemm_dtype dtype_ab, cuda_gemm_dtype dtype_c,
+                        int batch, void *stream) {
+    if (batch < 0) return zy_fail("cuda_gemm_ptr_array: batch count %d is negative", batch);
+    cudaStream_t s = (cudaStream_t)stream;
+    void **d = (void **)c->ptrs;
+    /* CUDA_GEMM_MAX_EXPERTS products per call: the arrays' slots are reused in stream order */
+    for (int i0 = 0; i0 < batch; i0 += CUDA_GEMM_MAX_EXPERTS) {
+        const int n = batch - i0 < CUDA_GEMM_MAX_EXPERTS ? batch - i0 : CUDA_GEMM_MAX_EXPERTS;
+        group_ptrs gp;
+        memset(&gp, 0, sizeof gp);
+        batch_strides bs = {0, 0, 0, n, 256, 256, 256};
+        for (int i = 0; i < n; i++) {
+            gp.a[i] = B[i0 + i], gp.b[i] = A[i0 + i], gp.c[i] = C[i0 + i];
+            int aa = ptr_align(A[i0 + i]), ab = ptr_align(B[i0 + i]), ac = ptr_align(C[i0 + i]);
+            bs.align_a = aa < bs.align_a ? aa : bs.align_a;
+            bs.align_b = ab < bs.align_b ? ab : bs.align_b;
+            bs.align_c = ac < bs.align_c ? ac : bs.align_c;
+        }
+        gp.n = n;
+        k_store_ptrs<<<1, CUDA_GEMM_MAX_EXPERTS, 0, s>>>(gp, d);
+        CUDA_TRY_LAUNCH();
+        /* our A array lives in cuBLAS's B slot (d + MAX), our B in its A slot (d) */
+        ZY_TRY(gemm_batched(c, d + 2 * CUDA_GEMM_MAX_EXPERTS, d + CUDA_GEMM_MAX_EXPERTS, d, M, N, K,
+                            transA, transB, alpha, beta, dtype_ab, dtype_c, CUDA_GEMM_EPI_NONE,
+                            NULL, -1, &bs, stream));
+    }
+    return ZY_OK;
+}
+
 /* Expert e's GEMM as (our) C[M,N] = op(A) op(B) + beta C. */
 typedef struct {
     void *C;
@@ -580,6 +633,38 @@ static expert_gemm expert_problem(group_kind kind, int e, int row0, int rows, vo
     return g;
 }
 
+/* Most chunks one pointer-array call of cuda_gemm_grouped_chunks takes (host arrays on the stack);
+ * more go in further calls. */
+#define CHUNKS_PER_CALL 512
+
+int cuda_gemm_grouped_chunks(cuda_gemm_ctx *c, void *out, const void *in, const void *W,
+                             const int *offsets, int E, int N, int K, int chunk, int data_grad,
+                             cuda_gemm_dtype dtype_ab, cuda_gemm_dtype dtype_c, void *stream) {
+    if (chunk < 1) return zy_fail("cuda_gemm_grouped_chunks: chunk of %d rows", chunk);
+    const group_kind kind = data_grad ? GROUP_BWD_DATA : GROUP_FWD;
+    const size_t eab = (size_t)elt_size(dtype_ab), ec = (size_t)elt_size(dtype_c);
+    void *cs[CHUNKS_PER_CALL];
+    const void *as[CHUNKS_PER_CALL], *bs[CHUNKS_PER_CALL];
+    int n = 0, M = 0, Nn = 0, Kk = 0;
+    for (int e = 0; e < E; e++) {
+        const int full = (offsets[e + 1] - offsets[e]) / chunk;
+        for (int j = 0; j < full; j++) {
+            expert_gemm g =
+                expert_problem(kind, e, offsets[e] + j * chunk, chunk, out, in, W, N, K, eab, ec);
+            cs[n] = g.C, as[n] = g.A, bs[n] = g.B, M = g.M, Nn = g.N, Kk = g.K;
+            if (++n == CHUNKS_PER_CALL) {
+                ZY_TRY(cuda_gemm_ptr_array(c, cs, as, bs, M, Nn, Kk, 0, !data_grad, 1.0f, 0.0f,
+                                           dtype_ab, dtype_c, n, stream));
+                n = 0;
+            }
+        }
+    }
+    if (n > 0)
+        ZY_TRY(cuda_gemm_ptr_array(c, cs, as, bs, M, Nn, Kk, 0, !data_grad, 1.0f, 0.0f, dtype_ab,
+                                   dtype_c, n, stream));
+    return ZY_OK;
+}
+
 static int grouped(cuda_gemm_ctx *c, group_kind kind, void *out, const void *in, const void *w,
                    const int *offsets, int E, int N, int K, float beta, cuda_gemm_dtype dab,
                    cuda_gemm_dtype dc, cuda_gemm_grouped_impl impl, void *stream) {
@@ -595,12 +680,29 @@ static int grouped(cuda_gemm_ctx *c, group_kind kind, void *out, const void *in,
     if (dab == CUDA_GEMM_FP32 && dc != CUDA_GEMM_FP32)
         return zy_fail("cuda_gemm_grouped: fp32 inputs need an fp32 output, found bf16");
     size_t eab = (size_t)elt_size(dab), ec = (size_t)elt_size(dc);
+    /* chunks share one weight-gradient matrix per expert: that GEMM is per expert anyway */
+    if (impl == CUDA_GEMM_GROUPED_CHUNKED && kind == GROUP_BWD_WEIGHT)
+        impl = CUDA_GEMM_GROUPED_LOOP;
     if (impl == CUDA_GEMM_GROUPED_LOOP) {
         for (int e = 0; e < E; e++) {
             int rows = offsets[e + 1] - offsets[e];
             if (rows == 0 && kind != GROUP_BWD_WEIGHT) continue;
             if (rows == 0 && beta == 1.0f) continue; /* dW_e += nothing */
             expert_gemm g = expert_problem(kind, e, offsets[e], rows, out, in, w, N, K, eab, ec);
+            ZY_TRY(cuda_gemm(c, g.C, g.A, g.B, g.M, g.N, g.K, g.transA, g.transB, 1.0f, beta, dab,
+                             dc, CUDA_GEMM_EPI_NONE, NULL, stream));
+        }
+        return ZY_OK;
+    }
+    if (impl == CUDA_GEMM_GROUPED_CHUNKED && kind != GROUP_BWD_WEIGHT) {
+        ZY_TRY(cuda_gemm_grouped_chunks(c, out, in, w, offsets, E, N, K, CUDA_GEMM_CHUNK_ROWS,
+                                        kind == GROUP_BWD_DATA, dab, dc, stream));
+        for (int e = 0; e < E; e++) { /* the rows after each expert's last full chunk */
+            int full = (offsets[e + 1] - offsets[e]) / CUDA_GEMM_CHUNK_ROWS * CUDA_GEMM_CHUNK_ROWS;
+            int rows = offsets[e + 1] - offsets[e] - full;
+            if (rows == 0) continue;
+            expert_gemm g =
+                expert_problem(kind, e, offsets[e] + full, rows, out, in, w, N, K, eab, ec);
             ZY_TRY(cuda_gemm(c, g.C, g.A, g.B, g.M, g.N, g.K, g.transA, g.transB, 1.0f, beta, dab,
                              dc, CUDA_GEMM_EPI_NONE, NULL, stream));
         }

@@ -36,13 +36,17 @@ typedef enum {
 typedef enum {
     CUDA_GEMM_GROUPED_LOOP = 0,   /* one cached cuBLASLt call per non-empty expert */
     CUDA_GEMM_GROUPED_CUBLAS = 1, /* one cublasGemmGroupedBatchedEx call (no bf16 -> fp32 mix) */
-    CUDA_GEMM_GROUPED_PADDED = 2  /* every expert owns cap rows (offsets[e] = e * cap, the rows
+    CUDA_GEMM_GROUPED_PADDED = 2, /* every expert owns cap rows (offsets[e] = e * cap, the rows
                                      past its tokens zero): one strided batched cuBLASLt GEMM */
+    CUDA_GEMM_GROUPED_CHUNKED = 3 /* every expert's full blocks of CUDA_GEMM_CHUNK_ROWS rows as one
+                                     pointer-array batched cuBLASLt GEMM, the rest per expert
+                                     (the weight gradient: per expert, as LOOP) */
 } cuda_gemm_grouped_impl;
 
 #define CUDA_GEMM_CACHE_SIZE  192 /* cached (shape bucket, types, epilogue, alignment) plans */
 #define CUDA_GEMM_WORKSPACE   (32u << 20)
 #define CUDA_GEMM_MAX_EXPERTS 128 /* experts per grouped call */
+#define CUDA_GEMM_CHUNK_ROWS  256 /* rows per block of the chunked expert GEMMs */
 
 typedef struct cuda_gemm_plan cuda_gemm_plan;
 
@@ -78,6 +82,23 @@ int cuda_gemm_strided(cuda_gemm_ctx *c, void *C, const void *A, const void *B, i
                       int transA, int transB, float alpha, float beta, cuda_gemm_dtype dtype_ab,
                       cuda_gemm_dtype dtype_c, int batch, long long stride_a, long long stride_b,
                       long long stride_c, void *stream);
+
+/* C_i = alpha op(A_i) op(B_i) + beta C_i for i < batch: A, B, C are HOST arrays of device
+ * pointers, one shape for all; pointer-array batched cuBLASLt calls of up to
+ * CUDA_GEMM_MAX_EXPERTS products (the pointers go to the device through a kernel argument, so no
+ * synchronisation). No epilogue; K >= 1. */
+int cuda_gemm_ptr_array(cuda_gemm_ctx *c, void *const *C, const void *const *A,
+                        const void *const *B, int M, int N, int K, int transA, int transB,
+                        float alpha, float beta, cuda_gemm_dtype dtype_ab, cuda_gemm_dtype dtype_c,
+                        int batch, void *stream);
+
+/* Expert GEMMs by blocks: every full block of `chunk` rows of every expert (rows offsets[e] ..
+ * offsets[e+1]-1, HOST offsets) in pointer-array GEMMs, the forward Y = X W_e^T (data_grad 0) or
+ * the input gradient dX = dY W_e (data_grad 1), overwriting; the rows after an expert's last full
+ * block are left to the caller. W [E,N,K]. */
+int cuda_gemm_grouped_chunks(cuda_gemm_ctx *c, void *out, const void *in, const void *W,
+                             const int *offsets, int E, int N, int K, int chunk, int data_grad,
+                             cuda_gemm_dtype dtype_ab, cuda_gemm_dtype dtype_c, void *stream);
 
 /* cap when offsets[e] = e * cap for every e <= E (the padded expert layout), else -1. */
 int cuda_gemm_uniform_cap(const int *offsets, int E);

@@ -119,20 +119,22 @@ int cuda_gemm_grouped_time(FILE *out) {
     const char *whats[4] = {"fwd", "bwd_data", "bwd_weight", "dense"};
     for (int m = 0; m < 2 && rc == ZY_OK; m++) {
         for (int what = 0; what < 4 && rc == ZY_OK; what++) {
-            for (int v = 0; v < 6 && rc == ZY_OK; v++) {
+            for (int v = 0; v < 7 && rc == ZY_OK; v++) {
                 /* v: 0 loop bf16 out, 1 cuBLAS grouped bf16 out, 2 loop fp32 out (the weight
                  * gradient's accumulation type), 3-5 padded strided batch at pad_pcts[v - 3]
-                 * (fp32 out for the weight gradient) */
+                 * (fp32 out for the weight gradient), 6 chunked (not the weight gradient) */
                 if (what == 3 && v > 0) continue;
                 if (v == 2 && what != 2) continue;
+                if (v == 6 && what == 2) continue;
                 cuda_gemm_dtype dc =
                     v == 2 || (v >= 3 && what == 2) ? CUDA_GEMM_FP32 : CUDA_GEMM_BF16;
                 int impl = v == 1   ? CUDA_GEMM_GROUPED_CUBLAS
+                           : v == 6 ? CUDA_GEMM_GROUPED_CHUNKED
                            : v >= 3 ? CUDA_GEMM_GROUPED_PADDED
                                     : CUDA_GEMM_GROUPED_LOOP;
                 int poff[T_E + 1];
                 char label[40];
-                if (v >= 3) {
+                if (v >= 3 && v <= 5) {
                     padded_offsets(poff, pad_pcts[v - 3]);
                     b.off = poff;
                     snprintf(label, sizeof label, "padded batch %d%%", pad_pcts[v - 3]);
@@ -141,6 +143,7 @@ int cuda_gemm_grouped_time(FILE *out) {
                     snprintf(label, sizeof label, "%s",
                              what == 3 ? "one cuBLASLt GEMM"
                              : v == 1  ? "cublasGroupedBatched"
+                             : v == 6  ? "chunked ptr-array"
                                        : "per-expert cuBLASLt");
                 }
                 /* bwd_data: W_e [N,K] maps dY [rows,N] to dX [rows,K] */

@@ -1,13 +1,37 @@
 /* The MoE expert GEMMs of ops.h on CUDA. One expert's GEMM (about N*E1/E rows) fills only part of
  * the GPU (bench-small's down projection: 1024 x 1024 outputs = 32 tiles of 128 x 256 for 132
- * SMs), so the experts run on the side streams (cuda_state.h) at once: fork from the context's
- * stream with an event, experts dealt to the streams largest first, join back with events. Each
- * side stream has its own cuBLASLt context (workspace and plan cache), so nothing is shared
- * between concurrent GEMMs; each expert's result does not depend on which stream ran it. */
+ * SMs), so the forward and input-gradient GEMMs run by blocks: every expert's full blocks of
+ * CUDA_GEMM_CHUNK_ROWS rows in one pointer-array batched GEMM on the context's stream (all
+ * experts' tiles in one launch), and each expert's remaining rows on the side streams
+ * (cuda_state.h) at the same time: fork from the context's stream with an event, dealt largest
+ * first, join back with events. The weight gradients (one sum over all of an expert's rows) run
+ * per expert on the side streams. Each side stream has its own cuBLASLt context (workspace and
+ * plan cache), so nothing is shared between concurrent GEMMs; each row's result does not depend
+ * on which stream ran it. ZAYAC_EXPERT_CHUNK=0 turns the blocks off (every expert whole on the
+ * side streams). */
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/cuda_state.h"
 
 #include <stdlib.h>
+
+/* The forward and input-gradient GEMMs by blocks (1) or every expert whole (0): ZAYAC_EXPERT_CHUNK
+ * (0 or 1, default 1). */
+static int use_chunks(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("ZAYAC_EXPERT_CHUNK");
+        v = e && e[0] == '0' ? 0 : 1;
+    }
+    return v;
+}
+
+/* The blocks' pointer-array GEMM that run_jobs issues on the context's stream (NULL: none). */
+typedef struct {
+    void *out;
+    const void *in, *W;
+    const int32_t *offsets;
+    int E, N, K, data_grad;
+} chunk_call;
 
 /* One expert's GEMM: C[M,N] = op(A) op(B) + beta C as cuda_gemm takes it. */
 typedef struct {
@@ -18,12 +42,19 @@ typedef struct {
     cuda_gemm_dtype dc;
 } expert_job;
 
-/* Runs jobs[0..n) spread over the side streams, ordered after everything issued on ctx's stream
- * and before anything issued after. Larger jobs are dealt first, each to the least loaded stream
- * (by rows), so the streams finish at about the same time. */
-static void run_jobs(zy_ctx *ctx, expert_job *jobs, int n) {
+/* Runs jobs[0..n) spread over the side streams, and cc (when not NULL) on ctx's stream at the same
+ * time, ordered after everything issued on ctx's stream and before anything issued after. Larger
+ * jobs are dealt first, each to the least loaded stream (by rows), so the streams finish at about
+ * the same time. */
+static void run_jobs(zy_ctx *ctx, expert_job *jobs, int n, const chunk_call *cc) {
     cuda_state *s = cuda_st(ctx);
-    if (n == 0) return;
+    if (n == 0) {
+        if (cc)
+            ZY_OK_OR_ABORT(cuda_gemm_grouped_chunks(
+                &s->gemm, cc->out, cc->in, cc->W, cc->offsets, cc->E, cc->N, cc->K,
+                CUDA_GEMM_CHUNK_ROWS, cc->data_grad, CUDA_GEMM_BF16, CUDA_GEMM_BF16, s->stream));
+        return;
+    }
     int order[CUDA_GEMM_MAX_EXPERTS];
     ZY_CHECKF(n <= CUDA_GEMM_MAX_EXPERTS, "expert_matmul: %d experts (at most %d)", n,
               CUDA_GEMM_MAX_EXPERTS);
@@ -39,6 +70,10 @@ static void run_jobs(zy_ctx *ctx, expert_job *jobs, int n) {
     double load[CUDA_SIDE_STREAMS] = {0};
     CUDA_CHECK(cudaEventRecord(s->fork, s->stream));
     for (int i = 0; i < ns; i++) CUDA_CHECK(cudaStreamWaitEvent(s->side[i], s->fork, 0));
+    if (cc) /* after the fork: the side streams do not wait for it */
+        ZY_OK_OR_ABORT(cuda_gemm_grouped_chunks(
+            &s->gemm, cc->out, cc->in, cc->W, cc->offsets, cc->E, cc->N, cc->K,
+            CUDA_GEMM_CHUNK_ROWS, cc->data_grad, CUDA_GEMM_BF16, CUDA_GEMM_BF16, s->stream));
     for (int i = 0; i < n; i++) {
         const expert_job *j = &jobs[order[i]];
         int best = 0;
@@ -61,10 +96,14 @@ void cuda_ops_expert_matmul(zy_ctx *ctx, zy_act *out, const zy_act *in, const zy
     ZY_CHECKF(E <= CUDA_GEMM_MAX_EXPERTS, "expert_matmul: %d experts (at most %d)", E,
               CUDA_GEMM_MAX_EXPERTS);
     const size_t in_w = data_grad ? N : K, out_w = data_grad ? K : N;
+    const int chunks = use_chunks();
     int n = 0;
     for (int e = 0; e < E; e++) {
-        size_t r0 = (size_t)offsets_host[e];
         int ne = offsets_host[e + 1] - offsets_host[e];
+        /* with blocks, this job is only the rows after the expert's last full block */
+        const int blocked = chunks ? ne / CUDA_GEMM_CHUNK_ROWS * CUDA_GEMM_CHUNK_ROWS : 0;
+        size_t r0 = (size_t)offsets_host[e] + blocked;
+        ne -= blocked;
         if (ne <= 0) continue;
         expert_job *j = &jobs[n++];
         j->C = (char *)out + r0 * out_w * 2;
@@ -74,7 +113,8 @@ void cuda_ops_expert_matmul(zy_ctx *ctx, zy_act *out, const zy_act *in, const zy
         j->transA = 0, j->transB = !data_grad;
         j->beta = 0.0f, j->dc = CUDA_GEMM_BF16;
     }
-    run_jobs(ctx, jobs, n);
+    const chunk_call cc = {out, in, W, offsets_host, E, N, K, data_grad};
+    run_jobs(ctx, jobs, n, chunks ? &cc : NULL);
 }
 
 void cuda_ops_expert_matmul_wgrad(zy_ctx *ctx, float *dW, const zy_act *dY, const zy_act *X,
@@ -100,5 +140,5 @@ void cuda_ops_expert_matmul_wgrad(zy_ctx *ctx, float *dW, const zy_act *dY, cons
         j->transA = 1, j->transB = 0;
         j->beta = beta, j->dc = CUDA_GEMM_FP32;
     }
-    run_jobs(ctx, jobs, n);
+    run_jobs(ctx, jobs, n, NULL);
 }

@@ -89,86 +89,6 @@ __global__ void __launch_bounds__(ZY_ROW_THREADS)
     if (threadIdx.x == 0) dl[base + y] = zy_from_f<T>(expf(xy - m) * a - grad_scale);
 }
 
-/* ---- rows held in registers ----
- * xent_rows_k reads a row twice (the online pass, then the gradient pass) and takes three expf per
- * element. When a row fits in the block's registers (bf16, V % 8 == 0, V <= XR_THREADS * 8 * R:
- * bench-small's 32768), each thread loads its R 16-byte vectors once, the block reduces the max,
- * then the sum of exp(x - max), and the gradient is written from the registers: one read, one
- * write, two expf per element. Same formulas as xent_rows_k. Two blocks per SM (64 registers:
- * R = 8 spills a few bytes to L1) keep two rows in flight while one reduces. */
-#define XR_THREADS 512
-
-template <int R>
-__global__ void __launch_bounds__(XR_THREADS, 2)
-    xent_rows_reg_k(bf16 *dl, float *loss, const bf16 *x, const int32_t *targets, int V,
-                    int ignore_index, float grad_scale) {
-    __shared__ float red[XR_THREADS / 32];
-    __shared__ float xy_sh;
-    const size_t base = (size_t)blockIdx.x * V;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int y = targets[blockIdx.x];
-    if (y == ignore_index || y < 0 || y >= V) { /* uniform over the block */
-        if (tid == 0) loss[blockIdx.x] = y == ignore_index ? 0.0f : NAN;
-        if (dl)
-#pragma unroll
-            for (int r = 0; r < R; r++) {
-                const int v = (r * XR_THREADS + tid) * 8;
-                if (v < V) *reinterpret_cast<uint4 *>(dl + base + v) = make_uint4(0, 0, 0, 0);
-            }
-        return;
-    }
-    uint4 raw[R];
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-        const int v = (r * XR_THREADS + tid) * 8;
-        raw[r] = v < V ? *reinterpret_cast<const uint4 *>(x + base + v)
-                       : make_uint4(0xff80ff80u, 0xff80ff80u, 0xff80ff80u, 0xff80ff80u); /* -inf */
-    }
-    if (tid == 0) xy_sh = __bfloat162float(x[base + y]);
-    float m = -INFINITY;
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-        const bf16 *e = reinterpret_cast<const bf16 *>(&raw[r]);
-#pragma unroll
-        for (int i = 0; i < 8; i++) m = fmaxf(m, __bfloat162float(e[i]));
-    }
-    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    if (lane == 0) red[warp] = m;
-    __syncthreads(); /* also publishes xy_sh */
-    m = red[0];
-    for (int j = 1; j < XR_THREADS / 32; j++) m = fmaxf(m, red[j]);
-    float s = 0.0f;
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-        const bf16 *e = reinterpret_cast<const bf16 *>(&raw[r]);
-#pragma unroll
-        for (int i = 0; i < 8; i++) s += expf(__bfloat162float(e[i]) - m);
-    }
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    __syncthreads(); /* every thread has read red[] as maxima */
-    if (lane == 0) red[warp] = s;
-    __syncthreads();
-    s = 0.0f;
-    for (int j = 0; j < XR_THREADS / 32; j++) s += red[j];
-    const float xy = xy_sh;
-    if (tid == 0) loss[blockIdx.x] = m + logf(s) - xy;
-    if (!dl) return;
-    const float a = grad_scale / s;
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-        const int v = (r * XR_THREADS + tid) * 8;
-        if (v >= V) break;
-        const bf16 *e = reinterpret_cast<const bf16 *>(&raw[r]);
-        float g[8];
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            g[i] = expf(__bfloat162float(e[i]) - m) * a;
-            if (v + i == y) g[i] -= grad_scale; /* as xent_rows_k: exp(xy - m) a - grad_scale */
-        }
-        zy_store<bf16, 8>(dl + base + v, g);
-    }
-}
-
 /* One block: *sum = sum of loss[N] (double, fixed order), *count = rows not ignored. */
 __global__ void xent_sum_k(double *sum, int *count, const float *loss, const int32_t *targets,
                            int N, int ignore_index) {
@@ -204,15 +124,7 @@ static int xent(T *dl, float *loss_rows, double *loss_sum, int *count, const T *
     cudaStream_t st = (cudaStream_t)stream;
     if (N > 0) {
         constexpr int W = 16 / sizeof(T);
-        const bool reg =
-            sizeof(T) == 2 && V % 8 == 0 && zy_aligned(logits, 16) && (!dl || zy_aligned(dl, 16));
-        if (reg && V <= XR_THREADS * 8 * 4)
-            xent_rows_reg_k<4><<<N, XR_THREADS, 0, st>>>(
-                (bf16 *)dl, loss_rows, (const bf16 *)logits, targets, V, ignore_index, grad_scale);
-        else if (reg && V <= XR_THREADS * 8 * 8)
-            xent_rows_reg_k<8><<<N, XR_THREADS, 0, st>>>(
-                (bf16 *)dl, loss_rows, (const bf16 *)logits, targets, V, ignore_index, grad_scale);
-        else if (V % W == 0 && zy_aligned(logits, 16) && (!dl || zy_aligned(dl, 16)))
+        if (V % W == 0 && zy_aligned(logits, 16) && (!dl || zy_aligned(dl, 16)))
             xent_rows_k<T, W><<<N, zy_row_threads(V / W), 0, st>>>(dl, loss_rows, logits, targets,
                                                                    V, ignore_index, grad_scale);
         else
