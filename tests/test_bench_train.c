@@ -85,6 +85,10 @@ static void check_result(const bench_train_opts *o, const bench_train_result *r)
     if (fabs(r->loss_first - lnv) > 0.3) fail_msg("first loss %g, ln V = %g", r->loss_first, lnv);
     assert_true(isfinite(r->loss_last));
     assert_int_equal(r->nonfinite_steps, 0);
+    /* busiest expert over the mean: 1 when perfectly balanced, E when one expert takes all */
+    const double E = o->model.num_experts;
+    assert_true(r->load_ratio_mean >= 1.0 && r->load_ratio_mean <= r->load_ratio_max);
+    assert_true(r->load_ratio_max <= E);
 }
 
 static void check_breakdown(const bench_train_result *r) {
@@ -275,6 +279,9 @@ static void test_cli_json(void **state) {
     assert_true(num(j, "mem_gib") > 0);
     const cJSON *loss = get(j, "loss");
     assert_true(fabs(num(loss, "first") - log(320.0)) < 0.3);
+    const cJSON *load = get(j, "expert_load");
+    assert_true(num(load, "busiest_over_mean") >= 1.0 &&
+                num(load, "busiest_over_mean") <= num(load, "busiest_over_mean_worst"));
     double prof = num(j, "profiled_step_ms"), sum = 0;
     const cJSON *bd = get(j, "breakdown"), *x;
     assert_true(cJSON_IsArray(bd) && cJSON_GetArraySize(bd) > 0);
