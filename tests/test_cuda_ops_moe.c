@@ -583,10 +583,9 @@ static void check_f32_sum(const char *what, const float *got, const float *ref, 
 /* ops_expert_matmul (forward and data gradient) and ops_expert_matmul_wgrad with beta 0 and 1,
  * on experts of 0, 1 and many rows, against the CPU op. With beta = 0 the old gradient is NaN:
  * every expert's block must be overwritten, the empty expert's with zeros. Experts 3 (exactly two
- * blocks of CUDA_GEMM_CHUNK_ROWS = 256) and 5 (one block and 160 rows) take the blocked GEMMs. */
-static void test_expert_matmul(void **state) {
-    (void)state;
-    if (!have_gpu) skip();
+ * blocks of CUDA_GEMM_CHUNK_ROWS = 256) and 5 (one block and 160 rows) take the blocked GEMMs
+ * when ZAYAC_EXPERT_CHUNK=1; the test runs both ways. */
+static void expert_matmul_case(void) {
     enum { E = 6, N = 48, K = 40, ROWS = 999 };
     const int32_t off[E + 1] = {0, 30, 30, 70, 582, 583, ROWS};
     const size_t nw = (size_t)E * N * K;
@@ -630,6 +629,16 @@ static void test_expert_matmul(void **state) {
                 if (got[i] != 0.0f) fail_msg("%s: empty expert element %zu is %g", what, i, got[i]);
     }
     free_case();
+}
+
+static void test_expert_matmul(void **state) {
+    (void)state;
+    if (!have_gpu) skip();
+    for (int chunks = 0; chunks < 2; chunks++) { /* per-expert calls, then by blocks */
+        setenv("ZAYAC_EXPERT_CHUNK", chunks ? "1" : "0", 1);
+        expert_matmul_case();
+    }
+    unsetenv("ZAYAC_EXPERT_CHUNK");
 }
 
 /* ---- EDA ---- */

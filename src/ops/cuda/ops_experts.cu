@@ -1,28 +1,24 @@
 /* The MoE expert GEMMs of ops.h on CUDA. One expert's GEMM (about N*E1/E rows) fills only part of
  * the GPU (bench-small's down projection: 1024 x 1024 outputs = 32 tiles of 128 x 256 for 132
- * SMs), so the forward and input-gradient GEMMs run by blocks: every expert's full blocks of
- * CUDA_GEMM_CHUNK_ROWS rows in one pointer-array batched GEMM on the context's stream (all
- * experts' tiles in one launch), and each expert's remaining rows on the side streams
- * (cuda_state.h) at the same time: fork from the context's stream with an event, dealt largest
- * first, join back with events. The weight gradients (one sum over all of an expert's rows) run
- * per expert on the side streams. Each side stream has its own cuBLASLt context (workspace and
- * plan cache), so nothing is shared between concurrent GEMMs; each row's result does not depend
- * on which stream ran it. ZAYAC_EXPERT_CHUNK=0 turns the blocks off (every expert whole on the
- * side streams). */
+ * SMs), so the experts run on the side streams (cuda_state.h) at once: fork from the context's
+ * stream with an event, experts dealt to the streams largest first, join back with events. Each
+ * side stream has its own cuBLASLt context (workspace and plan cache), so nothing is shared
+ * between concurrent GEMMs; each row's result does not depend on which stream ran it.
+ * ZAYAC_EXPERT_CHUNK=1 runs the forward and input-gradient GEMMs by blocks instead: every
+ * expert's full blocks of CUDA_GEMM_CHUNK_ROWS rows in one pointer-array batched GEMM on the
+ * context's stream, the remaining rows on the side streams at the same time. Off by default: on
+ * an H100 cuBLASLt's pointer-array kernels ran the blocks no faster than per-expert calls
+ * (results/issue4/README.md, fourth session). */
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/cuda_state.h"
 
 #include <stdlib.h>
 
 /* The forward and input-gradient GEMMs by blocks (1) or every expert whole (0): ZAYAC_EXPERT_CHUNK
- * (0 or 1, default 1). */
-static int use_chunks(void) {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("ZAYAC_EXPERT_CHUNK");
-        v = e && e[0] == '0' ? 0 : 1;
-    }
-    return v;
+ * (0 or 1, default 0). */
+static int use_chunks(void) { /* read per call (48 per bench-small step): tests switch it */
+    const char *e = getenv("ZAYAC_EXPERT_CHUNK");
+    return e && e[0] == '1';
 }
 
 /* The blocks' pointer-array GEMM that run_jobs issues on the context's stream (NULL: none). */
