@@ -658,10 +658,15 @@ static void test_balance_load_summary(void **state) {
     assert_true(fabs(s.entropy - h) < 1e-6);
     assert_true(fabs(s.entropy_norm - h / log(4.0)) < 1e-6);
     assert_int_equal(s.tokens, 100);
+    assert_true(s.max_over_mean == 30.0 * 3 / 40); /* 30 of 40 routed over 3 experts */
     const int64_t uniform[5] = {7, 7, 7, 7, 7};
     balance_load_summary(uniform, 4, &s);
     assert_true(fabsf(s.entropy_norm - 1.0f) < 1e-6f);
     assert_true(fabsf(s.max_frac - s.min_frac) < 1e-7f);
+    assert_true(s.max_over_mean == 1.0);
+    const int64_t skipped[3] = {0, 0, 5}; /* everything to the skip class */
+    balance_load_summary(skipped, 2, &s);
+    assert_true(s.max_over_mean == 0.0);
 }
 
 /* A synthetic router: fixed per-token probabilities where expert 0 dominates; each step routes by

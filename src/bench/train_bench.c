@@ -276,10 +276,9 @@ static void bt_load(const bt_state *s, bench_train_result *r, int i) {
     if (i == 0) r->load_ratio_mean = 0, r->load_ratio_max = 0;
     double sum = 0;
     for (int l = 0; l < L; l++) {
-        const int64_t *c = s->counts + (size_t)l * (E + 1);
-        int64_t mx = 0, tot = 0;
-        for (int e = 0; e < E; e++) mx = c[e] > mx ? c[e] : mx, tot += c[e];
-        double ratio = tot > 0 ? (double)mx * E / (double)tot : 1.0;
+        zy_load_summary ls;
+        balance_load_summary(s->counts + (size_t)l * (E + 1), E, &ls);
+        const double ratio = ls.max_over_mean > 0 ? ls.max_over_mean : 1.0; /* none routed */
         sum += ratio;
         if (ratio > r->load_ratio_max) r->load_ratio_max = ratio;
     }

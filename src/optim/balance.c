@@ -125,6 +125,9 @@ void balance_load_summary(const int64_t *counts, int n_experts, zy_load_summary 
     out->skip_frac = (float)((double)counts[n_experts] / (double)total);
     out->entropy = (float)h;
     out->entropy_norm = (float)(h / log((double)(n_experts + 1)));
+    int64_t busiest = 0, routed = total - counts[n_experts];
+    for (int e = 0; e < n_experts; e++) busiest = counts[e] > busiest ? counts[e] : busiest;
+    out->max_over_mean = routed > 0 ? (double)busiest * n_experts / (double)routed : 0.0;
 }
 
 int balance_find_biases(const zy_param_table *t, float *params, int n_layers, int n_experts,

@@ -41,6 +41,9 @@ typedef struct {
     float entropy;            /* nats, of the (E+1)-class distribution; log(E+1) when uniform */
     float entropy_norm;       /* entropy / log(E+1), in [0, 1] */
     int64_t tokens;           /* total routed */
+    double max_over_mean;     /* busiest expert's tokens over the E experts' mean (skip class
+                                 excluded; exact from the counts): 1 balanced, E all to one; 0
+                                 when no token went to an expert */
 } zy_load_summary;
 
 /* Fills the defaults (step_size 1e-3, betas (0.9, 0.999), eps 1e-8). */

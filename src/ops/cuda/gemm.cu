@@ -683,26 +683,20 @@ static int grouped(cuda_gemm_ctx *c, group_kind kind, void *out, const void *in,
     /* chunks share one weight-gradient matrix per expert: that GEMM is per expert anyway */
     if (impl == CUDA_GEMM_GROUPED_CHUNKED && kind == GROUP_BWD_WEIGHT)
         impl = CUDA_GEMM_GROUPED_LOOP;
-    if (impl == CUDA_GEMM_GROUPED_LOOP) {
+    if (impl == CUDA_GEMM_GROUPED_LOOP || impl == CUDA_GEMM_GROUPED_CHUNKED) {
+        /* chunked: the full blocks in one call, then per expert only the rows after them */
+        const int block = impl == CUDA_GEMM_GROUPED_CHUNKED ? CUDA_GEMM_CHUNK_ROWS : 0;
+        if (block)
+            ZY_TRY(cuda_gemm_grouped_chunks(c, out, in, w, offsets, E, N, K, block,
+                                            kind == GROUP_BWD_DATA, dab, dc, stream));
         for (int e = 0; e < E; e++) {
             int rows = offsets[e + 1] - offsets[e];
+            const int done = block ? rows / block * block : 0;
+            rows -= done;
             if (rows == 0 && kind != GROUP_BWD_WEIGHT) continue;
             if (rows == 0 && beta == 1.0f) continue; /* dW_e += nothing */
-            expert_gemm g = expert_problem(kind, e, offsets[e], rows, out, in, w, N, K, eab, ec);
-            ZY_TRY(cuda_gemm(c, g.C, g.A, g.B, g.M, g.N, g.K, g.transA, g.transB, 1.0f, beta, dab,
-                             dc, CUDA_GEMM_EPI_NONE, NULL, stream));
-        }
-        return ZY_OK;
-    }
-    if (impl == CUDA_GEMM_GROUPED_CHUNKED && kind != GROUP_BWD_WEIGHT) {
-        ZY_TRY(cuda_gemm_grouped_chunks(c, out, in, w, offsets, E, N, K, CUDA_GEMM_CHUNK_ROWS,
-                                        kind == GROUP_BWD_DATA, dab, dc, stream));
-        for (int e = 0; e < E; e++) { /* the rows after each expert's last full chunk */
-            int full = (offsets[e + 1] - offsets[e]) / CUDA_GEMM_CHUNK_ROWS * CUDA_GEMM_CHUNK_ROWS;
-            int rows = offsets[e + 1] - offsets[e] - full;
-            if (rows == 0) continue;
             expert_gemm g =
-                expert_problem(kind, e, offsets[e] + full, rows, out, in, w, N, K, eab, ec);
+                expert_problem(kind, e, offsets[e] + done, rows, out, in, w, N, K, eab, ec);
             ZY_TRY(cuda_gemm(c, g.C, g.A, g.B, g.M, g.N, g.K, g.transA, g.transB, 1.0f, beta, dab,
                              dc, CUDA_GEMM_EPI_NONE, NULL, stream));
         }

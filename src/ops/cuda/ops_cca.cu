@@ -313,19 +313,6 @@ static int qkw_fits(int H, int d, int half) {
            (long long)H * d <= 256LL * QKW_MAXIT;
 }
 
-static __device__ __forceinline__ void qkw_unpack(uint4 u, float *x) {
-    const bf16 *e = reinterpret_cast<const bf16 *>(&u);
-#pragma unroll
-    for (int i = 0; i < 8; i++) x[i] = __bfloat162float(e[i]);
-}
-static __device__ __forceinline__ uint4 qkw_pack(const float *x) {
-    uint4 u;
-    bf16 *e = reinterpret_cast<bf16 *>(&u);
-#pragma unroll
-    for (int i = 0; i < 8; i++) e[i] = __float2bfloat16_rn(x[i]);
-    return u;
-}
-
 /* Sum over the vph lanes of this lane's head (vph a power of two, groups aligned). */
 static __device__ __forceinline__ float qkw_head_sum(float v, int vph) {
     for (int o = vph >> 1; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -364,7 +351,7 @@ __global__ void __launch_bounds__(QKW_ROWS * 32)
     const int lane = threadIdx.x & 31;
     const size_t n = (size_t)blockIdx.x * QKW_ROWS + (threadIdx.x >> 5);
     if (n >= (size_t)N) return; /* whole warps leave: the shuffles below see full warps */
-    const int vph = d / 8, H = Hq + Hk, nv = H * vph, qv = Hq * vph, kv = Hk * vph;
+    const int vph = d / 8, H = Hq + Hk, nv = H * vph, qv = Hq * vph;
     uint4 raw[MAXIT];
 #pragma unroll
     for (int it = 0; it < MAXIT; it++) {
@@ -386,7 +373,7 @@ __global__ void __launch_bounds__(QKW_ROWS * 32)
             if (key && k_in) reinterpret_cast<uint4 *>(k_in + n * Hk * d)[v - qv] = raw[it];
         }
         float x[8], y[8];
-        qkw_unpack(raw[it], x);
+        zy_load<bf16, 8>(reinterpret_cast<const bf16 *>(&raw[it]), x);
         float ss = 0.0f;
 #pragma unroll
         for (int i = 0; i < 8; i++) ss = fmaf(x[i], x[i], ss);
@@ -412,11 +399,10 @@ __global__ void __launch_bounds__(QKW_ROWS * 32)
         }
         if (!live) continue;
         if (!key)
-            reinterpret_cast<uint4 *>(q + n * Hq * d)[v] = qkw_pack(y);
+            zy_store<bf16, 8>(q + n * Hq * d + (size_t)v * 8, y);
         else
-            reinterpret_cast<uint4 *>(k + n * Hk * d)[v - qv] = qkw_pack(y);
+            zy_store<bf16, 8>(k + n * Hk * d + (size_t)(v - qv) * 8, y);
     }
-    (void)kv;
 }
 
 template <int MAXIT>
@@ -449,8 +435,8 @@ __global__ void __launch_bounds__(QKW_ROWS * 32)
         const int v = it * 32 + lane, h = v / vph;
         const bool live = v < nv, key = h >= Hq;
         float g[8], x[8], y[8];
-        qkw_unpack(graw[it], g);
-        qkw_unpack(xraw[it], x);
+        zy_load<bf16, 8>(reinterpret_cast<const bf16 *>(&graw[it]), g);
+        zy_load<bf16, 8>(reinterpret_cast<const bf16 *>(&xraw[it]), x);
         /* undo the rotation: lower a c + b s, upper b c - a s (a lower, b upper element) */
 #pragma unroll
         for (int i = 0; i < 8; i++) {
@@ -476,9 +462,9 @@ __global__ void __launch_bounds__(QKW_ROWS * 32)
 #pragma unroll
         for (int i = 0; i < 8; i++) y[i] = a * (y[i] - b * x[i]);
         if (!key)
-            reinterpret_cast<uint4 *>(dq + n * Hq * d)[v] = qkw_pack(y);
+            zy_store<bf16, 8>(dq + n * Hq * d + (size_t)v * 8, y);
         else
-            reinterpret_cast<uint4 *>(dk + n * Hk * d)[v - qv] = qkw_pack(y);
+            zy_store<bf16, 8>(dk + n * Hk * d + (size_t)(v - qv) * 8, y);
     }
     (void)qn;
 }

@@ -44,13 +44,7 @@ typedef struct {
  * the same time. */
 static void run_jobs(zy_ctx *ctx, expert_job *jobs, int n, const chunk_call *cc) {
     cuda_state *s = cuda_st(ctx);
-    if (n == 0) {
-        if (cc)
-            ZY_OK_OR_ABORT(cuda_gemm_grouped_chunks(
-                &s->gemm, cc->out, cc->in, cc->W, cc->offsets, cc->E, cc->N, cc->K,
-                CUDA_GEMM_CHUNK_ROWS, cc->data_grad, CUDA_GEMM_BF16, CUDA_GEMM_BF16, s->stream));
-        return;
-    }
+    if (n == 0 && !cc) return; /* with blocks only, no stream is forked (ns = 0) */
     int order[CUDA_GEMM_MAX_EXPERTS];
     ZY_CHECKF(n <= CUDA_GEMM_MAX_EXPERTS, "expert_matmul: %d experts (at most %d)", n,
               CUDA_GEMM_MAX_EXPERTS);
