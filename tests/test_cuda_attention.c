@@ -209,15 +209,15 @@ static void run_cases(const att_shape *cs, int n) {
 static void test_shapes(void **state) {
     (void)state;
     static const att_shape cs[] = {
-        {2, 100, 4, 2, 64, 0, 1.0f, {0, 0, 0, 0, 0}},
-        {1, 1, 8, 2, 128, 0, 1.0f, {0, 0, 0, 0, 0}},
-        {3, 1, 4, 4, 64, 0, 1.0f, {0, 0, 0, 0, 0}},
-        {2, 300, 2, 2, 128, 0, 1.0f, {0, 0, 0, 0, 0}},
-        {1, 257, 8, 2, 128, 0, 1.0f, {0, 0, 0, 0, 0}},
-        {2, 130, 4, 1, 32, 0, 1.0f, {0, 0, 0, 0, 0}},
-        {2, 77, 6, 3, 16, 0, 1.0f, {0, 0, 0, 0, 0}},
-        {1, 64, 8, 2, 128, 0, 1.0f, {0, 0, 0, 0, 0}},
-        {1, 129, 2, 1, 64, 0, 1.0f, {0, 0, 0, 0, 0}},
+        {2, 100, 4, 2, 64, 0, 1.0f, {0, 0, 0, 0, 0, 0}},
+        {1, 1, 8, 2, 128, 0, 1.0f, {0, 0, 0, 0, 0, 0}},
+        {3, 1, 4, 4, 64, 0, 1.0f, {0, 0, 0, 0, 0, 0}},
+        {2, 300, 2, 2, 128, 0, 1.0f, {0, 0, 0, 0, 0, 0}},
+        {1, 257, 8, 2, 128, 0, 1.0f, {0, 0, 0, 0, 0, 0}},
+        {2, 130, 4, 1, 32, 0, 1.0f, {0, 0, 0, 0, 0, 0}},
+        {2, 77, 6, 3, 16, 0, 1.0f, {0, 0, 0, 0, 0, 0}},
+        {1, 64, 8, 2, 128, 0, 1.0f, {0, 0, 0, 0, 0, 0}},
+        {1, 129, 2, 1, 64, 0, 1.0f, {0, 0, 0, 0, 0, 0}},
     };
     run_cases(cs, (int)(sizeof(cs) / sizeof(cs[0])));
 }
@@ -226,58 +226,71 @@ static void test_shapes(void **state) {
 static void test_window(void **state) {
     (void)state;
     static const att_shape cs[] = {
-        {1, 257, 8, 2, 128, 50, 1.0f, {0, 0, 0, 0, 0}},
-        {2, 200, 4, 2, 64, 100, 1.0f, {0, 0, 0, 0, 0}},
-        {1, 90, 2, 1, 128, 1, 1.0f, {0, 0, 0, 0, 0}},
-        {1, 70, 4, 2, 32, 500, 1.0f, {0, 0, 0, 0, 0}},
-        {1, 600, 4, 1, 128, 129, 1.0f, {0, 0, 0, 0, 0}},
-        {1, 333, 4, 4, 16, 17, 1.0f, {0, 0, 0, 0, 0}},
+        {1, 257, 8, 2, 128, 50, 1.0f, {0, 0, 0, 0, 0, 0}},
+        {2, 200, 4, 2, 64, 100, 1.0f, {0, 0, 0, 0, 0, 0}},
+        {1, 90, 2, 1, 128, 1, 1.0f, {0, 0, 0, 0, 0, 0}},
+        {1, 70, 4, 2, 32, 500, 1.0f, {0, 0, 0, 0, 0, 0}},
+        {1, 600, 4, 1, 128, 129, 1.0f, {0, 0, 0, 0, 0, 0}},
+        {1, 333, 4, 4, 16, 17, 1.0f, {0, 0, 0, 0, 0, 0}},
     };
     run_cases(cs, (int)(sizeof(cs) / sizeof(cs[0])));
 }
 
-/* Every kernel variant at d = 128 and 64, with and without a window, the last two with the
- * atomic dq; the atomic dq at d = 32 and 16; and peaked softmax rows (scores with standard
- * deviation ~4) on both dq paths. */
+/* Every kernel variant at d = 128 and 64, with and without a window, on the default (stored dS)
+ * dq path, then two on the atomic and two on the recomputing one; the atomic and recomputing dq
+ * at d = 32 and 16; and peaked softmax rows (scores with standard deviation ~4) on all three dq
+ * paths. */
 static void test_variants(void **state) {
     (void)state;
-    static const cuda_attention_cfg v4[6] = {{4, 1, 4, 32, 0}, {8, 1, 4, 64, 0}, {4, 2, 8, 32, 0},
-                                             {4, 2, 8, 64, 0}, {0, 0, 4, 32, 1}, {0, 0, 8, 64, 1}};
-    att_shape cs[32];
+    static const cuda_attention_cfg v4[8] = {
+        {4, 1, 4, 32, 0, 0}, {8, 1, 4, 64, 0, 0}, {4, 2, 8, 32, 0, 0}, {4, 2, 8, 64, 0, 0},
+        {0, 0, 4, 32, 1, 0}, {0, 0, 8, 64, 1, 0}, {0, 0, 4, 32, 0, 1}, {0, 0, 8, 64, 0, 1}};
+    att_shape cs[48];
     int n = 0;
     for (int dd = 0; dd < 2; dd++)
-        for (int v = 0; v < 6; v++) {
+        for (int v = 0; v < 8; v++) {
             att_shape s = {1, 450, 8, 2, dd ? 64 : 128, 0, 1.0f, v4[v]};
             cs[n++] = s;
             s.window = 97;
             s.T = 311;
             cs[n++] = s;
         }
-    att_shape atomic_small[2] = {{2, 130, 4, 1, 32, 0, 1.0f, {0, 0, 0, 0, 1}},
-                                 {1, 333, 4, 4, 16, 17, 1.0f, {0, 0, 0, 0, 1}}};
+    att_shape atomic_small[2] = {{2, 130, 4, 1, 32, 0, 1.0f, {0, 0, 0, 0, 1, 0}},
+                                 {1, 333, 4, 4, 16, 17, 1.0f, {0, 0, 0, 0, 1, 0}}};
     cs[n++] = atomic_small[0];
     cs[n++] = atomic_small[1];
-    att_shape peak = {2, 200, 4, 2, 128, 0, 2.0f, {0, 0, 0, 0, 0}};
+    for (int i = 0; i < 2; i++) {
+        atomic_small[i].cfg.dq_atomic = 0;
+        atomic_small[i].cfg.dq_recompute = 1;
+        cs[n++] = atomic_small[i];
+    }
+    att_shape peak = {2, 200, 4, 2, 128, 0, 2.0f, {0, 0, 0, 0, 0, 0}};
     cs[n++] = peak;
     peak.cfg.dq_atomic = 1;
+    cs[n++] = peak;
+    peak.cfg.dq_atomic = 0;
+    peak.cfg.dq_recompute = 1;
     cs[n++] = peak;
     run_cases(cs, n);
 }
 
 /* A few small shapes for the compute-sanitizer runs (memcheck, racecheck): every kernel variant
- * of d = 128 on the default dq path, two on the atomic one, a window and d = 64, 32 and 16. */
+ * of d = 128 on the default dq path, two on the atomic one, one recomputing, a window (also with
+ * 32-row steps) and d = 64, 32 and 16. */
 static void test_sanitize(void **state) {
     (void)state;
     static const att_shape cs[] = {
-        {1, 150, 2, 1, 128, 0, 1.0f, {4, 1, 8, 64, 0}},
-        {1, 150, 2, 1, 128, 0, 1.0f, {8, 1, 4, 32, 0}},
-        {1, 150, 2, 1, 128, 0, 1.0f, {4, 2, 4, 64, 0}},
-        {1, 150, 2, 1, 128, 0, 1.0f, {4, 2, 8, 32, 0}},
-        {1, 150, 2, 1, 128, 0, 1.0f, {0, 0, 8, 64, 1}},
-        {1, 150, 2, 1, 128, 0, 1.0f, {0, 0, 4, 32, 1}},
-        {1, 90, 2, 2, 64, 33, 1.0f, {0, 0, 0, 0, 0}},
-        {1, 100, 2, 1, 32, 0, 1.0f, {0, 0, 0, 0, 0}},
-        {1, 70, 2, 2, 16, 20, 1.0f, {0, 0, 0, 0, 0}},
+        {1, 150, 2, 1, 128, 0, 1.0f, {4, 1, 8, 64, 0, 0}},
+        {1, 150, 2, 1, 128, 0, 1.0f, {8, 1, 4, 32, 0, 0}},
+        {1, 150, 2, 1, 128, 0, 1.0f, {4, 2, 4, 64, 0, 0}},
+        {1, 150, 2, 1, 128, 0, 1.0f, {4, 2, 8, 32, 0, 0}},
+        {1, 150, 2, 1, 128, 0, 1.0f, {0, 0, 8, 64, 1, 0}},
+        {1, 150, 2, 1, 128, 0, 1.0f, {0, 0, 4, 32, 1, 0}},
+        {1, 150, 2, 1, 128, 0, 1.0f, {0, 0, 8, 64, 0, 1}},
+        {1, 150, 2, 1, 128, 40, 1.0f, {0, 0, 8, 32, 0, 0}},
+        {1, 90, 2, 2, 64, 33, 1.0f, {0, 0, 0, 0, 0, 0}},
+        {1, 100, 2, 1, 32, 0, 1.0f, {0, 0, 0, 0, 0, 0}},
+        {1, 70, 2, 2, 16, 20, 1.0f, {0, 0, 0, 0, 0, 0}},
     };
     run_cases(cs, (int)(sizeof(cs) / sizeof(cs[0])));
 }
@@ -351,11 +364,11 @@ static void test_repeat(void **state) {
     (void)state;
     if (!have_gpu()) skip();
     static const att_shape cs[] = {
-        {2, 1000, 8, 2, 128, 0, 1.0f, {0, 0, 0, 0, 0}},
-        {1, 700, 4, 1, 64, 200, 1.0f, {0, 0, 0, 0, 0}},
-        {2, 300, 4, 2, 32, 0, 1.0f, {0, 0, 0, 0, 0}},
-        {1, 333, 4, 4, 16, 17, 1.0f, {0, 0, 0, 0, 0}},
-        {1, 450, 8, 2, 128, 97, 1.0f, {4, 2, 4, 32, 0}},
+        {2, 1000, 8, 2, 128, 0, 1.0f, {0, 0, 0, 0, 0, 0}},
+        {1, 700, 4, 1, 64, 200, 1.0f, {0, 0, 0, 0, 0, 0}},
+        {2, 300, 4, 2, 32, 0, 1.0f, {0, 0, 0, 0, 0, 0}},
+        {1, 333, 4, 4, 16, 17, 1.0f, {0, 0, 0, 0, 0, 0}},
+        {1, 450, 8, 2, 128, 97, 1.0f, {4, 2, 4, 32, 0, 0}},
     };
     for (size_t i = 0; i < sizeof(cs) / sizeof(cs[0]); i++) {
         size_t diff[3];
@@ -364,9 +377,13 @@ static void test_repeat(void **state) {
         assert_int_equal(diff[1], 0);
         assert_int_equal(diff[2], 0);
     }
+    att_shape recompute = cs[1];
+    recompute.cfg.dq_recompute = 1;
+    size_t diff[3];
+    repeat_case(&recompute, 3, diff);
+    assert_int_equal(diff[0] + diff[1] + diff[2], 0);
     att_shape atomic = cs[0];
     atomic.cfg.dq_atomic = 1;
-    size_t diff[3];
     repeat_case(&atomic, 3, diff);
     assert_int_equal(diff[1], 0); /* dk and dv never use atomics */
     assert_int_equal(diff[2], 0);
@@ -375,7 +392,7 @@ static void test_repeat(void **state) {
 /* A ZAYA1-sized sequence: one batch of T = 2048 with 8 query and 2 key heads of 128. */
 static void test_long(void **state) {
     (void)state;
-    static const att_shape cs[] = {{1, 2048, 8, 2, 128, 0, 1.0f, {0, 0, 0, 0, 0}}};
+    static const att_shape cs[] = {{1, 2048, 8, 2, 128, 0, 1.0f, {0, 0, 0, 0, 0, 0}}};
     run_cases(cs, 1);
 }
 
@@ -394,14 +411,20 @@ static void test_bad_args(void **state) {
     assert_non_null(strstr(zy_errmsg(), "not finite"));
     assert_int_equal(cuda_attention_fwd(p + 2, p, p, p, l, 1, 8, 8, 2, 64, 0.1f, 0, 0), ZY_ERR);
     assert_non_null(strstr(zy_errmsg(), "16-byte aligned"));
-    cuda_attention_cfg bad = {5, 0, 0, 0, 0};
+    cuda_attention_cfg bad = {5, 0, 0, 0, 0, 0};
     assert_int_equal(cuda_attention_fwd_cfg(p + 16, p, p, p, l, 1, 8, 8, 2, 64, 0.1f, 0, &bad, 0),
                      ZY_ERR);
     assert_non_null(strstr(zy_errmsg(), "fwd_warps"));
-    /* scratch: the row sums, plus the fp32 dq accumulator for dq_atomic; too small is refused */
+    /* scratch: the row sums (rounded up to 256 bytes) and the dS tiles (one 64 x 64 bf16 tile per
+     * sequence and query head at T = 8; 3 at T = 65); the row sums alone when recomputing; the
+     * fp32 dq accumulator and the row sums for dq_atomic; too small is refused */
     size_t need = cuda_attention_bwd_scratch_bytes(2, 8, 8, 64);
-    assert_int_equal(need, (2 * 8 * 8) * sizeof(float));
-    cuda_attention_cfg atomic = {0, 0, 0, 0, 1};
+    assert_int_equal(need, 2 * 8 * 8 * sizeof(float) + 2 * 8 * 64 * 64 * 2);
+    assert_int_equal(cuda_attention_bwd_scratch_bytes(1, 65, 1, 64), 512 + 3 * 64 * 64 * 2);
+    cuda_attention_cfg recompute = {0, 0, 0, 0, 0, 1};
+    assert_int_equal(cuda_attention_bwd_scratch_bytes_cfg(2, 8, 8, 64, &recompute),
+                     2 * 8 * 8 * sizeof(float));
+    cuda_attention_cfg atomic = {0, 0, 0, 0, 1, 0};
     size_t need_atomic = cuda_attention_bwd_scratch_bytes_cfg(2, 8, 8, 64, &atomic);
     assert_int_equal(need_atomic, (2 * 8 * 8 * 64 + 2 * 8 * 8) * sizeof(float));
     assert_int_equal(cuda_attention_bwd_scratch_bytes_cfg(2, 8, 8, 64, NULL), need);
@@ -413,11 +436,16 @@ static void test_bad_args(void **state) {
                                             0.1f, 0, &atomic, 0),
                      ZY_ERR);
     assert_non_null(strstr(zy_errmsg(), "scratch"));
-    cuda_attention_cfg bad_dq = {0, 0, 0, 0, 2};
+    cuda_attention_cfg bad_dq = {0, 0, 0, 0, 2, 0};
     assert_int_equal(cuda_attention_bwd_cfg(p, p, p, p, p, l, p, p, p, p + 16, need, 2, 8, 8, 2, 64,
                                             0.1f, 0, &bad_dq, 0),
                      ZY_ERR);
     assert_non_null(strstr(zy_errmsg(), "dq_atomic"));
+    cuda_attention_cfg bad_rc = {0, 0, 0, 0, 0, 3};
+    assert_int_equal(cuda_attention_bwd_cfg(p, p, p, p, p, l, p, p, p, p + 16, need, 2, 8, 8, 2, 64,
+                                            0.1f, 0, &bad_rc, 0),
+                     ZY_ERR);
+    assert_non_null(strstr(zy_errmsg(), "dq_recompute"));
     /* empty batches are a no-op */
     assert_int_equal(cuda_attention_fwd(p, p, p, p, l, 0, 8, 8, 2, 64, 0.1f, 0, 0), ZY_OK);
     assert_int_equal(
@@ -474,8 +502,9 @@ static float bench_time(const bench_bufs *x, int what, const cuda_attention_cfg 
     return ms[reps / 2];
 }
 
-/* Times every variant on (B=8, T=2048) and (B=4, T=4096), Hq=8, Hk=2, d=128; the backward with
- * the default (atomic-free) dq and with dq_atomic. bwd/best is the best default-path variant. */
+/* Times every variant on (B=8, T=2048) and (B=4, T=4096), Hq=8, Hk=2, d=128; the backward on
+ * each dq path (stored dS, the default; recompute; atomic). bwd/best is the best default-path
+ * variant. */
 static int bench_main(void) {
     if (!have_gpu()) {
         printf("no GPU: nothing to time\n");
@@ -485,11 +514,12 @@ static int bench_main(void) {
     if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess)
         printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
     static const int shapes[2][2] = {{8, 2048}, {4, 4096}};
-    static const cuda_attention_cfg fcfg[3] = {{4, 1, 0, 0, 0}, {8, 1, 0, 0, 0}, {4, 2, 0, 0, 0}};
-    static const cuda_attention_cfg bcfg[8] = {{0, 0, 4, 32, 0}, {0, 0, 4, 64, 0}, {0, 0, 8, 32, 0},
-                                               {0, 0, 8, 64, 0}, {0, 0, 4, 32, 1}, {0, 0, 4, 64, 1},
-                                               {0, 0, 8, 32, 1}, {0, 0, 8, 64, 1}};
-    static const cuda_attention_cfg atomic = {0, 0, 0, 0, 1};
+    static const cuda_attention_cfg fcfg[3] = {
+        {4, 1, 0, 0, 0, 0}, {8, 1, 0, 0, 0, 0}, {4, 2, 0, 0, 0, 0}};
+    static const cuda_attention_cfg bcfg[12] = {
+        {0, 0, 4, 32, 0, 0}, {0, 0, 4, 64, 0, 0}, {0, 0, 8, 32, 0, 0}, {0, 0, 8, 64, 0, 0},
+        {0, 0, 4, 32, 1, 0}, {0, 0, 4, 64, 1, 0}, {0, 0, 8, 32, 1, 0}, {0, 0, 8, 64, 1, 0},
+        {0, 0, 4, 32, 0, 1}, {0, 0, 4, 64, 0, 1}, {0, 0, 8, 32, 0, 1}, {0, 0, 8, 64, 0, 1}};
     printf("%-6s %-5s %-16s %10s %10s\n", "B", "T", "what", "ms", "TFLOP/s");
     for (int si = 0; si < 2; si++) {
         bench_bufs x;
@@ -497,7 +527,11 @@ static int bench_main(void) {
         x.B = shapes[si][0], x.T = shapes[si][1], x.Hq = 8, x.Hk = 2, x.d = 128;
         size_t nq = (size_t)x.B * x.T * x.Hq * x.d, nk = (size_t)x.B * x.T * x.Hk * x.d;
         size_t nl = (size_t)x.B * x.Hq * x.T;
-        x.sb = cuda_attention_bwd_scratch_bytes_cfg(x.B, x.T, x.Hq, x.d, &atomic); /* both */
+        x.sb = 0; /* the largest scratch of every variant */
+        for (int v = 0; v < 12; v++) {
+            size_t sb = cuda_attention_bwd_scratch_bytes_cfg(x.B, x.T, x.Hq, x.d, &bcfg[v]);
+            if (sb > x.sb) x.sb = sb;
+        }
         void **bufs[8] = {&x.q, &x.k, &x.v, &x.o, &x.dout, &x.dq, &x.dk, &x.dv};
         size_t sizes[8] = {nq, nk, nk, nq, nq, nq, nk, nk};
         for (int i = 0; i < 8; i++) {
@@ -511,7 +545,8 @@ static int bench_main(void) {
         if (cudaMalloc(&x.scratch, x.sb) != cudaSuccess) return 1;
         double fl = 4.0 * x.B * (double)x.T * x.T * x.Hq * x.d / 2; /* causal forward */
         char name[64];
-        float best_f = 1e30f, best_b = 1e30f, best_a = 1e30f, def_path[2] = {0, 0};
+        float best_f = 1e30f, best_b = 1e30f, best_a = 1e30f, best_r = 1e30f,
+              def_path[3] = {0, 0, 0};
         for (int v = 0; v < 3; v++) {
             float ms = bench_time(&x, 0, &fcfg[v], 5, 30);
             if (ms < 0) return printf("failed: %s\n", zy_errmsg()), 1;
@@ -521,22 +556,28 @@ static int bench_main(void) {
             if (ms < best_f) best_f = ms;
         }
         bench_run(&x, 0, NULL); /* out and lse for the backward */
-        for (int v = 0; v < 8; v++) {
+        for (int v = 0; v < 12; v++) {
             float ms = bench_time(&x, 1, &bcfg[v], 5, 30);
             if (ms < 0) return printf("failed: %s\n", zy_errmsg()), 1;
             snprintf(name, sizeof name, "bwd/w%d/r%d%s", bcfg[v].bwd_warps, bcfg[v].bwd_rows,
-                     bcfg[v].dq_atomic ? "/atomic" : "");
+                     bcfg[v].dq_atomic      ? "/atomic"
+                     : bcfg[v].dq_recompute ? "/recompute"
+                                            : "");
             printf("%-6d %-5d %-16s %10.3f %10.1f\n", x.B, x.T, name, ms, 2.5 * fl / ms / 1e9);
             printf("RESULT ours %s %d %d %.4f %.2f\n", name, x.B, x.T, ms, 2.5 * fl / ms / 1e9);
-            float *best = bcfg[v].dq_atomic ? &best_a : &best_b;
+            const int path = bcfg[v].dq_atomic ? 1 : bcfg[v].dq_recompute ? 2 : 0;
+            float *best = path == 1 ? &best_a : path == 2 ? &best_r : &best_b;
             if (ms < *best) *best = ms;
-            if (bcfg[v].bwd_warps == 8 && bcfg[v].bwd_rows == 64) def_path[bcfg[v].dq_atomic] = ms;
+            if (bcfg[v].bwd_warps == (path == 0 ? 4 : 8) && bcfg[v].bwd_rows == 64)
+                def_path[path] = ms; /* each path at its default shape */
         }
-        /* the two dq paths at the default warps/rows; TFLOP/s by the same 2.5x count for both
-         * (the atomic-free path does 7 T x T x d products, not 5) */
-        printf("bwd dq paths B=%d T=%d (8 warps, 64 rows): deterministic %.3f ms, atomic %.3f ms, "
-               "deterministic / atomic %.2f\n",
-               x.B, x.T, def_path[0], def_path[1], def_path[0] / def_path[1]);
+        /* the three dq paths at the default warps/rows, side by side; TFLOP/s by the same 2.5x
+         * count for all (the recomputing path does 7 T x T x d products, not 5) */
+        printf("bwd dq paths B=%d T=%d (64 rows; 4 warps stored, else 8): stored dS %.3f ms, "
+               "recompute %.3f ms, "
+               "atomic %.3f ms; recompute / stored %.3f, atomic / stored %.3f\n",
+               x.B, x.T, def_path[0], def_path[2], def_path[1], def_path[2] / def_path[0],
+               def_path[1] / def_path[0]);
         float ms = bench_time(&x, 2, NULL, 5, 30);
         if (ms < 0) return printf("failed: %s\n", zy_errmsg()), 1;
         printf("%-6d %-5d %-16s %10.3f %10.1f\n", x.B, x.T, "fwd+bwd/default", ms,
@@ -546,6 +587,8 @@ static int bench_main(void) {
         printf("RESULT ours bwd/best %d %d %.4f %.2f\n", x.B, x.T, best_b, 2.5 * fl / best_b / 1e9);
         printf("RESULT ours bwd/best-atomic %d %d %.4f %.2f\n", x.B, x.T, best_a,
                2.5 * fl / best_a / 1e9);
+        printf("RESULT ours bwd/best-recompute %d %d %.4f %.2f\n", x.B, x.T, best_r,
+               2.5 * fl / best_r / 1e9);
         for (int i = 0; i < 8; i++) cudaFree(*bufs[i]);
         cudaFree(x.lse);
         cudaFree(x.scratch);

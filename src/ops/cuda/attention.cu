@@ -11,12 +11,14 @@
  * registers while the block walks over every query tile of every query head of the GQA group, so
  * dk/dv are complete when the block ends (no atomics). Per query tile it recomputes P^T from lse,
  * dP^T = V dO^T, dS^T = P^T (dP^T - D), and accumulates dV += P^T dO and dK += dS^T Q.
- * dQ = scale * dS K needs a sum over every key block. By default a second kernel, shaped like the
- * forward (one block per (sequence, query head, 64 query rows), key/value tiles streaming through
- * shared memory in a fixed order), recomputes S, P, dP and dS per key tile and keeps dQ in
- * registers: bitwise-repeatable results for three more T x T x d products. With dq_atomic the
- * main kernel instead stores dS^T in shared memory and adds dQ = dS K into an fp32 scratch with
- * float2 atomics, and a last kernel scales dq and rounds it to bf16.
+ * dQ = scale * dS K needs a sum over every key block. By default the main kernel also writes dS
+ * (the bf16 values dK uses) into 64 x 64 tiles of the causal triangle in the scratch, and a second
+ * kernel (one block per (sequence, query head, 64 query rows)) streams its row of tiles with the
+ * key tiles in a fixed order and keeps dQ in registers: bitwise-repeatable, for one more
+ * T x T x d product and about B * Hq * T^2 bytes written and read. With dq_recompute the second
+ * kernel instead recomputes S, P, dP and dS per key tile (three more products, no tiles). With
+ * dq_atomic the main kernel stores dS^T in shared memory and adds dQ = dS K into an fp32 scratch
+ * with float2 atomics, and a last kernel scales dq and rounds it to bf16.
  *
  * Shared-memory tiles are [rows][d + 8] bf16: the 16-byte pad puts the 8 rows read by one
  * ldmatrix phase in 8 different bank groups for every d. */
@@ -35,6 +37,18 @@ typedef __nv_bfloat16 bf16;
 #define ATT_LOG2E 1.4426950408889634f
 #define ATT_LN2   0.6931471805599453f
 #define ATT_BC    64 /* forward: keys per tile */
+#define ATT_DT    64 /* stored dS tiles: 64 keys x 64 queries */
+
+/* How the backward gets dQ = scale * dS K (cuda_attention_cfg): from the dS tiles the main kernel
+ * stores (the default), by recomputing dS in a second kernel, or with fp32 atomics. */
+enum { ATT_DQ_STORED = 0, ATT_DQ_RECOMPUTE = 1, ATT_DQ_ATOMIC = 2 };
+
+/* Tiles of the stored dS per (sequence, query head): the causal triangle of 64 x 64 tiles, tile
+ * (query tile i, key tile j <= i) at i (i + 1) / 2 + j, each [64 keys][64 queries] bf16. */
+static __host__ __device__ __forceinline__ size_t att_ds_tiles(int T) {
+    const size_t n = (size_t)(T + ATT_DT - 1) / ATT_DT;
+    return n * (n + 1) / 2;
+}
 
 static __device__ __forceinline__ float ex2(float x) {
     float y;
@@ -343,19 +357,25 @@ bwd_issue(bf16 *sQ, bf16 *sO, float *sL, float *sD, const bf16 *q, const bf16 *d
     load_vec<NTH>(sD, Dsum + lo, q0, BR, T);
 }
 
-/* Grid (B*Hk, ceil(T/BC)), NW warps, BC = 16*NW keys per block, BR query rows per step. DQA:
- * also add dQ into dq_acc with atomics (else dq_acc is unused and dQ is att_dq_kernel's). */
-template <int D, int NW, int BR, bool DQA>
+/* Grid (B*Hk, ceil(T/BC)), NW warps, BC = 16*NW keys per block, BR query rows per step. DQM
+ * (ATT_DQ_*): STORED also writes dS (bf16, the values dK uses) into the tiles ds for
+ * att_dq_stored_kernel; ATOMIC adds dQ into dq_acc with atomics; RECOMPUTE leaves dQ to
+ * att_dq_kernel. */
+template <int D, int NW, int BR, int DQM>
 __global__ void __launch_bounds__(NW * 32)
     att_bwd_kernel(const bf16 *__restrict__ q, const bf16 *__restrict__ k,
                    const bf16 *__restrict__ v, const bf16 *__restrict__ dout,
                    const float *__restrict__ lse, const float *__restrict__ Dsum,
-                   float *__restrict__ dq_acc, bf16 *__restrict__ dk, bf16 *__restrict__ dv, int T,
-                   int Hq, int Hk, float sl2, float scale, int window) {
+                   float *__restrict__ dq_acc, bf16 *__restrict__ ds, bf16 *__restrict__ dk,
+                   bf16 *__restrict__ dv, int T, int Hq, int Hk, float sl2, float scale,
+                   int window) {
+    constexpr bool DQA = DQM == ATT_DQ_ATOMIC;
     constexpr int BC = 16 * NW, LD = D + 8, LDS = BR + 8, NTH = NW * 32;
     constexpr int KD = D / 16, ND = D / 8, NQ = BR / 8;
     constexpr int DQC = D < 64 ? D : 64, UNITS = (BR / 16) * (D / DQC);
-    constexpr int SR = DQA ? BC : 0; /* rows of the dS^T tile (only the atomic dQ uses it) */
+    /* rows of the dS^T tile: the atomic dQ reads all of it; the stored path stages each warp's
+     * 16 rows there on their way to global memory */
+    constexpr int SR = DQM != ATT_DQ_RECOMPUTE ? BC : 0;
     extern __shared__ __align__(16) unsigned char att_smem[];
     bf16 *sK = (bf16 *)att_smem;          /* [BC][LD] */
     bf16 *sV = sK + BC * LD;              /* [BC][LD] */
@@ -369,7 +389,9 @@ __global__ void __launch_bounds__(NW * 32)
     const int n0 = blockIdx.y * BC;
     const size_t qs = (size_t)Hq * D, ks = (size_t)Hk * D;
     const int klast = min(n0 + BC, T) - 1;
-    const int tlast = window > 0 ? min(T - 1, klast + window - 1) : T - 1;
+    int tlast = window > 0 ? min(T - 1, klast + window - 1) : T - 1;
+    /* stored dS: whole 64-query tiles (rows past the window or T get dS = 0, not garbage) */
+    if (DQM == ATT_DQ_STORED) tlast = (tlast / ATT_DT + 1) * ATT_DT - 1;
     const int i0 = n0 / BR, nqt = tlast / BR - i0 + 1, total = G * nqt;
 
     load_tile<BC, D, NTH>(sK, k + (size_t)b * T * ks + (size_t)hk * D, ks, n0, T);
@@ -484,6 +506,33 @@ __global__ void __launch_bounds__(NW * 32)
             }
         }
 
+        if constexpr (DQM == ATT_DQ_STORED) {
+            /* this warp's 16 x BR block of dS^T into its tile (key tile kt, query tile qt), unless
+             * the tile lies above the diagonal (every entry masked: never read): through the
+             * warp's own rows of sS, so that the global stores are whole 16-byte pieces of
+             * consecutive tile rows */
+            const int kt = (n0 + w * 16) / ATT_DT, qt = q0 / ATT_DT;
+            if (kt <= qt) {
+                bf16 *sw = sS + w * 16 * LDS;
+                __syncwarp(); /* the previous step's reads of these rows are done */
+#pragma unroll
+                for (int nt = 0; nt < NQ; nt++) {
+                    *(uint32_t *)(sw + g * LDS + nt * 8 + 2 * tq) = pack_bf16(pa[nt][0], pa[nt][1]);
+                    *(uint32_t *)(sw + (g + 8) * LDS + nt * 8 + 2 * tq) =
+                        pack_bf16(pa[nt][2], pa[nt][3]);
+                }
+                __syncwarp();
+                bf16 *tile =
+                    ds + (((size_t)b * Hq + h) * att_ds_tiles(T) + (size_t)qt * (qt + 1) / 2 + kt) *
+                             (ATT_DT * ATT_DT);
+                bf16 *dst = tile + ((n0 + w * 16) % ATT_DT) * ATT_DT + q0 % ATT_DT;
+#pragma unroll
+                for (int c = lane; c < 16 * (BR / 8); c += 32) {
+                    const int r = c / (BR / 8), cc = c % (BR / 8);
+                    *(uint4 *)(dst + r * ATT_DT + cc * 8) = *(const uint4 *)(sw + r * LDS + cc * 8);
+                }
+            }
+        }
         if constexpr (DQA) {
             /* dS^T to shared memory for dQ, which needs the sum over all the block's keys */
 #pragma unroll
@@ -555,6 +604,30 @@ __global__ void __launch_bounds__(NW * 32)
 }
 
 /* ---- deterministic dQ ---- */
+
+/* One warp's 16 rows t0.. of dq (rows at dst + t * stride) = bf16(scale * acc), the m16 x D
+ * accumulator fragments staged in so [16][D + 8] (rows only this warp touches), then 16-byte
+ * stores; rows past T are dropped. */
+template <int D>
+static __device__ __forceinline__ void att_store_dq_rows(bf16 *dst, size_t stride, int t0, int T,
+                                                         bf16 *so, const float (&acc)[D / 8][4],
+                                                         float scale) {
+    constexpr int ND = D / 8, LD = D + 8;
+    const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+#pragma unroll
+    for (int nt = 0; nt < ND; nt++) {
+        *(uint32_t *)(so + g * LD + nt * 8 + 2 * tq) =
+            pack_bf16(acc[nt][0] * scale, acc[nt][1] * scale);
+        *(uint32_t *)(so + (g + 8) * LD + nt * 8 + 2 * tq) =
+            pack_bf16(acc[nt][2] * scale, acc[nt][3] * scale);
+    }
+    __syncwarp();
+    for (int c = lane; c < 16 * ND; c += 32) {
+        const int r = c / ND, cc = c % ND, t = t0 + r;
+        if (t < T)
+            *(uint4 *)(dst + (size_t)t * stride + cc * 8) = *(const uint4 *)(so + r * LD + cc * 8);
+    }
+}
 
 #define ATT_DQ_NW 4 /* warps of att_dq_kernel: 16 query rows each */
 
@@ -688,24 +761,84 @@ __global__ void __launch_bounds__(ATT_DQ_NW * 32)
         }
     }
 
-    /* dq = scale * dQ, staged in this warp's own rows of sQ (read only by this warp), then
-     * 16-byte stores */
-    bf16 *so = sQ + w * 16 * LD;
+    /* dq = scale * dQ, staged in this warp's own rows of sQ (read only by this warp) */
     __syncwarp();
+    att_store_dq_rows<D>(dq + (size_t)b * T * qs + (size_t)h * D, qs, m0 + w * 16, T,
+                         sQ + w * 16 * LD, acc, scale);
+}
+
+/* ---- dQ from the stored dS ---- */
+
+/* dq = scale * dS K from the tiles att_bwd_kernel<..., ATT_DQ_STORED> wrote. Grid (B*Hq,
+ * ceil(T/64)), query tiles in reverse (the longest first), 4 warps of 16 query rows. The dS^T
+ * tile [64 keys][64 queries] and the K tile stream through a two-stage cp.async buffer, key tiles
+ * in increasing order (the same order on every call); A = dS comes from the transposed tile by
+ * ldmatrix.trans. One T x T x d product instead of att_dq_kernel's three. */
+template <int D>
+__global__ void __launch_bounds__(ATT_DQ_NW * 32)
+    att_dq_stored_kernel(const bf16 *__restrict__ ds, const bf16 *__restrict__ k,
+                         bf16 *__restrict__ dq, int T, int Hq, int Hk, float scale, int window) {
+    constexpr int NW = ATT_DQ_NW, BR = ATT_DT, LD = D + 8, LDT = ATT_DT + 8, NTH = NW * 32;
+    constexpr int ND = D / 8;
+    static_assert(16 * NW == ATT_DT, "one warp per 16 query rows of a tile");
+    extern __shared__ __align__(16) unsigned char att_smem[];
+    bf16 *sS = (bf16 *)att_smem;      /* [2][64 keys][LDT] dS^T */
+    bf16 *sK = sS + 2 * ATT_DT * LDT; /* [2][64][LD] */
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int b = blockIdx.x / Hq, h = blockIdx.x % Hq, hk = h / (Hq / Hk);
+    const int it = gridDim.y - 1 - blockIdx.y, m0 = it * BR;
+    const size_t qs = (size_t)Hq * D, ks = (size_t)Hk * D;
+    const bf16 *kb = k + (size_t)b * T * ks + (size_t)hk * D;
+    const bf16 *dsb = ds + (((size_t)b * Hq + h) * att_ds_tiles(T) + (size_t)it * (it + 1) / 2) *
+                               (ATT_DT * ATT_DT); /* tile (it, 0) */
+    const int kfirst = window > 0 ? max(0, m0 - window + 1) : 0;
+    const int j0 = kfirst / ATT_DT, j1 = it;
+
+    /* tile j: dS^T rows are 128 contiguous bytes (8 x 16-byte pieces) */
+    auto issue = [&](int j, int st) {
+        const bf16 *src = dsb + (size_t)j * ATT_DT * ATT_DT;
+        bf16 *dst = sS + st * ATT_DT * LDT;
+        for (int c = threadIdx.x; c < ATT_DT * (ATT_DT / 8); c += NTH) {
+            const int r = c / (ATT_DT / 8), cc = c % (ATT_DT / 8);
+            cp_async16(smem_u32(dst + r * LDT + cc * 8), src + r * ATT_DT + cc * 8, true);
+        }
+        load_tile<ATT_DT, D, NTH>(sK + st * ATT_DT * LD, kb, ks, j * ATT_DT, T);
+        cp_async_commit();
+    };
+    float acc[ND][4];
 #pragma unroll
-    for (int nt = 0; nt < ND; nt++) {
-        *(uint32_t *)(so + g * LD + nt * 8 + 2 * tq) =
-            pack_bf16(acc[nt][0] * scale, acc[nt][1] * scale);
-        *(uint32_t *)(so + (g + 8) * LD + nt * 8 + 2 * tq) =
-            pack_bf16(acc[nt][2] * scale, acc[nt][3] * scale);
+    for (int i = 0; i < ND; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+    issue(j0, 0);
+    for (int j = j0; j <= j1; j++) {
+        const int st = (j - j0) & 1;
+        if (j < j1) {
+            issue(j + 1, st ^ 1);
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads(); /* tile j visible to every warp */
+        const bf16 *sSs = sS + st * ATT_DT * LDT, *sKs = sK + st * ATT_DT * LD;
+#pragma unroll
+        for (int kk = 0; kk < ATT_DT / 16; kk++) {
+            uint32_t a[4];
+            ldsm_x4_t(a, sSs + (kk * 16 + (lane & 7) + (lane >> 4) * 8) * LDT + w * 16 +
+                             ((lane >> 3) & 1) * 8);
+#pragma unroll
+            for (int dp = 0; dp < ND / 2; dp++) {
+                uint32_t bb[4];
+                ldsm_x4_t(bb, sKs + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + dp * 16 +
+                                  (lane >> 4) * 8);
+                mma16816(acc[2 * dp], a, bb[0], bb[1]);
+                mma16816(acc[2 * dp + 1], a, bb[2], bb[3]);
+            }
+        }
+        __syncthreads(); /* every warp is done with stage st before it is refilled */
     }
-    __syncwarp();
-    for (int c = lane; c < 16 * ND; c += 32) {
-        int r = c / ND, cc = c % ND, t = m0 + w * 16 + r;
-        if (t < T)
-            *(uint4 *)(dq + ((size_t)b * T + t) * qs + (size_t)h * D + cc * 8) =
-                *(const uint4 *)(so + r * LD + cc * 8);
-    }
+
+    /* dq = scale * dQ, staged in this warp's rows of the K buffer (free after the barrier) */
+    att_store_dq_rows<D>(dq + (size_t)b * T * qs + (size_t)h * D, qs, m0 + w * 16, T,
+                         sK + w * 16 * LD, acc, scale);
 }
 
 /* ---- host side ---- */
@@ -739,11 +872,12 @@ static int att_launch_fwd(const bf16 *q, const bf16 *k, const bf16 *v, bf16 *out
     return att_cuda_ok(cudaGetLastError(), "forward kernel launch");
 }
 
-template <int D, int NW, int BR, bool DQA>
+template <int D, int NW, int BR, int DQM>
 static int att_launch_bwd(const bf16 *dout, const bf16 *q, const bf16 *k, const bf16 *v,
                           const bf16 *out, const float *lse, bf16 *dq, bf16 *dk, bf16 *dv,
-                          float *dq_acc, float *Dsum, int B, int T, int Hq, int Hk, float scale,
-                          int window, cudaStream_t s) {
+                          float *dq_acc, bf16 *ds, float *Dsum, int B, int T, int Hq, int Hk,
+                          float scale, int window, cudaStream_t s) {
+    constexpr bool DQA = DQM == ATT_DQ_ATOMIC;
     constexpr int BC = 16 * NW;
     const size_t rows = (size_t)B * T * Hq, nq = rows * D;
     if (DQA)
@@ -754,12 +888,21 @@ static int att_launch_bwd(const bf16 *dout, const bf16 *q, const bf16 *k, const 
         <<<(unsigned)((dot_threads + 255) / 256), 256, 0, s>>>(dout, out, Dsum, rows, T, Hq);
     ZY_TRY(att_cuda_ok(cudaGetLastError(), "backward row-sum kernel launch"));
     const size_t smem = (size_t)(2 * BC + 4 * BR) * (D + 8) * sizeof(bf16) +
-                        (DQA ? (size_t)BC * (BR + 8) * sizeof(bf16) : 0) + 4 * BR * sizeof(float);
-    ZY_TRY(att_set_smem((const void *)att_bwd_kernel<D, NW, BR, DQA>, smem));
+                        (DQM != ATT_DQ_RECOMPUTE ? (size_t)BC * (BR + 8) * sizeof(bf16) : 0) +
+                        4 * BR * sizeof(float);
+    ZY_TRY(att_set_smem((const void *)att_bwd_kernel<D, NW, BR, DQM>, smem));
     dim3 grid((unsigned)(B * Hk), (unsigned)((T + BC - 1) / BC));
-    att_bwd_kernel<D, NW, BR, DQA><<<grid, NW * 32, smem, s>>>(
-        q, k, v, dout, lse, Dsum, dq_acc, dk, dv, T, Hq, Hk, scale * ATT_LOG2E, scale, window);
+    att_bwd_kernel<D, NW, BR, DQM><<<grid, NW * 32, smem, s>>>(
+        q, k, v, dout, lse, Dsum, dq_acc, ds, dk, dv, T, Hq, Hk, scale * ATT_LOG2E, scale, window);
     ZY_TRY(att_cuda_ok(cudaGetLastError(), "backward kernel launch"));
+    if (DQM == ATT_DQ_STORED) {
+        const size_t ssmem = (size_t)2 * ATT_DT * ((ATT_DT + 8) + (D + 8)) * sizeof(bf16);
+        ZY_TRY(att_set_smem((const void *)att_dq_stored_kernel<D>, ssmem));
+        dim3 sgrid((unsigned)(B * Hq), (unsigned)((T + ATT_DT - 1) / ATT_DT));
+        att_dq_stored_kernel<D>
+            <<<sgrid, ATT_DQ_NW * 32, ssmem, s>>>(ds, k, dq, T, Hq, Hk, scale, window);
+        return att_cuda_ok(cudaGetLastError(), "stored-dS dq kernel launch");
+    }
     if (DQA) {
         const size_t n4 = nq / 4;
         unsigned blocks = (unsigned)((n4 + 255) / 256);
@@ -846,11 +989,31 @@ extern "C" int cuda_attention_fwd(const void *q, const void *k, const void *v, v
     return cuda_attention_fwd_cfg(q, k, v, out, lse, B, T, Hq, Hk, d, scale, window, NULL, s);
 }
 
+/* The dq path a configuration asks for (cfg == NULL: the default, stored dS). */
+static int att_dq_mode(const cuda_attention_cfg *cfg) {
+    return cfg && cfg->dq_atomic      ? ATT_DQ_ATOMIC
+           : cfg && cfg->dq_recompute ? ATT_DQ_RECOMPUTE
+                                      : ATT_DQ_STORED;
+}
+
+/* Dsum [B*Hq*T] fp32 rounded up to 256 bytes: where the dS tiles start in the scratch. */
+static size_t att_dsum_bytes(int B, int T, int Hq) {
+    return ((size_t)B * T * Hq * sizeof(float) + 255) & ~(size_t)255;
+}
+
 extern "C" size_t cuda_attention_bwd_scratch_bytes_cfg(int B, int T, int Hq, int d,
                                                        const cuda_attention_cfg *cfg) {
     if (B <= 0 || T <= 0 || Hq <= 0 || d <= 0) return 0;
-    size_t rows = (size_t)B * T * Hq; /* Dsum, plus the fp32 dq accumulator for dq_atomic */
-    return (rows + (cfg && cfg->dq_atomic ? rows * d : 0)) * sizeof(float);
+    const size_t rows = (size_t)B * T * Hq;
+    switch (att_dq_mode(cfg)) {
+    case ATT_DQ_ATOMIC: /* the fp32 dq accumulator, then Dsum */
+        return (rows * d + rows) * sizeof(float);
+    case ATT_DQ_RECOMPUTE:
+        return rows * sizeof(float);
+    default: /* Dsum, then the dS tiles */
+        return att_dsum_bytes(B, T, Hq) +
+               (size_t)B * Hq * att_ds_tiles(T) * ATT_DT * ATT_DT * sizeof(bf16);
+    }
 }
 
 extern "C" size_t cuda_attention_bwd_scratch_bytes(int B, int T, int Hq, int d) {
@@ -859,11 +1022,13 @@ extern "C" size_t cuda_attention_bwd_scratch_bytes(int B, int T, int Hq, int d) 
 
 /* The backward for one (D, warps, rows) choice and dq path; the template sizes live in the
  * variants below. */
+#define ATT_BWD_M(D, NW, BR, M)                                                                    \
+    att_launch_bwd<D, NW, BR, M>(bdo, bq, bk, bv, bo, lse, bdq, bdk, bdv, acc, ds, Dsum, B, T, Hq, \
+                                 Hk, scale, window, s)
 #define ATT_BWD(D, NW, BR)                                                                         \
-    (dqa ? att_launch_bwd<D, NW, BR, true>(bdo, bq, bk, bv, bo, lse, bdq, bdk, bdv, acc, Dsum, B,  \
-                                           T, Hq, Hk, scale, window, s)                            \
-         : att_launch_bwd<D, NW, BR, false>(bdo, bq, bk, bv, bo, lse, bdq, bdk, bdv, acc, Dsum, B, \
-                                            T, Hq, Hk, scale, window, s))
+    (mode == ATT_DQ_ATOMIC      ? ATT_BWD_M(D, NW, BR, ATT_DQ_ATOMIC)                              \
+     : mode == ATT_DQ_RECOMPUTE ? ATT_BWD_M(D, NW, BR, ATT_DQ_RECOMPUTE)                           \
+                                : ATT_BWD_M(D, NW, BR, ATT_DQ_STORED))
 
 extern "C" int cuda_attention_bwd_cfg(const void *dout, const void *q, const void *k, const void *v,
                                       const void *out, const float *lse, void *dq, void *dk,
@@ -874,14 +1039,18 @@ extern "C" int cuda_attention_bwd_cfg(const void *dout, const void *q, const voi
     ZY_TRY(att_check_args("cuda_attention_bwd", B, T, Hq, Hk, d, scale, ptrs, 10));
     if (cfg && cfg->dq_atomic != 0 && cfg->dq_atomic != 1)
         return zy_fail("cuda_attention_bwd: dq_atomic %d not supported (0 or 1)", cfg->dq_atomic);
+    if (cfg && cfg->dq_recompute != 0 && cfg->dq_recompute != 1)
+        return zy_fail("cuda_attention_bwd: dq_recompute %d not supported (0 or 1)",
+                       cfg->dq_recompute);
     if (B == 0 || T == 0) return ZY_OK;
     size_t need = cuda_attention_bwd_scratch_bytes_cfg(B, T, Hq, d, cfg);
     if (scratch == NULL || scratch_bytes < need)
         return zy_fail("cuda_attention_bwd: scratch of %zu bytes given, %zu needed", scratch_bytes,
                        need);
-    int nw = cfg && cfg->bwd_warps ? cfg->bwd_warps : 8;
+    const int mode = att_dq_mode(cfg);
+    /* default warps: the fastest on an H100 at d = 128, T = 2048 (test_cuda_attention --bench) */
+    int nw = cfg && cfg->bwd_warps ? cfg->bwd_warps : mode == ATT_DQ_STORED ? 4 : 8;
     int br = cfg && cfg->bwd_rows ? cfg->bwd_rows : 64;
-    const bool dqa = cfg && cfg->dq_atomic;
     if ((nw != 4 && nw != 8) || (br != 32 && br != 64))
         return zy_fail("cuda_attention_bwd: bwd_warps %d / bwd_rows %d not supported (4 or 8 / "
                        "32 or 64)",
@@ -889,10 +1058,11 @@ extern "C" int cuda_attention_bwd_cfg(const void *dout, const void *q, const voi
     const bf16 *bdo = (const bf16 *)dout, *bq = (const bf16 *)q, *bk = (const bf16 *)k,
                *bv = (const bf16 *)v, *bo = (const bf16 *)out;
     bf16 *bdq = (bf16 *)dq, *bdk = (bf16 *)dk, *bdv = (bf16 *)dv;
-    /* scratch: Dsum [B, Hq, T]; with dq_atomic the dq accumulator [N, Hq*d] first (16-byte
-     * aligned for its float4 reads), then Dsum */
-    float *acc = dqa ? (float *)scratch : NULL;
-    float *Dsum = dqa ? acc + (size_t)B * T * Hq * d : (float *)scratch;
+    /* scratch: Dsum [B, Hq, T], then the dS tiles (stored path); with dq_atomic the dq
+     * accumulator [N, Hq*d] first (16-byte aligned for its float4 reads), then Dsum */
+    float *acc = mode == ATT_DQ_ATOMIC ? (float *)scratch : NULL;
+    float *Dsum = acc ? acc + (size_t)B * T * Hq * d : (float *)scratch;
+    bf16 *ds = mode == ATT_DQ_STORED ? (bf16 *)((char *)scratch + att_dsum_bytes(B, T, Hq)) : NULL;
     const int variant = (nw == 8 ? 2 : 0) + (br == 64 ? 1 : 0);
     switch (d) {
     case 128:

@@ -21,25 +21,30 @@ extern "C" {
  * query tiles per warp; 2 only with 4 warps): query rows per block = 16 x warps x mtiles.
  * bwd_warps: 4 or 8 (key rows per block = 16 x warps); bwd_rows: 32 or 64 query rows per step.
  * Defaults (the fastest on an H100 at d = 128): forward 4 warps x 2 m-tiles at d = 128, else
- * 4 x 1; backward 8 warps, 64 rows. Only d = 128 and d = 64 offer every combination; other d
- * use the default. dq_atomic: 0 (default) computes dq in a second kernel over query tiles, each
- * summing its key tiles in a fixed order, so the backward is bitwise repeatable; 1 adds each key
- * block's share of dq into an fp32 scratch with atomics (faster, but the rounding depends on the
- * order the blocks run in; kept for comparison). */
+ * 4 x 1; backward 64 rows, 4 warps on the default dq path and 8 on the other two. Only d = 128 and
+ * d = 64 offer every combination; other d use the default. dq: by default the main backward kernel
+ * stores dS (bf16, in 64 x 64 tiles of the causal triangle, in the scratch) and a second kernel
+ * over query tiles sums dS K over its key tiles in a fixed order, so the backward is bitwise
+ * repeatable. dq_recompute = 1 instead recomputes S, P and dS in that second kernel (no dS tiles:
+ * less scratch, three T x T x d products instead of one); dq_atomic = 1 adds each key block's share
+ * of dq into an fp32 scratch with atomics (the rounding depends on the order the blocks run in;
+ * kept for comparison). */
 typedef struct {
     int fwd_warps;
     int fwd_mtiles;
     int bwd_warps;
     int bwd_rows;
     int dq_atomic;
+    int dq_recompute;
 } cuda_attention_cfg;
 
 /* out [N, Hq*d] bf16 and lse [B, Hq, T] fp32 from q [N, Hq*d], k, v [N, Hk*d] (bf16). */
 int cuda_attention_fwd(const void *q, const void *k, const void *v, void *out, float *lse, int B,
                        int T, int Hq, int Hk, int d, float scale, int window, cudaStream_t s);
 
-/* Bytes of device scratch the default cuda_attention_bwd needs (the row sums
- * D = rowsum(dout * out), [B, Hq, T] fp32). */
+/* Bytes of device scratch the default cuda_attention_bwd needs: the row sums
+ * D = rowsum(dout * out), [B, Hq, T] fp32, and the stored dS tiles, B * Hq * n (n + 1) / 2 tiles
+ * of 64 x 64 bf16 for n = ceil(T / 64) (about B * Hq * T^2 bytes). */
 size_t cuda_attention_bwd_scratch_bytes(int B, int T, int Hq, int d);
 
 /* The same for a kernel shape (cfg == NULL: the default); dq_atomic needs an fp32 dq

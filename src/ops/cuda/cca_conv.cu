@@ -29,13 +29,15 @@
 
 typedef __nv_bfloat16 bf16;
 
-#define CCA_BM       128 /* time steps per tile of the conv kernels (GEMM rows) */
-#define CCA_NTH      256 /* threads of the conv kernels */
-#define CCA_MAXTAP   4   /* largest t0 and t1 */
-#define CCA_BK       32  /* dw2: time steps per pipeline stage */
-#define CCA_NSTAGE   4   /* dw2: pipeline stages */
-#define CCA_DW2_CTAS 256 /* dw2: blocks aimed at (one wave of 2 per SM on 128-132 SMs) */
-#define CCA_DW2_MINR 256 /* dw2: fewest rows per split-K chunk */
+#define CCA_BM                 128 /* time steps per tile of the conv kernels (GEMM rows) */
+#define CCA_NTH                256 /* threads of the conv kernels */
+#define CCA_MAXTAP             4   /* largest t0 and t1 */
+#define CCA_BK                 32  /* dw2: time steps per pipeline stage */
+#define CCA_NSTAGE             4   /* dw2: pipeline stages */
+#define CCA_DW2_CTAS           256 /* dw2: blocks aimed at (one wave of 2 per SM on 128-132 SMs) */
+#define CCA_DW2_MINR           256 /* dw2: fewest rows per split-K chunk */
+#define CCA_ROWS_IN_FLIGHT     4   /* forward: rows whose global loads one thread issues together */
+#define CCA_BWD_ROWS_IN_FLIGHT 2   /* the same in the backward (more registers per row) */
 
 /* ---- the conv tile kernels (forward and dmid) ---- */
 
@@ -183,7 +185,8 @@ template <int D> __global__ void __launch_bounds__(CCA_NTH, 2) cca_fwd_k(cca_arg
     cp_async_commit();
 
     /* depthwise conv: mid[t, c] = b1[c] + sum_jj w1[c, jj] xpad[t + jj, c] (xpad row r is
-     * state row r for r < P, else qk0 row r - P) */
+     * state row r for r < P, else qk0 row r - P). CCA_ROWS_IN_FLIGHT rows per round: every
+     * load of a round is issued before any of its stores, so the latency is paid once a round. */
     {
         const int v = tid % K::NV, rl = tid / K::NV, c = c0 + v * 8;
         float wr[CCA_MAXTAP][8], bb[8];
@@ -194,33 +197,41 @@ template <int D> __global__ void __launch_bounds__(CCA_NTH, 2) cca_fwd_k(cca_arg
             for (int jj = 0; jj < CCA_MAXTAP; jj++)
                 wr[jj][e] = jj < a.t0 ? a.w1[(size_t)(c + e) * a.t0 + jj] : 0.0f;
         }
-        for (int r = rl; r < rows; r += K::RL) {
-            const int t = t_base + r;
-            float o[8];
-            if (t < a.Tm) {
+        for (int r0 = rl; r0 < rows; r0 += CCA_ROWS_IN_FLIGHT * K::RL) {
+            uint4 xin[CCA_ROWS_IN_FLIGHT][CCA_MAXTAP]; /* 8 bf16 each, zero where xpad is 0 */
 #pragma unroll
-                for (int e = 0; e < 8; e++) o[e] = bb[e];
+            for (int u = 0; u < CCA_ROWS_IN_FLIGHT; u++) {
+                const int t = t_base + r0 + u * K::RL;
 #pragma unroll
                 for (int jj = 0; jj < CCA_MAXTAP; jj++) {
-                    if (jj >= a.t0) break;
                     const int xr = t + jj;
-                    const bf16 *src = xr >= a.P ? a.qk0 + ((size_t)b * a.T + (xr - a.P)) * a.C + c
-                                      : a.state ? a.state + ((size_t)b * a.P + xr) * a.C + c
-                                                : nullptr;
-                    if (src) {
-                        float x[8];
-                        zy_load<bf16, 8>(src, x);
-#pragma unroll
-                        for (int e = 0; e < 8; e++) o[e] = fmaf(wr[jj][e], x[e], o[e]);
-                    }
+                    const bf16 *src = jj >= a.t0 || r0 + u * K::RL >= rows || t >= a.Tm ? nullptr
+                                      : xr >= a.P ? a.qk0 + ((size_t)b * a.T + (xr - a.P)) * a.C + c
+                                      : a.state   ? a.state + ((size_t)b * a.P + xr) * a.C + c
+                                                  : nullptr;
+                    xin[u][jj] =
+                        src ? *reinterpret_cast<const uint4 *>(src) : make_uint4(0, 0, 0, 0);
                 }
-                if (a.mid && (r < CCA_BM || tile == a.ntiles - 1))
-                    zy_store<bf16, 8>(a.mid + ((size_t)b * a.Tm + t) * a.C + c, o);
-            } else {
-#pragma unroll
-                for (int e = 0; e < 8; e++) o[e] = 0.0f;
             }
-            zy_store<bf16, 8>(sa + (size_t)r * K::LD + v * 8, o);
+#pragma unroll
+            for (int u = 0; u < CCA_ROWS_IN_FLIGHT; u++) {
+                const int r = r0 + u * K::RL, t = t_base + r;
+                if (r >= rows) break;
+                float o[8];
+#pragma unroll
+                for (int e = 0; e < 8; e++) o[e] = t < a.Tm ? bb[e] : 0.0f;
+#pragma unroll
+                for (int jj = 0; jj < CCA_MAXTAP; jj++) {
+                    float x[8];
+                    if (jj >= a.t0) break;
+                    zy_load<bf16, 8>(reinterpret_cast<const bf16 *>(&xin[u][jj]), x);
+#pragma unroll
+                    for (int e = 0; e < 8; e++) o[e] = fmaf(wr[jj][e], x[e], o[e]);
+                }
+                if (a.mid && t < a.Tm && (r < CCA_BM || tile == a.ntiles - 1))
+                    zy_store<bf16, 8>(a.mid + ((size_t)b * a.Tm + t) * a.C + c, o);
+                zy_store<bf16, 8>(sa + (size_t)r * K::LD + v * 8, o);
+            }
         }
     }
 
@@ -230,41 +241,72 @@ template <int D> __global__ void __launch_bounds__(CCA_NTH, 2) cca_fwd_k(cca_arg
     cca_stage<D>(stg, acc, wm, wn, lane);
     __syncthreads();
 
-    /* + b2 + mean residual: q_i += (q0_i + k0_{i/G}) / 2; k_j += mean_i of those */
+    /* + b2 + mean residual: q_i += (q0_i + k0_{i/G}) / 2; k_j += mean_i of those. Rounds of
+     * CCA_ROWS_IN_FLIGHT rows, their global loads issued together as above. */
     const int v = tid % K::NV, rl = tid / K::NV, c = c0 + v * 8;
     const int Qd = a.Hq * D, Kd = a.Hk * D;
+    const bool qhead = g < a.Hq;
+    /* the columns this thread adds to its own: for a query head those of its key head, for a
+     * key head those of query head gi of its group (at + gi * D) */
+    const size_t other =
+        qhead ? (size_t)Qd + (size_t)(g / a.G) * D + v * 8 : (size_t)(g - a.Hq) * a.G * D + v * 8;
     float bias[8];
 #pragma unroll
     for (int e = 0; e < 8; e++) bias[e] = a.b2[c + e];
-    for (int m = rl; m < CCA_BM; m += K::RL) {
-        const int t = t_base + m;
-        if (t >= a.T) break;
-        const size_t n = (size_t)b * a.T + t;
-        const bf16 *x0 = a.qk0 + n * a.C;
-        float o[8], k0[8], q0[8];
-        cca_ld8s(stg + m * K::LDS + v * 8, o);
+    for (int m0 = rl; m0 < CCA_BM; m0 += CCA_ROWS_IN_FLIGHT * K::RL) {
+        uint4 own[CCA_ROWS_IN_FLIGHT], oth[CCA_ROWS_IN_FLIGHT];
+        float sum[CCA_ROWS_IN_FLIGHT][8];
 #pragma unroll
-        for (int e = 0; e < 8; e++) o[e] += bias[e];
-        if (g < a.Hq) {
-            zy_load<bf16, 8>(x0 + c, q0);
-            zy_load<bf16, 8>(x0 + Qd + (size_t)(g / a.G) * D + v * 8, k0);
+        for (int u = 0; u < CCA_ROWS_IN_FLIGHT; u++) {
+            const int t = t_base + m0 + u * K::RL;
+            const bf16 *x0 = a.qk0 + ((size_t)b * a.T + (t < a.T ? t : 0)) * a.C;
+            own[u] = *reinterpret_cast<const uint4 *>(x0 + c);
+            oth[u] = *reinterpret_cast<const uint4 *>(x0 + other);
+        }
+        /* sum[u] = the mean-residual term: (q0 + k0) / 2, or the mean over the group of it */
 #pragma unroll
-            for (int e = 0; e < 8; e++) o[e] += (q0[e] + k0[e]) * 0.5f;
-            zy_store<bf16, 8>(a.q + n * Qd + c, o);
-        } else {
-            const int j = g - a.Hq;
-            float sum[8];
-            zy_load<bf16, 8>(x0 + c, k0);
+        for (int u = 0; u < CCA_ROWS_IN_FLIGHT; u++) {
+            float x[8], y[8];
+            zy_load<bf16, 8>(reinterpret_cast<const bf16 *>(&own[u]), x);
+            zy_load<bf16, 8>(reinterpret_cast<const bf16 *>(&oth[u]), y);
 #pragma unroll
-            for (int e = 0; e < 8; e++) sum[e] = 0.0f;
-            for (int gi = 0; gi < a.G; gi++) {
-                zy_load<bf16, 8>(x0 + (size_t)(j * a.G + gi) * D + v * 8, q0);
+            for (int e = 0; e < 8; e++) sum[u][e] = (y[e] + x[e]) * 0.5f;
+        }
+        if (!qhead) {
+            for (int gi = 1; gi < a.G; gi++) {
 #pragma unroll
-                for (int e = 0; e < 8; e++) sum[e] += (q0[e] + k0[e]) * 0.5f;
+                for (int u = 0; u < CCA_ROWS_IN_FLIGHT; u++) {
+                    const int t = t_base + m0 + u * K::RL;
+                    oth[u] = *reinterpret_cast<const uint4 *>(
+                        a.qk0 + ((size_t)b * a.T + (t < a.T ? t : 0)) * a.C + other +
+                        (size_t)gi * D);
+                }
+#pragma unroll
+                for (int u = 0; u < CCA_ROWS_IN_FLIGHT; u++) {
+                    float x[8], y[8];
+                    zy_load<bf16, 8>(reinterpret_cast<const bf16 *>(&own[u]), x);
+                    zy_load<bf16, 8>(reinterpret_cast<const bf16 *>(&oth[u]), y);
+#pragma unroll
+                    for (int e = 0; e < 8; e++) sum[u][e] += (y[e] + x[e]) * 0.5f;
+                }
             }
+        }
 #pragma unroll
-            for (int e = 0; e < 8; e++) o[e] += sum[e] / (float)a.G;
-            zy_store<bf16, 8>(a.k + n * Kd + (size_t)j * D + v * 8, o);
+        for (int u = 0; u < CCA_ROWS_IN_FLIGHT; u++) {
+            const int m = m0 + u * K::RL, t = t_base + m;
+            if (m >= CCA_BM || t >= a.T) break;
+            const size_t n = (size_t)b * a.T + t;
+            float o[8];
+            cca_ld8s(stg + m * K::LDS + v * 8, o);
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                o[e] += bias[e];
+                o[e] += qhead ? sum[u][e] : sum[u][e] / (float)a.G;
+            }
+            if (qhead)
+                zy_store<bf16, 8>(a.q + n * Qd + c, o);
+            else
+                zy_store<bf16, 8>(a.k + n * Kd + (size_t)(g - a.Hq) * D + v * 8, o);
         }
     }
 }

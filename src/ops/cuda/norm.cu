@@ -148,8 +148,15 @@ int cuda_rmsnorm_fwd_f32_bf16(zy_bf16 *y, float *rstd, const float *x, const flo
 
 /* ---- residual scaling + RMSNorm forward ---- */
 
-/* One block per row: out = (o + ob) * os + (h + rb) * rs (stored, fp32), sum of squares of out,
- * then y = w * (out * rstd) (each thread re-reads the elements it wrote). */
+/* The residual-scaling sum out = (o + ob) * os + (h + rb) * rs, with its one rounding choice fixed
+ * (an explicit FMA) so that the backward's recomputation gives the forward's bits. */
+static __device__ __forceinline__ float resnorm_mix(float o, float ob, float os, float h, float rb,
+                                                    float rs) {
+    return __fmaf_rn(o + ob, os, (h + rb) * rs);
+}
+
+/* One block per row: out = resnorm_mix (stored, fp32), sum of squares of out, then
+ * y = w * (out * rstd) (each thread re-reads the elements it wrote). */
 template <typename T, int W>
 __global__ void __launch_bounds__(ZY_ROW_THREADS)
     resnorm_fwd_k(float *out, T *y, float *rstd, const T *o, const float *h, const float *ob,
@@ -167,7 +174,7 @@ __global__ void __launch_bounds__(ZY_ROW_THREADS)
         zy_load<float, W>(rs + c, rsv);
 #pragma unroll
         for (int k = 0; k < W; k++) {
-            v[k] = (ov[k] + obv[k]) * osv[k] + (hv[k] + rbv[k]) * rsv[k];
+            v[k] = resnorm_mix(ov[k], obv[k], osv[k], hv[k], rbv[k], rsv[k]);
             ss += v[k] * v[k];
         }
         zy_store<float, W>(out + base + c, v);
@@ -361,12 +368,14 @@ int cuda_rmsnorm_bwd_f32_bf16(float *dx, float *dw, float *ws, const zy_bf16 *dy
  * One pass when dy / o are bf16, D % 4 == 0 and D <= 2048; else the row and column kernels above.
  * The one-pass kernel:
  * Block p = blockIdx.x (256 threads) takes rows [p*R, p*R + R) one after another; thread t owns the
- * column groups c = 4 (t + 256 j), j < J. Per row: the norm's dot sum dy*w*out (block sum in a
+ * column groups c = 4 (t + 256 j), j < J. Per row: out recomputed from o and h (resnorm_mix: the
+ * forward's bits, and 4 bytes per element less to read than loading it), the norm's dot sum
+ * dy*w*out (block sum in a
  * fixed order: one barrier per row, the partial slots alternate by row parity), then dout =
  * dres + rstd*dy*w - k*out, d_o = dout*os, dh = dout*rs, and the column sums s0 = dy*out*rstd,
  * s1 = dout, s2 = dout*(o+ob), s3 = dout*(h+rb) kept in registers until the chunk ends (written to
  * part[(s*P + p)*D + c], summed over chunks by zy_col_finish_multi). The next row's inputs are
- * loaded before the current row's barrier. Reads 16 and writes 6 bytes per element, against 36 for
+ * loaded before the current row's barrier. Reads 12 and writes 6 bytes per element, against 36 for
  * the norm and residual-scaling kernels one after the other. d_o may alias dy and dh may alias
  * dres: a thread reads its elements of a row before it writes them, and no other thread touches
  * them. */
@@ -378,21 +387,19 @@ struct resnorm_row4 { /* one thread's four columns of one row */
 
 template <int J>
 __device__ __forceinline__ void resnorm_load_row(resnorm_row4 *x, size_t row, int D, const bf16 *dy,
-                                                 const float *dres, const float *out,
-                                                 const float *rstd, const bf16 *o, const float *h) {
+                                                 const float *dres, const float *rstd,
+                                                 const bf16 *o, const float *h) {
     x[0].r = rstd[row];
 #pragma unroll
     for (int j = 0; j < J; j++) {
         const int c = 4 * ((int)threadIdx.x + RESNORM_NT * j);
         if (c >= D) { /* no columns here: zeros add nothing to the row's dot */
 #pragma unroll
-            for (int k = 0; k < 4; k++)
-                x[j].dy[k] = x[j].out[k] = x[j].res[k] = x[j].o[k] = x[j].h[k] = 0.0f;
+            for (int k = 0; k < 4; k++) x[j].dy[k] = x[j].res[k] = x[j].o[k] = x[j].h[k] = 0.0f;
             continue;
         }
         const size_t i = row * D + c;
         zy_load_bf16x4(dy + i, x[j].dy);
-        zy_load<float, 4>(out + i, x[j].out);
         if (dres)
             zy_load<float, 4>(dres + i, x[j].res);
         else
@@ -406,9 +413,9 @@ __device__ __forceinline__ void resnorm_load_row(resnorm_row4 *x, size_t row, in
 template <int J>
 __global__ void __launch_bounds__(RESNORM_NT)
     resnorm_bwd_onepass_k(float *part, int P, int R, int N, int D, bf16 *d_o, float *dh,
-                          const bf16 *dy, const float *dres, const float *out, const float *rstd,
-                          const float *w, const bf16 *o, const float *h, const float *ob,
-                          const float *os, const float *rb, const float *rs) {
+                          const bf16 *dy, const float *dres, const float *rstd, const float *w,
+                          const bf16 *o, const float *h, const float *ob, const float *os,
+                          const float *rb, const float *rs) {
     __shared__ float red[2][RESNORM_NT / 32];
     const int p = blockIdx.x, n0 = p * R, n1 = n0 + R < N ? n0 + R : N;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -430,14 +437,18 @@ __global__ void __launch_bounds__(RESNORM_NT)
         zy_load<float, 4>(rb + c, rbv[j]);
     }
     resnorm_row4 cur[J], nxt[J];
-    if (n0 < n1) resnorm_load_row<J>(cur, (size_t)n0, D, dy, dres, out, rstd, o, h);
+    if (n0 < n1) resnorm_load_row<J>(cur, (size_t)n0, D, dy, dres, rstd, o, h);
     for (int n = n0; n < n1; n++) {
-        if (n + 1 < n1) resnorm_load_row<J>(nxt, (size_t)n + 1, D, dy, dres, out, rstd, o, h);
+        if (n + 1 < n1) resnorm_load_row<J>(nxt, (size_t)n + 1, D, dy, dres, rstd, o, h);
         float dot = 0.0f;
 #pragma unroll
         for (int j = 0; j < J; j++)
 #pragma unroll
-            for (int k = 0; k < 4; k++) dot += cur[j].dy[k] * wv[j][k] * cur[j].out[k];
+            for (int k = 0; k < 4; k++) {
+                cur[j].out[k] = resnorm_mix(cur[j].o[k], obv[j][k], osv[j][k], cur[j].h[k],
+                                            rbv[j][k], rsv[j][k]); /* zero past D */
+                dot += cur[j].dy[k] * wv[j][k] * cur[j].out[k];
+            }
         for (int off = 16; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
         if (lane == 0) red[n & 1][warp] = dot;
         __syncthreads();
@@ -479,11 +490,10 @@ __global__ void __launch_bounds__(RESNORM_NT)
 
 /* The one-pass backward when the shape and alignment allow it (else ZY_ERR without a launch). */
 static int resnorm_bwd_onepass(bf16 *d_o, float *dh, float *ws, int P, int R, const bf16 *dy,
-                               const float *dres, const float *out, const float *rstd,
-                               const float *w, const bf16 *o, const float *h, const float *ob,
-                               const float *os, const float *rb, const float *rs, int N, int D,
-                               cudaStream_t st) {
-    const void *f16[] = {dh, out, w, os, rs, ob, rb, dres ? dres : dh, ws};
+                               const float *dres, const float *rstd, const float *w, const bf16 *o,
+                               const float *h, const float *ob, const float *os, const float *rb,
+                               const float *rs, int N, int D, cudaStream_t st) {
+    const void *f16[] = {dh, w, os, rs, ob, rb, dres ? dres : dh, ws};
     const void *b8[] = {d_o, dy, o};
     if (D % 4 != 0 || D > 4 * RESNORM_NT * 2) return ZY_ERR; /* wider rows would spill */
     for (const void *q : f16)
@@ -492,8 +502,8 @@ static int resnorm_bwd_onepass(bf16 *d_o, float *dh, float *ws, int P, int R, co
         if (!zy_aligned(q, 8)) return ZY_ERR;
     const int J = (D / 4 + RESNORM_NT - 1) / RESNORM_NT;
 #define RESNORM_LAUNCH(JJ)                                                                         \
-    resnorm_bwd_onepass_k<JJ><<<P, RESNORM_NT, 0, st>>>(ws, P, R, N, D, d_o, dh, dy, dres, out,    \
-                                                        rstd, w, o, h, ob, os, rb, rs)
+    resnorm_bwd_onepass_k<JJ><<<P, RESNORM_NT, 0, st>>>(ws, P, R, N, D, d_o, dh, dy, dres, rstd,   \
+                                                        w, o, h, ob, os, rb, rs)
     if (J == 1)
         RESNORM_LAUNCH(1);
     else
@@ -515,8 +525,8 @@ static int resnorm_bwd(T *d_o, float *dh, float *dw, float *dob, float *dos, flo
     zy_col_chunks(N, &R, &P);
     int onepass = ZY_ERR;
     if constexpr (sizeof(T) == 2)
-        onepass = resnorm_bwd_onepass(d_o, dh, ws, P, R, dy, dres, out, rstd, w, o, h, ob, os, rb,
-                                      rs, N, D, st);
+        onepass = resnorm_bwd_onepass(d_o, dh, ws, P, R, dy, dres, rstd, w, o, h, ob, os, rb, rs, N,
+                                      D, st);
     if (onepass != ZY_OK) { /* two passes: dout = dres + norm backward into dh, then the sums */
         rmsnorm_bwd_rows<float, T, float>(dh, dres, dy, out, w, rstd, N, D, st);
         CUDA_TRY_LAUNCH();
