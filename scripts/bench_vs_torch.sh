@@ -181,4 +181,7 @@ done
 for f in hf_eager hf_compile; do
     [ -f "$OUT/$f.log" ] && ! [ -f "$OUT/$f.json" ] && { echo "=== $f.log (tail)"; tail -15 "$OUT/$f.log"; }
 done
-echo "total $(($(date +%s) - T0)) s"
+echo "total $(($(date +%s) - T0)) s" | tee -a "$OUT/steps.txt"
+# the GPU machine returns at most 8 files: keep summary.md, the JSON results and steps.txt, pack
+# the logs and helpers into logs.tgz
+(cd "$OUT" && tar czf logs.tgz --remove-files $(ls | grep -vE '^(summary\.md|steps\.txt|.*\.json|logs\.tgz)$'))

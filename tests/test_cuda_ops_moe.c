@@ -580,7 +580,8 @@ static void check_f32_sum(const char *what, const float *got, const float *ref, 
     check_tol(what, got, ref, tol, n);
 }
 
-/* ops_expert_matmul (forward and data gradient) and ops_expert_matmul_wgrad with beta 0 and 1,
+/* ops_expert_matmul (forward and data gradient), ops_expert_matmul_wgrad and ops_expert_matmul_bwd
+ * (both gradients at once) with beta 0 and 1,
  * on experts of 0, 1 and many rows, against the CPU op. With beta = 0 the old gradient is NaN:
  * every expert's block must be overwritten, the empty expert's with zeros. Experts 3 (exactly two
  * blocks of CUDA_GEMM_CHUNK_ROWS = 256) and 5 (one block and 160 rows) take the blocked GEMMs
@@ -594,6 +595,8 @@ static void expert_matmul_case(void) {
     zy_act *dW_ = put_act(W, nw), *dX_ = put_act(X, (size_t)ROWS * K);
     zy_act *ddY = put_act(dY, (size_t)ROWS * N);
     char what[128];
+    float *ref_dx = NULL;
+    double *tol_dx = NULL;
     for (int data_grad = 0; data_grad < 2; data_grad++) {
         const int in_w = data_grad ? N : K, out_w = data_grad ? K : N;
         const float *in = data_grad ? dY : X;
@@ -610,6 +613,7 @@ static void expert_matmul_case(void) {
         for (size_t i = 0; i < no; i++)
             tol[i] = BF_REL * fabs(ref[i]) + (in_w + 2) * F32_EPS * sabs[i] + 1e-37;
         check_tol(what, get_act(dout, no), ref, tol, no);
+        ref_dx = ref, tol_dx = tol; /* the data gradient's, for expert_matmul_bwd below */
     }
     for (int beta = 0; beta < 2; beta++) {
         float *old = beta ? randn_bf(nw, 1.0f) : H(tu_const(nw, NAN));
@@ -627,6 +631,14 @@ static void expert_matmul_case(void) {
         if (!beta)
             for (size_t i = (size_t)N * K; i < 2 * (size_t)N * K; i++)
                 if (got[i] != 0.0f) fail_msg("%s: empty expert element %zu is %g", what, i, got[i]);
+        /* the same weight gradient from expert_matmul_bwd, beside its data gradient */
+        zy_act *dxo = nan_act_at((size_t)ROWS * K, 0);
+        float *ddW2 = put_f32(old, nw);
+        ops_expert_matmul_bwd(&gpu, dxo, ddW2, ddY, dX_, dW_, off, E, N, K, (float)beta);
+        snprintf(what, sizeof what, "expert_matmul_bwd beta=%d E=%d N=%d K=%d dX", beta, E, N, K);
+        check_tol(what, get_act(dxo, (size_t)ROWS * K), ref_dx, tol_dx, (size_t)ROWS * K);
+        snprintf(what, sizeof what, "expert_matmul_bwd beta=%d E=%d N=%d K=%d dW", beta, E, N, K);
+        check_f32_sum(what, get_f32(ddW2, nw), ref, sabs, off[3] - off[2], nw);
     }
     free_case();
 }

@@ -102,6 +102,13 @@ void ops_expert_matmul(zy_ctx *ctx, zy_act *out, const zy_act *in, const zy_act 
  * beta is 0 (overwrite: an expert without rows gets zeros) or 1 (accumulate). */
 void ops_expert_matmul_wgrad(zy_ctx *ctx, float *dW, const zy_act *dY, const zy_act *X,
                              const int32_t *offsets_host, int E, int N, int K, float beta);
+/* Both gradients of the forward out = X W^T from dY: dX (ops_expert_matmul with data_grad = 1)
+ * and dW (ops_expert_matmul_wgrad with beta), the same results; CUDA issues the two sets of
+ * expert GEMMs together, so they share the side streams instead of running one after the
+ * other. */
+void ops_expert_matmul_bwd(zy_ctx *ctx, zy_act *dX, float *dW, const zy_act *dY, const zy_act *X,
+                           const zy_act *W, const int32_t *offsets_host, int E, int N, int K,
+                           float beta);
 /* y[n] += x[n] (activation buffers). */
 void ops_add_act(zy_ctx *ctx, zy_act *y, const zy_act *x, size_t n);
 /* y[N,C] += bias[C] broadcast over rows */

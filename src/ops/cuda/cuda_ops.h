@@ -42,6 +42,9 @@ void cuda_ops_expert_matmul(zy_ctx *ctx, zy_act *out, const zy_act *in, const zy
                             const int32_t *offsets_host, int E, int N, int K, int data_grad);
 void cuda_ops_expert_matmul_wgrad(zy_ctx *ctx, float *dW, const zy_act *dY, const zy_act *X,
                                   const int32_t *offsets_host, int E, int N, int K, float beta);
+void cuda_ops_expert_matmul_bwd(zy_ctx *ctx, zy_act *dX, float *dW, const zy_act *dY,
+                                const zy_act *X, const zy_act *W, const int32_t *offsets_host,
+                                int E, int N, int K, float beta);
 void cuda_ops_add_act(zy_ctx *ctx, zy_act *y, const zy_act *x, size_t n);
 void cuda_ops_add_bias(zy_ctx *ctx, zy_act *y, const float *bias, int N, int C);
 void cuda_ops_bias_bwd(zy_ctx *ctx, float *dbias, const zy_act *dy, int N, int C);

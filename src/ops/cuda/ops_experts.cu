@@ -3,7 +3,9 @@
  * SMs), so the experts run on the side streams (cuda_state.h) at once: fork from the context's
  * stream with an event, experts dealt to the streams largest first, join back with events. Each
  * side stream has its own cuBLASLt context (workspace and plan cache), so nothing is shared
- * between concurrent GEMMs; each row's result does not depend on which stream ran it.
+ * between concurrent GEMMs; each row's result does not depend on which stream ran it. The
+ * backward issues an expert layer's input-gradient and weight-gradient GEMMs as one set of jobs
+ * (cuda_ops_expert_matmul_bwd), so neither waits for the other's slowest stream.
  * ZAYAC_EXPERT_CHUNK=1 runs the forward and input-gradient GEMMs by blocks instead: every
  * expert's full blocks of CUDA_GEMM_CHUNK_ROWS rows in one pointer-array batched GEMM on the
  * context's stream, the remaining rows on the side streams at the same time. Off by default: on
@@ -44,10 +46,10 @@ typedef struct {
  * the same time. */
 static void run_jobs(zy_ctx *ctx, expert_job *jobs, int n, const chunk_call *cc) {
     cuda_state *s = cuda_st(ctx);
-    if (n == 0 && !cc) return; /* with blocks only, no stream is forked (ns = 0) */
-    int order[CUDA_GEMM_MAX_EXPERTS];
-    ZY_CHECKF(n <= CUDA_GEMM_MAX_EXPERTS, "expert_matmul: %d experts (at most %d)", n,
-              CUDA_GEMM_MAX_EXPERTS);
+    if (n == 0 && !cc) return;            /* with blocks only, no stream is forked (ns = 0) */
+    int order[2 * CUDA_GEMM_MAX_EXPERTS]; /* the backward's data and weight gradients */
+    ZY_CHECKF(n <= 2 * CUDA_GEMM_MAX_EXPERTS, "expert_matmul: %d GEMMs (at most %d)", n,
+              2 * CUDA_GEMM_MAX_EXPERTS);
     for (int i = 0; i < n; i++) order[i] = i;
     for (int i = 1; i < n; i++) /* insertion sort by work, largest first (n is small) */
         for (int j = i; j > 0; j--) {
@@ -80,22 +82,19 @@ static void run_jobs(zy_ctx *ctx, expert_job *jobs, int n, const chunk_call *cc)
     }
 }
 
-void cuda_ops_expert_matmul(zy_ctx *ctx, zy_act *out, const zy_act *in, const zy_act *W,
-                            const int32_t *offsets_host, int E, int N, int K, int data_grad) {
-    expert_job jobs[CUDA_GEMM_MAX_EXPERTS];
-    ZY_CHECKF(E <= CUDA_GEMM_MAX_EXPERTS, "expert_matmul: %d experts (at most %d)", E,
-              CUDA_GEMM_MAX_EXPERTS);
+/* Appends the forward (data_grad 0) or input-gradient (1) GEMM of every expert with rows to
+ * jobs[*n..]: with blocks, only the rows after each expert's last full block. */
+static void add_data_jobs(expert_job *jobs, int *n, zy_act *out, const zy_act *in, const zy_act *W,
+                          const int32_t *offsets_host, int E, int N, int K, int data_grad,
+                          int chunks) {
     const size_t in_w = data_grad ? N : K, out_w = data_grad ? K : N;
-    const int chunks = use_chunks();
-    int n = 0;
     for (int e = 0; e < E; e++) {
         int ne = offsets_host[e + 1] - offsets_host[e];
-        /* with blocks, this job is only the rows after the expert's last full block */
         const int blocked = chunks ? ne / CUDA_GEMM_CHUNK_ROWS * CUDA_GEMM_CHUNK_ROWS : 0;
         size_t r0 = (size_t)offsets_host[e] + blocked;
         ne -= blocked;
         if (ne <= 0) continue;
-        expert_job *j = &jobs[n++];
+        expert_job *j = &jobs[(*n)++];
         j->C = (char *)out + r0 * out_w * 2;
         j->A = (const char *)in + r0 * in_w * 2;
         j->B = (const char *)W + (size_t)e * N * K * 2;
@@ -103,6 +102,40 @@ void cuda_ops_expert_matmul(zy_ctx *ctx, zy_act *out, const zy_act *in, const zy
         j->transA = 0, j->transB = !data_grad;
         j->beta = 0.0f, j->dc = CUDA_GEMM_BF16;
     }
+}
+
+/* Appends the weight-gradient GEMM of every expert with rows to jobs[*n..]; an expert without
+ * rows gets zeros (beta 0, on ctx's stream before the fork) or is left alone (beta 1). */
+static void add_wgrad_jobs(zy_ctx *ctx, expert_job *jobs, int *n, float *dW, const zy_act *dY,
+                           const zy_act *X, const int32_t *offsets_host, int E, int N, int K,
+                           float beta) {
+    for (int e = 0; e < E; e++) {
+        size_t r0 = (size_t)offsets_host[e];
+        int ne = offsets_host[e + 1] - offsets_host[e];
+        if (ne <= 0) {
+            if (beta == 0.0f)
+                CUDA_CHECK(cudaMemsetAsync(dW + (size_t)e * N * K, 0, (size_t)N * K * sizeof(float),
+                                           cuda_stream(ctx)));
+            continue;
+        }
+        expert_job *j = &jobs[(*n)++];
+        j->C = dW + (size_t)e * N * K;
+        j->A = (const char *)dY + r0 * N * 2;
+        j->B = (const char *)X + r0 * K * 2;
+        j->M = N, j->N = K, j->K = ne;
+        j->transA = 1, j->transB = 0;
+        j->beta = beta, j->dc = CUDA_GEMM_FP32;
+    }
+}
+
+void cuda_ops_expert_matmul(zy_ctx *ctx, zy_act *out, const zy_act *in, const zy_act *W,
+                            const int32_t *offsets_host, int E, int N, int K, int data_grad) {
+    expert_job jobs[CUDA_GEMM_MAX_EXPERTS];
+    ZY_CHECKF(E <= CUDA_GEMM_MAX_EXPERTS, "expert_matmul: %d experts (at most %d)", E,
+              CUDA_GEMM_MAX_EXPERTS);
+    const int chunks = use_chunks();
+    int n = 0;
+    add_data_jobs(jobs, &n, out, in, W, offsets_host, E, N, K, data_grad, chunks);
     const chunk_call cc = {out, in, W, offsets_host, E, N, K, data_grad};
     run_jobs(ctx, jobs, n, chunks ? &cc : NULL);
 }
@@ -113,22 +146,20 @@ void cuda_ops_expert_matmul_wgrad(zy_ctx *ctx, float *dW, const zy_act *dY, cons
     ZY_CHECKF(E <= CUDA_GEMM_MAX_EXPERTS, "expert_matmul_wgrad: %d experts (at most %d)", E,
               CUDA_GEMM_MAX_EXPERTS);
     int n = 0;
-    for (int e = 0; e < E; e++) {
-        size_t r0 = (size_t)offsets_host[e];
-        int ne = offsets_host[e + 1] - offsets_host[e];
-        if (ne <= 0) { /* no rows: the gradient is unchanged (+= 0), or zero */
-            if (beta == 0.0f)
-                CUDA_CHECK(cudaMemsetAsync(dW + (size_t)e * N * K, 0, (size_t)N * K * sizeof(float),
-                                           cuda_stream(ctx)));
-            continue;
-        }
-        expert_job *j = &jobs[n++];
-        j->C = dW + (size_t)e * N * K;
-        j->A = (const char *)dY + r0 * N * 2;
-        j->B = (const char *)X + r0 * K * 2;
-        j->M = N, j->N = K, j->K = ne;
-        j->transA = 1, j->transB = 0;
-        j->beta = beta, j->dc = CUDA_GEMM_FP32;
-    }
+    add_wgrad_jobs(ctx, jobs, &n, dW, dY, X, offsets_host, E, N, K, beta);
     run_jobs(ctx, jobs, n, NULL);
+}
+
+void cuda_ops_expert_matmul_bwd(zy_ctx *ctx, zy_act *dX, float *dW, const zy_act *dY,
+                                const zy_act *X, const zy_act *W, const int32_t *offsets_host,
+                                int E, int N, int K, float beta) {
+    expert_job jobs[2 * CUDA_GEMM_MAX_EXPERTS];
+    ZY_CHECKF(E <= CUDA_GEMM_MAX_EXPERTS, "expert_matmul_bwd: %d experts (at most %d)", E,
+              CUDA_GEMM_MAX_EXPERTS);
+    const int chunks = use_chunks();
+    int n = 0;
+    add_data_jobs(jobs, &n, dX, dY, W, offsets_host, E, N, K, 1, chunks);
+    add_wgrad_jobs(ctx, jobs, &n, dW, dY, X, offsets_host, E, N, K, beta);
+    const chunk_call cc = {dX, dY, W, offsets_host, E, N, K, 1};
+    run_jobs(ctx, jobs, n, chunks ? &cc : NULL);
 }
