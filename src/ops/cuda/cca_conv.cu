@@ -751,24 +751,37 @@ void cuda_ops_cca_conv_bwd(zy_ctx *ctx, zy_act *dqk0, float *dw1, float *db1, fl
     a.qk0 = (const bf16 *)qk0, a.wp = wp, a.w1 = w1;
     a.dq = (const bf16 *)dq, a.dk = (const bf16 *)dk, a.dqk0 = (bf16 *)dqk0, a.part = part;
     const bf16 *mid = (const bf16 *)mid_save;
+    /* dw2 (its chunk GEMMs and their sum) reads only dq, dk and mid: it runs on a side stream
+     * beside the tile kernel, whose blocks leave SMs idle between their phases and in their last
+     * wave; joined back before the op returns */
+    cuda_state *cs = cuda_st(ctx);
+    cudaStream_t s2 = cs->nside > 0 ? cs->side[0] : st;
+    if (s2 != st) {
+        CUDA_CHECK(cudaEventRecord(cs->fork, st));
+        CUDA_CHECK(cudaStreamWaitEvent(s2, cs->fork, 0));
+    }
     switch (d) {
     case 32:
+        cca_dw2_launch<32, 1, 1>(part2, a.dq, a.dk, mid, T, Hq, Hk, t1, a.Tm, C, N, nch, chunk, s2);
         cca_bwd_launch<32>(a, st);
-        cca_dw2_launch<32, 1, 1>(part2, a.dq, a.dk, mid, T, Hq, Hk, t1, a.Tm, C, N, nch, chunk, st);
         break;
     case 64:
+        cca_dw2_launch<64, 2, 2>(part2, a.dq, a.dk, mid, T, Hq, Hk, t1, a.Tm, C, N, nch, chunk, s2);
         cca_bwd_launch<64>(a, st);
-        cca_dw2_launch<64, 2, 2>(part2, a.dq, a.dk, mid, T, Hq, Hk, t1, a.Tm, C, N, nch, chunk, st);
         break;
     default:
-        cca_bwd_launch<128>(a, st);
         cca_dw2_launch<128, 2, 4>(part2, a.dq, a.dk, mid, T, Hq, Hk, t1, a.Tm, C, N, nch, chunk,
-                                  st);
+                                  s2);
+        cca_bwd_launch<128>(a, st);
         break;
     }
+    size_t n2 = (size_t)C * d * t1;
+    cca_dw2_sum_k<<<zy_grid_blocks(n2), 256, 0, s2>>>(dw2, part2, nch, C, d, t1);
+    CUDA_CHECK_LAUNCH();
     cca_colsum_k<<<(ncol + 31) / 32, dim3(32, 8), 0, st>>>(db1, db2, dw1, part, Pt, C, ncol);
     CUDA_CHECK_LAUNCH();
-    size_t n2 = (size_t)C * d * t1;
-    cca_dw2_sum_k<<<zy_grid_blocks(n2), 256, 0, st>>>(dw2, part2, nch, C, d, t1);
-    CUDA_CHECK_LAUNCH();
+    if (s2 != st) {
+        CUDA_CHECK(cudaEventRecord(cs->join[0], s2));
+        CUDA_CHECK(cudaStreamWaitEvent(st, cs->join[0], 0));
+    }
 }
