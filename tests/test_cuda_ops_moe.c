@@ -631,10 +631,12 @@ static void expert_matmul_case(void) {
         if (!beta)
             for (size_t i = (size_t)N * K; i < 2 * (size_t)N * K; i++)
                 if (got[i] != 0.0f) fail_msg("%s: empty expert element %zu is %g", what, i, got[i]);
-        /* the same weight gradient from expert_matmul_bwd, beside its data gradient */
+        /* the same gradients from expert_matmul_bwd */
         zy_act *dxo = nan_act_at((size_t)ROWS * K, 0);
         float *ddW2 = put_f32(old, nw);
-        ops_expert_matmul_bwd(&gpu, dxo, ddW2, ddY, dX_, dW_, off, E, N, K, (float)beta);
+        /* beta 1 leaves the GEMMs running and joins them after */
+        ops_expert_matmul_bwd(&gpu, dxo, ddW2, ddY, dX_, dW_, off, E, N, K, (float)beta, !beta);
+        if (beta) ops_expert_join(&gpu);
         snprintf(what, sizeof what, "expert_matmul_bwd beta=%d E=%d N=%d K=%d dX", beta, E, N, K);
         check_tol(what, get_act(dxo, (size_t)ROWS * K), ref_dx, tol_dx, (size_t)ROWS * K);
         snprintf(what, sizeof what, "expert_matmul_bwd beta=%d E=%d N=%d K=%d dW", beta, E, N, K);

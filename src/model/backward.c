@@ -10,7 +10,11 @@
 #include <math.h>
 #include <stdlib.h>
 
-/* dY [N,D] (grad of the MoE output) -> a->dm [N,D] (overwritten), a->dgate [N]; expert grads. */
+static void router_backward(zy_model *mo, zy_acts *a, int l);
+
+/* dY [N,D] (grad of the MoE output) -> a->dm [N,D] (overwritten: the experts' and the router's
+ * input gradients), expert and router grads. The router's backward needs only the gate gradient,
+ * so it runs while the down projection's expert GEMMs are still busy on the side streams. */
 static void moe_backward(zy_model *mo, zy_acts *a, int l, const zy_act *dY) {
     zy_ctx *ctx = mo->ctx;
     const zy_config *c = &mo->cfg;
@@ -21,14 +25,16 @@ static void moe_backward(zy_model *mo, zy_acts *a, int l, const zy_act *dY) {
     const int E = c->num_experts;
     const int32_t *off = x->offsets_host; /* the forward's routing, still on the host */
     ops_moe_combine_bwd(ctx, a->dys, a->dgate, dY, x->ys, x->gate, x->perm, x->nrouted, N, D);
-    /* dact = dys @ down[e]; ddown[e] += dys^T act */
+    /* dact = dys @ down[e]; ddown[e] += dys^T act (left running) */
     ops_expert_matmul_bwd(ctx, a->dact, g->down, a->dys, x->act, wc->down, off, E, D, F,
-                          mo->grad_beta);
+                          mo->grad_beta, 0);
+    ops_zero(ctx, a->dm, (size_t)N * D * ops_act_size(ctx));
+    router_backward(mo, a, l); /* touches none of dact, ddown, dys, act, down */
+    ops_expert_join(ctx);
     ops_swiglu_bwd(ctx, a->dgu, a->dact, x->gu, x->nrouted, F);
     /* dxs = dgu @ gate_up[e]; dgate_up[e] += dgu^T xs */
     ops_expert_matmul_bwd(ctx, a->dxs, g->gate_up, a->dgu, x->xs, wc->gate_up, off, E, 2 * F, D,
-                          mo->grad_beta);
-    ops_zero(ctx, a->dm, (size_t)N * D * ops_act_size(ctx));
+                          mo->grad_beta, 1);
     ops_scatter_add_rows(ctx, a->dm, a->dxs, x->perm, x->nrouted, D);
 }
 
@@ -93,7 +99,6 @@ static void layer_backward(zy_model *mo, zy_acts *a, int l) {
                     nn.last ? NULL : a->dh, nn.h, nn.rstd, nn.w, x->y, x->h_mid, w->pm_hb, w->pm_hs,
                     w->pm_rb, w->pm_rs, N, D);
     moe_backward(mo, a, l, a->dx);
-    router_backward(mo, a, l);
 
     /* post-attention norm of h_mid = (o + hb) * hs + (h_in + rb) * rs: do -> a->dm, dh_in -> a->dh
      */

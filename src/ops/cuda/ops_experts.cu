@@ -40,11 +40,21 @@ typedef struct {
     cuda_gemm_dtype dc;
 } expert_job;
 
+/* ctx's stream waits for everything issued so far on the side streams. */
+void cuda_ops_expert_join(zy_ctx *ctx) {
+    cuda_state *s = cuda_st(ctx);
+    for (int i = 0; i < s->nside; i++) {
+        CUDA_CHECK(cudaEventRecord(s->join[i], s->side[i]));
+        CUDA_CHECK(cudaStreamWaitEvent(s->stream, s->join[i], 0));
+    }
+}
+
 /* Runs jobs[0..n) spread over the side streams, and cc (when not NULL) on ctx's stream at the same
- * time, ordered after everything issued on ctx's stream and before anything issued after. Larger
- * jobs are dealt first, each to the least loaded stream (by rows), so the streams finish at about
- * the same time. */
-static void run_jobs(zy_ctx *ctx, expert_job *jobs, int n, const chunk_call *cc) {
+ * time, ordered after everything issued on ctx's stream and (wait = 1) before anything issued
+ * after; wait = 0 leaves the side streams running for cuda_ops_expert_join. Larger jobs are dealt
+ * first, each to the least loaded stream (by rows), so the streams finish at about the same
+ * time. */
+static void run_jobs(zy_ctx *ctx, expert_job *jobs, int n, const chunk_call *cc, int wait) {
     cuda_state *s = cuda_st(ctx);
     if (n == 0 && !cc) return;            /* with blocks only, no stream is forked (ns = 0) */
     int order[2 * CUDA_GEMM_MAX_EXPERTS]; /* the backward's data and weight gradients */
@@ -76,6 +86,7 @@ static void run_jobs(zy_ctx *ctx, expert_job *jobs, int n, const chunk_call *cc)
                                  j->transB, 1.0f, j->beta, CUDA_GEMM_BF16, j->dc,
                                  CUDA_GEMM_EPI_NONE, NULL, s->side[best]));
     }
+    if (!wait) return;
     for (int i = 0; i < ns; i++) {
         CUDA_CHECK(cudaEventRecord(s->join[i], s->side[i]));
         CUDA_CHECK(cudaStreamWaitEvent(s->stream, s->join[i], 0));
@@ -137,7 +148,7 @@ void cuda_ops_expert_matmul(zy_ctx *ctx, zy_act *out, const zy_act *in, const zy
     int n = 0;
     add_data_jobs(jobs, &n, out, in, W, offsets_host, E, N, K, data_grad, chunks);
     const chunk_call cc = {out, in, W, offsets_host, E, N, K, data_grad};
-    run_jobs(ctx, jobs, n, chunks ? &cc : NULL);
+    run_jobs(ctx, jobs, n, chunks ? &cc : NULL, 1);
 }
 
 void cuda_ops_expert_matmul_wgrad(zy_ctx *ctx, float *dW, const zy_act *dY, const zy_act *X,
@@ -147,12 +158,12 @@ void cuda_ops_expert_matmul_wgrad(zy_ctx *ctx, float *dW, const zy_act *dY, cons
               CUDA_GEMM_MAX_EXPERTS);
     int n = 0;
     add_wgrad_jobs(ctx, jobs, &n, dW, dY, X, offsets_host, E, N, K, beta);
-    run_jobs(ctx, jobs, n, NULL);
+    run_jobs(ctx, jobs, n, NULL, 1);
 }
 
 void cuda_ops_expert_matmul_bwd(zy_ctx *ctx, zy_act *dX, float *dW, const zy_act *dY,
                                 const zy_act *X, const zy_act *W, const int32_t *offsets_host,
-                                int E, int N, int K, float beta) {
+                                int E, int N, int K, float beta, int wait) {
     expert_job jobs[2 * CUDA_GEMM_MAX_EXPERTS];
     ZY_CHECKF(E <= CUDA_GEMM_MAX_EXPERTS, "expert_matmul_bwd: %d experts (at most %d)", E,
               CUDA_GEMM_MAX_EXPERTS);
@@ -161,5 +172,5 @@ void cuda_ops_expert_matmul_bwd(zy_ctx *ctx, zy_act *dX, float *dW, const zy_act
     add_data_jobs(jobs, &n, dX, dY, W, offsets_host, E, N, K, 1, chunks);
     add_wgrad_jobs(ctx, jobs, &n, dW, dY, X, offsets_host, E, N, K, beta);
     const chunk_call cc = {dX, dY, W, offsets_host, E, N, K, 1};
-    run_jobs(ctx, jobs, n, chunks ? &cc : NULL);
+    run_jobs(ctx, jobs, n, chunks ? &cc : NULL, wait);
 }
