@@ -421,6 +421,12 @@ static void test_bad_args(void **state) {
     size_t need = cuda_attention_bwd_scratch_bytes(2, 8, 8, 64);
     assert_int_equal(need, 2 * 8 * 8 * sizeof(float) + 2 * 8 * 64 * 64 * 2);
     assert_int_equal(cuda_attention_bwd_scratch_bytes(1, 65, 1, 64), 512 + 3 * 64 * 64 * 2);
+    /* tiles past 1 GiB (8 heads at T = 16384: 8 * 256 * 257 / 2 tiles of 8 KiB, about 2 GiB):
+     * the default recomputes and needs only the row sums; at T = 8192 (0.5 GiB) it stores */
+    assert_int_equal(cuda_attention_bwd_scratch_bytes(1, 16384, 8, 128),
+                     (size_t)16384 * 8 * sizeof(float));
+    assert_int_equal(cuda_attention_bwd_scratch_bytes(1, 8192, 8, 128),
+                     (size_t)8192 * 8 * sizeof(float) + (size_t)8 * 128 * 129 / 2 * 8192);
     cuda_attention_cfg recompute = {0, 0, 0, 0, 0, 1};
     assert_int_equal(cuda_attention_bwd_scratch_bytes_cfg(2, 8, 8, 64, &recompute),
                      2 * 8 * 8 * sizeof(float));

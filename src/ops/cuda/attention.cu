@@ -1004,11 +1004,16 @@ extern "C" int cuda_attention_fwd(const void *q, const void *k, const void *v, v
     return cuda_attention_fwd_cfg(q, k, v, out, lse, B, T, Hq, Hk, d, scale, window, NULL, s);
 }
 
-/* The dq path a configuration asks for (cfg == NULL: the default, stored dS). */
-static int att_dq_mode(const cuda_attention_cfg *cfg) {
-    return cfg && cfg->dq_atomic      ? ATT_DQ_ATOMIC
-           : cfg && cfg->dq_recompute ? ATT_DQ_RECOMPUTE
-                                      : ATT_DQ_STORED;
+/* The stored dS grows as T^2: past this many bytes (long contexts) the default dq recomputes. */
+#define ATT_DS_MAX_BYTES ((size_t)1 << 30)
+
+/* The dq path a configuration asks for (cfg == NULL: the default: stored dS while its tiles
+ * take at most ATT_DS_MAX_BYTES, else recomputing). */
+static int att_dq_mode(const cuda_attention_cfg *cfg, int B, int T, int Hq) {
+    if (cfg && cfg->dq_atomic) return ATT_DQ_ATOMIC;
+    if (cfg && cfg->dq_recompute) return ATT_DQ_RECOMPUTE;
+    const size_t ds = (size_t)B * Hq * att_ds_tiles(T) * ATT_DT * ATT_DT * sizeof(bf16);
+    return ds <= ATT_DS_MAX_BYTES ? ATT_DQ_STORED : ATT_DQ_RECOMPUTE;
 }
 
 /* Dsum [B*Hq*T] fp32 rounded up to 256 bytes: where the dS tiles start in the scratch. */
@@ -1020,7 +1025,7 @@ extern "C" size_t cuda_attention_bwd_scratch_bytes_cfg(int B, int T, int Hq, int
                                                        const cuda_attention_cfg *cfg) {
     if (B <= 0 || T <= 0 || Hq <= 0 || d <= 0) return 0;
     const size_t rows = (size_t)B * T * Hq;
-    switch (att_dq_mode(cfg)) {
+    switch (att_dq_mode(cfg, B, T, Hq)) {
     case ATT_DQ_ATOMIC: /* the fp32 dq accumulator, then Dsum */
         return (rows * d + rows) * sizeof(float);
     case ATT_DQ_RECOMPUTE:
@@ -1062,7 +1067,7 @@ extern "C" int cuda_attention_bwd_cfg(const void *dout, const void *q, const voi
     if (scratch == NULL || scratch_bytes < need)
         return zy_fail("cuda_attention_bwd: scratch of %zu bytes given, %zu needed", scratch_bytes,
                        need);
-    const int mode = att_dq_mode(cfg);
+    const int mode = att_dq_mode(cfg, B, T, Hq);
     /* default warps: the fastest on an H100 at d = 128, T = 2048 (test_cuda_attention --bench) */
     int nw = cfg && cfg->bwd_warps ? cfg->bwd_warps : mode == ATT_DQ_STORED ? 4 : 8;
     int br = cfg && cfg->bwd_rows ? cfg->bwd_rows : 64;

@@ -25,10 +25,11 @@ extern "C" {
  * d = 64 offer every combination; other d use the default. dq: by default the main backward kernel
  * stores dS (bf16, in 64 x 64 tiles of the causal triangle, in the scratch) and a second kernel
  * over query tiles sums dS K over its key tiles in a fixed order, so the backward is bitwise
- * repeatable. dq_recompute = 1 instead recomputes S, P and dS in that second kernel (no dS tiles:
- * less scratch, three T x T x d products instead of one); dq_atomic = 1 adds each key block's share
- * of dq into an fp32 scratch with atomics (the rounding depends on the order the blocks run in;
- * kept for comparison). */
+ * repeatable; when the tiles would take over 1 GiB (B * Hq * T^2 bytes: long contexts) the default
+ * recomputes instead. dq_recompute = 1 instead recomputes S, P and dS in that second kernel (no dS
+ * tiles: less scratch, three T x T x d products instead of one); dq_atomic = 1 adds each key
+ * block's share of dq into an fp32 scratch with atomics (the rounding depends on the order the
+ * blocks run in; kept for comparison). */
 typedef struct {
     int fwd_warps;
     int fwd_mtiles;
