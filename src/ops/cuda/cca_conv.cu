@@ -263,17 +263,14 @@ template <int D> __global__ void __launch_bounds__(CCA_NTH, 2) cca_fwd_k(cca_arg
             own[u] = *reinterpret_cast<const uint4 *>(x0 + c);
             oth[u] = *reinterpret_cast<const uint4 *>(x0 + other);
         }
-        /* sum[u] = the mean-residual term: (q0 + k0) / 2, or the mean over the group of it */
+        /* sum[u] = the mean-residual term: (q0 + k0) / 2, or the mean over the group of it
+         * (query heads gi of the group, oth reloaded for each after the first) */
 #pragma unroll
-        for (int u = 0; u < CCA_ROWS_IN_FLIGHT; u++) {
-            float x[8], y[8];
-            zy_load<bf16, 8>(reinterpret_cast<const bf16 *>(&own[u]), x);
-            zy_load<bf16, 8>(reinterpret_cast<const bf16 *>(&oth[u]), y);
+        for (int u = 0; u < CCA_ROWS_IN_FLIGHT; u++)
 #pragma unroll
-            for (int e = 0; e < 8; e++) sum[u][e] = (y[e] + x[e]) * 0.5f;
-        }
-        if (!qhead) {
-            for (int gi = 1; gi < a.G; gi++) {
+            for (int e = 0; e < 8; e++) sum[u][e] = 0.0f;
+        for (int gi = 0; gi < (qhead ? 1 : a.G); gi++) {
+            if (gi > 0)
 #pragma unroll
                 for (int u = 0; u < CCA_ROWS_IN_FLIGHT; u++) {
                     const int t = t_base + m0 + u * K::RL;
@@ -282,13 +279,12 @@ template <int D> __global__ void __launch_bounds__(CCA_NTH, 2) cca_fwd_k(cca_arg
                         (size_t)gi * D);
                 }
 #pragma unroll
-                for (int u = 0; u < CCA_ROWS_IN_FLIGHT; u++) {
-                    float x[8], y[8];
-                    zy_load<bf16, 8>(reinterpret_cast<const bf16 *>(&own[u]), x);
-                    zy_load<bf16, 8>(reinterpret_cast<const bf16 *>(&oth[u]), y);
+            for (int u = 0; u < CCA_ROWS_IN_FLIGHT; u++) {
+                float x[8], y[8];
+                zy_load<bf16, 8>(reinterpret_cast<const bf16 *>(&own[u]), x);
+                zy_load<bf16, 8>(reinterpret_cast<const bf16 *>(&oth[u]), y);
 #pragma unroll
-                    for (int e = 0; e < 8; e++) sum[u][e] += (y[e] + x[e]) * 0.5f;
-                }
+                for (int e = 0; e < 8; e++) sum[u][e] += (y[e] + x[e]) * 0.5f;
             }
         }
 #pragma unroll
