@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Checks that a checkpoint folder zayac wrote loads in HF transformers as it is and computes the
-same logits as zayac: python3 scripts/check_hf_load.py CKPT_DIR [ZAYAC_BIN]. Needs torch and
-transformers (5.17) with the zaya model. Exit 1 on a mismatch."""
+same logits and greedy generation as zayac: python3 scripts/check_hf_load.py CKPT_DIR [ZAYAC_BIN].
+Logits on random ids: max error / max |logit| must be <= 1e-4. Greedy generation (when the folder
+has tokenizer.json): model.generate(do_sample=False) from "A man walks into" must equal
+`zayac generate --greedy` token for token (both stop at eos). Needs torch and transformers (5.17)
+with the zaya model. Exit 1 on a mismatch."""
 import os
 import subprocess
 import sys
@@ -26,11 +29,23 @@ def main(ckpt, zayac):
         ref = model(torch.from_numpy(ids).long()).logits.numpy()
     err = np.abs(ours - ref).max() / np.abs(ref).max()
     print(f"{ckpt}: loaded in transformers; logits max error / max |logit| = {err:.2e}")
+    same_greedy = True
     if os.path.exists(os.path.join(ckpt, "tokenizer.json")):
         tok = AutoTokenizer.from_pretrained(ckpt)
-        text = "Q: Why did the chicken cross the road?\nA: "
-        print(f"tokenizer loads: {len(tok(text)['input_ids'])} ids for a {len(text)}-byte text")
-    return 0 if err < 1e-4 else 1
+        prompt = tok("A man walks into")["input_ids"]
+        with torch.no_grad():
+            hf = model.generate(torch.tensor([prompt]), max_new_tokens=32, do_sample=False,
+                                pad_token_id=cfg.pad_token_id)[0].tolist()
+        with tempfile.TemporaryDirectory() as tmp:
+            np.save(f"{tmp}/prompt.npy", np.array([prompt], dtype=np.int32))
+            subprocess.run([zayac, "generate", "--model", ckpt, "--prompt-tokens",
+                            f"{tmp}/prompt.npy", "--max-new", "32", "--greedy", "--out",
+                            f"{tmp}/gen.npy"], check=True, capture_output=True)
+            ours = np.load(f"{tmp}/gen.npy")[0].tolist()
+        same_greedy = ours == hf
+        print(f"greedy from 'A man walks into': identical = {same_greedy}\n"
+              f"  transformers: {tok.decode(hf)!r}\n  zayac:        {tok.decode(ours)!r}")
+    return 0 if err <= 1e-4 and same_greedy else 1
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 
 For each small config: build a random model, perturb every parameter and buffer away from its init
 (so scales, biases, temperatures and balancing biases all matter, and some tokens pick the skip
-class), save it with save_pretrained, and write tokens.npy [B,T] int32, logits.npy [B,T,V] float32,
+class), save it with save_pretrained, load it back with from_pretrained (what a user runs: the
+references come from the reloaded model) and write tokens.npy [B,T] int32, logits.npy [B,T,V] float32,
 loss.json (mean next-token cross-entropy, labels = tokens), grads.safetensors (every parameter's
 gradient by HF name), prompt.npy [1,T0] int32 and greedy.npy [1,T0+N] int32 (HF greedy generation).
 
@@ -28,7 +29,7 @@ CONFIGS = {
                  rope_parameters={"hybrid": {"rope_type": "default", "rope_theta": 10000.0,
                                              "partial_rotary_factor": 0.5}},
                  pad_token_id=0, bos_token_id=1, eos_token_id=2),
-        B=2, T=12, T0=5, new=8, seed=1),
+        B=2, T=12, T0=5, new=8, seed=1, canonical=True),
     # 2 layers, 6/3 heads, full rotary, longer convolutions, a sliding-window layer
     "small_b": dict(
         cfg=dict(vocab_size=61, hidden_size=48, num_hidden_layers=2, num_attention_heads=6,
@@ -40,7 +41,7 @@ CONFIGS = {
                                   "hybrid_sliding": {"rope_type": "default", "rope_theta": 10000.0,
                                                      "partial_rotary_factor": 0.25}},
                  pad_token_id=0, bos_token_id=1, eos_token_id=2),
-        B=3, T=9, T0=4, new=7, seed=2),
+        B=3, T=9, T0=4, new=7, seed=2, canonical=False),
 }
 
 
@@ -85,6 +86,16 @@ def balance(model, ids, gen):
             gate.balancing_biases.copy_(-seen[0].mean(0) + 0.01 * noise)
 
 
+def canonicalise(model):
+    """Shifts each layer's balancing biases so the skip class is at -1: the same routing, and the
+    form that survives from_pretrained (transformers 5.17 sets the skip bias to -1 on load)."""
+    with torch.no_grad():
+        for layer in model.model.layers:
+            b = layer.mlp.gate.balancing_biases
+            b -= b[-1] + 1.0
+            b[-1] = -1.0
+
+
 def route_stats(model, ids):
     """Counts chosen classes per layer (recomputed from router logits and balancing biases)."""
     stats = []
@@ -113,6 +124,8 @@ def make(name, spec, out_root):
     ids = torch.randint(0, V, (B, T), generator=gen)
     ids[0, 3] = config.pad_token_id  # the padding row's embedding gets no lookup gradient
     balance(model, ids, gen)
+    if spec["canonical"]:
+        canonicalise(model)  # skip tokens survive the reload: HF's skip path is exercised
     stats = route_stats(model, ids)
     skips = sum(s[-1] for s in stats)
     assert skips > 0, f"{name}: no token picked the skip class: {stats}"
@@ -120,6 +133,15 @@ def make(name, spec, out_root):
 
     out = os.path.join(out_root, name)
     model.save_pretrained(out, safe_serialization=True)
+    # A non-canonical file (small_b) routes differently once loaded: its skip biases become -1, so
+    # the file's skip tokens go to experts. zayac must load it the same way by default.
+    model = ZayaForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    model.config._attn_implementation = "eager"
+    stats_loaded = route_stats(model, ids)
+    if spec["canonical"]:
+        assert stats_loaded == stats, (stats, stats_loaded)
+    else:
+        assert stats_loaded != stats, f"{name}: the reload did not change the routing"
     model.zero_grad()
     res = model(ids, labels=ids)
     res.loss.backward()
@@ -137,11 +159,13 @@ def make(name, spec, out_root):
                                 do_sample=False, pad_token_id=config.pad_token_id)
     np.save(os.path.join(out, "prompt.npy"), prompt.numpy().astype(np.int32))
     np.save(os.path.join(out, "greedy.npy"), greedy.numpy().astype(np.int32))
-    meta = dict(loss=float(res.loss), route_counts=stats, transformers=transformers.__version__,
+    meta = dict(loss=float(res.loss), route_counts=stats_loaded, route_counts_file=stats,
+                canonical=spec["canonical"], transformers=transformers.__version__,
                 torch=torch.__version__, B=B, T=T)
     with open(os.path.join(out, "reference.json"), "w") as f:
         json.dump(meta, f, indent=1)
-    print(f"{name}: loss {float(res.loss):.6f} skip tokens {skips} route {stats} -> {out}")
+    print(f"{name}: loss {float(res.loss):.6f} route (file) {stats} route (loaded) "
+          f"{stats_loaded} -> {out}")
 
 
 def main():

@@ -13,6 +13,8 @@
 #include "base/err.h"
 #include "base/fileio.h"
 #include "io/npy.h"
+#include "io/safetensors.h"
+#include "model/config.h"
 
 #include <cjson/cJSON.h>
 #include <fcntl.h>
@@ -279,6 +281,143 @@ static void test_init_then_logits(void **state) {
     result_free(&r);
 }
 
+/* JSON file at dir/name, parsed (fails the test when absent or broken). */
+static cJSON *read_json(const char *dir, const char *name) {
+    char path[1200], *text;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (zy_read_file(path, &text, NULL) != ZY_OK) fail_msg("%s", zy_errmsg());
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    if (!j) fail_msg("%s: not JSON", path);
+    return j;
+}
+
+/* Every tensor of an exported folder, read back through the safetensors files the index names (or
+ * model.safetensors): dtype BF16/F32 as asked (balancing biases F32 always) and values equal to
+ * the source's rounded to that dtype. Returns the number of tensors. */
+static int check_exported_tensors(const char *src, const char *dir, int bf16, int sharded) {
+    char path[1200], sp[1200];
+    snprintf(sp, sizeof sp, "%s/model.safetensors", src);
+    zy_safetensors s;
+    assert_int_equal(safetensors_open(&s, sp), ZY_OK);
+    cJSON *index = NULL;
+    if (sharded) {
+        index = read_json(dir, "model.safetensors.index.json");
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        assert_false(zy_path_exists(path)); /* a single file would win over the index in HF */
+    }
+    for (int i = 0; i < s.count; i++) {
+        const zy_st_tensor *x = &s.tensors[i];
+        const char *file = "model.safetensors";
+        if (index) {
+            cJSON *f = cJSON_GetObjectItem(cJSON_GetObjectItem(index, "weight_map"), x->name);
+            assert_non_null(f);
+            file = f->valuestring;
+        }
+        snprintf(path, sizeof path, "%s/%s", dir, file);
+        zy_safetensors e;
+        assert_int_equal(safetensors_open(&e, path), ZY_OK);
+        int k = safetensors_find(&e, x->name);
+        assert_true(k >= 0);
+        int is_bias = strstr(x->name, "balancing_biases") != NULL;
+        assert_int_equal(e.tensors[k].dtype, bf16 && !is_bias ? ZY_ST_BF16 : ZY_ST_F32);
+        size_t n = 1;
+        for (int d = 0; d < x->ndim; d++) n *= (size_t)x->shape[d];
+        float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
+        assert_int_equal(safetensors_read_f32(&s, x->name, x->ndim, x->shape, a), ZY_OK);
+        assert_int_equal(safetensors_read_f32(&e, x->name, x->ndim, x->shape, b), ZY_OK);
+        for (size_t j = 0; j < n; j++) {
+            float want = bf16 && !is_bias ? zy_bf16_to_f32(zy_f32_to_bf16(a[j])) : a[j];
+            if (want != b[j]) fail_msg("%s[%zu]: exported %g, expected %g", x->name, j, b[j], want);
+        }
+        free(a);
+        free(b);
+        safetensors_close(&e);
+    }
+    int count = s.count;
+    safetensors_close(&s);
+    cJSON_Delete(index);
+    return count;
+}
+
+/* zayac export on a checkpoint zayac trained: bf16 sharded and fp32 single-file folders with the
+ * weights only, configs and tokenizer; zayac loads them back with the same logits (fp32) or the
+ * logits of the bf16-rounded weights. Bad options fail cleanly and write nothing. */
+static void test_export(void **state) {
+    (void)state;
+    char src[1024], bf[1024], fp[1024], path[1200];
+    snprintf(src, sizeof src, "%s/tests/fixtures/trained/cpu", root);
+    tmp_path(bf, sizeof bf, "export_bf16");
+    tmp_path(fp, sizeof fp, "export_fp32");
+    run_result r = RUN("export", "--model", src, "--out", bf, "--shard-size", "300KB");
+    expect_ok(&r, "export bf16");
+    assert_non_null(strstr(r.out, "3 weight files"));
+    result_free(&r);
+    r = RUN("export", "--model", src, "--out", fp, "--dtype", "fp32");
+    expect_ok(&r, "export fp32");
+    result_free(&r);
+    assert_int_equal(check_exported_tensors(src, bf, 1, 1), check_exported_tensors(src, fp, 0, 0));
+    const char *files[] = {"config.json", "generation_config.json", "tokenizer.json",
+                           "tokenizer_config.json"};
+    for (int i = 0; i < 4; i++) {
+        snprintf(path, sizeof path, "%s/%s", bf, files[i]);
+        assert_true(zy_path_exists(path));
+    }
+    const char *absent[] = {"train_state.safetensors", "state.json", "manifest.json"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s/%s", bf, absent[i]);
+        assert_false(zy_path_exists(path));
+    }
+    zy_config c;
+    assert_int_equal(config_load(&c, bf), ZY_OK);
+    assert_string_equal(c.dtype, "bfloat16");
+    cJSON *g = read_json(bf, "generation_config.json"), *t = read_json(bf, "tokenizer_config.json");
+    assert_int_equal(cJSON_GetObjectItem(g, "bos_token_id")->valueint, c.bos_token_id);
+    assert_int_equal(cJSON_GetObjectItem(g, "eos_token_id")->valueint, c.eos_token_ids[0]);
+    assert_int_equal(cJSON_GetObjectItem(g, "pad_token_id")->valueint, c.pad_token_id);
+    assert_int_equal(cJSON_GetObjectItem(g, "max_length")->valueint, c.max_position_embeddings);
+    assert_int_equal(cJSON_GetObjectItem(t, "model_max_length")->valueint,
+                     c.max_position_embeddings);
+    assert_string_equal(cJSON_GetObjectItem(t, "eos_token")->valuestring, "<|eos|>");
+    cJSON_Delete(g);
+    cJSON_Delete(t);
+    /* zayac reads both back: fp32 gives the source's logits bit for bit */
+    char tokens[1200], l0[1200], l1[1200], l2[1200];
+    snprintf(tokens, sizeof tokens, "%s/tokens.npy", src);
+    tmp_path(l0, sizeof l0, "ex_l0.npy");
+    tmp_path(l1, sizeof l1, "ex_l1.npy");
+    tmp_path(l2, sizeof l2, "ex_l2.npy");
+    const char *dirs[3] = {src, fp, bf}, *outs[3] = {l0, l1, l2};
+    for (int i = 0; i < 3; i++) {
+        r = RUN("logits", "--model", dirs[i], "--tokens", tokens, "--out", outs[i]);
+        expect_ok(&r, "logits on an export");
+        result_free(&r);
+    }
+    zy_npy a, b, h;
+    assert_int_equal(npy_read_as(&a, l0, ZY_NPY_F32), ZY_OK);
+    assert_int_equal(npy_read_as(&b, l1, ZY_NPY_F32), ZY_OK);
+    assert_int_equal(npy_read_as(&h, l2, ZY_NPY_F32), ZY_OK);
+    assert_memory_equal(a.data, b.data, a.numel * sizeof(float));
+    double maxd = 0, maxr = 0;
+    for (size_t i = 0; i < a.numel; i++) {
+        maxd = fmax(maxd, fabs(((float *)a.data)[i] - ((float *)h.data)[i]));
+        maxr = fmax(maxr, fabs(((float *)a.data)[i]));
+    }
+    assert_true(maxd > 0 && maxd < 0.1 * maxr); /* bf16 weights: close, not equal */
+    npy_free(&a);
+    npy_free(&b);
+    npy_free(&h);
+    /* bad options and an occupied --out: clean errors, nothing written or replaced */
+    tmp_path(path, sizeof path, "export_bad");
+    EXPECT_FAIL("--shard-size", "5XB", path, "export", "--model", src, "--out", path,
+                "--shard-size", "5XB");
+    EXPECT_FAIL("--dtype", "fp16", path, "export", "--model", src, "--out", path, "--dtype",
+                "fp16");
+    EXPECT_FAIL("not empty", NULL, NULL, "export", "--model", src, "--out", fp);
+    assert_int_equal(config_load(&c, fp), ZY_OK);
+    assert_string_equal(c.dtype, "float32");
+}
+
 static void test_logits_matches_transformers(void **state) {
     (void)state;
     char tokens[1024], ref_path[1024], out_path[1024], ref_json[1024];
@@ -311,6 +450,75 @@ static void test_logits_matches_transformers(void **state) {
     npy_free(&got);
     npy_free(&ref);
     result_free(&r);
+}
+
+/* Copies small_a with eos_token_id = [unused id, stop] into tmp/name; returns the folder. */
+static void eos_list_model(char *dir, size_t n, const char *name, int unused, int stop) {
+    tmp_path(dir, n, name);
+    assert_int_equal(zy_mkdirs(dir), ZY_OK);
+    char src[1024], dst[1200], *text;
+    size_t len;
+    snprintf(src, sizeof src, "%s/model.safetensors", small_a);
+    snprintf(dst, sizeof dst, "%s/model.safetensors", dir);
+    assert_int_equal(zy_read_file(src, &text, &len), ZY_OK);
+    assert_int_equal(zy_write_file_atomic(dst, text, len), ZY_OK);
+    free(text);
+    snprintf(src, sizeof src, "%s/config.json", small_a);
+    assert_int_equal(zy_read_file(src, &text, NULL), ZY_OK);
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    cJSON *ids = cJSON_CreateArray();
+    cJSON_AddItemToArray(ids, cJSON_CreateNumber(unused));
+    cJSON_AddItemToArray(ids, cJSON_CreateNumber(stop));
+    cJSON_ReplaceItemInObject(j, "eos_token_id", ids);
+    text = cJSON_Print(j);
+    cJSON_Delete(j);
+    snprintf(dst, sizeof dst, "%s/config.json", dir);
+    assert_int_equal(zy_write_file_atomic(dst, text, strlen(text)), ZY_OK);
+    free(text);
+}
+
+/* eos_token_id as a list: every id ends greedy generation (here the second, a token HF's greedy
+ * continuation reaches), the list survives zayac's config round trip, and --ignore-eos runs on. */
+static void test_generate_stops_at_any_eos(void **state) {
+    (void)state;
+    char prompt[1024], greedy[1024], out_path[1024], dir[1024];
+    fixture(prompt, sizeof prompt, "prompt.npy");
+    fixture(greedy, sizeof greedy, "greedy.npy");
+    zy_npy p, want, got;
+    assert_int_equal(npy_read_as(&p, prompt, ZY_NPY_I32), ZY_OK);
+    assert_int_equal(npy_read_as(&want, greedy, ZY_NPY_I32), ZY_OK);
+    const int32_t *w = want.data;
+    const int T0 = (int)p.shape[1], total = (int)want.shape[1];
+    const int stop = w[T0 + 3];
+    int first = T0; /* the first generated position holding the stop token */
+    while (w[first] != stop) first++;
+    int unused = 0; /* an id nowhere in the generation: listed first, it must not matter */
+    for (int i = 0; i < total; i++)
+        if (w[i] == unused) unused++, i = -1;
+    eos_list_model(dir, sizeof dir, "eos_list", unused, stop);
+    tmp_path(out_path, sizeof out_path, "eos_greedy.npy");
+    run_result r = RUN("generate", "--model", dir, "--prompt-tokens", prompt, "--max-new", "8",
+                       "--greedy", "--out", out_path);
+    expect_ok(&r, "generate with an eos list");
+    result_free(&r);
+    assert_int_equal(npy_read_as(&got, out_path, ZY_NPY_I32), ZY_OK);
+    assert_int_equal(got.shape[1], first + 1);
+    assert_memory_equal(got.data, w, (size_t)(first + 1) * sizeof(int32_t));
+    npy_free(&got);
+    r = RUN("generate", "--model", dir, "--prompt-tokens", prompt, "--max-new", "8", "--greedy",
+            "--ignore-eos", "--out", out_path);
+    expect_ok(&r, "generate --ignore-eos");
+    result_free(&r);
+    assert_int_equal(npy_read_as(&got, out_path, ZY_NPY_I32), ZY_OK);
+    assert_int_equal(got.shape[1], total);
+    npy_free(&got);
+    zy_config c;
+    assert_int_equal(config_load(&c, dir), ZY_OK);
+    assert_int_equal(c.n_eos, 2);
+    assert_true(config_is_eos(&c, unused) && config_is_eos(&c, stop));
+    npy_free(&p);
+    npy_free(&want);
 }
 
 static void test_generate_matches_transformers(void **state) {
@@ -563,6 +771,8 @@ int main(void) {
         cmocka_unit_test(test_init_then_logits),
         cmocka_unit_test(test_logits_matches_transformers),
         cmocka_unit_test(test_generate_matches_transformers),
+        cmocka_unit_test(test_generate_stops_at_any_eos),
+        cmocka_unit_test(test_export),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_init_refuses_existing_checkpoint),
     };

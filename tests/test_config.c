@@ -39,7 +39,8 @@ static void test_defaults_are_hf_defaults(void **state) {
     assert_int_equal(c.max_position_embeddings, 131072);
     assert_int_equal(c.pad_token_id, 0);
     assert_int_equal(c.bos_token_id, 2);
-    assert_int_equal(c.eos_token_id, 106);
+    assert_int_equal(c.n_eos, 1);
+    assert_int_equal(c.eos_token_ids[0], 106);
     assert_true(c.rope[ZY_LAYER_HYBRID].theta == 5e6);
     assert_true(c.rope[ZY_LAYER_HYBRID_SLIDING].theta == 1e4);
     assert_true(c.rope[0].partial_rotary_factor == 0.5 && c.rope[1].partial_rotary_factor == 0.5);
@@ -77,7 +78,10 @@ static void check_hf_tiny(const zy_config *c) {
     assert_true(c->initializer_range == 0.01);
     assert_int_equal(c->pad_token_id, 3);
     assert_int_equal(c->bos_token_id, 4);
-    assert_int_equal(c->eos_token_id, 5); /* [5, 7]: the first */
+    assert_int_equal(c->n_eos, 2); /* [5, 7]: both kept, in order */
+    assert_int_equal(c->eos_token_ids[0], 5);
+    assert_int_equal(c->eos_token_ids[1], 7);
+    assert_true(config_is_eos(c, 7) && config_is_eos(c, 5) && !config_is_eos(c, 6));
     assert_int_equal(c->tie_word_embeddings, 1);
     assert_string_equal(c->hidden_act, "silu");
     assert_int_equal(config_rotary_dim(c, 0), 4);
@@ -124,7 +128,7 @@ static void test_round_trip(void **state) {
     assert_memory_equal(&c, &d, sizeof c);
     /* null tokens and no sliding window survive too */
     c.pad_token_id = -1;
-    c.eos_token_id = -1;
+    config_set_eos(&c, -1);
     c.layer_types[1] = ZY_LAYER_HYBRID;
     c.sliding_window = 0;
     text = config_to_json(&c);
@@ -186,13 +190,29 @@ static void test_token_id_forms(void **state) {
     assert_int_equal(
         parse_with(&c, "\"eos_token_id\": 9, \"bos_token_id\": null, \"pad_token_id\": null"),
         ZY_OK);
-    assert_int_equal(c.eos_token_id, 9);
+    assert_int_equal(c.n_eos, 1);
+    assert_int_equal(c.eos_token_ids[0], 9);
     assert_int_equal(c.bos_token_id, -1);
     assert_int_equal(c.pad_token_id, -1);
-    assert_int_equal(parse_with(&c, "\"eos_token_id\": [11, 12]"), ZY_OK);
-    assert_int_equal(c.eos_token_id, 11);
+    assert_int_equal(parse_with(&c, "\"eos_token_id\": [11, 12, 106]"), ZY_OK);
+    assert_int_equal(c.n_eos, 3);
+    assert_true(config_is_eos(&c, 11) && config_is_eos(&c, 12) && config_is_eos(&c, 106));
+    /* written back as the same list, and read back whole */
+    char *text = config_to_json(&c);
+    assert_non_null(strstr(text, "\"eos_token_id\": [11, 12, 106]"));
+    zy_config d;
+    assert_int_equal(config_parse_json(&d, text, "written"), ZY_OK);
+    assert_memory_equal(&c, &d, sizeof c);
+    free(text);
     assert_int_equal(parse_with(&c, "\"eos_token_id\": null"), ZY_OK);
-    assert_int_equal(c.eos_token_id, -1);
+    assert_int_equal(c.n_eos, 0);
+    assert_false(config_is_eos(&c, 0));
+    /* attention_dropout is read and written back (training refuses it, see test_train_config) */
+    assert_int_equal(parse_with(&c, "\"attention_dropout\": 0.1"), ZY_OK);
+    assert_true(c.attention_dropout == 0.1);
+    text = config_to_json(&c);
+    assert_non_null(strstr(text, "\"attention_dropout\": 0.1,"));
+    free(text);
 }
 
 /* The config must be refused with an error naming the source and containing `needle`. */

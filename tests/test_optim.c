@@ -624,7 +624,9 @@ static void test_clip(void **state) {
 
 /* ---- the balancing controller ---- */
 
-/* The first update moves each bias by step_size * g / (|g| + eps) against the sign of g. */
+/* The first update moves each bias by step_size * g / (|g| + eps) against the sign of g, then
+ * shifts the layer so the skip class is at -1 (the canonical form): the differences between
+ * classes are those of the plain update. */
 static void test_balance_single_update(void **state) {
     (void)state;
     zy_balance_config cfg;
@@ -637,12 +639,49 @@ static void test_balance_single_update(void **state) {
     const int64_t counts[8] = {6, 2, 2, 0, /* layer 1 routed nothing: unchanged */ 0, 0, 0, 0};
     balance_step(&b, &cpu, biases, counts);
     const double f[4] = {0.6, 0.2, 0.2, 0.0}, init[4] = {0, 0, 0, -1};
+    double plain[4];
     for (int e = 0; e < 4; e++) {
         double g = f[e] - 0.25;
-        assert_true(fabs(bias0[e] - (init[e] - 0.01 * g / (fabs(g) + 1e-8))) < 1e-6);
+        plain[e] = init[e] - 0.01 * g / (fabs(g) + 1e-8);
     }
-    assert_true(bias1[0] == 0.5f && bias1[3] == -1.0f);
+    assert_true(plain[3] > -0.999); /* the skip class was under-used: the plain update raised it */
+    for (int e = 0; e < 4; e++) assert_true(fabs(bias0[e] - (plain[e] - (plain[3] + 1.0))) < 1e-6);
+    assert_true(bias0[3] == -1.0f);
+    assert_true(bias1[0] == 0.5f && bias1[1] == 0.0f && bias1[3] == -1.0f);
     assert_int_equal(b.step, 1);
+    balance_free(&b);
+}
+
+/* Many steps of the canonical controller route exactly as the plain (unshifted) Adam update would:
+ * the differences to the skip class agree to rounding and the skip bias stays -1 bit for bit. */
+static void test_balance_canonical_matches_plain(void **state) {
+    (void)state;
+    enum { E = 5, C = E + 1, STEPS = 400 };
+    zy_balance_config cfg;
+    balance_config_default(&cfg);
+    cfg.step_size = 0.01f;
+    zy_balance b;
+    assert_int_equal(balance_init(&b, &cfg, 1, E), ZY_OK);
+    float bias[C] = {0, 0, 0, 0, 0, -1};
+    float *biases[1] = {bias};
+    double plain[C] = {0, 0, 0, 0, 0, -1}, m[C] = {0}, v[C] = {0};
+    zy_rng rng = zy_rng_init(4, 0);
+    for (int t = 1; t <= STEPS; t++) {
+        int64_t counts[C], total = 0;
+        for (int e = 0; e < C; e++) total += counts[e] = (int64_t)zy_rng_below(&rng, 100) + 5 * e;
+        balance_step(&b, &cpu, biases, counts);
+        for (int e = 0; e < C; e++) { /* the plain update in double */
+            double g = (double)counts[e] / (double)total - 1.0 / C;
+            m[e] = 0.9 * m[e] + 0.1 * g;
+            v[e] = 0.999 * v[e] + 0.001 * g * g;
+            double mh = m[e] / (1 - pow(0.9, t)), vh = v[e] / (1 - pow(0.999, t));
+            plain[e] -= 0.01 * mh / (sqrt(vh) + 1e-8);
+        }
+        assert_true(bias[E] == -1.0f);
+    }
+    assert_true(fabs(plain[E] + 1.0) > 0.1); /* unshifted, the skip bias would have moved far */
+    for (int e = 0; e < E; e++)
+        assert_true(fabs((bias[e] - bias[E]) - (plain[e] - plain[E])) < 1e-4);
     balance_free(&b);
 }
 
@@ -898,6 +937,7 @@ int main(void) {
         cmocka_unit_test(test_schedule_bad_config),
         cmocka_unit_test(test_clip),
         cmocka_unit_test(test_balance_single_update),
+        cmocka_unit_test(test_balance_canonical_matches_plain),
         cmocka_unit_test(test_balance_load_summary),
         cmocka_unit_test(test_balance_moves_load_to_uniform),
         cmocka_unit_test(test_balance_state_and_biases),

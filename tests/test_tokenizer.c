@@ -419,7 +419,7 @@ static void test_save_load(void **state) {
     assert_int_equal(tok_eos_id(t), 0);
     assert_int_equal(tok_pad_id(t), 1);
     assert_int_equal(tok_save(t, tmp_path("ours.json")), ZY_OK);
-    assert_int_equal(tok_save_hf_config(t, tmp_path("tokenizer_config.json")), ZY_OK);
+    assert_int_equal(tok_save_hf_config(t, tmp_path("tokenizer_config.json"), 0), ZY_OK);
     zy_tokenizer *l = load_ok(tmp_path("ours.json"));
     assert_int_equal(tok_vocab_size(l), tok_vocab_size(t));
     for (size_t i = 0; i < sizeof RT_TEXTS / sizeof *RT_TEXTS; i++) {

@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "base/err.h"
+#include "io/safetensors.h"
 #include "base/fileio.h"
 #include "base/rng.h"
 #include "ops/ops.h"
@@ -235,8 +236,47 @@ static void test_resume_skips_corrupt(void **state) {
     result_free(&r);
 }
 
+/* Training keeps every layer's skip-class balancing bias at exactly -1 (the routing depends only on
+ * bias differences; transformers resets that bias to -1 on load), while the other classes move. */
+static void test_trained_skip_bias_is_canonical(void **state) {
+    (void)state;
+    char cfg[256], out_c[256], p[512];
+    path(cfg, sizeof cfg, "train_cpu.json");
+    path(out_c, sizeof out_c, "canon");
+    RUN_OK("train", "--config", cfg, "--out", out_c);
+    snprintf(p, sizeof p, "%s/checkpoints/step_000000008/model.safetensors", out_c);
+    zy_safetensors st;
+    assert_int_equal(safetensors_open(&st, p), ZY_OK);
+    for (int l = 0; l < 2; l++) {
+        char name[96];
+        float b[4];
+        snprintf(name, sizeof name, "model.layers.%d.mlp.gate.balancing_biases", l);
+        assert_int_equal(safetensors_read_f32(&st, name, 1, (int64_t[]){4}, b), ZY_OK);
+        assert_true(b[3] == -1.0f);
+        assert_true(b[0] != 0.0f || b[1] != 0.0f || b[2] != 0.0f); /* the controller ran */
+    }
+    safetensors_close(&st);
+}
+
+/* A model config asking for attention dropout is refused at training time (zayac has none). */
+static void test_attention_dropout_refused(void **state) {
+    (void)state;
+    char cfg[256], out_c[256];
+    path(cfg, sizeof cfg, "train_cpu.json");
+    path(out_c, sizeof out_c, "dropout");
+    run_result r =
+        spawn_capture(bin, tmp,
+                      (const char *const[]){"train", "--config", cfg, "--out", out_c, "--set",
+                                            "model.attention_dropout=0.1", NULL});
+    if (r.code == 0) fail_msg("training with attention_dropout 0.1 succeeded:\n%s", r.out);
+    assert_non_null(strstr(r.err, "attention_dropout = 0.1"));
+    result_free(&r);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_trained_skip_bias_is_canonical),
+        cmocka_unit_test(test_attention_dropout_refused),
         cmocka_unit_test(test_resume_is_exact),
         cmocka_unit_test(test_resume_skips_corrupt),
         cmocka_unit_test(test_resume_is_exact_gpu),

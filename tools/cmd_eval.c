@@ -16,6 +16,7 @@ int cmd_eval(int argc, char **argv) {
         {"--batches", 1, "validation batches (default 16)", NULL},
         {"--batch-size", 1, "sequences per batch (default 8)", NULL},
         {"--seq-len", 1, "tokens per sequence (default 128)", NULL},
+        CLI_SKIP_BIAS_OPT,
         {"--help", 0, "this help", NULL},
         {NULL, 0, NULL, NULL},
     };
@@ -45,7 +46,9 @@ int cmd_eval(int argc, char **argv) {
     int rc = train_config_build(c, NULL, over, 4, NULL);
     double loss = 0;
     int64_t tokens = 0;
-    if (rc == 0) rc = train_eval(c, args_get(opts, "--model"), batches, &loss, &tokens);
+    zy_skip_bias_rule rule;
+    if (rc == 0) rc = cli_skip_bias(opts, &rule);
+    if (rc == 0) rc = train_eval(c, args_get(opts, "--model"), rule, batches, &loss, &tokens);
     free(c);
     if (rc != 0) return cli_error("eval");
     printf("validation loss %.4f | perplexity %.2f | %lld tokens\n", loss, exp(loss),

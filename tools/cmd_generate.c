@@ -24,7 +24,10 @@ int cmd_generate(int argc, char **argv) {
         {"--temperature", 1, "sampling temperature (default 1.0)", NULL},
         {"--top-p", 1, "nucleus sampling mass (default 1.0)", NULL},
         {"--seed", 1, "sampling seed (default 0)", NULL},
-        {"--out", 1, "output ids: .npy int32 [1,T0+N]", NULL},
+        {"--ignore-eos", 0,
+         "keep going past an eos id (default: any of the config's eos ids ends it)", NULL},
+        {"--out", 1, "output ids: .npy int32 [1,T0+N'] (N' <= N: eos ends early)", NULL},
+        CLI_SKIP_BIAS_OPT,
         {"--help", 0, "this help", NULL},
         {NULL, 0, NULL, NULL},
     };
@@ -40,8 +43,7 @@ int cmd_generate(int argc, char **argv) {
         }
         args_usage("generate",
                    "--model DIR (--prompt-tokens IN.npy --out OUT.npy | --prompt TEXT) [--max-new "
-                   "N] [--greedy | "
-                   "--temperature T --top-p P --seed S]",
+                   "N] [--greedy | --temperature T --top-p P --seed S] [--ignore-eos]",
                    opts);
         return help ? 0 : 2;
     }
@@ -100,7 +102,7 @@ int cmd_generate(int argc, char **argv) {
     }
     zy_ctx ctx = {.device = ZY_DEV_CPU, .num_threads = 0};
     zy_model m;
-    if (cli_load_model(&m, &ctx, args_get(opts, "--model"), 0) != 0) {
+    if (cli_load_model(&m, &ctx, args_get(opts, "--model"), 0, opts) != 0) {
         npy_free(&prompt);
         tok_free(tok);
         return cli_error("generate");
@@ -128,7 +130,8 @@ int cmd_generate(int argc, char **argv) {
                      .seed = (uint64_t)seed};
     int32_t *out = malloc((size_t)(T0 + max_new) * sizeof *out);
     int n = 0;
-    rc = model_generate(&m, prompt.data, T0, (int)max_new, &s, 0, out, &n);
+    const int stop_at_eos = args_get(opts, "--ignore-eos") == NULL;
+    rc = model_generate(&m, prompt.data, T0, (int)max_new, &s, stop_at_eos, out, &n);
     if (rc == 0 && args_get(opts, "--out")) {
         int64_t shape[2] = {1, n};
         rc = npy_write_i32(args_get(opts, "--out"), 2, shape, out);

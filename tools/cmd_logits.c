@@ -14,6 +14,7 @@ int cmd_logits(int argc, char **argv) {
         {"--model", 1, "HF checkpoint folder", NULL},
         {"--tokens", 1, "input ids: .npy int32 [B,T]", NULL},
         {"--out", 1, "output logits: .npy float32 [B,T,V]", NULL},
+        CLI_SKIP_BIAS_OPT,
         {"--help", 0, "this help", NULL},
         {NULL, 0, NULL, NULL},
     };
@@ -39,7 +40,7 @@ int cmd_logits(int argc, char **argv) {
     }
     zy_ctx ctx = {.device = ZY_DEV_CPU, .num_threads = 0};
     zy_model m;
-    if (cli_load_model(&m, &ctx, args_get(opts, "--model"), 0) != 0) {
+    if (cli_load_model(&m, &ctx, args_get(opts, "--model"), 0, opts) != 0) {
         npy_free(&tokens);
         return cli_error("logits");
     }

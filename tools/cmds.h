@@ -4,6 +4,7 @@
 
 int cmd_info(int argc, char **argv);
 int cmd_init(int argc, char **argv);
+int cmd_export(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_train(int argc, char **argv);

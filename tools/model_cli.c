@@ -1,7 +1,6 @@
 /* Model loading for the CLI (see model_cli.h). */
 #include "model_cli.h"
 #include "base/err.h"
-#include "io/hf_checkpoint.h"
 
 #include <stdio.h>
 
@@ -12,11 +11,19 @@ int cli_config(zy_config *cfg, const char *model_dir, const char *config_path, c
     return zy_fail("name a model: --model DIR, --config FILE or --preset NAME");
 }
 
-int cli_load_model(zy_model *m, zy_ctx *ctx, const char *dir, int with_grads) {
+int cli_skip_bias(const zy_opt *opts, zy_skip_bias_rule *rule) {
+    const char *v = args_get(opts, "--skip-bias");
+    *rule = ZY_SKIP_BIAS_HF;
+    return v ? hf_skip_bias_rule_parse(v, rule) : ZY_OK;
+}
+
+int cli_load_model(zy_model *m, zy_ctx *ctx, const char *dir, int with_grads, const zy_opt *opts) {
+    zy_skip_bias_rule rule;
+    ZY_TRY(cli_skip_bias(opts, &rule));
     zy_config cfg;
     ZY_TRY(config_load(&cfg, dir));
     ZY_TRY(model_init(m, &cfg, ctx, with_grads));
-    if (hf_load_weights(dir, &m->table, m->params) != ZY_OK) {
+    if (hf_load_model(m, dir, rule) != ZY_OK) {
         model_free(m);
         return ZY_ERR;
     }

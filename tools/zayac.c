@@ -15,6 +15,8 @@ typedef struct {
 static const zy_command commands[] = {
     {"info", cmd_info, "print a model's config and parameter counts"},
     {"init", cmd_init, "write a preset or HF config with fresh weights as an HF checkpoint"},
+    {"export", cmd_export,
+     "write a clean HF folder (weights, configs, tokenizer) from a checkpoint"},
     {"logits", cmd_logits, "run the model on token ids (.npy) and write logits (.npy)"},
     {"generate", cmd_generate, "generate tokens greedily or by sampling"},
     {"train", cmd_train, "train a model from a JSON training config"},

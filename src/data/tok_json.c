@@ -299,7 +299,7 @@ int tok_save(const zy_tokenizer *t, const char *path) {
     return rc;
 }
 
-int tok_save_hf_config(const zy_tokenizer *t, const char *path) {
+int tok_save_hf_config(const zy_tokenizer *t, const char *path, int model_max_length) {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "tokenizer_class", "PreTrainedTokenizerFast");
     const char *names[3] = {"bos_token", "eos_token", "pad_token"};
@@ -309,6 +309,7 @@ int tok_save_hf_config(const zy_tokenizer *t, const char *path) {
             cJSON_AddStringToObject(root, names[i], t->text[ids[i]]);
     cJSON_AddBoolToObject(root, "add_prefix_space", t->add_prefix_space);
     cJSON_AddBoolToObject(root, "clean_up_tokenization_spaces", 0);
+    if (model_max_length > 0) cJSON_AddNumberToObject(root, "model_max_length", model_max_length);
     char *s = cJSON_Print(root);
     cJSON_Delete(root);
     if (!s) return zy_fail("%s: could not format JSON", path);

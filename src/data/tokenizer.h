@@ -48,8 +48,9 @@ extern const char *const TOK_DEFAULT_SPECIALS[3];
 int tok_load(zy_tokenizer **out, const char *path);
 /* Writes tokenizer.json (HF format, loads in `tokenizers`) atomically. */
 int tok_save(const zy_tokenizer *t, const char *path);
-/* Writes an HF tokenizer_config.json naming the bos/eos/pad tokens (for transformers). */
-int tok_save_hf_config(const zy_tokenizer *t, const char *path);
+/* Writes an HF tokenizer_config.json naming the bos/eos/pad tokens (for transformers), with
+ * model_max_length when it is > 0 (transformers warns and truncates by it). */
+int tok_save_hf_config(const zy_tokenizer *t, const char *path, int model_max_length);
 void tok_free(zy_tokenizer *t);
 
 /* Number of ids (1 + the largest id of the vocabulary and the added tokens). */

@@ -184,7 +184,7 @@ int ckpt_save(const char *root, long long step, const zy_ckpt_content *c, int ke
         zy_tokenizer *tok = NULL;
         if (rc == ZY_OK) rc = tok_load(&tok, c->tokenizer_path);
         if (rc == ZY_OK) rc = zy_path_join(path, sizeof path, tmp, "tokenizer_config.json");
-        if (rc == ZY_OK) rc = tok_save_hf_config(tok, path);
+        if (rc == ZY_OK) rc = tok_save_hf_config(tok, path, c->config->max_position_embeddings);
         tok_free(tok);
         files[nf++] = "tokenizer_config.json";
     }

@@ -152,22 +152,79 @@ int hf_load_weights(const char *dir, const zy_param_table *t, float *buf) {
     return rc;
 }
 
+/* Bytes of a table tensor saved in dtype (balancing biases stay F32). */
+static zy_st_dtype saved_dtype(const zy_param *p, zy_st_dtype dtype) {
+    /* Balancing biases are an fp32 buffer in HF; bf16 would move the routing decision. */
+    return p->kind == ZY_PARAM_BUFFER ? ZY_ST_F32 : dtype;
+}
+
+static uint64_t saved_bytes(const zy_param *p, zy_st_dtype dtype) {
+    return (uint64_t)p->numel * (saved_dtype(p, dtype) == ZY_ST_BF16 ? 2u : 4u);
+}
+
+/* Writes tensors [first, last) of t as one safetensors file. */
+static int write_shard(const char *path, const zy_param_table *t, const float *buf,
+                       zy_st_dtype dtype, int first, int last) {
+    zy_st_write_item *items = zy_calloc((size_t)(last - first) + 1, sizeof *items);
+    for (int i = first; i < last; i++) {
+        const zy_param *p = &t->items[i];
+        items[i - first] =
+            (zy_st_write_item){p->name, saved_dtype(p, dtype), p->ndim, p->shape, buf + p->offset};
+    }
+    const char *meta[] = {"format", "pt"};
+    int rc = safetensors_write(path, items, last - first, meta, 1);
+    free(items);
+    return rc;
+}
+
 int hf_save_weights(const char *dir, const zy_param_table *t, const float *buf, zy_st_dtype dtype) {
+    return hf_save_weights_sharded(dir, t, buf, dtype, 0, NULL);
+}
+
+int hf_save_weights_sharded(const char *dir, const zy_param_table *t, const float *buf,
+                            zy_st_dtype dtype, uint64_t shard_bytes, int *n_files) {
     if (dtype != ZY_ST_F32 && dtype != ZY_ST_BF16)
         return zy_fail("%s: weights can be saved as F32 or BF16, not %s", dir,
                        safetensors_dtype_name(dtype));
     ZY_TRY(zy_mkdirs(dir));
+    uint64_t total = 0;
+    for (int i = 0; i < t->count; i++) total += saved_bytes(&t->items[i], dtype);
     char path[4096];
-    ZY_TRY(zy_path_join(path, sizeof path, dir, HF_SINGLE));
-    zy_st_write_item *items = zy_calloc((size_t)t->count + 1, sizeof *items);
-    for (int i = 0; i < t->count; i++) {
-        const zy_param *p = &t->items[i];
-        /* Balancing biases are an fp32 buffer in HF; bf16 would move the routing decision. */
-        items[i] = (zy_st_write_item){p->name, p->kind == ZY_PARAM_BUFFER ? ZY_ST_F32 : dtype,
-                                      p->ndim, p->shape, buf + p->offset};
+    if (shard_bytes == 0 || total <= shard_bytes) {
+        if (n_files) *n_files = 1;
+        ZY_TRY(zy_path_join(path, sizeof path, dir, HF_SINGLE));
+        return write_shard(path, t, buf, dtype, 0, t->count);
     }
-    const char *meta[] = {"format", "pt"};
-    int rc = safetensors_write(path, items, t->count, meta, 1);
-    free(items);
+    /* shard boundaries: start[k] is the first tensor of shard k */
+    int *start = zy_calloc((size_t)t->count + 2, sizeof *start), n = 0;
+    uint64_t used = 0;
+    for (int i = 0; i < t->count; i++) {
+        uint64_t b = saved_bytes(&t->items[i], dtype);
+        if (i == 0 || (used > 0 && used + b > shard_bytes)) {
+            start[n++] = i;
+            used = 0;
+        }
+        used += b;
+    }
+    start[n] = t->count;
+    cJSON *index = cJSON_CreateObject(), *meta = cJSON_AddObjectToObject(index, "metadata");
+    cJSON_AddNumberToObject(meta, "total_size", (double)total);
+    cJSON *map = cJSON_AddObjectToObject(index, "weight_map");
+    int rc = ZY_OK;
+    for (int k = 0; k < n && rc == ZY_OK; k++) {
+        char name[64];
+        snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", k + 1, n);
+        rc = zy_path_join(path, sizeof path, dir, name);
+        if (rc == ZY_OK) rc = write_shard(path, t, buf, dtype, start[k], start[k + 1]);
+        for (int i = start[k]; i < start[k + 1]; i++)
+            cJSON_AddStringToObject(map, t->items[i].name, name);
+    }
+    char *text = rc == ZY_OK ? cJSON_Print(index) : NULL;
+    if (rc == ZY_OK) rc = zy_path_join(path, sizeof path, dir, HF_INDEX);
+    if (rc == ZY_OK) rc = zy_write_file_atomic(path, text, strlen(text));
+    free(text);
+    cJSON_Delete(index);
+    free(start);
+    if (n_files) *n_files = n;
     return rc;
 }

@@ -18,5 +18,12 @@ int hf_load_weights(const char *dir, const zy_param_table *t, float *buf);
  * balancing biases) stay F32 either way. __metadata__ is {"format": "pt"} as transformers expects.
  */
 int hf_save_weights(const char *dir, const zy_param_table *t, const float *buf, zy_st_dtype dtype);
+/* The same, split as transformers splits: when the tensors pass shard_bytes (> 0), files
+ * model-0000i-of-0000n.safetensors of at most shard_bytes each (a larger tensor gets a file of its
+ * own), in table order, and model.safetensors.index.json ({"metadata": {"total_size"},
+ * "weight_map"}) written last; otherwise model.safetensors. *n_files (may be NULL) gets the count.
+ */
+int hf_save_weights_sharded(const char *dir, const zy_param_table *t, const float *buf,
+                            zy_st_dtype dtype, uint64_t shard_bytes, int *n_files);
 
 #endif

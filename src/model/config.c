@@ -39,10 +39,12 @@ void config_defaults(zy_config *c) {
     c->lm_head_bias = 0;
     c->pad_token_id = 0;
     c->bos_token_id = 2;
-    c->eos_token_id = 106;
+    config_set_eos(c, 106);
+    c->attention_dropout = 0.0;
     c->rms_norm_eps = 1e-5;
     c->initializer_range = 0.02;
     snprintf(c->hidden_act, sizeof c->hidden_act, "silu");
+    snprintf(c->dtype, sizeof c->dtype, "float32");
     c->rope[ZY_LAYER_HYBRID] = (zy_rope_params){5000000.0, 0.5, 1};
     c->rope[ZY_LAYER_HYBRID_SLIDING] = (zy_rope_params){10000.0, 0.5, 1};
     for (int i = 0; i < ZY_MAX_LAYERS; i++) c->layer_types[i] = ZY_LAYER_HYBRID;
@@ -105,7 +107,12 @@ int config_validate(const zy_config *c, const char *source) {
         return zy_fail("%s: pad_token_id = %d is outside the vocabulary [0, %d)", source,
                        c->pad_token_id, c->vocab_size);
     if (c->bos_token_id < -1) return zy_fail("%s: bos_token_id = %d", source, c->bos_token_id);
-    if (c->eos_token_id < -1) return zy_fail("%s: eos_token_id = %d", source, c->eos_token_id);
+    for (int i = 0; i < c->n_eos; i++)
+        if (c->eos_token_ids[i] < 0)
+            return zy_fail("%s: eos_token_id = %d", source, c->eos_token_ids[i]);
+    if (!(c->attention_dropout >= 0 && c->attention_dropout < 1))
+        return zy_fail("%s: attention_dropout = %g, must be in [0, 1)", source,
+                       c->attention_dropout);
     int used[2] = {0, 0};
     for (int l = 0; l < c->num_hidden_layers; l++) {
         if (c->layer_types[l] > ZY_LAYER_HYBRID_SLIDING)
@@ -406,23 +413,43 @@ int config_parse_json(zy_config *c, const char *json, const char *source) {
         zy_fail("%s: sliding_window = 0, must be positive or null", source);
         goto done;
     }
-    /* eos_token_id: an id, a list of ids (the first is kept), or null. */
+    /* eos_token_id: an id, a list of ids (every one kept), or null. */
     const cJSON *eos = json_get(root, "eos_token_id");
     if (eos && cJSON_IsArray(eos)) {
-        c->eos_token_id = -1;
-        int i = 0;
+        config_set_eos(c, -1);
+        c->eos_is_list = 1;
         const cJSON *e;
         cJSON_ArrayForEach(e, eos) {
             int v;
             if (!json_to_int(e, &v) || v < 0) {
                 zy_fail("%s: eos_token_id[%d]: expected a non-negative integer, found %s", source,
-                        i, json_kind(e));
+                        c->n_eos, json_kind(e));
                 goto done;
             }
-            if (i++ == 0) c->eos_token_id = v;
+            if (c->n_eos == ZY_MAX_EOS) {
+                zy_fail("%s: eos_token_id lists more than %d ids", source, ZY_MAX_EOS);
+                goto done;
+            }
+            c->eos_token_ids[c->n_eos++] = v;
         }
-    } else if (get_token_id(root, "eos_token_id", &c->eos_token_id, source) != ZY_OK) {
-        goto done;
+    } else if (eos) {
+        int id = -1;
+        if (get_token_id(root, "eos_token_id", &id, source) != ZY_OK) goto done;
+        config_set_eos(c, id);
+    }
+    if (get_double(root, "attention_dropout", &c->attention_dropout, source) != ZY_OK) goto done;
+    /* dtype (torch_dtype in older files): what the weights are stored as; informative only */
+    const cJSON *dt =
+        json_get(root, "dtype") ? json_get(root, "dtype") : json_get(root, "torch_dtype");
+    if (dt && !cJSON_IsNull(dt)) {
+        if (!cJSON_IsString(dt) ||
+            (strcmp(dt->valuestring, "float32") && strcmp(dt->valuestring, "bfloat16") &&
+             strcmp(dt->valuestring, "float16"))) {
+            zy_fail("%s: dtype: expected \"float32\", \"bfloat16\" or \"float16\"", source);
+            goto done;
+        }
+        memset(c->dtype, 0, sizeof c->dtype);
+        memcpy(c->dtype, dt->valuestring, strlen(dt->valuestring));
     }
     const cJSON *act = json_get(root, "hidden_act");
     if (act) {
@@ -459,6 +486,19 @@ int config_load(zy_config *c, const char *path) {
     free(text);
     if (rc == ZY_OK) rc = config_validate(c, file);
     return rc;
+}
+
+int config_is_eos(const zy_config *c, int id) {
+    for (int i = 0; i < c->n_eos; i++)
+        if (c->eos_token_ids[i] == id) return 1;
+    return 0;
+}
+
+void config_set_eos(zy_config *c, int id) {
+    memset(c->eos_token_ids, 0, sizeof c->eos_token_ids); /* unused slots compare equal */
+    c->n_eos = id >= 0;
+    c->eos_token_ids[0] = id;
+    c->eos_is_list = 0;
 }
 
 /* ---- writing ---- */
@@ -527,12 +567,21 @@ char *config_to_json(const zy_config *c) {
     b.s[0] = 0;
     sb_printf(&b, "{\n  \"architectures\": [\n    \"ZayaForCausalLM\"\n  ],\n");
     sb_bool(&b, "attention_bias", c->attention_bias);
-    sb_printf(&b, "  \"attention_dropout\": 0.0,\n");
+    sb_printf(&b, "  \"attention_dropout\": ");
+    sb_double(&b, c->attention_dropout);
+    sb_printf(&b, ",\n");
     sb_token(&b, "bos_token_id", c->bos_token_id);
     sb_int(&b, "cca_time0", c->cca_time0);
     sb_int(&b, "cca_time1", c->cca_time1);
-    sb_printf(&b, "  \"dtype\": \"float32\",\n");
-    sb_token(&b, "eos_token_id", c->eos_token_id);
+    sb_printf(&b, "  \"dtype\": \"%s\",\n", c->dtype);
+    if (c->eos_is_list) {
+        sb_printf(&b, "  \"eos_token_id\": [");
+        for (int i = 0; i < c->n_eos; i++)
+            sb_printf(&b, "%s%d", i ? ", " : "", c->eos_token_ids[i]);
+        sb_printf(&b, "],\n");
+    } else {
+        sb_token(&b, "eos_token_id", c->n_eos ? c->eos_token_ids[0] : -1);
+    }
     sb_int(&b, "head_dim", c->head_dim);
     sb_printf(&b, "  \"hidden_act\": \"%s\",\n", c->hidden_act);
     sb_int(&b, "hidden_size", c->hidden_size);

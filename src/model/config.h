@@ -8,6 +8,11 @@
 #include <stdint.h>
 
 #define ZY_MAX_LAYERS 256
+#define ZY_MAX_EOS    16
+/* The skip class's balancing bias (last of a layer's E+1): the initial value, the value training
+ * keeps it at (only bias differences route; see optim/balance.h) and the one transformers 5.17
+ * sets on every load (see io/hf_model.h). */
+#define ZY_SKIP_BIAS (-1.0f)
 
 typedef enum { ZY_LAYER_HYBRID = 0, ZY_LAYER_HYBRID_SLIDING = 1 } zy_layer_type;
 
@@ -19,29 +24,33 @@ typedef struct {
 } zy_rope_params;
 
 typedef struct {
-    int vocab_size;              /* V */
-    int hidden_size;             /* D */
-    int num_hidden_layers;       /* L */
-    int num_attention_heads;     /* Hq */
-    int num_key_value_heads;     /* Hk */
-    int head_dim;                /* d */
-    int num_experts;             /* E (the router scores E+1 classes: the last is skip) */
-    int num_experts_per_tok;     /* must be 1 */
-    int moe_intermediate_size;   /* F */
-    int router_hidden_size;      /* R */
-    int max_position_embeddings; /* */
-    int cca_time0, cca_time1;    /* kernel sizes of the depthwise and grouped convolutions */
-    int sliding_window;          /* 0 = none; required when a layer is hybrid_sliding */
-    int tie_word_embeddings;     /* must be 1 */
-    int attention_bias;          /* must be 0 */
-    int lm_head_bias;            /* must be 0 */
-    int pad_token_id;            /* -1 = none */
-    int bos_token_id;            /* -1 = none */
-    int eos_token_id;            /* -1 = none (first id when a list) */
+    int vocab_size;                /* V */
+    int hidden_size;               /* D */
+    int num_hidden_layers;         /* L */
+    int num_attention_heads;       /* Hq */
+    int num_key_value_heads;       /* Hk */
+    int head_dim;                  /* d */
+    int num_experts;               /* E (the router scores E+1 classes: the last is skip) */
+    int num_experts_per_tok;       /* must be 1 */
+    int moe_intermediate_size;     /* F */
+    int router_hidden_size;        /* R */
+    int max_position_embeddings;   /* */
+    int cca_time0, cca_time1;      /* kernel sizes of the depthwise and grouped convolutions */
+    int sliding_window;            /* 0 = none; required when a layer is hybrid_sliding */
+    int tie_word_embeddings;       /* must be 1 */
+    int attention_bias;            /* must be 0 */
+    int lm_head_bias;              /* must be 0 */
+    int pad_token_id;              /* -1 = none */
+    int bos_token_id;              /* -1 = none */
+    int eos_token_ids[ZY_MAX_EOS]; /* eos_token_id: one id or every id of a list, in order */
+    int n_eos;                     /* ids in eos_token_ids; 0 = none (null) */
+    int eos_is_list;               /* eos_token_id was (and is written back as) a list */
+    double attention_dropout;      /* read and written back; training refuses anything but 0 */
     double rms_norm_eps;
-    double initializer_range;           /* std of normal init for matrices and the embedding */
-    char hidden_act[16];                /* must be "silu" */
-    zy_rope_params rope[2];             /* indexed by zy_layer_type */
+    double initializer_range; /* std of normal init for matrices and the embedding */
+    char hidden_act[16];      /* must be "silu" */
+    char dtype[16];           /* the weights' dtype as HF names it: "float32", "bfloat16" */
+    zy_rope_params rope[2];   /* indexed by zy_layer_type */
     uint8_t layer_types[ZY_MAX_LAYERS]; /* zy_layer_type per layer */
 } zy_config;
 
@@ -71,6 +80,11 @@ const char *config_preset_name(int i);
 /* Finds configs/<name>.json under $ZAYAC_ROOT, the current directory, or the executable's folder
  * and its parents; returns 1 and writes the path into out[n] when found, else 0. */
 int config_preset_path(const char *name, char *out, size_t n);
+
+/* 1 when id is one of the config's eos ids (any of them ends generation). */
+int config_is_eos(const zy_config *c, int id);
+/* Sets a single eos id (-1: none). */
+void config_set_eos(zy_config *c, int id);
 
 /* Rotated channels per head for a layer: d * partial_rotary_factor (even). */
 int config_rotary_dim(const zy_config *c, int layer);

@@ -155,7 +155,7 @@ int model_generate(zy_model *m, const int32_t *prompt, int T0, int max_new, cons
     for (int i = 0; rc == ZY_OK && i < max_new; i++) {
         int32_t tok = sample_token(logits, V, s, (uint64_t)i);
         out[n++] = tok;
-        if (stop_at_eos && tok == m->cfg.eos_token_id) break;
+        if (stop_at_eos && config_is_eos(&m->cfg, tok)) break;
         if (i + 1 < max_new) rc = decoder_feed(dec, &tok, 1, logits);
     }
     free(logits);

@@ -54,12 +54,11 @@ void balance_free(zy_balance *b) {
     memset(b, 0, sizeof *b);
 }
 
-/* The Adam step of one layer: advances m, v and, for each class, either subtracts the change from
- * bias[e] (host memory) or writes it to delta[e] (the other pointer NULL). Nothing happens when
- * the layer routed no tokens. Both ways round alike, so a GPU that subtracts delta later gets the
- * CPU's bits. */
-static void update_layer(float *bias, float *delta, float *m, float *v, const int64_t *counts,
-                         int n, const zy_balance_config *cfg, int64_t t) {
+/* The Adam step of one layer: advances m, v and writes each class's bias change to delta[e]
+ * (all zero when the layer routed no tokens). */
+static void layer_delta(float *delta, float *m, float *v, const int64_t *counts, int n,
+                        const zy_balance_config *cfg, int64_t t) {
+    memset(delta, 0, (size_t)n * sizeof *delta);
     int64_t total = 0;
     for (int e = 0; e < n; e++) total += counts[e];
     if (total <= 0) return;
@@ -71,38 +70,36 @@ static void update_layer(float *bias, float *delta, float *m, float *v, const in
         m[e] = cfg->beta1 * m[e] + (1.0f - cfg->beta1) * g;
         v[e] = cfg->beta2 * v[e] + (1.0f - cfg->beta2) * g * g;
         float mhat = (float)(m[e] / bc1), vhat = (float)(v[e] / bc2);
-        float d = cfg->step_size * mhat / (sqrtf(vhat) + cfg->eps);
-        if (bias) bias[e] -= d;
-        if (delta) delta[e] = d;
+        delta[e] = cfg->step_size * mhat / (sqrtf(vhat) + cfg->eps);
     }
 }
 
-void balance_update_layer(float *bias, float *m, float *v, const int64_t *counts, int n,
-                          const zy_balance_config *cfg, int64_t t) {
-    update_layer(bias, NULL, m, v, counts, n, cfg, t);
+/* bias -= delta, then the canonical shift (balance.h): every class moves by the skip class's
+ * distance from -1 and the skip class is set to -1 exactly. optim_cuda_bias_sub does the same
+ * float operations in the same order, so both devices hold the same bits. */
+static void apply_delta(float *bias, const float *delta, int n) {
+    const float skip = bias[n - 1] - delta[n - 1];
+    const float shift = skip + 1.0f; /* skip - (-1) */
+    for (int e = 0; e < n - 1; e++) bias[e] = (bias[e] - delta[e]) - shift;
+    bias[n - 1] = ZY_SKIP_BIAS;
 }
 
 void balance_step(zy_balance *b, zy_ctx *ctx, float *const *biases, const int64_t *counts) {
     b->step++;
     const int n = b->n_classes;
+    for (int l = 0; l < b->n_layers; l++) {
+        size_t o = (size_t)l * (size_t)n;
+        layer_delta(b->delta + o, b->m + o, b->v + o, counts + o, n, &b->cfg, b->step);
+    }
     if (ctx->device == ZY_DEV_CUDA) {
 #ifdef ZY_HAVE_CUDA
-        /* layers with no tokens keep a zero change: bias - 0 is bias, bit for bit */
-        memset(b->delta, 0, (size_t)b->n_layers * (size_t)n * sizeof *b->delta);
-        for (int l = 0; l < b->n_layers; l++) {
-            size_t o = (size_t)l * (size_t)n;
-            update_layer(NULL, b->delta + o, b->m + o, b->v + o, counts + o, n, &b->cfg, b->step);
-        }
         optim_cuda_bias_sub(ctx, biases, b->delta, b->n_layers, n);
 #else
         ZY_CHECKF(0, "balancing: a CUDA context in a build without CUDA");
 #endif
         return;
     }
-    for (int l = 0; l < b->n_layers; l++) {
-        size_t o = (size_t)l * (size_t)n;
-        update_layer(biases[l], NULL, b->m + o, b->v + o, counts + o, n, &b->cfg, b->step);
-    }
+    for (int l = 0; l < b->n_layers; l++) apply_delta(biases[l], b->delta + (size_t)l * n, n);
 }
 
 void balance_load_summary(const int64_t *counts, int n_experts, zy_load_summary *out) {

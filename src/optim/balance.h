@@ -6,12 +6,20 @@
  * ("model.layers.N.mlp.gate.balancing_biases" [E+1]) in the caller's parameter buffer.
  * Also summarises a layer's load for logging.
  *
+ * Canonical form: the choice argmax(p + bias) depends only on the differences between a layer's
+ * biases, so after each update every class is shifted by the same amount to put the skip class
+ * back at ZY_SKIP_BIAS (-1). The routing is the one the plain update gives; the Adam moments are
+ * untouched. This is what makes a trained checkpoint load in transformers as it is: transformers
+ * 5.17 resets each layer's skip-class bias to -1 when it loads a checkpoint (see io/hf_model.h).
+ *
  * On a CUDA context the biases live in device memory: the controller's math stays on the host
  * (E+1 numbers per layer; the counts arrive on the host anyway) and a small kernel, given the bias
- * changes by value, subtracts them from the biases in place, so nothing waits for the device. */
+ * changes by value, applies them (and the canonical shift) in place, so nothing waits for the
+ * device. */
 #ifndef ZY_BALANCE_H
 #define ZY_BALANCE_H
 
+#include "model/config.h"
 #include "ops/ops.h"
 #include "optim/state.h"
 #include "tensor/params.h"
@@ -55,13 +63,9 @@ int balance_init(zy_balance *b, const zy_balance_config *cfg, int n_layers, int 
 void balance_free(zy_balance *b);
 /* One controller step: step += 1, then for every layer l, biases[l] ([E+1], in ctx's memory) is
  * updated from counts[l * (E+1) + e] (host: tokens of the global batch routed to class e of layer
- * l, [L, E+1]). A layer that routed no tokens is left as it is. Asynchronous on CUDA; the same
- * bits as the CPU. */
+ * l, [L, E+1]), then shifted to the canonical form. A layer that routed no tokens keeps its
+ * biases (bit for bit when already canonical). Asynchronous on CUDA; the same bits as the CPU. */
 void balance_step(zy_balance *b, zy_ctx *ctx, float *const *biases, const int64_t *counts);
-/* Adam-style update of one layer's bias [n] from its counts [n] at (already incremented) step t;
- * m, v are that layer's moments [n]. */
-void balance_update_layer(float *bias, float *m, float *v, const int64_t *counts, int n,
-                          const zy_balance_config *cfg, int64_t t);
 /* Summarises counts [E+1] (skip last). */
 void balance_load_summary(const int64_t *counts, int n_experts, zy_load_summary *out);
 /* Finds "model.layers.N.mlp.gate.balancing_biases" for N in [0, L) in t and points biases[N] at

@@ -21,6 +21,7 @@
  * launches of up to SEG_MAX; a block sums its chunk's squares in double, blocks write partials in
  * table order, and one block adds them in a fixed order. */
 extern "C" { /* ops.h has no C++ guards of its own: include it with C linkage first */
+#include "model/config.h"
 #include "ops/ops.h"
 #include "optim/optim_cuda.h"
 }
@@ -801,10 +802,24 @@ typedef struct {
     float delta[BIAS_MAXV]; /* [nl, n] */
 } bias_list;
 
+/* bias -= delta, then the canonical shift (optim/balance.h), as balance.c's apply_delta: each
+ * layer's biases are read into shared memory before any is written, since every class needs the
+ * layer's skip bias. __fsub_rn/__fadd_rn keep the host's rounding (no contraction). */
 __global__ void bias_sub_kernel(const bias_list L) {
+    __shared__ float skip_shift[BIAS_MAXL];
+    __shared__ float old_bias[BIAS_MAXV];
+    for (int i = threadIdx.x; i < L.nl * L.n; i += blockDim.x)
+        old_bias[i] = *(L.ptr[i / L.n] + i % L.n);
+    __syncthreads();
+    for (int l = threadIdx.x; l < L.nl; l += blockDim.x) {
+        const int k = l * L.n + L.n - 1;
+        skip_shift[l] = __fadd_rn(__fsub_rn(old_bias[k], L.delta[k]), 1.0f);
+    }
+    __syncthreads();
     for (int i = threadIdx.x; i < L.nl * L.n; i += blockDim.x) {
-        float *b = L.ptr[i / L.n] + i % L.n;
-        *b = __fsub_rn(*b, L.delta[i]);
+        const int l = i / L.n, e = i % L.n;
+        L.ptr[l][e] = e == L.n - 1 ? ZY_SKIP_BIAS
+                                   : __fsub_rn(__fsub_rn(old_bias[i], L.delta[i]), skip_shift[l]);
     }
 }
 

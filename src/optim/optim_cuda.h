@@ -59,7 +59,8 @@ double optim_cuda_sumsq(zy_ctx *ctx, const zy_param_table *t, const float *grads
 /* Multiplies every non-buffer gradient by scale. */
 void optim_cuda_scale(zy_ctx *ctx, const zy_param_table *t, float *grads, float scale);
 
-/* biases[l][e] -= delta[l * n + e] for l < n_layers, e < n; biases are device pointers, delta is
+/* biases[l][e] -= delta[l * n + e] for l < n_layers, e < n, then each layer shifted so its last
+ * (skip) class is ZY_SKIP_BIAS (balance.h's canonical form); biases are device pointers, delta is
  * host memory (passed to the kernel by value, so nothing waits). */
 void optim_cuda_bias_sub(zy_ctx *ctx, float *const *biases, const float *delta, int n_layers,
                          int n);

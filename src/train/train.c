@@ -9,7 +9,7 @@
 #include "base/timer.h"
 #include "data/tokenizer.h"
 #include "io/checkpoint.h"
-#include "io/hf_checkpoint.h"
+#include "io/hf_model.h"
 #include "model/generate.h"
 #include "model/model.h"
 #include "optim/clip.h"
@@ -49,18 +49,6 @@ static int setup_device(trainer *tr) {
         return ops_ctx_init_cuda(&tr->ctx, 0);
     ops_ctx_init_cpu(&tr->ctx, omp_get_max_threads());
     return ZY_OK;
-}
-
-/* Loads an HF folder's weights into the model, through a host buffer when it lives on a GPU. */
-static int load_weights(zy_model *m, const char *dir) {
-    if (m->ctx->device == ZY_DEV_CPU) return hf_load_weights(dir, &m->table, m->params);
-    size_t bytes = m->table.total * sizeof(float);
-    float *host = zy_malloc(bytes);
-    int rc = hf_load_weights(dir, &m->table, host);
-    if (rc == ZY_OK) ops_copy(m->ctx, m->params, host, bytes);
-    free(host);
-    model_sync_compute_weights(m);
-    return rc;
 }
 
 /* The weights readable on the host: the model's own buffer on the CPU, a fresh copy on a GPU. */
@@ -137,7 +125,7 @@ static int json_int(const cJSON *o, const char *key, const char *source, int64_t
 
 static int resume_from(trainer *tr, const char *dir) {
     char path[4096], *text;
-    ZY_TRY(load_weights(&tr->model, dir));
+    ZY_TRY(hf_load_model(&tr->model, dir, ZY_SKIP_BIAS_HF));
     ZY_TRY(zy_path_join(path, sizeof path, dir, "train_state.safetensors"));
     zy_safetensors f;
     ZY_TRY(safetensors_open(&f, path));
@@ -271,7 +259,8 @@ static int trainer_init(trainer *tr, const zy_train_config *c) {
         ZY_TRY(tok_load(&tok, c->tokenizer));
         int32_t nv = tok_vocab_size(tok);
         mc.bos_token_id = tok_bos_id(tok);
-        mc.eos_token_id = tok_eos_id(tok);
+        if (!config_is_eos(&mc, tok_eos_id(tok))) /* a list holding it stays whole */
+            config_set_eos(&mc, tok_eos_id(tok));
         mc.pad_token_id = tok_pad_id(tok);
         tok_free(tok);
         if (nv > mc.vocab_size)
@@ -280,7 +269,7 @@ static int trainer_init(trainer *tr, const zy_train_config *c) {
     }
     ZY_TRY(model_init(&tr->model, &mc, &tr->ctx, 1));
     if (c->init_from[0])
-        ZY_TRY(load_weights(&tr->model, c->init_from));
+        ZY_TRY(hf_load_model(&tr->model, c->init_from, ZY_SKIP_BIAS_HF));
     else
         model_init_weights(&tr->model, c->seed);
     ZY_TRY(acts_init(&tr->acts, &tr->model, c->batch_size, c->seq_len));
@@ -348,6 +337,13 @@ static int train_step(trainer *tr, float lr, double *loss, double *gnorm) {
 }
 
 int train_run(const zy_train_config *c, const zy_train_opts *o) {
+    /* transformers applies attention_dropout while training; zayac has no dropout, so a config
+     * asking for it would train a different model than it says */
+    if (c->model.attention_dropout != 0)
+        return zy_fail(
+            "model (%s): attention_dropout = %g: zayac trains without attention dropout; "
+            "set it to 0.0",
+            c->model_desc, c->model.attention_dropout);
     trainer tr;
     int rc = trainer_init(&tr, c);
     if (rc == ZY_OK && o->resume) {
@@ -453,14 +449,14 @@ int train_run(const zy_train_config *c, const zy_train_opts *o) {
     return rc;
 }
 
-int train_eval(const zy_train_config *c, const char *model_dir, int64_t batches, double *loss,
-               int64_t *tokens) {
+int train_eval(const zy_train_config *c, const char *model_dir, zy_skip_bias_rule rule,
+               int64_t batches, double *loss, int64_t *tokens) {
     trainer tr;
     memset(&tr, 0, sizeof tr);
     tr.cfg = c;
     int rc = setup_device(&tr);
     if (rc == ZY_OK) rc = model_init(&tr.model, &c->model, &tr.ctx, 0);
-    if (rc == ZY_OK) rc = load_weights(&tr.model, model_dir);
+    if (rc == ZY_OK) rc = hf_load_model(&tr.model, model_dir, rule);
     if (rc == ZY_OK) rc = acts_init(&tr.acts, &tr.model, c->batch_size, c->seq_len);
     size_t N = (size_t)c->batch_size * c->seq_len;
     tr.ids = zy_malloc(N * sizeof *tr.ids);

@@ -3,6 +3,7 @@
 #ifndef ZY_TRAIN_H
 #define ZY_TRAIN_H
 
+#include "io/hf_model.h"
 #include "train/train_config.h"
 
 typedef struct {
@@ -13,8 +14,9 @@ typedef struct {
 
 /* Trains per c; prints progress to stdout. Returns ZY_ERR with a message on failure. */
 int train_run(const zy_train_config *c, const zy_train_opts *o);
-/* Mean validation loss of a model folder on the config's validation split. */
-int train_eval(const zy_train_config *c, const char *model_dir, int64_t batches, double *loss,
-               int64_t *tokens);
+/* Mean validation loss of a model folder (loaded by rule, see io/hf_model.h) on the config's
+ * validation split. */
+int train_eval(const zy_train_config *c, const char *model_dir, zy_skip_bias_rule rule,
+               int64_t batches, double *loss, int64_t *tokens);
 
 #endif
