@@ -10,6 +10,7 @@
 #include "data/tokenizer.h"
 #include "io/hf_checkpoint.h"
 #include "model_cli.h"
+#include "optim/balance.h"
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
@@ -38,20 +39,6 @@ static int parse_size(const char *s, uint64_t *out) {
                 return ZY_OK;
             }
     return zy_fail("--shard-size '%s': expected a positive size such as 5GB, 500MB or 2GiB", s);
-}
-
-/* Shifts each layer's balancing biases so the skip class is at -1: the same routing, in the form
- * transformers keeps when it loads the folder (see io/hf_model.h). */
-static void canonical_skip_bias(const zy_model *m, float *params) {
-    const int E1 = m->cfg.num_experts + 1;
-    for (int l = 0; l < m->cfg.num_hidden_layers; l++) {
-        char name[ZY_PARAM_NAME_MAX];
-        snprintf(name, sizeof name, "model.layers.%d.mlp.gate.balancing_biases", l);
-        float *b = params + m->table.items[params_find(&m->table, name)].offset;
-        const float shift = b[E1 - 1] - ZY_SKIP_BIAS;
-        for (int e = 0; e < E1 - 1; e++) b[e] -= shift;
-        b[E1 - 1] = ZY_SKIP_BIAS;
-    }
 }
 
 /* generation_config.json: the ids generation needs and the longest sequence the model takes. */
@@ -148,7 +135,9 @@ int cmd_export(int argc, char **argv) {
     zy_model m;
     if (cli_load_model(&m, &ctx, model_dir, 0, opts) != ZY_OK) return cli_error("export");
     /* Kept as stored, the file's routing is written in the form transformers preserves. */
-    if (rule == ZY_SKIP_BIAS_FILE) canonical_skip_bias(&m, m.params);
+    if (rule == ZY_SKIP_BIAS_FILE)
+        for (int l = 0; l < m.cfg.num_hidden_layers; l++)
+            balance_apply(m.w.layers[l].bal, NULL, m.cfg.num_experts + 1);
     zy_config cfg = m.cfg;
     snprintf(cfg.dtype, sizeof cfg.dtype, "%s", dtype == ZY_ST_BF16 ? "bfloat16" : "float32");
 

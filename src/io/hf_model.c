@@ -17,18 +17,15 @@ int hf_skip_bias_rule_parse(const char *s, zy_skip_bias_rule *out) {
     return ZY_OK;
 }
 
-/* Sets every layer's skip-class bias in host weights to ZY_SKIP_BIAS; warns once if any differed.
- */
-static int skip_bias_as_hf(const zy_model *m, float *host, const char *dir) {
+/* Sets every layer's skip-class bias in host (weights laid out as m->params) to ZY_SKIP_BIAS;
+ * warns once if any differed. */
+static void skip_bias_as_hf(const zy_model *m, float *host, const char *dir) {
     const int L = m->cfg.num_hidden_layers, E1 = m->cfg.num_experts + 1;
     int changed = 0, first = -1, last = -1;
     float first_value = 0;
     for (int l = 0; l < L; l++) {
-        char name[ZY_PARAM_NAME_MAX];
-        snprintf(name, sizeof name, "model.layers.%d.mlp.gate.balancing_biases", l);
-        int i = params_find(&m->table, name);
-        if (i < 0) return zy_fail("%s: the model has no %s", dir, name);
-        float *skip = host + m->table.items[i].offset + E1 - 1;
+        float *skip =
+            host + (m->w.layers[l].bal - m->params) + E1 - 1; /* offset works on any device */
         if (*skip == ZY_SKIP_BIAS) continue;
         if (first < 0) {
             first = l;
@@ -44,7 +41,6 @@ static int skip_bias_as_hf(const zy_model *m, float *host, const char *dir) {
                 "than -1 (layer %d: %g); using -1, as transformers does when it loads this folder "
                 "(--skip-bias file keeps the file's values)\n",
                 dir, changed, L, first, last, first, first_value);
-    return ZY_OK;
 }
 
 int hf_load_model(zy_model *m, const char *dir, zy_skip_bias_rule rule) {
@@ -54,7 +50,7 @@ int hf_load_model(zy_model *m, const char *dir, zy_skip_bias_rule rule) {
     const int on_cpu = m->ctx->device == ZY_DEV_CPU;
     float *host = on_cpu ? m->params : zy_malloc(bytes);
     int rc = hf_load_weights(dir, &m->table, host);
-    if (rc == ZY_OK && rule == ZY_SKIP_BIAS_HF) rc = skip_bias_as_hf(m, host, dir);
+    if (rc == ZY_OK && rule == ZY_SKIP_BIAS_HF) skip_bias_as_hf(m, host, dir);
     if (rc == ZY_OK && !on_cpu) {
         ops_copy(m->ctx, m->params, host, bytes);
         model_sync_compute_weights(m);

@@ -74,13 +74,12 @@ static void layer_delta(float *delta, float *m, float *v, const int64_t *counts,
     }
 }
 
-/* bias -= delta, then the canonical shift (balance.h): every class moves by the skip class's
- * distance from -1 and the skip class is set to -1 exactly. optim_cuda_bias_sub does the same
- * float operations in the same order, so both devices hold the same bits. */
-static void apply_delta(float *bias, const float *delta, int n) {
-    const float skip = bias[n - 1] - delta[n - 1];
+/* optim_cuda_bias_sub does the same float operations in the same order, so both devices hold the
+ * same bits. */
+void balance_apply(float *bias, const float *delta, int n) {
+    const float skip = delta ? bias[n - 1] - delta[n - 1] : bias[n - 1];
     const float shift = skip + 1.0f; /* skip - (-1) */
-    for (int e = 0; e < n - 1; e++) bias[e] = (bias[e] - delta[e]) - shift;
+    for (int e = 0; e < n - 1; e++) bias[e] = (delta ? bias[e] - delta[e] : bias[e]) - shift;
     bias[n - 1] = ZY_SKIP_BIAS;
 }
 
@@ -99,7 +98,7 @@ void balance_step(zy_balance *b, zy_ctx *ctx, float *const *biases, const int64_
 #endif
         return;
     }
-    for (int l = 0; l < b->n_layers; l++) apply_delta(biases[l], b->delta + (size_t)l * n, n);
+    for (int l = 0; l < b->n_layers; l++) balance_apply(biases[l], b->delta + (size_t)l * n, n);
 }
 
 void balance_load_summary(const int64_t *counts, int n_experts, zy_load_summary *out) {

@@ -66,6 +66,10 @@ void balance_free(zy_balance *b);
  * l, [L, E+1]), then shifted to the canonical form. A layer that routed no tokens keeps its
  * biases (bit for bit when already canonical). Asynchronous on CUDA; the same bits as the CPU. */
 void balance_step(zy_balance *b, zy_ctx *ctx, float *const *biases, const int64_t *counts);
+/* One layer's biases [n] (host memory): bias -= delta (none when delta is NULL), then the
+ * canonical shift: every class moves by the skip class's distance from ZY_SKIP_BIAS and the skip
+ * class is set to it exactly (the routing is unchanged). */
+void balance_apply(float *bias, const float *delta, int n);
 /* Summarises counts [E+1] (skip last). */
 void balance_load_summary(const int64_t *counts, int n_experts, zy_load_summary *out);
 /* Finds "model.layers.N.mlp.gate.balancing_biases" for N in [0, L) in t and points biases[N] at

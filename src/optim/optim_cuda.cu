@@ -802,7 +802,7 @@ typedef struct {
     float delta[BIAS_MAXV]; /* [nl, n] */
 } bias_list;
 
-/* bias -= delta, then the canonical shift (optim/balance.h), as balance.c's apply_delta: each
+/* bias -= delta, then the canonical shift (optim/balance.h), as balance_apply: each
  * layer's biases are read into shared memory before any is written, since every class needs the
  * layer's skip bias. __fsub_rn/__fadd_rn keep the host's rounding (no contraction). */
 __global__ void bias_sub_kernel(const bias_list L) {
