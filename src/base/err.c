@@ -5,15 +5,33 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static _Thread_local char err_msg[1024];
+static _Thread_local zy_exit_status err_kind = ZY_EXIT_INPUT;
+static _Thread_local int err_rank = -1;
+static _Thread_local long long err_step = -1;
 
 int zy_fail(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(err_msg, sizeof err_msg, fmt, ap);
     va_end(ap);
+    err_kind = ZY_EXIT_INPUT;
     return ZY_ERR;
+}
+
+int zy_fail_runtime(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err_msg, sizeof err_msg, fmt, ap);
+    va_end(ap);
+    err_kind = ZY_EXIT_RUNTIME;
+    return ZY_ERR;
+}
+
+zy_exit_status zy_err_exit_status(void) {
+    return err_kind;
 }
 
 int zy_fail_ctx(const char *fmt, ...) {
@@ -33,16 +51,55 @@ const char *zy_errmsg(void) {
 
 void zy_err_clear(void) {
     err_msg[0] = 0;
+    err_kind = ZY_EXIT_INPUT;
+}
+
+void zy_err_set_rank(int rank) {
+    err_rank = rank;
+}
+
+void zy_err_set_step(long long step) {
+    err_step = step;
+}
+
+void zy_err_context(char *buf, size_t n) {
+    if (err_rank >= 0 && err_step >= 0)
+        snprintf(buf, n, " [rank %d, step %lld]", err_rank, err_step);
+    else if (err_rank >= 0)
+        snprintf(buf, n, " [rank %d]", err_rank);
+    else if (err_step >= 0)
+        snprintf(buf, n, " [step %lld]", err_step);
+    else if (n)
+        buf[0] = 0;
+}
+
+/* "zayac: fatal [rank R, step S] at file:line: what: message" on stderr. */
+static void fatal_message(const char *file, int line, const char *what, const char *fmt,
+                          va_list ap) {
+    char where[64];
+    zy_err_context(where, sizeof where);
+    fflush(stdout);
+    fprintf(stderr, "zayac: fatal%s at %s:%d: %s: ", where, file, line, what);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    fflush(stderr);
 }
 
 void zy_abort_at(const char *file, int line, const char *what, const char *fmt, ...) {
     va_list ap;
-    fprintf(stderr, "zayac: fatal at %s:%d: %s: ", file, line, what);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    fatal_message(file, line, what, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
     abort();
+}
+
+void zy_fatal_runtime_at(const char *file, int line, const char *what, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fatal_message(file, line, what, fmt, ap);
+    va_end(ap);
+    /* _exit: after a device failure, library teardown in atexit handlers can hang */
+    _exit(ZY_EXIT_RUNTIME);
 }
 
 void *zy_malloc(size_t n) {
