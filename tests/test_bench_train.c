@@ -112,12 +112,12 @@ static void check_breakdown(const bench_train_result *r) {
     if (sum > r->prof_step_ms) fail_msg("ops sum to %g ms > step %g ms", sum, r->prof_step_ms);
     assert_true(pct <= 100.0 + 1e-9);
     double phases = 0;
-    for (int p = 0; p < BT_NPHASES; p++) {
+    for (int p = 0; p < ZY_STEP_NPHASES; p++) {
         assert_true(r->phase_ms[p] >= 0);
         phases += r->phase_ms[p];
     }
     assert_true(phases > 0 && phases <= r->prof_step_ms * (1 + 1e-9));
-    assert_true(r->phase_ms[BT_PHASE_FORWARD] > 0 && r->phase_ms[BT_PHASE_BACKWARD] > 0);
+    assert_true(r->phase_ms[ZY_PHASE_FORWARD] > 0 && r->phase_ms[ZY_PHASE_BACKWARD] > 0);
 }
 
 static void test_flops_match_baseline(void **state) {

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <unistd.h>
 
 static char tmp[64];
@@ -30,6 +31,16 @@ static void run_ok(const char *const *args) {
     result_free(&r);
 }
 #define RUN_OK(...) run_ok((const char *const[]){__VA_ARGS__, NULL})
+
+/* A run stopped on request (--stop-after) exits 3 after writing its checkpoint. */
+static void run_stopped(const char *const *args) {
+    run_result r = spawn_capture(bin, tmp, args);
+    if (r.code != 3)
+        fail_msg("zayac %s: exit %d, expected 3:\n%s\n%s", args[0], r.code, r.out, r.err);
+    assert_non_null(strstr(r.out, "stopped on request"));
+    result_free(&r);
+}
+#define RUN_STOPPED(...) run_stopped((const char *const[]){__VA_ARGS__, NULL})
 
 static void path(char *buf, size_t n, const char *name) {
     snprintf(buf, n, "%s/%s", tmp, name);
@@ -124,7 +135,7 @@ static void resume_is_exact(const char *device) {
     snprintf(out_a, sizeof out_a, "%s/a_%s", tmp, device);
     snprintf(out_b, sizeof out_b, "%s/b_%s", tmp, device);
     RUN_OK("train", "--config", cfg, "--out", out_a);
-    RUN_OK("train", "--config", cfg, "--out", out_b, "--stop-after", "4");
+    RUN_STOPPED("train", "--config", cfg, "--out", out_b, "--stop-after", "4");
     RUN_OK("train", "--config", cfg, "--out", out_b, "--resume");
     char *la = losses(out_a + strlen(tmp) + 1), *lb = losses(out_b + strlen(tmp) + 1);
     print_message("straight:\n%sresumed:\n%s", la, lb);
@@ -217,8 +228,8 @@ static void test_resume_skips_corrupt(void **state) {
     char cfg[256], out_c[256], p[512];
     path(cfg, sizeof cfg, "train_cpu.json");
     path(out_c, sizeof out_c, "c");
-    RUN_OK("train", "--config", cfg, "--out", out_c, "--stop-after", "4");
-    RUN_OK("train", "--config", cfg, "--out", out_c, "--resume", "--stop-after", "2");
+    RUN_STOPPED("train", "--config", cfg, "--out", out_c, "--stop-after", "4");
+    RUN_STOPPED("train", "--config", cfg, "--out", out_c, "--resume", "--stop-after", "2");
     /* corrupt the newest (step 6): resume must fall back to step 4 and say so */
     snprintf(p, sizeof p, "%s/checkpoints/step_000000006/train_state.safetensors", out_c);
     FILE *f = fopen(p, "r+b");
@@ -234,6 +245,68 @@ static void test_resume_skips_corrupt(void **state) {
     assert_non_null(strstr(r.out, "step_000000006"));
     assert_non_null(strstr(r.out, "(step 4)"));
     result_free(&r);
+}
+
+/* Lines in a run's metrics.jsonl (0 while it does not exist). */
+static int metrics_lines(const char *out) {
+    char p[512], *text;
+    snprintf(p, sizeof p, "%s/metrics.jsonl", out);
+    if (zy_read_file(p, &text, NULL) != ZY_OK) return 0;
+    int n = 0;
+    for (char *c = text; *c; c++) n += *c == '\n';
+    free(text);
+    return n;
+}
+
+/* SIGTERM (a preemption) lets the current step finish, writes a checkpoint of it and exits 3; a
+ * --resume then continues exactly as a run that was never stopped. */
+static void test_sigterm_checkpoints_and_exits_3(void **state) {
+    (void)state;
+    char cfg[256], out_s[256], out_t[256], p[512];
+    path(cfg, sizeof cfg, "train_cpu.json");
+    path(out_s, sizeof out_s, "sig");
+    path(out_t, sizeof out_t, "sig_straight");
+    const char *argv[] = {bin,        "train",
+                          "--config", cfg,
+                          "--out",    out_s,
+                          "--steps",  "100000",
+                          "--set",    "eval_interval=0",
+                          "--set",    "checkpoint_interval=0",
+                          NULL};
+    char log[512];
+    snprintf(log, sizeof log, "%s/sig_stdout.txt", tmp);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    pid_t pid;
+    assert_int_equal(posix_spawn(&pid, bin, &fa, NULL, (char *const *)argv, environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    for (int i = 0; i < 600 && metrics_lines(out_s) < 3; i++) usleep(100000);
+    assert_true(metrics_lines(out_s) >= 3);
+    assert_int_equal(kill(pid, SIGTERM), 0);
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    char *text;
+    assert_int_equal(zy_read_file(log, &text, NULL), ZY_OK);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 3)
+        fail_msg("SIGTERM: status 0x%x, expected exit 3:\n%s", status, text);
+    assert_non_null(strstr(text, "stopped on request"));
+    free(text);
+    const int stopped_at = metrics_lines(out_s); /* one line per completed step */
+    snprintf(p, sizeof p, "%s/checkpoints/step_%09d/state.json", out_s, stopped_at);
+    assert_true(zy_path_exists(p));
+    /* two more steps after the resume == the same steps of a run never stopped */
+    char n_straight[16];
+    snprintf(n_straight, sizeof n_straight, "%d", stopped_at + 2);
+    RUN_STOPPED("train", "--config", cfg, "--out", out_s, "--steps", "100000", "--set",
+                "eval_interval=0", "--set", "checkpoint_interval=0", "--resume", "--stop-after",
+                "2");
+    RUN_STOPPED("train", "--config", cfg, "--out", out_t, "--steps", "100000", "--set",
+                "eval_interval=0", "--set", "checkpoint_interval=0", "--stop-after", n_straight);
+    char *ls = losses("sig"), *lt = losses("sig_straight");
+    assert_string_equal(ls, lt);
+    free(ls);
+    free(lt);
 }
 
 /* Training keeps every layer's skip-class balancing bias at exactly -1 (the routing depends only on
@@ -268,7 +341,8 @@ static void test_attention_dropout_refused(void **state) {
         spawn_capture(bin, tmp,
                       (const char *const[]){"train", "--config", cfg, "--out", out_c, "--set",
                                             "model.attention_dropout=0.1", NULL});
-    if (r.code == 0) fail_msg("training with attention_dropout 0.1 succeeded:\n%s", r.out);
+    if (r.code != 2)
+        fail_msg("training with attention_dropout 0.1: exit %d, not 2:\n%s", r.code, r.out);
     assert_non_null(strstr(r.err, "attention_dropout = 0.1"));
     result_free(&r);
 }
@@ -279,6 +353,7 @@ int main(void) {
         cmocka_unit_test(test_attention_dropout_refused),
         cmocka_unit_test(test_resume_is_exact),
         cmocka_unit_test(test_resume_skips_corrupt),
+        cmocka_unit_test(test_sigterm_checkpoints_and_exits_3),
         cmocka_unit_test(test_resume_is_exact_gpu),
         cmocka_unit_test(test_gpu_tracks_cpu),
     };

@@ -1,16 +1,15 @@
-/* The whole-training-step benchmark (see train_bench.h). The step itself is bt_step: the same calls
- * in the same order as train.c's train_step with one micro-batch, so what is timed here is what a
- * training run pays per step. The data are synthetic: uniform random token ids from the
- * counter-based RNG, targets the ids shifted by one, drawn outside the timed region. */
+/* The whole-training-step benchmark (see train_bench.h). The step is the training step itself
+ * (train/step.h, one micro-batch), so what is timed here is what a training run pays per step; the
+ * profiled step times its phases through the step's phase hook. The data are synthetic: uniform
+ * random token ids from the counter-based RNG, targets the ids shifted by one, drawn outside the
+ * timed region. */
 #include "bench/train_bench.h"
 #include "base/err.h"
 #include "base/fileio.h"
 #include "base/rng.h"
 #include "base/timer.h"
 #include "bench/gemm.h"
-#include "optim/balance.h"
-#include "optim/clip.h"
-#include "optim/optim.h"
+#include "train/step.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -23,13 +22,6 @@
 #define BT_GRAD_CLIP  1.0f /* train_config's default */
 #define BT_MAX_TOKENS (1 << 24)
 #define BT_PROF_MAX   128
-
-static const char *const phase_names[BT_NPHASES] = {
-    "zero_grads", "forward", "backward", "route_counts", "clip", "optimizer", "balance"};
-
-const char *bench_train_phase_name(bench_train_phase p) {
-    return p >= 0 && p < BT_NPHASES ? phase_names[p] : "?";
-}
 
 void bench_train_opts_default(bench_train_opts *o) {
     memset(o, 0, sizeof *o);
@@ -79,18 +71,13 @@ double bench_train_flops_per_token(const zy_config *c, int T) {
 typedef struct {
     const bench_train_opts *o;
     zy_ctx ctx;
-    zy_model model;
-    zy_acts acts;
-    zy_optim opt;
-    zy_balance bal;
-    int have_ctx, have_model, have_acts, have_opt, have_bal;
-    float **biases;         /* [L] balancing biases inside model.params (device memory on CUDA) */
-    int32_t *ids, *targets; /* [B, T] host */
-    int64_t *counts;        /* [L, E+1] routed class counts of the step */
+    zy_step st; /* the training step's state: model, activations, optimizer, balancing */
+    int have_ctx;
 } bt_state;
 
-/* Synthetic batch number `step`: x[b] = T+1 random ids, ids[b] = x[b][:T], targets = x[b][1:].
- * Its own seed, so it never replays the weights' streams (seed, tensor index). */
+/* Synthetic batch number `step` into the step's buffers: x[b] = T+1 random ids, ids[b] = x[b][:T],
+ * targets = x[b][1:]. Its own seed, so it never replays the weights' streams (seed, tensor
+ * index). */
 static void bt_batch(bt_state *s, int64_t step) {
     const int B = s->o->batch, T = s->o->seq, V = s->o->model.vocab_size;
     zy_rng r = zy_rng_init(s->o->seed ^ 0xda7a5eedda7a5eedull, (uint64_t)step);
@@ -98,16 +85,11 @@ static void bt_batch(bt_state *s, int64_t step) {
         int32_t prev = (int32_t)zy_rng_below(&r, (uint64_t)V);
         for (int t = 0; t < T; t++) {
             int32_t next = (int32_t)zy_rng_below(&r, (uint64_t)V);
-            s->ids[(size_t)b * T + t] = prev;
-            s->targets[(size_t)b * T + t] = next;
+            s->st.ids[(size_t)b * T + t] = prev;
+            s->st.targets[(size_t)b * T + t] = next;
             prev = next;
         }
     }
-}
-
-/* The router balancing step (the biases are updated where they live). */
-static void bt_balance(bt_state *s) {
-    balance_step(&s->bal, &s->ctx, s->biases, s->counts);
 }
 
 /* Waits for the device and reads the clock (seconds). */
@@ -116,44 +98,29 @@ static double bt_clock(bt_state *s) {
     return zy_now();
 }
 
-/* One training step on the current batch, as train.c's train_step with grad_accum 1: zero the
- * gradients, forward, backward with loss scale 1/tokens, routed counts, clip to BT_GRAD_CLIP, the
- * optimiser step, the balancing step. Unlike train.c a non-finite loss or norm does not stop it
- * (the caller counts them), so every step costs the same. phase_ms (when not NULL) accumulates
- * each phase's wall time with the device synchronised between phases.
- * The clip/optimiser lines are the ones that follow the device-resident optimiser's API. */
+/* The phase hook of the profiled step: each phase's wall time, the device synchronised. */
+typedef struct {
+    bt_state *s;
+    double t;         /* end of the previous phase */
+    double *phase_ms; /* [ZY_STEP_NPHASES] accumulated */
+} bt_phase_timer;
+
+static void bt_phase_end(void *user, zy_step_phase p) {
+    bt_phase_timer *pt = user;
+    double t1 = bt_clock(pt->s);
+    pt->phase_ms[p] += (t1 - pt->t) * 1e3;
+    pt->t = t1;
+}
+
+/* One training step on the batch already in the buffers; phase_ms (when not NULL) accumulates
+ * each phase's wall time. A non-finite loss or norm does not stop it (the caller counts them), so
+ * every step costs the same. */
 static void bt_step(bt_state *s, double *loss, double *gnorm, double *phase_ms) {
-    zy_model *m = &s->model;
-    const double tokens = (double)s->o->batch * s->o->seq;
-    double t = phase_ms ? bt_clock(s) : 0.0;
-#define BT_PHASE(p)                                                                                \
-    if (phase_ms) {                                                                                \
-        double t1_ = bt_clock(s);                                                                  \
-        phase_ms[p] += (t1_ - t) * 1e3;                                                            \
-        t = t1_;                                                                                   \
-    }
-    model_zero_grads(m);
-    BT_PHASE(BT_PHASE_ZERO);
-    double sum;
-    if (phase_ms) { /* separate passes to time them (one more pass over the logits) */
-        sum = model_forward(m, &s->acts, s->ids, s->targets);
-        BT_PHASE(BT_PHASE_FORWARD);
-        model_backward(m, &s->acts, (float)(1.0 / tokens));
-        BT_PHASE(BT_PHASE_BACKWARD);
-    } else { /* what train.c does */
-        sum = model_forward_backward(m, &s->acts, s->ids, s->targets, (float)(1.0 / tokens));
-    }
-    model_route_counts(m, &s->acts, s->counts);
-    BT_PHASE(BT_PHASE_ROUTE);
-    *gnorm = clip_grad_norm(&s->ctx, &m->table, m->grads, BT_GRAD_CLIP);
-    BT_PHASE(BT_PHASE_CLIP);
-    optim_step(&s->opt, &m->table, m->params, m->grads, s->o->lr);
-    if (!s->opt.compute_copy) model_sync_compute_weights(m);
-    BT_PHASE(BT_PHASE_OPTIM);
-    bt_balance(s);
-    BT_PHASE(BT_PHASE_BALANCE);
-#undef BT_PHASE
-    *loss = sum / tokens;
+    bt_phase_timer pt = {s, phase_ms ? bt_clock(s) : 0.0, phase_ms};
+    zy_step_hooks hooks = {.phase_end = phase_ms ? bt_phase_end : NULL, .user = &pt};
+    /* no batch source, stop_on_nonfinite 0: step_run cannot fail */
+    int rc = step_run(&s->st, &hooks, s->o->lr, loss, gnorm);
+    ZY_CHECKF(rc == ZY_OK, "%s", zy_errmsg());
 }
 
 /* Device bytes in use (total - free) on CUDA; 0 on the CPU. */
@@ -171,8 +138,6 @@ static int bt_used(const bt_state *s, double *used, double *total) {
 static int bt_init(bt_state *s, const bench_train_opts *o, bench_train_result *r) {
     memset(s, 0, sizeof *s);
     s->o = o;
-    const zy_config *c = &o->model;
-    const int L = c->num_hidden_layers, E = c->num_experts;
     if (o->device == ZY_DEV_CUDA) {
         ZY_TRY(ops_ctx_init_cuda(&s->ctx, o->gpu));
     } else {
@@ -181,47 +146,30 @@ static int bt_init(bt_state *s, const bench_train_opts *o, bench_train_result *r
     }
     s->have_ctx = 1;
     double u0, u1;
-    ZY_TRY(model_init(&s->model, c, &s->ctx, 1));
-    s->have_model = 1;
-    model_init_weights(&s->model, o->seed);
+    ZY_TRY(step_init_model(&s->st, &s->ctx, &o->model, o->batch, o->seq, 1));
+    model_init_weights(&s->st.model, o->seed);
     ZY_TRY(bt_used(s, &u0, NULL));
-    ZY_TRY(acts_init(&s->acts, &s->model, o->batch, o->seq));
-    s->have_acts = 1;
+    ZY_TRY(step_init_acts(&s->st));
     ZY_TRY(bt_used(s, &u1, NULL));
     r->acts_bytes = o->device == ZY_DEV_CUDA ? u1 - u0 : NAN;
     zy_optim_config oc;
     optim_config_default(&oc);
     oc.use_muon = o->use_muon;
     oc.lr = o->lr;
-    ZY_TRY(optim_init(&s->opt, &s->ctx, &oc, &s->model.table));
-    optim_set_compute_copy(&s->opt, s->model.cparams); /* bf16 weights refreshed by the step */
-    s->have_opt = 1;
     zy_balance_config bc;
     balance_config_default(&bc);
-    ZY_TRY(balance_init(&s->bal, &bc, L, E));
-    s->have_bal = 1;
-    s->biases = zy_calloc((size_t)L, sizeof *s->biases);
-    ZY_TRY(balance_find_biases(&s->model.table, s->model.params, L, E, s->biases));
-    size_t N = (size_t)o->batch * o->seq;
-    s->ids = zy_malloc(N * sizeof *s->ids);
-    s->targets = zy_malloc(N * sizeof *s->targets);
-    s->counts = zy_calloc((size_t)L * (E + 1), sizeof *s->counts);
-    r->params_bytes = (double)s->model.table.total * sizeof(float);
+    zy_step_config sc = {.grad_accum = 1, .grad_clip = BT_GRAD_CLIP, .balance = 1};
+    ZY_TRY(step_init_training(&s->st, &sc, &oc, &bc));
+    const zy_optim *opt = &s->st.opt;
+    r->params_bytes = (double)s->st.model.table.total * sizeof(float);
     r->grads_bytes = r->params_bytes;
     r->optim_bytes =
-        (double)(2 * s->opt.adam_total + s->opt.muon_total + s->opt.work_floats) * sizeof(float);
+        (double)(2 * opt->adam_total + opt->muon_total + opt->work_floats) * sizeof(float);
     return ZY_OK;
 }
 
 static void bt_free(bt_state *s) {
-    free(s->ids);
-    free(s->targets);
-    free(s->counts);
-    free(s->biases);
-    if (s->have_bal) balance_free(&s->bal);
-    if (s->have_opt) optim_free(&s->opt);
-    if (s->have_acts) acts_free(&s->acts, &s->model);
-    if (s->have_model) model_free(&s->model);
+    step_free(&s->st);
     if (s->have_ctx) ops_ctx_free(&s->ctx);
     memset(s, 0, sizeof *s);
 }
@@ -277,7 +225,7 @@ static void bt_load(const bt_state *s, bench_train_result *r, int i) {
     double sum = 0;
     for (int l = 0; l < L; l++) {
         zy_load_summary ls;
-        balance_load_summary(s->counts + (size_t)l * (E + 1), E, &ls);
+        balance_load_summary(s->st.step_counts + (size_t)l * (E + 1), E, &ls);
         const double ratio = ls.max_over_mean > 0 ? ls.max_over_mean : 1.0; /* none routed */
         sum += ratio;
         if (ratio > r->load_ratio_max) r->load_ratio_max = ratio;
@@ -469,8 +417,9 @@ void bench_train_print(FILE *f, const bench_train_opts *o, const bench_train_res
     fprintf(f, "# one profiled step: %.2f ms wall; phases (device synchronised between them):\n",
             r->prof_step_ms);
     fprintf(f, " ");
-    for (int p = 0; p < BT_NPHASES; p++)
-        fprintf(f, " %s %.2f%s", phase_names[p], r->phase_ms[p], p + 1 < BT_NPHASES ? " |" : "");
+    for (int p = 0; p < ZY_STEP_NPHASES; p++)
+        fprintf(f, " %s %.2f%s", step_phase_name(p), r->phase_ms[p],
+                p + 1 < ZY_STEP_NPHASES ? " |" : "");
     fprintf(f, " ms\n");
     fprintf(f, "  %-20s %7s %10s %6s\n", "op", "calls", "ms/step", "%");
     double sum = 0;
@@ -544,8 +493,8 @@ cJSON *bench_train_to_json(const bench_train_opts *o, const bench_train_result *
     add_num_or_null(j, "profiled_step_ms", r->prof_step_ms);
     cJSON *ph = cJSON_AddObjectToObject(j, "phases_ms");
     if (isfinite(r->prof_step_ms))
-        for (int p = 0; p < BT_NPHASES; p++)
-            cJSON_AddNumberToObject(ph, phase_names[p], r->phase_ms[p]);
+        for (int p = 0; p < ZY_STEP_NPHASES; p++)
+            cJSON_AddNumberToObject(ph, step_phase_name(p), r->phase_ms[p]);
     cJSON *bd = cJSON_AddArrayToObject(j, "breakdown");
     for (int i = 0; i < r->nops; i++) {
         cJSON *x = cJSON_CreateObject();

@@ -1,13 +1,14 @@
 /* Whole-training-step benchmark (`zayac bench train`): builds a model from a config, trains it on
- * synthetic token ids for some steps exactly as src/train/train.c steps (zero grads, forward,
- * backward, route counts, clipping, optimiser, balancing) and reports tokens/s, step time, model
- * TFLOP/s and MFU against the measured bf16 matmul peak, memory, and (with profiling) the per-op
- * time of one extra step. This file owns the options, the result, its table and its JSON. */
+ * synthetic token ids for some steps with the training step itself (train/step.h: zero grads,
+ * forward, backward, route counts, clipping, optimiser, balancing) and reports tokens/s, step time,
+ * model TFLOP/s and MFU against the measured bf16 matmul peak, memory, and (with profiling) the
+ * per-op time of one extra step. This file owns the options, the result, its table and its JSON. */
 #ifndef ZY_BENCH_TRAIN_BENCH_H
 #define ZY_BENCH_TRAIN_BENCH_H
 
 #include "bench/util.h"
 #include "model/model.h"
+#include "train/step.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -40,20 +41,6 @@ int bench_train_check(const bench_train_opts *o);
  * V x D for the tied head) + 6 x L x T x Hq x d (causal attention). */
 double bench_train_flops_per_token(const zy_config *c, int T);
 
-/* Phases of the profiled step, timed with the device synchronised between them. */
-typedef enum {
-    BT_PHASE_ZERO = 0,
-    BT_PHASE_FORWARD,
-    BT_PHASE_BACKWARD,
-    BT_PHASE_ROUTE,
-    BT_PHASE_CLIP,
-    BT_PHASE_OPTIM,
-    BT_PHASE_BALANCE,
-    BT_NPHASES
-} bench_train_phase;
-/* "zero_grads", "forward", ... */
-const char *bench_train_phase_name(bench_train_phase p);
-
 typedef struct {
     char op[48];        /* op name as the profiler records it */
     long calls;         /* calls in the profiled step */
@@ -82,9 +69,9 @@ typedef struct {
     /* expert load over the timed steps: per layer and step, the busiest expert's routed rows over
      * the mean of the experts' (1 = perfectly balanced); the mean and the largest of them */
     double load_ratio_mean, load_ratio_max;
-    double prof_step_ms;         /* wall time of the profiled step; NaN without profiling */
-    double phase_ms[BT_NPHASES]; /* the profiled step's phases */
-    bench_train_op *ops;         /* [nops] most time first (profiling only) */
+    double prof_step_ms;              /* wall time of the profiled step; NaN without profiling */
+    double phase_ms[ZY_STEP_NPHASES]; /* the profiled step's phases (timed, device synchronised) */
+    bench_train_op *ops;              /* [nops] most time first (profiling only) */
     int nops;
     bench_machine machine;
 } bench_train_result;

@@ -1,6 +1,5 @@
-/* The training loop (see train.h). One step: grad_accum micro-batches of forward + backward, global
- * gradient-norm clipping, the optimiser step at the scheduled learning rate, then the router
- * balancing-bias update from the step's routed counts. Every quantity that decides the next step
+/* The training loop (see train.h) around the one training step (train/step.h): the schedule, the
+ * data, metrics, validation, samples and checkpoints. Every quantity that decides the next step
  * (weights, moments, step counters, balancing state, data position) is in the checkpoint, so a
  * resumed run continues bit for bit. */
 #include "train/train.h"
@@ -12,13 +11,14 @@
 #include "io/hf_model.h"
 #include "model/generate.h"
 #include "model/model.h"
-#include "optim/clip.h"
 #include "train/batches.h"
 #include "train/metrics.h"
+#include "train/step.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <omp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,16 +26,9 @@
 typedef struct {
     const zy_train_config *cfg;
     zy_ctx ctx;
-    zy_model model;
-    zy_acts acts;
-    zy_optim opt;
-    zy_balance bal;
-    float **biases; /* [L] balancing biases inside model.params */
+    zy_step st; /* model, activations, optimizer, balancing; st.step = steps completed */
     zy_batches *train, *val;
     zy_metrics *metrics;
-    int32_t *ids, *targets;        /* [B, T] host */
-    int64_t *counts, *step_counts; /* [L, E+1] */
-    int64_t step;                  /* steps completed */
     double tokens_seen;
     char ckpt_root[ZY_PATH_MAX + 16];
     float *params_host; /* [table.total] host copy of the weights for checkpoints (CUDA only) */
@@ -53,7 +46,7 @@ static int setup_device(trainer *tr) {
 
 /* The weights readable on the host: the model's own buffer on the CPU, a fresh copy on a GPU. */
 static const float *params_on_host(trainer *tr) {
-    zy_model *m = &tr->model;
+    zy_model *m = &tr->st.model;
     if (m->ctx->device == ZY_DEV_CPU) return m->params;
     size_t bytes = m->table.total * sizeof(float);
     if (!tr->params_host) tr->params_host = zy_malloc(bytes);
@@ -75,17 +68,17 @@ static void add_state_items(zy_st_write_item *items, int *n, const zy_state_tens
 
 static int save_checkpoint(trainer *tr) {
     int no, nb;
-    optim_state_to_host(&tr->opt); /* the moments' host mirror (itself on the CPU) */
-    zy_state_tensor *so = optim_state_tensors(&tr->opt, &tr->model.table, &no);
-    zy_state_tensor *sb = balance_state_tensors(&tr->bal, &nb);
+    optim_state_to_host(&tr->st.opt); /* the moments' host mirror (itself on the CPU) */
+    zy_state_tensor *so = optim_state_tensors(&tr->st.opt, &tr->st.model.table, &no);
+    zy_state_tensor *sb = balance_state_tensors(&tr->st.bal, &nb);
     zy_st_write_item *items = zy_calloc((size_t)(no + nb), sizeof *items);
     int n = 0;
     add_state_items(items, &n, so, no);
     add_state_items(items, &n, sb, nb);
     cJSON *st = cJSON_CreateObject();
-    cJSON_AddNumberToObject(st, "step", (double)tr->step);
-    cJSON_AddNumberToObject(st, "optimizer_step", (double)tr->opt.step);
-    cJSON_AddNumberToObject(st, "balance_step", (double)tr->bal.step);
+    cJSON_AddNumberToObject(st, "step", (double)tr->st.step);
+    cJSON_AddNumberToObject(st, "optimizer_step", (double)tr->st.opt.step);
+    cJSON_AddNumberToObject(st, "balance_step", (double)tr->st.bal.step);
     cJSON_AddNumberToObject(st, "tokens_seen", tr->tokens_seen);
     cJSON_AddNumberToObject(st, "seed", (double)tr->cfg->seed);
     char *loader = batches_state_json(tr->train);
@@ -93,15 +86,15 @@ static int save_checkpoint(trainer *tr) {
     free(loader);
     char *json = cJSON_Print(st);
     cJSON_Delete(st);
-    zy_ckpt_content c = {.config = &tr->model.cfg,
-                         .table = &tr->model.table,
+    zy_ckpt_content c = {.config = &tr->st.model.cfg,
+                         .table = &tr->st.model.table,
                          .params = params_on_host(tr),
                          .state = items,
                          .n_state = n,
                          .state_json = json,
                          .tokenizer_path = tr->cfg->tokenizer[0] ? tr->cfg->tokenizer : NULL};
     char dir[4096];
-    int rc = ckpt_save(tr->ckpt_root, tr->step, &c, tr->cfg->keep_checkpoints, dir, sizeof dir);
+    int rc = ckpt_save(tr->ckpt_root, tr->st.step, &c, tr->cfg->keep_checkpoints, dir, sizeof dir);
     if (rc == ZY_OK) printf("checkpoint: %s\n", dir);
     free(json);
     free(items);
@@ -125,15 +118,15 @@ static int json_int(const cJSON *o, const char *key, const char *source, int64_t
 
 static int resume_from(trainer *tr, const char *dir) {
     char path[4096], *text;
-    ZY_TRY(hf_load_model(&tr->model, dir, ZY_SKIP_BIAS_HF));
+    ZY_TRY(hf_load_model(&tr->st.model, dir, ZY_SKIP_BIAS_HF));
     ZY_TRY(zy_path_join(path, sizeof path, dir, "train_state.safetensors"));
     zy_safetensors f;
     ZY_TRY(safetensors_open(&f, path));
     int no, nb;
-    zy_state_tensor *so = optim_state_tensors(&tr->opt, &tr->model.table, &no);
-    zy_state_tensor *sb = balance_state_tensors(&tr->bal, &nb);
+    zy_state_tensor *so = optim_state_tensors(&tr->st.opt, &tr->st.model.table, &no);
+    zy_state_tensor *sb = balance_state_tensors(&tr->st.bal, &nb);
     int rc = load_state_tensors(&f, so, no);
-    if (rc == ZY_OK) optim_state_from_host(&tr->opt);
+    if (rc == ZY_OK) optim_state_from_host(&tr->st.opt);
     if (rc == ZY_OK) rc = load_state_tensors(&f, sb, nb);
     free(so);
     free(sb);
@@ -145,7 +138,7 @@ static int resume_from(trainer *tr, const char *dir) {
     free(text);
     if (!st) return zy_fail("%s: not valid JSON", path);
     int64_t opt_step = 0, bal_step = 0;
-    rc = json_int(st, "step", path, &tr->step);
+    rc = json_int(st, "step", path, &tr->st.step);
     if (rc == ZY_OK) rc = json_int(st, "optimizer_step", path, &opt_step);
     if (rc == ZY_OK) rc = json_int(st, "balance_step", path, &bal_step);
     const cJSON *tok = cJSON_GetObjectItemCaseSensitive(st, "tokens_seen");
@@ -158,8 +151,8 @@ static int resume_from(trainer *tr, const char *dir) {
         free(lj);
     }
     cJSON_Delete(st);
-    tr->opt.step = opt_step;
-    tr->bal.step = bal_step;
+    tr->st.opt.step = opt_step;
+    tr->st.bal.step = bal_step;
     return rc;
 }
 
@@ -172,9 +165,9 @@ static int evaluate(trainer *tr, int64_t batches, double *loss, int64_t *tokens)
     double sum = 0;
     int64_t count = 0;
     for (int64_t i = 0; i < batches; i++) {
-        ZY_TRY(batches_next(tr->val, tr->ids, tr->targets));
-        sum += model_forward(&tr->model, &tr->acts, tr->ids, tr->targets);
-        count += tr->acts.count;
+        ZY_TRY(batches_next(tr->val, tr->st.ids, tr->st.targets));
+        sum += model_forward(&tr->st.model, &tr->st.acts, tr->st.ids, tr->st.targets);
+        count += tr->st.acts.count;
     }
     *loss = count ? sum / (double)count : NAN;
     if (tokens) *tokens = count;
@@ -182,21 +175,21 @@ static int evaluate(trainer *tr, int64_t batches, double *loss, int64_t *tokens)
 }
 
 static void log_step(trainer *tr, double loss, double gnorm, float lr, double tok_s) {
-    const zy_config *mc = &tr->model.cfg;
+    const zy_config *mc = &tr->st.model.cfg;
     const int E = mc->num_experts, E1 = E + 1;
     zy_metrics *m = tr->metrics;
-    metrics_scalar(m, "loss", tr->step, loss);
-    metrics_scalar(m, "grad_norm", tr->step, gnorm);
-    metrics_scalar(m, "lr", tr->step, lr);
-    metrics_scalar(m, "tokens_per_s", tr->step, tok_s);
-    metrics_scalar(m, "tokens_seen", tr->step, tr->tokens_seen);
+    metrics_scalar(m, "loss", tr->st.step, loss);
+    metrics_scalar(m, "grad_norm", tr->st.step, gnorm);
+    metrics_scalar(m, "lr", tr->st.step, lr);
+    metrics_scalar(m, "tokens_per_s", tr->st.step, tok_s);
+    metrics_scalar(m, "tokens_seen", tr->st.step, tr->tokens_seen);
     for (int l = 0; l < mc->num_hidden_layers; l++) {
         zy_load_summary s;
-        balance_load_summary(tr->step_counts + (size_t)l * E1, E, &s);
+        balance_load_summary(tr->st.step_counts + (size_t)l * E1, E, &s);
         char tag[96];
 #define TAG(name, value)                                                                           \
     snprintf(tag, sizeof tag, "router/layer%02d/" name, l);                                        \
-    metrics_scalar(m, tag, tr->step, value)
+    metrics_scalar(m, tag, tr->st.step, value)
         TAG("expert_max_frac", s.max_frac);
         TAG("expert_min_frac", s.min_frac);
         TAG("skip_frac", s.skip_frac);
@@ -207,12 +200,12 @@ static void log_step(trainer *tr, double loss, double gnorm, float lr, double to
 
 /* The most unbalanced layer of the last step (largest expert fraction), for the console. */
 static zy_load_summary router_worst_layer(const trainer *tr) {
-    const zy_config *mc = &tr->model.cfg;
+    const zy_config *mc = &tr->st.model.cfg;
     const int E1 = mc->num_experts + 1;
     zy_load_summary worst = {0};
     for (int l = 0; l < mc->num_hidden_layers; l++) {
         zy_load_summary s;
-        balance_load_summary(tr->step_counts + (size_t)l * E1, mc->num_experts, &s);
+        balance_load_summary(tr->st.step_counts + (size_t)l * E1, mc->num_experts, &s);
         if (l == 0 || s.max_frac > worst.max_frac) worst = s;
     }
     return worst;
@@ -234,7 +227,7 @@ static void print_samples(trainer *tr) {
         int32_t *out = zy_malloc((ids.n + (size_t)c->sample_tokens) * sizeof *out);
         zy_sampling s = {0, c->sample_temperature, c->sample_top_p, c->seed + (uint64_t)i};
         int n = 0;
-        if (model_generate(&tr->model, ids.data, (int)ids.n, c->sample_tokens, &s, 1, out, &n) ==
+        if (model_generate(&tr->st.model, ids.data, (int)ids.n, c->sample_tokens, &s, 1, out, &n) ==
             ZY_OK) {
             char *text = NULL;
             size_t len = 0;
@@ -267,27 +260,21 @@ static int trainer_init(trainer *tr, const zy_train_config *c) {
             return zy_fail("%s has %d ids but the model's vocab_size is %d", c->tokenizer, nv,
                            mc.vocab_size);
     }
-    ZY_TRY(model_init(&tr->model, &mc, &tr->ctx, 1));
+    ZY_TRY(step_init_model(&tr->st, &tr->ctx, &mc, c->batch_size, c->seq_len, 1));
     if (c->init_from[0])
-        ZY_TRY(hf_load_model(&tr->model, c->init_from, ZY_SKIP_BIAS_HF));
+        ZY_TRY(hf_load_model(&tr->st.model, c->init_from, ZY_SKIP_BIAS_HF));
     else
-        model_init_weights(&tr->model, c->seed);
-    ZY_TRY(acts_init(&tr->acts, &tr->model, c->batch_size, c->seq_len));
-    ZY_TRY(optim_init(&tr->opt, &tr->ctx, &c->optim, &tr->model.table));
-    optim_set_compute_copy(&tr->opt, tr->model.cparams); /* bf16 weights refreshed by the step */
-    const int L = c->model.num_hidden_layers, E = c->model.num_experts;
-    ZY_TRY(balance_init(&tr->bal, &c->balance, L, E));
-    tr->biases = zy_calloc((size_t)L, sizeof *tr->biases);
-    ZY_TRY(balance_find_biases(&tr->model.table, tr->model.params, L, E, tr->biases));
+        model_init_weights(&tr->st.model, c->seed);
+    ZY_TRY(step_init_acts(&tr->st));
+    zy_step_config sc = {.grad_accum = c->grad_accum,
+                         .grad_clip = c->grad_clip,
+                         .balance = c->balance_enabled,
+                         .stop_on_nonfinite = 1};
+    ZY_TRY(step_init_training(&tr->st, &sc, &c->optim, &c->balance));
     ZY_TRY(batches_open(&tr->train, c, 0, c->seed));
     if (batches_max_token(tr->train) >= c->model.vocab_size)
         return zy_fail("data holds token id %d but the model's vocabulary is %d",
                        batches_max_token(tr->train), c->model.vocab_size);
-    size_t N = (size_t)c->batch_size * c->seq_len;
-    tr->ids = zy_malloc(N * sizeof *tr->ids);
-    tr->targets = zy_malloc(N * sizeof *tr->targets);
-    tr->counts = zy_calloc((size_t)L * (E + 1), sizeof *tr->counts);
-    tr->step_counts = zy_calloc((size_t)L * (E + 1), sizeof *tr->step_counts);
     snprintf(tr->ckpt_root, sizeof tr->ckpt_root, "%s/checkpoints", c->out_dir);
     return ZY_OK;
 }
@@ -296,44 +283,38 @@ static void trainer_free(trainer *tr) {
     if (tr->metrics) metrics_close(tr->metrics);
     batches_close(tr->train);
     batches_close(tr->val);
-    free(tr->ids);
-    free(tr->targets);
-    free(tr->counts);
-    free(tr->step_counts);
-    free(tr->biases);
-    balance_free(&tr->bal);
-    optim_free(&tr->opt);
-    if (tr->acts.arena) acts_free(&tr->acts, &tr->model);
-    model_free(&tr->model);
+    step_free(&tr->st);
     free(tr->params_host);
     ops_ctx_free(&tr->ctx);
 }
 
-/* One optimiser step over grad_accum micro-batches; returns the mean loss. */
-static int train_step(trainer *tr, float lr, double *loss, double *gnorm) {
-    const zy_train_config *c = tr->cfg;
-    const int L = c->model.num_hidden_layers, E1 = c->model.num_experts + 1;
-    const double tokens = (double)c->batch_size * c->seq_len * c->grad_accum;
-    model_zero_grads(&tr->model);
-    memset(tr->step_counts, 0, (size_t)L * E1 * sizeof *tr->step_counts);
-    double sum = 0;
-    for (int micro = 0; micro < c->grad_accum; micro++) {
-        ZY_TRY(batches_next(tr->train, tr->ids, tr->targets));
-        sum += model_forward_backward(&tr->model, &tr->acts, tr->ids, tr->targets,
-                                      (float)(1.0 / tokens));
-        model_route_counts(&tr->model, &tr->acts, tr->counts);
-        for (int i = 0; i < L * E1; i++) tr->step_counts[i] += tr->counts[i];
-    }
-    *loss = sum / tokens;
-    *gnorm = clip_grad_norm(&tr->ctx, &tr->model.table, tr->model.grads, c->grad_clip);
-    if (!isfinite(*loss) || !isfinite(*gnorm))
-        return zy_fail("step %lld: loss %g, gradient norm %g: training diverged",
-                       (long long)tr->step + 1, *loss, *gnorm);
-    optim_step(&tr->opt, &tr->model.table, tr->model.params, tr->model.grads, lr);
-    if (c->balance_enabled) balance_step(&tr->bal, &tr->ctx, tr->biases, tr->step_counts);
-    if (!tr->opt.compute_copy) model_sync_compute_weights(&tr->model);
-    tr->tokens_seen += tokens;
-    return ZY_OK;
+/* SIGTERM/SIGINT (a preemption, Ctrl-C) ask the loop to stop after the current step with a
+ * checkpoint; a second signal acts as if none were caught (SA_RESETHAND). */
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig) {
+    stop_signal = sig;
+}
+
+static void stop_signals_catch(struct sigaction old[2]) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    stop_signal = 0;
+    sigaction(SIGTERM, &sa, &old[0]);
+    sigaction(SIGINT, &sa, &old[1]);
+}
+
+static void stop_signals_restore(const struct sigaction old[2]) {
+    sigaction(SIGTERM, &old[0], NULL);
+    sigaction(SIGINT, &old[1], NULL);
+}
+
+/* The step's batch source: the next micro-batch of the training split. */
+static int next_train_batch(void *user, int32_t *ids, int32_t *targets) {
+    return batches_next(((trainer *)user)->train, ids, targets);
 }
 
 int train_run(const zy_train_config *c, const zy_train_opts *o) {
@@ -354,7 +335,7 @@ int train_run(const zy_train_config *c, const zy_train_opts *o) {
         if (rc == ZY_OK && found.dir[0]) {
             rc = resume_from(&tr, found.dir);
             if (rc == ZY_OK)
-                printf("resumed from %s (step %lld)\n", found.dir, (long long)tr.step);
+                printf("resumed from %s (step %lld)\n", found.dir, (long long)tr.st.step);
             else
                 zy_fail_ctx("resuming from %s", found.dir);
         } else if (rc == ZY_OK) {
@@ -383,33 +364,37 @@ int train_run(const zy_train_config *c, const zy_train_opts *o) {
            c->model_desc, k.total / 1e6, k.active_no_embed / 1e6, c->batch_size, c->seq_len,
            c->grad_accum, c->optim.use_muon ? "Muon + AdamW" : "AdamW", device_desc);
     double t_start = zy_now(), last_val = NAN;
-    int64_t first_step = tr.step, ran = 0;
-    if (tr.step == 0 && c->eval_interval > 0) {
+    int64_t first_step = tr.st.step, ran = 0;
+    int stopped = 0;
+    struct sigaction old_handlers[2];
+    stop_signals_catch(old_handlers);
+    if (tr.st.step == 0 && c->eval_interval > 0) {
         rc = evaluate(&tr, c->eval_batches, &last_val, NULL);
         if (rc == ZY_OK) {
             metrics_scalar(tr.metrics, "val_loss", 0, last_val);
             printf("step 0 | val loss %.4f\n", last_val);
         }
     }
-    while (rc == ZY_OK && tr.step < c->steps) {
-        float lr = schedule_lr(&c->schedule, tr.step);
+    while (rc == ZY_OK && tr.st.step < c->steps) {
+        float lr = schedule_lr(&c->schedule, tr.st.step);
         double t0 = zy_now(), loss, gnorm;
-        rc = train_step(&tr, lr, &loss, &gnorm);
+        zy_step_hooks hooks = {.next_batch = next_train_batch, .user = &tr};
+        rc = step_run(&tr.st, &hooks, lr, &loss, &gnorm);
         if (rc != ZY_OK) break;
-        tr.step++;
+        tr.tokens_seen += (double)c->batch_size * c->seq_len * c->grad_accum;
         ran++;
         double dt = zy_now() - t0;
         double tok_s = (double)c->batch_size * c->seq_len * c->grad_accum / dt;
         log_step(&tr, loss, gnorm, lr, tok_s);
-        if (tr.step % c->log_interval == 0 || tr.step == c->steps) {
+        if (tr.st.step % c->log_interval == 0 || tr.st.step == c->steps) {
             char line[256];
             double elapsed = zy_now() - t_start;
             /* counts of this run, so the ETA follows this run's pace after a resume */
-            progress_line(line, sizeof line, tr.step - first_step, c->steps - first_step, loss,
+            progress_line(line, sizeof line, tr.st.step - first_step, c->steps - first_step, loss,
                           tok_s, elapsed);
             if (first_step > 0) {
                 char global[64];
-                snprintf(global, sizeof global, " | global step %lld", (long long)tr.step);
+                snprintf(global, sizeof global, " | global step %lld", (long long)tr.st.step);
                 strncat(line, global, sizeof line - strlen(line) - 1);
             }
             zy_load_summary worst = router_worst_layer(&tr);
@@ -417,23 +402,29 @@ int train_run(const zy_train_config *c, const zy_train_opts *o) {
                    gnorm, worst.max_frac, worst.min_frac, worst.skip_frac);
             fflush(stdout);
         }
-        int stopping = o->stop_after > 0 && ran >= o->stop_after;
-        if (c->eval_interval > 0 && (tr.step % c->eval_interval == 0 || tr.step == c->steps)) {
+        const int signalled = stop_signal != 0;
+        const int stopping =
+            (signalled || (o->stop_after > 0 && ran >= o->stop_after)) && tr.st.step < c->steps;
+        if (!signalled && c->eval_interval > 0 &&
+            (tr.st.step % c->eval_interval == 0 || tr.st.step == c->steps)) {
             rc = evaluate(&tr, c->eval_batches, &last_val, NULL);
             if (rc != ZY_OK) break;
-            metrics_scalar(tr.metrics, "val_loss", tr.step, last_val);
-            printf("step %lld | val loss %.4f | val ppl %.2f\n", (long long)tr.step, last_val,
+            metrics_scalar(tr.metrics, "val_loss", tr.st.step, last_val);
+            printf("step %lld | val loss %.4f | val ppl %.2f\n", (long long)tr.st.step, last_val,
                    exp(last_val));
         }
         metrics_flush(tr.metrics);
-        if ((c->checkpoint_interval > 0 && tr.step % c->checkpoint_interval == 0) ||
-            tr.step == c->steps || stopping)
+        if ((c->checkpoint_interval > 0 && tr.st.step % c->checkpoint_interval == 0) ||
+            tr.st.step == c->steps || stopping)
             rc = save_checkpoint(&tr);
-        if (stopping) {
-            printf("stopping after %lld steps (--stop-after)\n", (long long)ran);
+        if (stopping && rc == ZY_OK) {
+            printf("stopped on request (%s) at step %lld after its checkpoint\n",
+                   signalled ? strsignal(stop_signal) : "--stop-after", (long long)tr.st.step);
+            stopped = 1;
             break;
         }
     }
+    stop_signals_restore(old_handlers);
     if (rc == ZY_OK) {
         metrics_flush(tr.metrics);
         char png[4096];
@@ -443,10 +434,10 @@ int train_run(const zy_train_config *c, const zy_train_opts *o) {
         double wall = zy_now() - t_start;
         printf("done: %lld steps in %.1f s (%.0f tokens/s)\n", (long long)ran, wall,
                ran * (double)c->batch_size * c->seq_len * c->grad_accum / wall);
-        if (tr.step == c->steps) print_samples(&tr);
+        if (tr.st.step == c->steps) print_samples(&tr);
     }
     trainer_free(&tr);
-    return rc;
+    return rc == ZY_OK && stopped ? TRAIN_STOPPED : rc;
 }
 
 int train_eval(const zy_train_config *c, const char *model_dir, zy_skip_bias_rule rule,
@@ -455,12 +446,9 @@ int train_eval(const zy_train_config *c, const char *model_dir, zy_skip_bias_rul
     memset(&tr, 0, sizeof tr);
     tr.cfg = c;
     int rc = setup_device(&tr);
-    if (rc == ZY_OK) rc = model_init(&tr.model, &c->model, &tr.ctx, 0);
-    if (rc == ZY_OK) rc = hf_load_model(&tr.model, model_dir, rule);
-    if (rc == ZY_OK) rc = acts_init(&tr.acts, &tr.model, c->batch_size, c->seq_len);
-    size_t N = (size_t)c->batch_size * c->seq_len;
-    tr.ids = zy_malloc(N * sizeof *tr.ids);
-    tr.targets = zy_malloc(N * sizeof *tr.targets);
+    if (rc == ZY_OK) rc = step_init_model(&tr.st, &tr.ctx, &c->model, c->batch_size, c->seq_len, 0);
+    if (rc == ZY_OK) rc = hf_load_model(&tr.st.model, model_dir, rule);
+    if (rc == ZY_OK) rc = step_init_acts(&tr.st);
     if (rc == ZY_OK) rc = evaluate(&tr, batches, loss, tokens);
     trainer_free(&tr);
     return rc;

@@ -12,7 +12,13 @@ typedef struct {
     const char *config_json; /* the merged training config, saved as out_dir/train_config.json */
 } zy_train_opts;
 
-/* Trains per c; prints progress to stdout. Returns ZY_ERR with a message on failure. */
+/* train_run's result when it stopped on request (--stop-after, SIGTERM or SIGINT) before the last
+ * step, after writing a checkpoint (the CLI exits ZY_EXIT_STOPPED). */
+#define TRAIN_STOPPED 1
+
+/* Trains per c; prints progress to stdout. Returns ZY_OK when every step ran, TRAIN_STOPPED when
+ * stopped on request, ZY_ERR with a message on failure. SIGTERM/SIGINT let the current step
+ * finish, write a checkpoint and stop. */
 int train_run(const zy_train_config *c, const zy_train_opts *o);
 /* Mean validation loss of a model folder (loaded by rule, see io/hf_model.h) on the config's
  * validation split. */

@@ -1,0 +1,108 @@
+/* The training step (see step.h). */
+#include "train/step.h"
+#include "base/err.h"
+#include "optim/clip.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const phase_names[ZY_STEP_NPHASES] = {
+    "zero_grads", "forward", "backward", "route_counts", "clip", "optimizer", "balance"};
+
+const char *step_phase_name(zy_step_phase p) {
+    return p >= 0 && p < ZY_STEP_NPHASES ? phase_names[p] : "?";
+}
+
+int step_init_model(zy_step *s, zy_ctx *ctx, const zy_config *mc, int B, int T, int with_grads) {
+    memset(s, 0, sizeof *s);
+    s->ctx = ctx;
+    s->B = B;
+    s->T = T;
+    ZY_TRY(model_init(&s->model, mc, ctx, with_grads));
+    s->have_model = 1;
+    const size_t N = (size_t)B * T;
+    const size_t LE1 = (size_t)mc->num_hidden_layers * (mc->num_experts + 1);
+    s->ids = zy_malloc(N * sizeof *s->ids);
+    s->targets = zy_malloc(N * sizeof *s->targets);
+    s->counts = zy_calloc(LE1, sizeof *s->counts);
+    s->step_counts = zy_calloc(LE1, sizeof *s->step_counts);
+    return ZY_OK;
+}
+
+int step_init_acts(zy_step *s) {
+    ZY_TRY(acts_init(&s->acts, &s->model, s->B, s->T));
+    s->have_acts = 1;
+    return ZY_OK;
+}
+
+int step_init_training(zy_step *s, const zy_step_config *cfg, const zy_optim_config *oc,
+                       const zy_balance_config *bc) {
+    const int L = s->model.cfg.num_hidden_layers, E = s->model.cfg.num_experts;
+    if (cfg->grad_accum < 1)
+        return zy_fail("grad_accum must be at least 1, got %d", cfg->grad_accum);
+    s->cfg = *cfg;
+    ZY_TRY(optim_init(&s->opt, s->ctx, oc, &s->model.table));
+    s->have_opt = 1;
+    optim_set_compute_copy(&s->opt, s->model.cparams); /* bf16 weights refreshed by the update */
+    ZY_TRY(balance_init(&s->bal, bc, L, E));
+    s->have_bal = 1;
+    s->biases = zy_calloc((size_t)L, sizeof *s->biases);
+    return balance_find_biases(&s->model.table, s->model.params, L, E, s->biases);
+}
+
+void step_free(zy_step *s) {
+    free(s->ids);
+    free(s->targets);
+    free(s->counts);
+    free(s->step_counts);
+    free(s->biases);
+    if (s->have_bal) balance_free(&s->bal);
+    if (s->have_opt) optim_free(&s->opt);
+    if (s->have_acts) acts_free(&s->acts, &s->model);
+    if (s->have_model) model_free(&s->model);
+    memset(s, 0, sizeof *s);
+}
+
+static void phase_end(const zy_step_hooks *h, zy_step_phase p) {
+    if (h && h->phase_end) h->phase_end(h->user, p);
+}
+
+int step_run(zy_step *s, const zy_step_hooks *hooks, float lr, double *loss, double *grad_norm) {
+    zy_model *m = &s->model;
+    const int LE1 = m->cfg.num_hidden_layers * (m->cfg.num_experts + 1);
+    const double tokens = (double)s->B * s->T * s->cfg.grad_accum;
+    const int timed = hooks && hooks->phase_end;
+    zy_err_set_step(s->step + 1); /* fatal messages name the step being computed */
+    model_zero_grads(m);
+    phase_end(hooks, ZY_PHASE_ZERO);
+    memset(s->step_counts, 0, (size_t)LE1 * sizeof *s->step_counts);
+    double sum = 0;
+    for (int micro = 0; micro < s->cfg.grad_accum; micro++) {
+        if (hooks && hooks->next_batch) ZY_TRY(hooks->next_batch(hooks->user, s->ids, s->targets));
+        if (timed) {
+            sum += model_forward(m, &s->acts, s->ids, s->targets);
+            phase_end(hooks, ZY_PHASE_FORWARD);
+            model_backward(m, &s->acts, (float)(1.0 / tokens));
+            phase_end(hooks, ZY_PHASE_BACKWARD);
+        } else {
+            sum += model_forward_backward(m, &s->acts, s->ids, s->targets, (float)(1.0 / tokens));
+        }
+        model_route_counts(m, &s->acts, s->counts);
+        for (int i = 0; i < LE1; i++) s->step_counts[i] += s->counts[i];
+        phase_end(hooks, ZY_PHASE_ROUTE);
+    }
+    *loss = sum / tokens;
+    *grad_norm = clip_grad_norm(s->ctx, &m->table, m->grads, s->cfg.grad_clip);
+    phase_end(hooks, ZY_PHASE_CLIP);
+    if (s->cfg.stop_on_nonfinite && (!isfinite(*loss) || !isfinite(*grad_norm)))
+        return zy_fail_runtime("step %lld: loss %g, gradient norm %g: training diverged",
+                               (long long)s->step + 1, *loss, *grad_norm);
+    optim_step(&s->opt, &m->table, m->params, m->grads, lr);
+    if (!s->opt.compute_copy) model_sync_compute_weights(m);
+    phase_end(hooks, ZY_PHASE_OPTIM);
+    if (s->cfg.balance) balance_step(&s->bal, s->ctx, s->biases, s->step_counts);
+    phase_end(hooks, ZY_PHASE_BALANCE);
+    s->step++;
+    return ZY_OK;
+}

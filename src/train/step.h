@@ -1,0 +1,83 @@
+/* The training step, the one place that turns micro-batches into an optimizer update. `zayac
+ * train` and `zayac bench train` both run it; timing and profiling are hooks on it. It owns what
+ * the step works on: the model (weights, gradients, bf16 compute copy), the activations, the
+ * optimizer (AdamW/Muon) and the router balancing state. One step: zero the gradients, then per
+ * micro-batch a forward + backward (loss scaled by 1/tokens of the whole step) and the routed
+ * counts, then global gradient-norm clipping, the optimizer update at the given learning rate and
+ * the balancing-bias update from the step's counts. Everything global (loss, token counts, the
+ * gradient norm, router counts) is formed here, once, in a fixed order: the place where data
+ * parallel reductions go. */
+#ifndef ZY_TRAIN_STEP_H
+#define ZY_TRAIN_STEP_H
+
+#include "model/model.h"
+#include "optim/balance.h"
+#include "optim/optim.h"
+
+#include <stdint.h>
+
+typedef struct {
+    int grad_accum;        /* micro-batches per step (>= 1) */
+    float grad_clip;       /* clip the global gradient norm to this (<= 0: measure only) */
+    int balance;           /* 1: update the router balancing biases after each step */
+    int stop_on_nonfinite; /* 1: a non-finite loss or gradient norm fails the step before the
+                              update (training); 0: the update is applied anyway (benchmarks,
+                              so every step costs the same) */
+} zy_step_config;
+
+/* The phases of a step, in order (the phase hook is called at the end of each). */
+typedef enum {
+    ZY_PHASE_ZERO = 0, /* zeroing the gradients */
+    ZY_PHASE_FORWARD,
+    ZY_PHASE_BACKWARD,
+    ZY_PHASE_ROUTE, /* routed counts */
+    ZY_PHASE_CLIP,
+    ZY_PHASE_OPTIM, /* optimizer update and the bf16 weight refresh */
+    ZY_PHASE_BALANCE,
+    ZY_STEP_NPHASES
+} zy_step_phase;
+/* "zero_grads", "forward", "backward", "route_counts", "clip", "optimizer", "balance". */
+const char *step_phase_name(zy_step_phase p);
+
+typedef struct {
+    /* fills ids/targets [B, T] with the next micro-batch (NULL: they already hold it) */
+    int (*next_batch)(void *user, int32_t *ids, int32_t *targets);
+    /* called at the end of each phase (NULL: none). When set, forward and backward run as
+     * separate passes so each can be timed (one more pass over the logits). */
+    void (*phase_end)(void *user, zy_step_phase p);
+    void *user;
+} zy_step_hooks;
+
+typedef struct {
+    zy_ctx *ctx; /* the device everything lives on (owned by the caller) */
+    zy_step_config cfg;
+    int B, T; /* micro-batch shape */
+    zy_model model;
+    zy_acts acts;
+    zy_optim opt;
+    zy_balance bal;
+    float **biases;                /* [L] balancing biases inside model.params */
+    int32_t *ids, *targets;        /* [B, T] host: the micro-batch the next forward reads */
+    int64_t *counts, *step_counts; /* [L, E+1] routed counts: of a micro-batch, of the step */
+    int64_t step;                  /* optimizer steps completed */
+    int have_model, have_acts, have_opt, have_bal;
+} zy_step;
+
+/* Creates the model of config mc on ctx (weights not initialised: the caller draws or loads them)
+ * and the host batch buffers [B, T]. with_grads 0 makes an inference-only state (no optimizer). */
+int step_init_model(zy_step *s, zy_ctx *ctx, const zy_config *mc, int B, int T, int with_grads);
+/* Allocates the activations for [B, T]. */
+int step_init_acts(zy_step *s);
+/* Creates the optimizer (its compute copy is the model's bf16 weights) and the balancing state. */
+int step_init_training(zy_step *s, const zy_step_config *cfg, const zy_optim_config *oc,
+                       const zy_balance_config *bc);
+/* Releases everything (safe after a failed init). */
+void step_free(zy_step *s);
+
+/* Runs one step at learning rate lr; *loss is the mean token loss over the step's micro-batches,
+ * *grad_norm the global gradient norm before clipping. Advances s->step. Fails (runtime: a
+ * retry from a checkpoint may help) on a non-finite loss or norm when cfg.stop_on_nonfinite, or
+ * when next_batch fails. */
+int step_run(zy_step *s, const zy_step_hooks *hooks, float lr, double *loss, double *grad_norm);
+
+#endif
