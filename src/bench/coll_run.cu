@@ -7,7 +7,7 @@
 #include "base/timer.h"
 #include "bench/coll.h"
 #include "dist/comm.h"
-#include "dist/cuda_check.h"
+#include "base/check.h"
 
 #include <cuda_bf16.h>
 #include <nccl.h>
@@ -20,8 +20,6 @@
 #else
 #define HAVE_NCCL_ALLTOALL 0
 #endif
-
-#define NCCL_TRY(c, expr) DIST_NCCL(c, expr)
 
 /* 32 well-mixed bits from (seed, rank, index). */
 __device__ __forceinline__ uint32_t coll_hash(uint32_t seed, uint32_t rank, uint64_t i) {
@@ -124,31 +122,31 @@ static int launch_op(coll_ctx *x, bench_coll_kind kind, bench_dtype t, const voi
     ncclDataType_t dt = t == BENCH_BF16 ? ncclBfloat16 : ncclFloat32;
     switch (kind) {
     case COLL_ALL_REDUCE:
-        NCCL_TRY(c, ncclAllReduce(sb, rb, count, dt, ncclSum, comm, s));
+        ZY_NCCL_COMM_TRY(c, ncclAllReduce(sb, rb, count, dt, ncclSum, comm, s));
         break;
     case COLL_REDUCE_SCATTER:
-        NCCL_TRY(c, ncclReduceScatter(sb, rb, count, dt, ncclSum, comm, s));
+        ZY_NCCL_COMM_TRY(c, ncclReduceScatter(sb, rb, count, dt, ncclSum, comm, s));
         break;
     case COLL_ALL_GATHER:
-        NCCL_TRY(c, ncclAllGather(sb, rb, count, dt, comm, s));
+        ZY_NCCL_COMM_TRY(c, ncclAllGather(sb, rb, count, dt, comm, s));
         break;
     case COLL_BROADCAST:
-        NCCL_TRY(c, ncclBroadcast(sb, rb, count, dt, x->o->root, comm, s));
+        ZY_NCCL_COMM_TRY(c, ncclBroadcast(sb, rb, count, dt, x->o->root, comm, s));
         break;
     default: {
 #if HAVE_NCCL_ALLTOALL
         if (x->alltoall_native) {
-            NCCL_TRY(c, ncclAlltoAll(sb, rb, count, dt, comm, s));
+            ZY_NCCL_COMM_TRY(c, ncclAlltoAll(sb, rb, count, dt, comm, s));
             break;
         }
 #endif
         size_t step = count * bench_dtype_size(t);
-        NCCL_TRY(c, ncclGroupStart());
+        ZY_NCCL_COMM_TRY(c, ncclGroupStart());
         for (int r = 0; r < c->world; r++) {
-            NCCL_TRY(c, ncclSend((const char *)sb + r * step, count, dt, r, comm, s));
-            NCCL_TRY(c, ncclRecv((char *)rb + r * step, count, dt, r, comm, s));
+            ZY_NCCL_COMM_TRY(c, ncclSend((const char *)sb + r * step, count, dt, r, comm, s));
+            ZY_NCCL_COMM_TRY(c, ncclRecv((char *)rb + r * step, count, dt, r, comm, s));
         }
-        NCCL_TRY(c, ncclGroupEnd());
+        ZY_NCCL_COMM_TRY(c, ncclGroupEnd());
     }
     }
     return ZY_OK;
@@ -185,14 +183,14 @@ static int time_op(coll_ctx *x, bench_coll_kind kind, bench_dtype t, const bench
     }
     /* Timed like nccl-tests: all ranks leave a barrier, then the host clock runs from the first
      * launch to the completion of the last operation (launch costs and rank skew included). */
-    CUDA_TRY(cudaStreamSynchronize(s));
+    ZY_CUDA_TRY(cudaStreamSynchronize(s));
     if (dist_rdv_barrier(x->rdv) != ZY_OK) return zy_fail_ctx("before timing %s", what);
     double t0 = zy_now();
     for (int i = 0; i < o->iters; i++) {
         op_buffers(x, n, elt, inplace, i, &sb, &rb);
         ZY_TRY(launch_op(x, kind, t, sb, rb, n->count));
     }
-    CUDA_TRY(cudaEventRecord(x->stop, s));
+    ZY_CUDA_TRY(cudaEventRecord(x->stop, s));
     ZY_TRY(dist_comm_wait_event(&x->comm, x->stop, what));
     double v = (zy_now() - t0) / o->iters;
     if (dist_rdv_allreduce_f64(x->rdv, &v, 1, DIST_OP_SUM) != ZY_OK)
@@ -212,24 +210,24 @@ static int check_op(coll_ctx *x, bench_coll_kind kind, bench_dtype t, const benc
     /* Poison what will be received (NaN bytes), then write this rank's input. */
     char *sbase = inplace ? x->recv + n->send_inplace_off * (size_t)rank * elt : x->send;
     char *rbase = inplace ? x->recv + n->recv_inplace_off * (size_t)rank * elt : x->recv;
-    CUDA_TRY(cudaMemsetAsync(x->recv, 0xff, n->size_bytes, s));
+    ZY_CUDA_TRY(cudaMemsetAsync(x->recv, 0xff, n->size_bytes, s));
     coll_fill<<<blocks, threads, 0, s>>>(sbase, bf16, n->send_count, red, k, seed, rank);
-    CUDA_TRY_LAUNCH();
+    ZY_CUDA_TRY_LAUNCH();
     ZY_TRY(launch_op(x, kind, t, sbase, rbase, n->count));
     if (x->o->corrupt > 0) { /* values near the type's maximum: never a correct result */
         size_t c = (size_t)x->o->corrupt < n->recv_count ? (size_t)x->o->corrupt : n->recv_count;
-        CUDA_TRY(cudaMemsetAsync(rbase, 0x7f, c * elt, s));
+        ZY_CUDA_TRY(cudaMemsetAsync(rbase, 0x7f, c * elt, s));
     }
-    CUDA_TRY(cudaMemsetAsync(x->d_wrong, 0, sizeof *x->d_wrong, s));
+    ZY_CUDA_TRY(cudaMemsetAsync(x->d_wrong, 0, sizeof *x->d_wrong, s));
     coll_check_args a;
     a.kind = (int)kind, a.bf16 = bf16, a.nranks = world, a.rank = rank, a.root = x->o->root;
     a.k = k, a.seed = seed, a.count = n->count, a.recv_count = n->recv_count, a.recv = rbase;
     a.wrong = x->d_wrong;
     coll_check<<<blocks, threads, 0, s>>>(a);
-    CUDA_TRY_LAUNCH();
+    ZY_CUDA_TRY_LAUNCH();
     unsigned long long h = 0;
-    CUDA_TRY(cudaMemcpyAsync(&h, x->d_wrong, sizeof h, cudaMemcpyDeviceToHost, s));
-    CUDA_TRY(cudaEventRecord(x->stop, s));
+    ZY_CUDA_TRY(cudaMemcpyAsync(&h, x->d_wrong, sizeof h, cudaMemcpyDeviceToHost, s));
+    ZY_CUDA_TRY(cudaEventRecord(x->stop, s));
     ZY_TRY(dist_comm_wait_event(&x->comm, x->stop, what));
     uint64_t total = h;
     if (dist_rdv_allreduce_u64(x->rdv, &total, 1, DIST_OP_SUM) != ZY_OK)

@@ -5,7 +5,7 @@
  * through copies spread over several times the
  * L2 size, so the rate is that of data coming from HBM as in a real step. */
 #include "bench/gemm.h"
-#include "dist/cuda_check.h"
+#include "base/check.h"
 
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -14,13 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CUBLAS_TRY(expr)                                                                           \
-    do {                                                                                           \
-        cublasStatus_t zy_s_ = (expr);                                                             \
-        if (zy_s_ != CUBLAS_STATUS_SUCCESS)                                                        \
-            return zy_fail("%s:%d: %s failed: %s", __FILE__, __LINE__, #expr,                      \
-                           cublasGetStatusString(zy_s_));                                          \
-    } while (0)
 
 #define ALIGN_UP(x) (((x) + 255) & ~(size_t)255)
 
@@ -172,7 +165,7 @@ static int op_init(gemm_op *g, const bench_gemm_shape *s, bench_dtype t) {
     cudaDataType_t dt = t == BENCH_BF16 ? CUDA_R_16BF : CUDA_R_32F;
     cublasComputeType_t ct = t == BENCH_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     size_t elt = bench_dtype_size(t);
-    CUBLAS_TRY(cublasLtMatmulDescCreate(&g->desc, ct, CUDA_R_32F));
+    ZY_CUBLAS_TRY(cublasLtMatmulDescCreate(&g->desc, ct, CUDA_R_32F));
     cublasOperation_t ta, tb;
     uint64_t arows, acols, lda, brows, bcols, ldb;
     /* A = W, B = X in cuBLAS's column-major view of the row-major buffers. */
@@ -190,13 +183,13 @@ static int op_init(gemm_op *g, const bench_gemm_shape *s, bench_dtype t) {
         tb = CUBLAS_OP_T, brows = s->m, bcols = s->k, ldb = s->m;
         break;
     }
-    CUBLAS_TRY(
+    ZY_CUBLAS_TRY(
         cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-    CUBLAS_TRY(
+    ZY_CUBLAS_TRY(
         cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    CUBLAS_TRY(cublasLtMatrixLayoutCreate(&g->la, dt, arows, acols, (int64_t)lda));
-    CUBLAS_TRY(cublasLtMatrixLayoutCreate(&g->lb, dt, brows, bcols, (int64_t)ldb));
-    CUBLAS_TRY(cublasLtMatrixLayoutCreate(&g->lc, dt, s->n, s->m, s->n));
+    ZY_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&g->la, dt, arows, acols, (int64_t)lda));
+    ZY_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&g->lb, dt, brows, bcols, (int64_t)ldb));
+    ZY_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&g->lc, dt, s->n, s->m, s->n));
     g->bytes_w = ALIGN_UP((size_t)s->n * s->k * elt);
     g->bytes_x = ALIGN_UP((size_t)s->m * s->k * elt);
     g->bytes_y = ALIGN_UP((size_t)s->m * s->n * elt);
@@ -214,7 +207,7 @@ static int run_matmul(gemm_ctx *c, gemm_op *g, const cublasLtMatmulAlgo_t *algo,
     float alpha = 1.0f, beta = 0.0f;
     char *base = c->pool + copy * (g->bytes_w + g->bytes_x);
     void *w = base, *x = base + g->bytes_w, *y = c->out + copy * g->bytes_y;
-    CUBLAS_TRY(cublasLtMatmul(c->lt, g->desc, &alpha, w, g->la, x, g->lb, &beta, y, g->lc, y, g->lc,
+    ZY_CUBLAS_TRY(cublasLtMatmul(c->lt, g->desc, &alpha, w, g->la, x, g->lb, &beta, y, g->lc, y, g->lc,
                               algo, c->ws, c->ws_bytes, c->stream));
     return ZY_OK;
 }
@@ -222,12 +215,12 @@ static int run_matmul(gemm_ctx *c, gemm_op *g, const cublasLtMatmulAlgo_t *algo,
 /* Mean seconds per matmul over iters runs, rotating copies. */
 static int time_matmul(gemm_ctx *c, gemm_op *g, const cublasLtMatmulAlgo_t *algo, size_t copies,
                        int iters, double *sec) {
-    CUDA_TRY(cudaEventRecord(c->e0, c->stream));
+    ZY_CUDA_TRY(cudaEventRecord(c->e0, c->stream));
     for (int i = 0; i < iters; i++) ZY_TRY(run_matmul(c, g, algo, (size_t)i % copies));
-    CUDA_TRY(cudaEventRecord(c->e1, c->stream));
-    CUDA_TRY(cudaEventSynchronize(c->e1));
+    ZY_CUDA_TRY(cudaEventRecord(c->e1, c->stream));
+    ZY_CUDA_TRY(cudaEventSynchronize(c->e1));
     float ms;
-    CUDA_TRY(cudaEventElapsedTime(&ms, c->e0, c->e1));
+    ZY_CUDA_TRY(cudaEventElapsedTime(&ms, c->e0, c->e1));
     *sec = ms / 1e3 / iters;
     return ZY_OK;
 }
@@ -257,9 +250,9 @@ __global__ void gemm_gather(const char *src, size_t off, size_t stride, size_t n
 static int gather(gemm_ctx *c, void *dst, const char *p, size_t off, size_t stride, size_t n,
                   size_t elt) {
     gemm_gather<<<c->sms * 4, 256, 0, c->stream>>>(p, off, stride, n, (int)elt, c->scratch);
-    CUDA_TRY_LAUNCH();
-    CUDA_TRY(cudaMemcpyAsync(dst, c->scratch, n * elt, cudaMemcpyDeviceToHost, c->stream));
-    CUDA_TRY(cudaStreamSynchronize(c->stream));
+    ZY_CUDA_TRY_LAUNCH();
+    ZY_CUDA_TRY(cudaMemcpyAsync(dst, c->scratch, n * elt, cudaMemcpyDeviceToHost, c->stream));
+    ZY_CUDA_TRY(cudaStreamSynchronize(c->stream));
     return ZY_OK;
 }
 
@@ -393,8 +386,8 @@ static int bench_shape(gemm_ctx *c, const bench_gemm_opts *o, const bench_gemm_s
 static int fill_pool(gemm_ctx *c, bench_dtype t, uint64_t seed) {
     size_t n = c->pool_bytes / bench_dtype_size(t);
     gemm_fill<<<c->sms * 8, 256, 0, c->stream>>>(c->pool, t == BENCH_BF16, n, seed);
-    CUDA_TRY_LAUNCH();
-    CUDA_TRY(cudaStreamSynchronize(c->stream));
+    ZY_CUDA_TRY_LAUNCH();
+    ZY_CUDA_TRY(cudaStreamSynchronize(c->stream));
     return ZY_OK;
 }
 
@@ -403,7 +396,7 @@ int bench_gemm_run(const bench_gemm_opts *o, int dev, bench_gemm_result *res, FI
     bench_machine_host(&res->machine);
     ZY_TRY(bench_gpu_describe(&res->machine, dev));
     res->machine.cublaslt = (int)cublasLtGetVersion();
-    CUDA_TRY(cudaSetDevice(dev));
+    ZY_CUDA_TRY(cudaSetDevice(dev));
     gemm_ctx c;
     memset(&c, 0, sizeof c);
     c.sms = res->machine.sm_count;

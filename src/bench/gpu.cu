@@ -1,6 +1,6 @@
 /* GPU presence and description for the benchmarks (see util.h). */
 #include "bench/util.h"
-#include "dist/cuda_check.h"
+#include "base/check.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -18,15 +18,15 @@ int bench_gpu_count(int *n) {
 
 int bench_gpu_describe(bench_machine *m, int dev) {
     cudaDeviceProp p;
-    CUDA_TRY(cudaGetDeviceProperties(&p, dev));
+    ZY_CUDA_TRY(cudaGetDeviceProperties(&p, dev));
     snprintf(m->gpu, sizeof m->gpu, "%s", p.name);
-    CUDA_TRY(cudaGetDeviceCount(&m->gpus));
+    ZY_CUDA_TRY(cudaGetDeviceCount(&m->gpus));
     m->sm_count = p.multiProcessorCount;
     m->cc = p.major * 10 + p.minor;
     m->l2_bytes = p.l2CacheSize;
     m->mem_bytes = (long long)p.totalGlobalMem;
-    CUDA_TRY(cudaDeviceGetAttribute(&m->clock_khz, cudaDevAttrClockRate, dev));
-    CUDA_TRY(cudaDriverGetVersion(&m->driver));
-    CUDA_TRY(cudaRuntimeGetVersion(&m->runtime));
+    ZY_CUDA_TRY(cudaDeviceGetAttribute(&m->clock_khz, cudaDevAttrClockRate, dev));
+    ZY_CUDA_TRY(cudaDriverGetVersion(&m->driver));
+    ZY_CUDA_TRY(cudaRuntimeGetVersion(&m->runtime));
     return ZY_OK;
 }

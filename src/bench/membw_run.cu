@@ -4,7 +4,7 @@
  * persistent grid (8 blocks per SM) striding over it, each with plain or streaming (evict-first)
  * accesses. Results are checked after timing. */
 #include "bench/membw.h"
-#include "dist/cuda_check.h"
+#include "base/check.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -112,23 +112,23 @@ static int launch(membw_ctx *x, bench_membw_kind k, int streaming, size_t bytes)
             : k == MEMBW_SCALE ? 1
                                : 2,
             streaming, (float4 *)x->a, (float4 *)x->b, (const float4 *)x->c, 3.0f, n4);
-        CUDA_TRY_LAUNCH();
+        ZY_CUDA_TRY_LAUNCH();
         break;
     }
     case MEMBW_MEMCPY:
-        CUDA_TRY(cudaMemcpyAsync(x->b, x->a, bytes, cudaMemcpyDeviceToDevice, x->s));
+        ZY_CUDA_TRY(cudaMemcpyAsync(x->b, x->a, bytes, cudaMemcpyDeviceToDevice, x->s));
         break;
     case MEMBW_H2D_PAGEABLE:
-        CUDA_TRY(cudaMemcpyAsync(x->a, x->pageable, bytes, cudaMemcpyHostToDevice, x->s));
+        ZY_CUDA_TRY(cudaMemcpyAsync(x->a, x->pageable, bytes, cudaMemcpyHostToDevice, x->s));
         break;
     case MEMBW_D2H_PAGEABLE:
-        CUDA_TRY(cudaMemcpyAsync(x->pageable, x->a, bytes, cudaMemcpyDeviceToHost, x->s));
+        ZY_CUDA_TRY(cudaMemcpyAsync(x->pageable, x->a, bytes, cudaMemcpyDeviceToHost, x->s));
         break;
     case MEMBW_H2D_PINNED:
-        CUDA_TRY(cudaMemcpyAsync(x->a, x->pinned, bytes, cudaMemcpyHostToDevice, x->s));
+        ZY_CUDA_TRY(cudaMemcpyAsync(x->a, x->pinned, bytes, cudaMemcpyHostToDevice, x->s));
         break;
     default:
-        CUDA_TRY(cudaMemcpyAsync(x->pinned, x->a, bytes, cudaMemcpyDeviceToHost, x->s));
+        ZY_CUDA_TRY(cudaMemcpyAsync(x->pinned, x->a, bytes, cudaMemcpyDeviceToHost, x->s));
         break;
     }
     return ZY_OK;
@@ -136,12 +136,12 @@ static int launch(membw_ctx *x, bench_membw_kind k, int streaming, size_t bytes)
 
 static int time_runs(membw_ctx *x, bench_membw_kind k, int variant, size_t bytes, int iters,
                      double *sec) {
-    CUDA_TRY(cudaEventRecord(x->e0, x->s));
+    ZY_CUDA_TRY(cudaEventRecord(x->e0, x->s));
     for (int i = 0; i < iters; i++) ZY_TRY(launch(x, k, variant, bytes));
-    CUDA_TRY(cudaEventRecord(x->e1, x->s));
-    CUDA_TRY(cudaEventSynchronize(x->e1));
+    ZY_CUDA_TRY(cudaEventRecord(x->e1, x->s));
+    ZY_CUDA_TRY(cudaEventSynchronize(x->e1));
     float ms;
-    CUDA_TRY(cudaEventElapsedTime(&ms, x->e0, x->e1));
+    ZY_CUDA_TRY(cudaEventElapsedTime(&ms, x->e0, x->e1));
     *sec = ms / 1e3 / iters;
     return ZY_OK;
 }
@@ -167,13 +167,13 @@ static int measure(membw_ctx *x, const bench_membw_opts *o, bench_membw_kind k, 
     row->gbps = bench_membw_moved(k, bytes) / best / 1e9;
     if (k <= MEMBW_MEMCPY) {
         int kind = k == MEMBW_SCALE ? 1 : k == MEMBW_TRIAD ? 2 : 0;
-        CUDA_TRY(cudaMemsetAsync(x->d_wrong, 0, sizeof *x->d_wrong, x->s));
+        ZY_CUDA_TRY(cudaMemsetAsync(x->d_wrong, 0, sizeof *x->d_wrong, x->s));
         membw_check<<<x->sms * 8, 256, 0, x->s>>>(kind, x->a, x->b, x->c, 3.0f, bytes / 4,
                                                   x->d_wrong);
-        CUDA_TRY_LAUNCH();
+        ZY_CUDA_TRY_LAUNCH();
         unsigned long long h;
-        CUDA_TRY(cudaMemcpyAsync(&h, x->d_wrong, sizeof h, cudaMemcpyDeviceToHost, x->s));
-        CUDA_TRY(cudaStreamSynchronize(x->s));
+        ZY_CUDA_TRY(cudaMemcpyAsync(&h, x->d_wrong, sizeof h, cudaMemcpyDeviceToHost, x->s));
+        ZY_CUDA_TRY(cudaStreamSynchronize(x->s));
         row->wrong = (int64_t)h;
     }
     return ZY_OK;
@@ -214,7 +214,7 @@ int bench_membw_run(const bench_membw_opts *o, int dev, bench_membw_result *res,
     if (o->host_max_bytes > o->max_bytes)
         return zy_fail("membw: --host-max-bytes (%zu) may not exceed --max-bytes (%zu)",
                        o->host_max_bytes, o->max_bytes);
-    CUDA_TRY(cudaSetDevice(dev));
+    ZY_CUDA_TRY(cudaSetDevice(dev));
     membw_ctx x;
     memset(&x, 0, sizeof x);
     x.sms = res->machine.sm_count;
@@ -243,8 +243,8 @@ int bench_membw_run(const bench_membw_opts *o, int dev, bench_membw_result *res,
         membw_fill<<<x.sms * 8, 256, 0, x.s>>>(x.a, n, 1);
         membw_fill<<<x.sms * 8, 256, 0, x.s>>>(x.b, n, 2);
         membw_fill<<<x.sms * 8, 256, 0, x.s>>>(x.c, n, 3);
-        CUDA_NOTE(rc, cudaGetLastError());
-        CUDA_NOTE(rc, cudaStreamSynchronize(x.s));
+        ZY_CUDA_NOTE(rc, cudaGetLastError());
+        ZY_CUDA_NOTE(rc, cudaStreamSynchronize(x.s));
     }
     if (rc == ZY_OK) rc = run_all(&x, o, res);
     if (rc == ZY_OK && out) bench_membw_print(out, res);

@@ -51,13 +51,6 @@ typedef __nv_bfloat16 bf16;
 #define NS_C   2.0315f
 #define NS_EPS 1e-7
 
-#define BLAS_CHECK(expr)                                                                           \
-    do {                                                                                           \
-        cublasStatus_t zy_s_ = (expr);                                                             \
-        if (zy_s_ != CUBLAS_STATUS_SUCCESS)                                                        \
-            zy_abort_at(__FILE__, __LINE__, #expr, "cuBLAS error: %s",                             \
-                        cublasGetStatusString(zy_s_));                                             \
-    } while (0)
 
 static int64_t round_up(int64_t x, int64_t m) {
     return (x + m - 1) / m * m;
@@ -124,31 +117,31 @@ static void shape_build(zy_ctx *ctx, ns_shape *sh) {
     cublasLtHandle_t lt = (cublasLtHandle_t)cuda_st(ctx)->gemm.lt;
     const cublasOperation_t N = CUBLAS_OP_N, T = CUBLAS_OP_T;
     const cublasOperation_t ga = sh->tall ? N : T, gb = sh->tall ? T : N;
-    BLAS_CHECK(cublasLtMatmulDescCreate(&sh->gram, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    BLAS_CHECK(
+    ZY_CUBLAS_CHECK(cublasLtMatmulDescCreate(&sh->gram, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    ZY_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(sh->gram, CUBLASLT_MATMUL_DESC_TRANSA, &ga, sizeof ga));
-    BLAS_CHECK(
+    ZY_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(sh->gram, CUBLASLT_MATMUL_DESC_TRANSB, &gb, sizeof gb));
-    BLAS_CHECK(cublasLtMatmulDescCreate(&sh->nn, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    BLAS_CHECK(cublasLtMatmulDescSetAttribute(sh->nn, CUBLASLT_MATMUL_DESC_TRANSA, &N, sizeof N));
-    BLAS_CHECK(cublasLtMatmulDescSetAttribute(sh->nn, CUBLASLT_MATMUL_DESC_TRANSB, &N, sizeof N));
+    ZY_CUBLAS_CHECK(cublasLtMatmulDescCreate(&sh->nn, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    ZY_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(sh->nn, CUBLASLT_MATMUL_DESC_TRANSA, &N, sizeof N));
+    ZY_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(sh->nn, CUBLASLT_MATMUL_DESC_TRANSB, &N, sizeof N));
     const int32_t count = sh->count;
-    BLAS_CHECK(cublasLtMatrixLayoutCreate(&sh->lx, CUDA_R_16BF, (uint64_t)sh->cols,
+    ZY_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&sh->lx, CUDA_R_16BF, (uint64_t)sh->cols,
                                           (uint64_t)sh->rows, sh->ldx));
-    BLAS_CHECK(cublasLtMatrixLayoutCreate(&sh->ls, CUDA_R_16BF, (uint64_t)sh->s, (uint64_t)sh->s,
+    ZY_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&sh->ls, CUDA_R_16BF, (uint64_t)sh->s, (uint64_t)sh->s,
                                           sh->lds));
     cublasLtMatrixLayout_t lays[2] = {sh->lx, sh->ls};
     const int64_t strides[2] = {sh->sx, sh->ss};
     for (int i = 0; i < 2; i++) {
-        BLAS_CHECK(cublasLtMatrixLayoutSetAttribute(lays[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+        ZY_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(lays[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
                                                     &count, sizeof count));
-        BLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
+        ZY_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
             lays[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &strides[i], sizeof strides[i]));
     }
     cublasLtMatmulPreference_t pref;
-    BLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    ZY_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     size_t ws = CUDA_GEMM_WORKSPACE;
-    BLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+    ZY_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                     &ws, sizeof ws));
     /* (desc, A, B, C = D) of GEMM 1, 2, 3 */
     cublasLtMatmulDesc_t d[3] = {sh->gram, sh->nn, sh->nn};
@@ -542,16 +535,16 @@ static void ns_gemm(zy_ctx *ctx, zy_optim_cuda *c, const ns_shape *sh, int which
             la = lb = lc = sh->ls;
         else
             la = sh->tall ? sh->ls : sh->lx, lb = sh->tall ? sh->lx : sh->ls, lc = sh->lx;
-        BLAS_CHECK(cublasLtMatmul((cublasLtHandle_t)gc->lt, d, &alpha, A, la, B, lb, &beta, C, lc,
+        ZY_CUBLAS_CHECK(cublasLtMatmul((cublasLtHandle_t)gc->lt, d, &alpha, A, la, B, lb, &beta, C, lc,
                                   D, lc, &sh->algo[which], gc->workspace, CUDA_GEMM_WORKSPACE, st));
         return;
     }
     if (beta != 0.0f && C != D)
-        CUDA_CHECK(cudaMemcpyAsync(D, C, (size_t)(sd * sh->count) * sizeof(bf16),
+        ZY_CUDA_CHECK(cudaMemcpyAsync(D, C, (size_t)(sd * sh->count) * sizeof(bf16),
                                    cudaMemcpyDeviceToDevice, st));
     cublasHandle_t h = (cublasHandle_t)gc->blas;
-    BLAS_CHECK(cublasSetStream(h, st));
-    BLAS_CHECK(cublasGemmStridedBatchedEx(h, ta, tb, (int)m, (int)n, (int)k, &alpha, A, CUDA_R_16BF,
+    ZY_CUBLAS_CHECK(cublasSetStream(h, st));
+    ZY_CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, ta, tb, (int)m, (int)n, (int)k, &alpha, A, CUDA_R_16BF,
                                           (int)lda, sa, B, CUDA_R_16BF, (int)ldb, sb, &beta, D,
                                           CUDA_R_16BF, (int)ldd, sd, sh->count, CUBLAS_COMPUTE_32F,
                                           CUBLAS_GEMM_DEFAULT));
@@ -596,7 +589,7 @@ static void newton_schulz(zy_ctx *ctx, zy_optim_cuda *c, const ns_shape *sh, int
             kernel<8><<<grid_, NT, 0, cuda_stream(ctx)>>>(__VA_ARGS__);                            \
         else                                                                                       \
             kernel<1><<<grid_, NT, 0, cuda_stream(ctx)>>>(__VA_ARGS__);                            \
-        CUDA_CHECK_LAUNCH();                                                                       \
+        ZY_CUDA_CHECK_LAUNCH();                                                                       \
     } while (0)
 
 void optim_cuda_step(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, float *params,
@@ -615,7 +608,7 @@ void optim_cuda_step(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, float *
         a.inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
         adamw_kernel<<<(unsigned)c->nchunks, NT, 0, cuda_stream(ctx)>>>(
             params, grads, opt->exp_avg, opt->exp_avg_sq, c->chunks, a, (bf16 *)opt->compute_copy);
-        CUDA_CHECK_LAUNCH();
+        ZY_CUDA_CHECK_LAUNCH();
     }
     prof_end(ctx, slot, "optim_adamw");
     if (c->nbatches == 0) return;
@@ -769,15 +762,15 @@ double optim_cuda_sumsq(zy_ctx *ctx, const zy_param_table *t, const float *grads
     int64_t base = 0;
     for (int next = 0; seg_fill(t, &next, &L);) {
         sumsq_kernel<<<L.blk0[L.n], NT, 0, st>>>(grads, L, part + base);
-        CUDA_CHECK_LAUNCH();
+        ZY_CUDA_CHECK_LAUNCH();
         base += L.blk0[L.n];
     }
     sum_final_kernel<<<1, 1024, 0, st>>>(part, (int)total, part + total);
-    CUDA_CHECK_LAUNCH();
+    ZY_CUDA_CHECK_LAUNCH();
     prof_end(ctx, slot, "clip_sumsq");
     double out = 0;
-    CUDA_CHECK(cudaMemcpyAsync(&out, part + total, sizeof out, cudaMemcpyDeviceToHost, st));
-    CUDA_CHECK(cudaStreamSynchronize(st));
+    ZY_CUDA_CHECK(cudaMemcpyAsync(&out, part + total, sizeof out, cudaMemcpyDeviceToHost, st));
+    ZY_CUDA_CHECK(cudaStreamSynchronize(st));
     return out;
 }
 
@@ -786,7 +779,7 @@ void optim_cuda_scale(zy_ctx *ctx, const zy_param_table *t, float *grads, float 
     const int slot = prof_begin(ctx);
     for (int next = 0; seg_fill(t, &next, &L);) {
         scale_kernel<<<L.blk0[L.n], NT, 0, cuda_stream(ctx)>>>(grads, L, scale);
-        CUDA_CHECK_LAUNCH();
+        ZY_CUDA_CHECK_LAUNCH();
     }
     prof_end(ctx, slot, "clip_scale");
 }
@@ -840,7 +833,7 @@ void optim_cuda_bias_sub(zy_ctx *ctx, float *const *biases, const float *delta, 
                    (size_t)n * sizeof(float));
         }
         bias_sub_kernel<<<1, NT, 0, cuda_stream(ctx)>>>(L);
-        CUDA_CHECK_LAUNCH();
+        ZY_CUDA_CHECK_LAUNCH();
     }
     prof_end(ctx, slot, "balance_bias");
 }

@@ -634,27 +634,27 @@ static size_t cca_round_up(size_t x) {
 static void cca_pack(bf16 *wp, const float *w2, int C, int d, int t1, int trans, cudaStream_t st) {
     size_t n = (size_t)t1 * C * d;
     cca_pack_k<<<zy_grid_blocks(n), 256, 0, st>>>(wp, w2, C, d, t1, trans);
-    CUDA_CHECK_LAUNCH();
+    ZY_CUDA_CHECK_LAUNCH();
 }
 
 /* Launches the forward tiles for head dim D. */
 template <int D> static void cca_fwd_launch(const cca_args &a, cudaStream_t st) {
     size_t smem = cca_tile_smem(D, a.t1, 0);
-    CUDA_CHECK(
+    ZY_CUDA_CHECK(
         cudaFuncSetAttribute(cca_fwd_k<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 grid(a.Hq + a.Hk, a.ntiles, a.B);
     cca_fwd_k<D><<<grid, CCA_NTH, smem, st>>>(a);
-    CUDA_CHECK_LAUNCH();
+    ZY_CUDA_CHECK_LAUNCH();
 }
 
 /* Launches the backward tiles for head dim D. */
 template <int D> static void cca_bwd_launch(const cca_args &a, cudaStream_t st) {
     size_t smem = cca_tile_smem(D, a.t1, 1);
-    CUDA_CHECK(
+    ZY_CUDA_CHECK(
         cudaFuncSetAttribute(cca_bwd_k<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 grid(a.Hq + a.Hk, a.ntiles, a.B);
     cca_bwd_k<D><<<grid, CCA_NTH, smem, st>>>(a);
-    CUDA_CHECK_LAUNCH();
+    ZY_CUDA_CHECK_LAUNCH();
 }
 
 /* Launches the dw2 chunk GEMMs for head dim D (warps WMW x WNW). */
@@ -663,12 +663,12 @@ static void cca_dw2_launch(float *part, const bf16 *dq, const bf16 *dk, const bf
                            int Hq, int Hk, int t1, int Tm, int C, int N, int nch, int chunk,
                            cudaStream_t st) {
     size_t smem = (size_t)CCA_NSTAGE * 2 * CCA_BK * (D + 8) * 2;
-    CUDA_CHECK(cudaFuncSetAttribute(cca_dw2_k<D, WMW, WNW>,
+    ZY_CUDA_CHECK(cudaFuncSetAttribute(cca_dw2_k<D, WMW, WNW>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 grid(t1, Hq + Hk, nch);
     cca_dw2_k<D, WMW, WNW>
         <<<grid, WMW * WNW * 32, smem, st>>>(part, dq, dk, mid, T, Hq, Hk, t1, Tm, C, N, chunk);
-    CUDA_CHECK_LAUNCH();
+    ZY_CUDA_CHECK_LAUNCH();
 }
 
 /* q [B*T, Hq*d], k [B*T, Hk*d], mid_save [B, T+t1-1, C] (may be NULL) from qk0 [B*T, C] and the
@@ -753,8 +753,8 @@ void cuda_ops_cca_conv_bwd(zy_ctx *ctx, zy_act *dqk0, float *dw1, float *db1, fl
     cuda_state *cs = cuda_st(ctx);
     cudaStream_t s2 = cs->nside > 0 ? cs->side[0] : st;
     if (s2 != st) {
-        CUDA_CHECK(cudaEventRecord(cs->fork, st));
-        CUDA_CHECK(cudaStreamWaitEvent(s2, cs->fork, 0));
+        ZY_CUDA_CHECK(cudaEventRecord(cs->fork, st));
+        ZY_CUDA_CHECK(cudaStreamWaitEvent(s2, cs->fork, 0));
     }
     switch (d) {
     case 32:
@@ -773,11 +773,11 @@ void cuda_ops_cca_conv_bwd(zy_ctx *ctx, zy_act *dqk0, float *dw1, float *db1, fl
     }
     size_t n2 = (size_t)C * d * t1;
     cca_dw2_sum_k<<<zy_grid_blocks(n2), 256, 0, s2>>>(dw2, part2, nch, C, d, t1);
-    CUDA_CHECK_LAUNCH();
+    ZY_CUDA_CHECK_LAUNCH();
     cca_colsum_k<<<(ncol + 31) / 32, dim3(32, 8), 0, st>>>(db1, db2, dw1, part, Pt, C, ncol);
-    CUDA_CHECK_LAUNCH();
+    ZY_CUDA_CHECK_LAUNCH();
     if (s2 != st) {
-        CUDA_CHECK(cudaEventRecord(cs->join[0], s2));
-        CUDA_CHECK(cudaStreamWaitEvent(st, cs->join[0], 0));
+        ZY_CUDA_CHECK(cudaEventRecord(cs->join[0], s2));
+        ZY_CUDA_CHECK(cudaStreamWaitEvent(st, cs->join[0], 0));
     }
 }

@@ -10,24 +10,7 @@
 
 #include <cuda_runtime.h>
 
-extern "C" {
-#include "base/err.h"
-}
-
-/* Aborts with the call, its place and CUDA's description when a runtime call fails: inside a
- * training step a failed call is a programming error or a dead GPU, not bad input. */
-#define CUDA_CHECK(expr)                                                                           \
-    do {                                                                                           \
-        cudaError_t zy_e_ = (expr);                                                                \
-        if (zy_e_ != cudaSuccess)                                                                  \
-            zy_abort_at(__FILE__, __LINE__, #expr, "CUDA error: %s", cudaGetErrorString(zy_e_));   \
-    } while (0)
-/* After a launch (or a call of an ZY_OK/ZY_ERR returning kernel wrapper). */
-#define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())
-#define ZY_OK_OR_ABORT(expr)                                                                       \
-    do {                                                                                           \
-        if ((expr) != ZY_OK) zy_abort_at(__FILE__, __LINE__, #expr, "%s", zy_errmsg());            \
-    } while (0)
+#include "base/check.h" /* ZY_CUDA_CHECK and friends: every ops/cuda file checks through these */
 
 /* Side streams for concurrent expert GEMMs (one expert's GEMM fills few SMs): at most
  * CUDA_SIDE_STREAMS, CUDA_SIDE_STREAMS_DEFAULT unless ZAYAC_EXPERT_STREAMS says otherwise. On an

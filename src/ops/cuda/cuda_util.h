@@ -6,7 +6,7 @@
 #ifndef ZY_OPS_CUDA_UTIL_H
 #define ZY_OPS_CUDA_UTIL_H
 
-#include "dist/cuda_check.h"
+#include "base/check.h"
 
 #include <cuda_bf16.h>
 #include <stdint.h>

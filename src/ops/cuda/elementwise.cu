@@ -53,7 +53,7 @@ template <typename T> static int gelu_fwd(T *y, const T *x, size_t n, void *stre
         gelu_fwd_k<T, W><<<zy_grid_blocks(n / W), 256, 0, st>>>(y, x, n / W);
     else
         gelu_fwd_k<T, 1><<<zy_grid_blocks(n), 256, 0, st>>>(y, x, n);
-    CUDA_TRY_LAUNCH();
+    ZY_CUDA_TRY_LAUNCH();
     return ZY_OK;
 }
 
@@ -65,7 +65,7 @@ template <typename T> static int gelu_bwd(T *dx, const T *dy, const T *x, size_t
         gelu_bwd_k<T, W><<<zy_grid_blocks(n / W), 256, 0, st>>>(dx, dy, x, n / W);
     else
         gelu_bwd_k<T, 1><<<zy_grid_blocks(n), 256, 0, st>>>(dx, dy, x, n);
-    CUDA_TRY_LAUNCH();
+    ZY_CUDA_TRY_LAUNCH();
     return ZY_OK;
 }
 
@@ -129,7 +129,7 @@ template <typename T> static int swiglu_fwd(T *y, const T *gu, int N, int F, voi
         swiglu_fwd_k<T, W><<<zy_grid_blocks(n / W), 256, 0, st>>>(y, gu, F, n / W);
     else
         swiglu_fwd_k<T, 1><<<zy_grid_blocks(n), 256, 0, st>>>(y, gu, F, n);
-    CUDA_TRY_LAUNCH();
+    ZY_CUDA_TRY_LAUNCH();
     return ZY_OK;
 }
 
@@ -144,7 +144,7 @@ static int swiglu_bwd(T *dgu, const T *dy, const T *gu, int N, int F, void *stre
         swiglu_bwd_k<T, W><<<zy_grid_blocks(n / W), 256, 0, st>>>(dgu, dy, gu, F, n / W);
     else
         swiglu_bwd_k<T, 1><<<zy_grid_blocks(n), 256, 0, st>>>(dgu, dy, gu, F, n);
-    CUDA_TRY_LAUNCH();
+    ZY_CUDA_TRY_LAUNCH();
     return ZY_OK;
 }
 
@@ -191,7 +191,7 @@ int cuda_embed_fwd_f32(float *h, const float *emb, const int32_t *ids, const flo
         embed_fwd_k<4><<<zy_grid_blocks(n / 4), 256, 0, st>>>(h, emb, ids, bias, scale, D, n / 4);
     else
         embed_fwd_k<1><<<zy_grid_blocks(n), 256, 0, st>>>(h, emb, ids, bias, scale, D, n);
-    CUDA_TRY_LAUNCH();
+    ZY_CUDA_TRY_LAUNCH();
     return ZY_OK;
 }
 
@@ -394,7 +394,7 @@ int cuda_embed_bwd_f32(float *demb, float *dbias, float *dscale, float *ws, cons
     zy_col_chunks(N, &R, &P);
     dim3 grid((D + ZY_COL_TX - 1) / ZY_COL_TX, P), block(ZY_COL_TX, ZY_COL_TY);
     embed_col_k<<<grid, block, 0, st>>>(ws, P, R, N, D, dh, emb, ids, bias, scale);
-    CUDA_TRY_LAUNCH();
+    ZY_CUDA_TRY_LAUNCH();
     if (zy_col_finish(dbias, ws, NULL, P, D, st) != ZY_OK ||
         zy_col_finish(dscale, ws + (size_t)P * D, NULL, P, D, st) != ZY_OK)
         return ZY_ERR;
@@ -409,7 +409,7 @@ int cuda_embed_bwd_f32(float *demb, float *dbias, float *dscale, float *ws, cons
     int32_t *idx_in = (int32_t *)(w + L.idx_in), *idx_out = (int32_t *)(w + L.idx_out);
     uint32_t *keys_out = (uint32_t *)(w + L.keys_out);
     embed_iota_k<<<zy_grid_blocks((size_t)N), 256, 0, st>>>(idx_in, N);
-    CUDA_TRY_LAUNCH();
+    ZY_CUDA_TRY_LAUNCH();
     size_t temp_bytes = L.temp_bytes;
     e = cub::DeviceRadixSort::SortPairs(w + L.temp, temp_bytes, (const uint32_t *)ids, keys_out,
                                         idx_in, idx_out, N, 0, 32, st);
@@ -421,17 +421,17 @@ int cuda_embed_bwd_f32(float *demb, float *dbias, float *dscale, float *ws, cons
         dim3 sgrid(P, (D / 4 + EMB_SEG_THREADS - 1) / EMB_SEG_THREADS);
         embed_seg_k<4><<<sgrid, EMB_SEG_THREADS, 0, st>>>(demb, seg, dh, keys_out, idx_out, scale,
                                                           N, D, R, skip);
-        CUDA_TRY_LAUNCH();
+        ZY_CUDA_TRY_LAUNCH();
         embed_seg_finish_k<4>
             <<<sgrid, EMB_SEG_THREADS, 0, st>>>(demb, seg, keys_out, N, D, R, P, skip);
     } else {
         dim3 sgrid(P, (D + EMB_SEG_THREADS - 1) / EMB_SEG_THREADS);
         embed_seg_k<1><<<sgrid, EMB_SEG_THREADS, 0, st>>>(demb, seg, dh, keys_out, idx_out, scale,
                                                           N, D, R, skip);
-        CUDA_TRY_LAUNCH();
+        ZY_CUDA_TRY_LAUNCH();
         embed_seg_finish_k<1>
             <<<sgrid, EMB_SEG_THREADS, 0, st>>>(demb, seg, keys_out, N, D, R, P, skip);
     }
-    CUDA_TRY_LAUNCH();
+    ZY_CUDA_TRY_LAUNCH();
     return ZY_OK;
 }

@@ -3,7 +3,7 @@
  * grouped expert GEMMs. Our row-major C[M,N] is cuBLAS's column-major C^T [N,M] = op(B)^T op(A)^T,
  * so cuBLAS's A is our B and its B is our A, with m = N, n = M. */
 #include "ops/cuda/gemm.h"
-#include "dist/cuda_check.h"
+#include "base/check.h"
 
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -12,13 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define LT_TRY(expr)                                                                               \
-    do {                                                                                           \
-        cublasStatus_t zy_s_ = (expr);                                                             \
-        if (zy_s_ != CUBLAS_STATUS_SUCCESS)                                                        \
-            return zy_fail("%s:%d: %s failed: %s", __FILE__, __LINE__, #expr,                      \
-                           cublasGetStatusString(zy_s_));                                          \
-    } while (0)
 
 /* Everything the descriptors and the chosen algorithm depend on (compared with memcmp). */
 typedef struct {
@@ -160,10 +153,10 @@ static int epilogue_kernels(const plan_key *k, void *C, const void *A, void *bia
     if (k->epi == CUDA_GEMM_EPI_BIAS || k->epi == CUDA_GEMM_EPI_GELU_BIAS) {
         k_bias<<<grid_for((size_t)k->M * k->N), 256, 0, s>>>(C, bias, k->M, k->N, k->dc,
                                                              k->epi == CUDA_GEMM_EPI_GELU_BIAS);
-        CUDA_TRY_LAUNCH();
+        ZY_CUDA_TRY_LAUNCH();
     } else if (k->epi == CUDA_GEMM_EPI_BGRAD) {
         k_bgrad<<<(k->M + 127) / 128, 128, 0, s>>>(bias, A, k->M, k->K, k->transA, k->dab, k->dc);
-        CUDA_TRY_LAUNCH();
+        ZY_CUDA_TRY_LAUNCH();
     }
     return ZY_OK;
 }
@@ -215,27 +208,27 @@ static int plan_build(cuda_gemm_ctx *c, cuda_gemm_plan *p, const plan_key *k,
     cudaDataType_t tab = cuda_type(k->dab), tc = cuda_type(k->dc);
     *found = 0;
     *why = CUBLAS_STATUS_SUCCESS;
-    LT_TRY(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    LT_TRY(
+    ZY_CUBLAS_TRY(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    ZY_CUBLAS_TRY(
         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &v.ta, sizeof v.ta));
-    LT_TRY(
+    ZY_CUBLAS_TRY(
         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &v.tb, sizeof v.tb));
-    LT_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi_lt,
+    ZY_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi_lt,
                                           sizeof epi_lt));
     if (epi_lt != CUBLASLT_EPILOGUE_DEFAULT) {
-        LT_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+        ZY_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                               sizeof bias));
-        LT_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &tc,
+        ZY_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &tc,
                                               sizeof tc)); /* the bias has dtype_c elements */
     }
-    LT_TRY(cublasLtMatrixLayoutCreate(&p->la, tab, v.arows, v.acols, v.lda));
-    LT_TRY(cublasLtMatrixLayoutCreate(&p->lb, tab, v.brows, v.bcols, v.ldb));
-    LT_TRY(cublasLtMatrixLayoutCreate(&p->lc, tc, v.m, v.n, v.ldc));
+    ZY_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&p->la, tab, v.arows, v.acols, v.lda));
+    ZY_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&p->lb, tab, v.brows, v.bcols, v.ldb));
+    ZY_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&p->lc, tc, v.m, v.n, v.ldc));
     if (k->batch != 1) {
-        LT_TRY(set_batch(p, k->batch, bs));
+        ZY_CUBLAS_TRY(set_batch(p, k->batch, bs));
     }
     cublasLtMatmulPreference_t pref;
-    LT_TRY(cublasLtMatmulPreferenceCreate(&pref));
+    ZY_CUBLAS_TRY(cublasLtMatmulPreferenceCreate(&pref));
     size_t ws = CUDA_GEMM_WORKSPACE;
     uint32_t al[4] = {(uint32_t)k->align_b, (uint32_t)k->align_a, (uint32_t)k->align_c,
                       (uint32_t)k->align_c};
@@ -396,9 +389,9 @@ static cublasStatus_t plan_run(cuda_gemm_ctx *c, cuda_gemm_plan *p, const plan_k
 
 int cuda_gemm_init(cuda_gemm_ctx *c) {
     memset(c, 0, sizeof *c);
-    CUDA_TRY(cudaGetDevice(&c->device));
+    ZY_CUDA_TRY(cudaGetDevice(&c->device));
     cublasLtHandle_t lt;
-    LT_TRY(cublasLtCreate(&lt));
+    ZY_CUBLAS_TRY(cublasLtCreate(&lt));
     c->lt = lt;
     cublasHandle_t b;
     cublasStatus_t st = cublasCreate(&b);
@@ -481,7 +474,7 @@ static int gemm_batched(cuda_gemm_ctx *c, void *C, const void *A, const void *B,
             for (int i = 0; i < batch; i++) {
                 void *Ci = (char *)C + (size_t)i * bs->c * elt_size(dtype_c);
                 k_scale<<<grid_for((size_t)M * N), 256, 0, s>>>(Ci, (size_t)M * N, dtype_c, beta);
-                CUDA_TRY_LAUNCH();
+                ZY_CUDA_TRY_LAUNCH();
             }
         return epilogue_kernels(&k, C, A, bias, s);
     }
@@ -595,7 +588,7 @@ int cuda_gemm_ptr_array(cuda_gemm_ctx *c, void *const *C, const void *const *A,
         }
         gp.n = n;
         k_store_ptrs<<<1, CUDA_GEMM_MAX_EXPERTS, 0, s>>>(gp, d);
-        CUDA_TRY_LAUNCH();
+        ZY_CUDA_TRY_LAUNCH();
         /* our A array lives in cuBLAS's B slot (d + MAX), our B in its A slot (d) */
         ZY_TRY(gemm_batched(c, d + 2 * CUDA_GEMM_MAX_EXPERTS, d + CUDA_GEMM_MAX_EXPERTS, d, M, N, K,
                             transA, transB, alpha, beta, dtype_ab, dtype_c, CUDA_GEMM_EPI_NONE,
@@ -760,11 +753,11 @@ static int grouped(cuda_gemm_ctx *c, group_kind kind, void *out, const void *in,
     if (gp.n == 0) return ZY_OK;
     void **d = (void **)c->ptrs;
     k_store_ptrs<<<1, CUDA_GEMM_MAX_EXPERTS, 0, s>>>(gp, d);
-    CUDA_TRY_LAUNCH();
+    ZY_CUDA_TRY_LAUNCH();
     cublasHandle_t h = (cublasHandle_t)c->blas;
-    LT_TRY(cublasSetStream(h, s));
+    ZY_CUBLAS_TRY(cublasSetStream(h, s));
     cudaDataType_t t = cuda_type(dab);
-    LT_TRY(cublasGemmGroupedBatchedEx(h, ta, tb, m, n, k, al, (const void *const *)d, t, lda,
+    ZY_CUBLAS_TRY(cublasGemmGroupedBatchedEx(h, ta, tb, m, n, k, al, (const void *const *)d, t, lda,
                                       (const void *const *)(d + CUDA_GEMM_MAX_EXPERTS), t, ldb, be,
                                       d + 2 * CUDA_GEMM_MAX_EXPERTS, cuda_type(dc), ldc, gp.n,
                                       gsize, CUBLAS_COMPUTE_32F));

@@ -2,7 +2,7 @@
  * against one cublasGemmGroupedBatchedEx call, on bench-small's expert shapes, with one dense GEMM
  * of the same FLOPs beside them as the bar. Inputs are random non-zero bf16 values. */
 #include "ops/cuda/gemm.h"
-#include "dist/cuda_check.h"
+#include "base/check.h"
 
 #include <cuda_bf16.h>
 #include <stdint.h>
@@ -63,8 +63,8 @@ static int run_once(time_bufs *b, int what, int impl, int N, int K, cuda_gemm_dt
 static int time_one(time_bufs *b, int what, int impl, int N, int K, cuda_gemm_dtype dc,
                     double *us) {
     cudaEvent_t e0, e1;
-    CUDA_TRY(cudaEventCreate(&e0));
-    CUDA_TRY(cudaEventCreate(&e1));
+    ZY_CUDA_TRY(cudaEventCreate(&e0));
+    ZY_CUDA_TRY(cudaEventCreate(&e1));
     int rc = ZY_OK;
     for (int i = 0; i < 3 && rc == ZY_OK; i++) rc = run_once(b, what, impl, N, K, dc);
     if (rc == ZY_OK && cudaEventRecord(e0, b->s) != cudaSuccess)
@@ -95,18 +95,18 @@ int cuda_gemm_grouped_time(FILE *out) {
     b.g = &g, b.off = off;
     size_t big = (size_t)T_PAD_ROWS * 2 * T_F, wn = (size_t)T_E * 2 * T_F * T_D;
     int rc = ZY_OK;
-    CUDA_NOTE(rc, cudaStreamCreate(&b.s));
-    CUDA_NOTE(rc, cudaMalloc(&b.y, big * 2));
-    CUDA_NOTE(rc, cudaMalloc(&b.x, big * 2));
-    CUDA_NOTE(rc, cudaMalloc(&b.w, wn * 2));
-    CUDA_NOTE(rc, cudaMalloc(&b.dw, wn * 4));
-    CUDA_NOTE(rc, cudaMalloc(&b.out, big * 4));
+    ZY_CUDA_NOTE(rc, cudaStreamCreate(&b.s));
+    ZY_CUDA_NOTE(rc, cudaMalloc(&b.y, big * 2));
+    ZY_CUDA_NOTE(rc, cudaMalloc(&b.x, big * 2));
+    ZY_CUDA_NOTE(rc, cudaMalloc(&b.w, wn * 2));
+    ZY_CUDA_NOTE(rc, cudaMalloc(&b.dw, wn * 4));
+    ZY_CUDA_NOTE(rc, cudaMalloc(&b.out, big * 4));
     if (rc == ZY_OK) {
         k_fill<<<1024, 256, 0, b.s>>>((__nv_bfloat16 *)b.x, big, 1);
         k_fill<<<1024, 256, 0, b.s>>>((__nv_bfloat16 *)b.y, big, 2);
         k_fill<<<1024, 256, 0, b.s>>>((__nv_bfloat16 *)b.w, wn, 3);
-        CUDA_NOTE(rc, cudaGetLastError());
-        CUDA_NOTE(rc, cudaMemsetAsync(b.dw, 0, wn * 4, b.s));
+        ZY_CUDA_NOTE(rc, cudaGetLastError());
+        ZY_CUDA_NOTE(rc, cudaMemsetAsync(b.dw, 0, wn * 4, b.s));
     }
     fprintf(out, "# grouped expert GEMMs: E=%d, %d rows, rows per expert:", T_E, T_ROWS);
     for (int e = 0; e < T_E; e++) fprintf(out, " %d", off[e + 1] - off[e]);

@@ -77,7 +77,7 @@ int zy_col_finish_multi(const zy_col_outs *o, int ns, const float *part, int P, 
     default:
         return zy_fail("zy_col_finish_multi: %d sums (1..4)", ns);
     }
-    CUDA_TRY_LAUNCH();
+    ZY_CUDA_TRY_LAUNCH();
     return ZY_OK;
 }
 
@@ -129,7 +129,7 @@ static int rmsnorm_fwd(TY *y, float *rstd, const TX *x, const float *w, int N, i
         rmsnorm_fwd_k<TX, TY, W><<<N, zy_row_threads(C / W), 0, st>>>(y, rstd, x, w, C, eps);
     else
         rmsnorm_fwd_k<TX, TY, 1><<<N, zy_row_threads(C), 0, st>>>(y, rstd, x, w, C, eps);
-    CUDA_TRY_LAUNCH();
+    ZY_CUDA_TRY_LAUNCH();
     return ZY_OK;
 }
 
@@ -209,7 +209,7 @@ static int resnorm_fwd(float *out, T *y, float *rstd, const T *o, const float *h
     else
         resnorm_fwd_k<T, 1>
             <<<N, zy_row_threads(D), 0, st>>>(out, y, rstd, o, h, ob, os, rb, rs, w, D, eps);
-    CUDA_TRY_LAUNCH();
+    ZY_CUDA_TRY_LAUNCH();
     return ZY_OK;
 }
 
@@ -339,10 +339,10 @@ static int rmsnorm_bwd(TD *dx, float *dw, float *ws, const TY *dy, const TX *x, 
     dim3 grid((C + ZY_COL_TX - 1) / ZY_COL_TX, P), block(ZY_COL_TX, ZY_COL_TY);
     norm_col_k<0, TX, TY><<<grid, block, 0, st>>>(ws, P, R, N, C, dy, x, rstd, NULL, NULL, NULL,
                                                   NULL, NULL, NULL, NULL, NULL);
-    CUDA_TRY_LAUNCH();
+    ZY_CUDA_TRY_LAUNCH();
     if (zy_col_finish(dw, ws, NULL, P, C, st) != ZY_OK) return ZY_ERR;
     rmsnorm_bwd_rows<TX, TY, TD>(dx, accumulate ? dx : NULL, dy, x, w, rstd, N, C, st);
-    CUDA_TRY_LAUNCH();
+    ZY_CUDA_TRY_LAUNCH();
     return ZY_OK;
 }
 
@@ -529,12 +529,12 @@ static int resnorm_bwd(T *d_o, float *dh, float *dw, float *dob, float *dos, flo
                                       D, st);
     if (onepass != ZY_OK) { /* two passes: dout = dres + norm backward into dh, then the sums */
         rmsnorm_bwd_rows<float, T, float>(dh, dres, dy, out, w, rstd, N, D, st);
-        CUDA_TRY_LAUNCH();
+        ZY_CUDA_TRY_LAUNCH();
         dim3 grid((D + ZY_COL_TX - 1) / ZY_COL_TX, P), block(ZY_COL_TX, ZY_COL_TY);
         norm_col_k<1, float, T>
             <<<grid, block, 0, st>>>(ws, P, R, N, D, dy, out, rstd, dh, d_o, o, h, ob, os, rb, rs);
     }
-    CUDA_TRY_LAUNCH();
+    ZY_CUDA_TRY_LAUNCH();
     zy_col_outs f; /* sums: 0 dy*out*rstd, 1 dout, 2 dout*(o+ob), 3 dout*(h+rb) */
     memset(&f, 0, sizeof f);
     f.dst[0] = dw, f.src[0] = 0;

@@ -80,7 +80,7 @@ void cuda_ops_value_delay_fwd(zy_ctx *ctx, zy_act *v, const zy_act *vcur, const 
     else
         vdelay_fwd_k<1><<<zy_grid_blocks(units), 256, 0, st>>>(
             (bf16 *)v, (const bf16 *)vcur, (const bf16 *)vdel, (const bf16 *)prev, T, half, units);
-    CUDA_CHECK_LAUNCH();
+    ZY_CUDA_CHECK_LAUNCH();
 }
 
 /* dvcur, dvdel [B*T, half] (overwritten) from dv [B*T, 2*half]. */
@@ -98,7 +98,7 @@ void cuda_ops_value_delay_bwd(zy_ctx *ctx, zy_act *dvcur, zy_act *dvdel, const z
     else
         vdelay_bwd_k<1><<<zy_grid_blocks(units), 256, 0, st>>>((bf16 *)dvcur, (bf16 *)dvdel,
                                                                (const bf16 *)dv, T, half, units);
-    CUDA_CHECK_LAUNCH();
+    ZY_CUDA_CHECK_LAUNCH();
 }
 
 /* ---- QK norm + key temperature + partial RoPE ---- */
@@ -522,7 +522,7 @@ void cuda_ops_qknorm_rope_fwd(zy_ctx *ctx, zy_act *q, zy_act *k, float *qn, floa
         qknorm_fwd_k<1><<<N, nth, smem, st>>>((bf16 *)q, (bf16 *)k, qn, kn, (bf16 *)q_in,
                                               (bf16 *)k_in, temp, pos, Hq, Hk, d, half, sqrtd,
                                               eps_norm, fr);
-    CUDA_CHECK_LAUNCH();
+    ZY_CUDA_CHECK_LAUNCH();
 }
 
 /* In place on dq, dk; dtemp [Hk] += (fixed-order sum over rows; workspace [N, Hk]). */
@@ -563,10 +563,10 @@ void cuda_ops_qknorm_rope_bwd(zy_ctx *ctx, zy_act *dq, zy_act *dk, float *dtemp,
         qknorm_bwd_k<1><<<N, nth, smem, st>>>((bf16 *)dq, (bf16 *)dk, part, (const bf16 *)q_in,
                                               (const bf16 *)k_in, qn, kn, temp, pos, Hq, Hk, d,
                                               half, sqrtd, eps_norm, fr);
-    CUDA_CHECK_LAUNCH();
+    ZY_CUDA_CHECK_LAUNCH();
     if (Hk > 0) {
         qk_dtemp_k<<<Hk, QK_DT_NT, 0, st>>>(dtemp, part, N, Hk);
-        CUDA_CHECK_LAUNCH();
+        ZY_CUDA_CHECK_LAUNCH();
     }
 }
 
@@ -646,5 +646,5 @@ void cuda_ops_attention_decode(zy_ctx *ctx, zy_act *out, const zy_act *q, const 
     attn_decode_k<<<dim3(Hq, B), DEC_THREADS, 0, cuda_stream(ctx)>>>(
         (bf16 *)out, (const bf16 *)q, (const bf16 *)kc, (const bf16 *)vc, Tk, Tmax, Hq, Hk, d,
         scale, lo);
-    CUDA_CHECK_LAUNCH();
+    ZY_CUDA_CHECK_LAUNCH();
 }

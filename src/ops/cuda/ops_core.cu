@@ -35,20 +35,20 @@ int cuda_ops_ctx_init(zy_ctx *ctx, int gpu) {
     if (gpu < 0 || gpu >= n)
         return zy_fail("device cuda:%d: %d CUDA GPU%s visible to this process", gpu, n,
                        n == 1 ? "" : "s");
-    CUDA_TRY(cudaSetDevice(gpu));
+    ZY_CUDA_TRY(cudaSetDevice(gpu));
     cuda_state *s = (cuda_state *)calloc(1, sizeof *s);
     if (!s) return zy_fail("out of host memory");
-    CUDA_TRY(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
+    ZY_CUDA_TRY(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
     if (cuda_gemm_init(&s->gemm) != ZY_OK) {
         cudaStreamDestroy(s->stream);
         free(s);
         return zy_fail_ctx("device cuda:%d: cuBLASLt setup", gpu);
     }
-    CUDA_TRY(cudaEventCreateWithFlags(&s->fork, cudaEventDisableTiming));
+    ZY_CUDA_TRY(cudaEventCreateWithFlags(&s->fork, cudaEventDisableTiming));
     const int nside = side_stream_count();
     for (int i = 0; i < nside; i++) {
-        CUDA_TRY(cudaStreamCreateWithFlags(&s->side[i], cudaStreamNonBlocking));
-        CUDA_TRY(cudaEventCreateWithFlags(&s->join[i], cudaEventDisableTiming));
+        ZY_CUDA_TRY(cudaStreamCreateWithFlags(&s->side[i], cudaStreamNonBlocking));
+        ZY_CUDA_TRY(cudaEventCreateWithFlags(&s->join[i], cudaEventDisableTiming));
         if (cuda_gemm_init(&s->side_gemm[i]) != ZY_OK)
             return zy_fail_ctx("device cuda:%d: cuBLASLt setup of side stream %d", gpu, i);
         s->nside = i + 1;
@@ -85,16 +85,16 @@ void cuda_ops_ctx_free(zy_ctx *ctx) {
 }
 
 void cuda_ops_sync(zy_ctx *ctx) {
-    CUDA_CHECK(cudaStreamSynchronize(cuda_stream(ctx)));
+    ZY_CUDA_CHECK(cudaStreamSynchronize(cuda_stream(ctx)));
 }
 
 void *cuda_ws(zy_ctx *ctx, size_t bytes) {
     cuda_state *s = cuda_st(ctx);
     if (bytes > s->ws_bytes) {
-        CUDA_CHECK(cudaStreamSynchronize(s->stream));
-        if (s->ws) CUDA_CHECK(cudaFree(s->ws));
+        ZY_CUDA_CHECK(cudaStreamSynchronize(s->stream));
+        if (s->ws) ZY_CUDA_CHECK(cudaFree(s->ws));
         size_t grow = bytes + bytes / 4;
-        CUDA_CHECK(cudaMalloc(&s->ws, grow));
+        ZY_CUDA_CHECK(cudaMalloc(&s->ws, grow));
         s->ws_bytes = grow;
     }
     return s->ws;
@@ -114,22 +114,22 @@ void *cuda_ops_alloc(zy_ctx *ctx, size_t bytes) {
                     "out of GPU memory: asked for %.2f GiB, %.2f GiB free of %.2f GiB",
                     bytes / 1073741824.0, free_b / 1073741824.0, total_b / 1073741824.0);
     }
-    CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, cuda_stream(ctx)));
-    CUDA_CHECK(cudaStreamSynchronize(cuda_stream(ctx)));
+    ZY_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, cuda_stream(ctx)));
+    ZY_CUDA_CHECK(cudaStreamSynchronize(cuda_stream(ctx)));
     return p;
 }
 
 void cuda_ops_free(zy_ctx *ctx, void *p) {
     if (!p) return;
-    CUDA_CHECK(cudaStreamSynchronize(cuda_stream(ctx)));
-    CUDA_CHECK(cudaFree(p));
+    ZY_CUDA_CHECK(cudaStreamSynchronize(cuda_stream(ctx)));
+    ZY_CUDA_CHECK(cudaFree(p));
 }
 
 /* Any direction (unified addressing); synchronous with respect to the host. */
 void cuda_ops_copy(zy_ctx *ctx, void *dst, const void *src, size_t bytes) {
     if (bytes == 0 || dst == src) return;
-    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cuda_stream(ctx)));
-    CUDA_CHECK(cudaStreamSynchronize(cuda_stream(ctx)));
+    ZY_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cuda_stream(ctx)));
+    ZY_CUDA_CHECK(cudaStreamSynchronize(cuda_stream(ctx)));
 }
 
 __global__ void fill_f32_kernel(float *x, float v, size_t n) {
@@ -141,11 +141,11 @@ __global__ void fill_f32_kernel(float *x, float v, size_t n) {
 void cuda_ops_fill(zy_ctx *ctx, float *x, float value, size_t n) {
     if (n == 0) return;
     fill_f32_kernel<<<zy_grid_blocks(n), 256, 0, cuda_stream(ctx)>>>(x, value, n);
-    CUDA_CHECK_LAUNCH();
+    ZY_CUDA_CHECK_LAUNCH();
 }
 
 void cuda_ops_zero(zy_ctx *ctx, void *p, size_t bytes) {
-    if (bytes) CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, cuda_stream(ctx)));
+    if (bytes) ZY_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, cuda_stream(ctx)));
 }
 
 /* ---- casts ---- */
@@ -166,14 +166,14 @@ void cuda_ops_cast_to_act(zy_ctx *ctx, zy_act *dst, const float *src, size_t n) 
     if (n == 0) return;
     f32_to_bf16_kernel<<<zy_grid_blocks(n), 256, 0, cuda_stream(ctx)>>>((__nv_bfloat16 *)dst, src,
                                                                         n);
-    CUDA_CHECK_LAUNCH();
+    ZY_CUDA_CHECK_LAUNCH();
 }
 
 void cuda_ops_act_to_f32(zy_ctx *ctx, float *dst, const zy_act *src, size_t n) {
     if (n == 0) return;
     bf16_to_f32_kernel<<<zy_grid_blocks(n), 256, 0, cuda_stream(ctx)>>>(
         dst, (const __nv_bfloat16 *)src, n);
-    CUDA_CHECK_LAUNCH();
+    ZY_CUDA_CHECK_LAUNCH();
 }
 
 /* ---- profiler: event pairs resolved at read time ---- */
@@ -184,26 +184,26 @@ int cuda_ops_prof_begin(zy_ctx *ctx) {
         s->ev = (cudaEvent_t *)calloc(2 * CUDA_PROF_SLOTS, sizeof *s->ev);
         s->ev_name = (const char **)calloc(CUDA_PROF_SLOTS, sizeof *s->ev_name);
         ZY_CHECK(s->ev && s->ev_name);
-        for (int i = 0; i < 2 * CUDA_PROF_SLOTS; i++) CUDA_CHECK(cudaEventCreate(&s->ev[i]));
+        for (int i = 0; i < 2 * CUDA_PROF_SLOTS; i++) ZY_CUDA_CHECK(cudaEventCreate(&s->ev[i]));
     }
     if (s->nslots == CUDA_PROF_SLOTS) {
         zy_op_time tmp[1];
         cuda_ops_prof_read(ctx, tmp, 0); /* folds the pending pairs into the totals */
     }
     int slot = s->nslots++;
-    CUDA_CHECK(cudaEventRecord(s->ev[2 * slot], s->stream));
+    ZY_CUDA_CHECK(cudaEventRecord(s->ev[2 * slot], s->stream));
     return slot;
 }
 
 void cuda_ops_prof_end(zy_ctx *ctx, int slot, const char *name) {
     cuda_state *s = cuda_st(ctx);
     s->ev_name[slot] = name;
-    CUDA_CHECK(cudaEventRecord(s->ev[2 * slot + 1], s->stream));
+    ZY_CUDA_CHECK(cudaEventRecord(s->ev[2 * slot + 1], s->stream));
 }
 
 void cuda_ops_prof_reset(zy_ctx *ctx) {
     cuda_state *s = cuda_st(ctx);
-    CUDA_CHECK(cudaStreamSynchronize(s->stream));
+    ZY_CUDA_CHECK(cudaStreamSynchronize(s->stream));
     s->nslots = 0;
     s->ntimes = 0;
 }
@@ -215,10 +215,10 @@ static int cmp_time_desc(const void *a, const void *b) {
 
 int cuda_ops_prof_read(zy_ctx *ctx, zy_op_time *out, int max) {
     cuda_state *s = cuda_st(ctx);
-    CUDA_CHECK(cudaStreamSynchronize(s->stream));
+    ZY_CUDA_CHECK(cudaStreamSynchronize(s->stream));
     for (int i = 0; i < s->nslots; i++) {
         float ms = 0;
-        CUDA_CHECK(cudaEventElapsedTime(&ms, s->ev[2 * i], s->ev[2 * i + 1]));
+        ZY_CUDA_CHECK(cudaEventElapsedTime(&ms, s->ev[2 * i], s->ev[2 * i + 1]));
         const char *name = s->ev_name[i];
         int j = 0;
         while (j < s->ntimes && strcmp(s->times[j].name, name) != 0) j++;

@@ -91,7 +91,7 @@ __device__ __forceinline__ void col_partials(float *part, int P, int p, int C,
 /* C = alpha op(A) op(B) + beta C, bf16 everywhere, fp32 accumulation (cuBLASLt plan cache). */
 void cuda_ops_matmul(zy_ctx *ctx, zy_act *C, const zy_act *A, const zy_act *B, int M, int N, int K,
                      int transA, int transB, float alpha, float beta) {
-    ZY_OK_OR_ABORT(cuda_gemm(&cuda_st(ctx)->gemm, C, A, B, M, N, K, transA, transB, alpha, beta,
+    ZY_STATUS_CHECK(cuda_gemm(&cuda_st(ctx)->gemm, C, A, B, M, N, K, transA, transB, alpha, beta,
                              CUDA_GEMM_BF16, CUDA_GEMM_BF16, CUDA_GEMM_EPI_NONE, NULL,
                              cuda_stream(ctx)));
 }
@@ -99,7 +99,7 @@ void cuda_ops_matmul(zy_ctx *ctx, zy_act *C, const zy_act *A, const zy_act *B, i
 /* The same with an fp32 C: beta = 1 accumulates parameter gradients in fp32. */
 void cuda_ops_matmul_f32(zy_ctx *ctx, float *C, const zy_act *A, const zy_act *B, int M, int N,
                          int K, int transA, int transB, float alpha, float beta) {
-    ZY_OK_OR_ABORT(cuda_gemm(&cuda_st(ctx)->gemm, C, A, B, M, N, K, transA, transB, alpha, beta,
+    ZY_STATUS_CHECK(cuda_gemm(&cuda_st(ctx)->gemm, C, A, B, M, N, K, transA, transB, alpha, beta,
                              CUDA_GEMM_BF16, CUDA_GEMM_FP32, CUDA_GEMM_EPI_NONE, NULL,
                              cuda_stream(ctx)));
 }
@@ -126,11 +126,11 @@ void cuda_ops_add_act(zy_ctx *ctx, zy_act *y, const zy_act *x, size_t n) {
     size_t nv = zy_aligned(y, 16) && zy_aligned(x, 16) ? n / 8 : 0, done = nv * 8;
     if (nv) {
         add_act_k<8><<<zy_grid_blocks(nv), 256, 0, st>>>(by, bx, nv);
-        CUDA_CHECK_LAUNCH();
+        ZY_CUDA_CHECK_LAUNCH();
     }
     if (done < n) {
         add_act_k<1><<<zy_grid_blocks(n - done), 256, 0, st>>>(by + done, bx + done, n - done);
-        CUDA_CHECK_LAUNCH();
+        ZY_CUDA_CHECK_LAUNCH();
     }
 }
 
@@ -162,7 +162,7 @@ void cuda_ops_add_bias(zy_ctx *ctx, zy_act *y, const float *bias, int N, int C) 
         add_bias_k<8><<<tile_grid(N, C, 8), block, 0, st>>>((bf16 *)y, bias, N, C);
     else
         add_bias_k<1><<<tile_grid(N, C, 1), block, 0, st>>>((bf16 *)y, bias, N, C);
-    CUDA_CHECK_LAUNCH();
+    ZY_CUDA_CHECK_LAUNCH();
 }
 
 /* Chunk partials of the column sums of dy [N,C]: block (column tile blockIdx.x, chunk blockIdx.y
@@ -203,11 +203,11 @@ void cuda_ops_bias_bwd(zy_ctx *ctx, float *dbias, const zy_act *dy, int N, int C
         dim3 grid((C + ZY_COL_TX - 1) / ZY_COL_TX, P);
         bias_col_k<1><<<grid, block, 0, st>>>(part, P, R, g, N, C);
     }
-    CUDA_CHECK_LAUNCH();
+    ZY_CUDA_CHECK_LAUNCH();
     zy_col_outs o;
     memset(&o, 0, sizeof o);
     o.dst[0] = dbias, o.src[0] = 0, o.n = 1;
-    ZY_OK_OR_ABORT(zy_col_finish_multi(&o, 1, part, P, C, st));
+    ZY_STATUS_CHECK(zy_col_finish_multi(&o, 1, part, P, C, st));
 }
 
 /* ---- embedding ---- */
@@ -215,7 +215,7 @@ void cuda_ops_bias_bwd(zy_ctx *ctx, float *dbias, const zy_act *dy, int N, int C
 /* h = (emb[ids] + bias) * scale (fp32). */
 void cuda_ops_embed_fwd(zy_ctx *ctx, float *h, const float *emb, const int32_t *ids,
                         const float *bias, const float *scale, int N, int D) {
-    ZY_OK_OR_ABORT(cuda_embed_fwd_f32(h, emb, ids, bias, scale, N, D, cuda_stream(ctx)));
+    ZY_STATUS_CHECK(cuda_embed_fwd_f32(h, emb, ids, bias, scale, N, D, cuda_stream(ctx)));
 }
 
 /* demb (fp32 atomics), dbias, dscale (deterministic) +=. */
@@ -224,7 +224,7 @@ void cuda_ops_embed_bwd(zy_ctx *ctx, float *demb, float *dbias, float *dscale, c
                         int N, int D, int skip_id) {
     float *ws = NULL; /* the kernel checks the shape; N = 0 returns before using ws */
     if (N > 0 && D > 0) ws = (float *)cuda_ws(ctx, cuda_ops_ws_bytes(N, D));
-    ZY_OK_OR_ABORT(cuda_embed_bwd_f32(demb, dbias, dscale, ws, dh, emb, ids, bias, scale, N, D,
+    ZY_STATUS_CHECK(cuda_embed_bwd_f32(demb, dbias, dscale, ws, dh, emb, ids, bias, scale, N, D,
                                       skip_id, cuda_stream(ctx)));
 }
 
@@ -235,10 +235,10 @@ void cuda_ops_rmsnorm_fwd(zy_ctx *ctx, zy_act *y, float *rstd, const void *x, zy
                           const float *w, int N, int C, float eps) {
     cudaStream_t st = cuda_stream(ctx);
     if (xt == ZY_DTYPE_F32)
-        ZY_OK_OR_ABORT(
+        ZY_STATUS_CHECK(
             cuda_rmsnorm_fwd_f32_bf16((zy_bf16 *)y, rstd, (const float *)x, w, N, C, eps, st));
     else if (xt == ZY_DTYPE_BF16)
-        ZY_OK_OR_ABORT(
+        ZY_STATUS_CHECK(
             cuda_rmsnorm_fwd_bf16((zy_bf16 *)y, rstd, (const zy_bf16 *)x, w, N, C, eps, st));
     else
         zy_abort_at(__FILE__, __LINE__, "rmsnorm_fwd", "unknown input dtype %d", (int)xt);
@@ -254,10 +254,10 @@ void cuda_ops_rmsnorm_bwd(zy_ctx *ctx, void *dx, float *dw, const zy_act *dy, co
     float *ws = NULL; /* the kernels check the shape; N = 0 returns before using ws */
     if (N > 0 && C > 0) ws = (float *)cuda_ws(ctx, cuda_ops_ws_bytes(N, C));
     if (xt == ZY_DTYPE_F32)
-        ZY_OK_OR_ABORT(cuda_rmsnorm_bwd_f32_bf16((float *)dx, dw, ws, (const zy_bf16 *)dy,
+        ZY_STATUS_CHECK(cuda_rmsnorm_bwd_f32_bf16((float *)dx, dw, ws, (const zy_bf16 *)dy,
                                                  (const float *)x, w, rstd, N, C, accumulate, st));
     else
-        ZY_OK_OR_ABORT(cuda_rmsnorm_bwd_bf16((zy_bf16 *)dx, dw, ws, (const zy_bf16 *)dy,
+        ZY_STATUS_CHECK(cuda_rmsnorm_bwd_bf16((zy_bf16 *)dx, dw, ws, (const zy_bf16 *)dy,
                                              (const zy_bf16 *)x, w, rstd, N, C, accumulate, st));
 }
 
@@ -308,7 +308,7 @@ void cuda_ops_resscale_fwd(zy_ctx *ctx, float *out, const zy_act *o, const float
         resscale_fwd_k<4><<<tile_grid(N, D, 4), block, 0, st>>>(out, bo, h, ob, os, rb, rs, N, D);
     else
         resscale_fwd_k<1><<<tile_grid(N, D, 1), block, 0, st>>>(out, bo, h, ob, os, rb, rs, N, D);
-    CUDA_CHECK_LAUNCH();
+    ZY_CUDA_CHECK_LAUNCH();
 }
 
 /* One pass of the backward over chunk blockIdx.y: reads dout, o, h, writes d_o = dout*os (bf16)
@@ -379,7 +379,7 @@ void cuda_ops_resscale_bwd(zy_ctx *ctx, zy_act *d_o, float *dh, float *dob, floa
         resscale_bwd_k<1>
             <<<grid, block, 0, st>>>(part, P, R, N, D, bdo, dh, dout, bo, h, ob, os, rb, rs);
     }
-    CUDA_CHECK_LAUNCH();
+    ZY_CUDA_CHECK_LAUNCH();
     zy_col_outs f;
     memset(&f, 0, sizeof f);
     f.dst[0] = dob, f.src[0] = 0, f.mul[0] = os; /* sum dout*os = os * sum dout */
@@ -387,7 +387,7 @@ void cuda_ops_resscale_bwd(zy_ctx *ctx, zy_act *d_o, float *dh, float *dob, floa
     f.dst[2] = drb, f.src[2] = 0, f.mul[2] = rs;
     f.dst[3] = drs, f.src[3] = 2;
     f.n = 4;
-    ZY_OK_OR_ABORT(zy_col_finish_multi(&f, 3, part, P, D, st));
+    ZY_STATUS_CHECK(zy_col_finish_multi(&f, 3, part, P, D, st));
 }
 
 /* ---- residual scaling + RMSNorm (norm.cu) ---- */
@@ -395,7 +395,7 @@ void cuda_ops_resscale_bwd(zy_ctx *ctx, zy_act *d_o, float *dh, float *dob, floa
 void cuda_ops_resnorm_fwd(zy_ctx *ctx, float *out, zy_act *y, float *rstd, const zy_act *o,
                           const float *h, const float *ob, const float *os, const float *rb,
                           const float *rs, const float *w, int N, int D, float eps) {
-    ZY_OK_OR_ABORT(cuda_resnorm_fwd_bf16(out, (zy_bf16 *)y, rstd, (const zy_bf16 *)o, h, ob, os, rb,
+    ZY_STATUS_CHECK(cuda_resnorm_fwd_bf16(out, (zy_bf16 *)y, rstd, (const zy_bf16 *)o, h, ob, os, rb,
                                          rs, w, N, D, eps, cuda_stream(ctx)));
 }
 
@@ -406,7 +406,7 @@ void cuda_ops_resnorm_bwd(zy_ctx *ctx, zy_act *d_o, float *dh, float *dw, float 
                           const float *rs, int N, int D) {
     float *ws = NULL; /* the kernels check the shape; N = 0 returns before using ws */
     if (N > 0 && D > 0) ws = (float *)cuda_ws(ctx, cuda_ops_ws_bytes(N, D));
-    ZY_OK_OR_ABORT(cuda_resnorm_bwd_bf16(
+    ZY_STATUS_CHECK(cuda_resnorm_bwd_bf16(
         (zy_bf16 *)d_o, dh, dw, dob, dos, drb, drs, ws, (const zy_bf16 *)dy, dres, out, rstd, w,
         (const zy_bf16 *)o, h, ob, os, rb, rs, N, D, cuda_stream(ctx)));
 }
@@ -414,23 +414,23 @@ void cuda_ops_resnorm_bwd(zy_ctx *ctx, zy_act *d_o, float *dh, float *dw, float 
 /* ---- elementwise ---- */
 
 void cuda_ops_gelu_fwd(zy_ctx *ctx, zy_act *y, const zy_act *x, size_t n) {
-    ZY_OK_OR_ABORT(cuda_gelu_fwd_bf16((zy_bf16 *)y, (const zy_bf16 *)x, n, cuda_stream(ctx)));
+    ZY_STATUS_CHECK(cuda_gelu_fwd_bf16((zy_bf16 *)y, (const zy_bf16 *)x, n, cuda_stream(ctx)));
 }
 
 /* dx may alias dy: the kernel's thread reads its dy and x elements before writing the same dx
  * elements, which no other thread touches. */
 void cuda_ops_gelu_bwd(zy_ctx *ctx, zy_act *dx, const zy_act *dy, const zy_act *x, size_t n) {
-    ZY_OK_OR_ABORT(cuda_gelu_bwd_bf16((zy_bf16 *)dx, (const zy_bf16 *)dy, (const zy_bf16 *)x, n,
+    ZY_STATUS_CHECK(cuda_gelu_bwd_bf16((zy_bf16 *)dx, (const zy_bf16 *)dy, (const zy_bf16 *)x, n,
                                       cuda_stream(ctx)));
 }
 
 void cuda_ops_swiglu_fwd(zy_ctx *ctx, zy_act *y, const zy_act *gu, int N, int F) {
-    ZY_OK_OR_ABORT(cuda_swiglu_fwd_bf16((zy_bf16 *)y, (const zy_bf16 *)gu, N, F, cuda_stream(ctx)));
+    ZY_STATUS_CHECK(cuda_swiglu_fwd_bf16((zy_bf16 *)y, (const zy_bf16 *)gu, N, F, cuda_stream(ctx)));
 }
 
 void cuda_ops_swiglu_bwd(zy_ctx *ctx, zy_act *dgu, const zy_act *dy, const zy_act *gu, int N,
                          int F) {
-    ZY_OK_OR_ABORT(cuda_swiglu_bwd_bf16((zy_bf16 *)dgu, (const zy_bf16 *)dy, (const zy_bf16 *)gu, N,
+    ZY_STATUS_CHECK(cuda_swiglu_bwd_bf16((zy_bf16 *)dgu, (const zy_bf16 *)dy, (const zy_bf16 *)gu, N,
                                         F, cuda_stream(ctx)));
 }
 
@@ -452,12 +452,12 @@ double cuda_ops_xent_fwd_bwd(zy_ctx *ctx, zy_act *dlogits, const zy_act *logits,
     double *dsum = (double *)ws;
     int *dcnt = (int *)(ws + sizeof(double));
     float *rows = (float *)(ws + 16);
-    ZY_OK_OR_ABORT(cuda_xent_fwd_bwd_bf16((zy_bf16 *)dlogits, rows, dsum, dcnt,
+    ZY_STATUS_CHECK(cuda_xent_fwd_bwd_bf16((zy_bf16 *)dlogits, rows, dsum, dcnt,
                                           (const zy_bf16 *)logits, targets, N, V, ignore_index,
                                           grad_scale, st));
     char head[16];
-    CUDA_CHECK(cudaMemcpyAsync(head, ws, sizeof head, cudaMemcpyDeviceToHost, st));
-    CUDA_CHECK(cudaStreamSynchronize(st));
+    ZY_CUDA_CHECK(cudaMemcpyAsync(head, ws, sizeof head, cudaMemcpyDeviceToHost, st));
+    ZY_CUDA_CHECK(cudaStreamSynchronize(st));
     double sum;
     int cnt;
     memcpy(&sum, head, sizeof sum);
@@ -471,7 +471,7 @@ double cuda_ops_xent_fwd_bwd(zy_ctx *ctx, zy_act *dlogits, const zy_act *logits,
 void cuda_ops_attention_fwd(zy_ctx *ctx, zy_act *out, float *lse, const zy_act *q, const zy_act *k,
                             const zy_act *v, int B, int T, int Hq, int Hk, int d, float scale,
                             int window) {
-    ZY_OK_OR_ABORT(
+    ZY_STATUS_CHECK(
         cuda_attention_fwd(q, k, v, out, lse, B, T, Hq, Hk, d, scale, window, cuda_stream(ctx)));
 }
 
@@ -482,6 +482,6 @@ void cuda_ops_attention_bwd(zy_ctx *ctx, zy_act *dq, zy_act *dk, zy_act *dv, con
                             int window) {
     size_t sb = cuda_attention_bwd_scratch_bytes(B, T, Hq, d);
     void *scratch = sb ? cuda_ws(ctx, sb) : NULL;
-    ZY_OK_OR_ABORT(cuda_attention_bwd(dout, q, k, v, out, lse, dq, dk, dv, scratch, sb, B, T, Hq,
+    ZY_STATUS_CHECK(cuda_attention_bwd(dout, q, k, v, out, lse, dq, dk, dv, scratch, sb, B, T, Hq,
                                       Hk, d, scale, window, cuda_stream(ctx)));
 }

@@ -44,8 +44,8 @@ typedef struct {
 void cuda_ops_expert_join(zy_ctx *ctx) {
     cuda_state *s = cuda_st(ctx);
     for (int i = 0; i < s->nside; i++) {
-        CUDA_CHECK(cudaEventRecord(s->join[i], s->side[i]));
-        CUDA_CHECK(cudaStreamWaitEvent(s->stream, s->join[i], 0));
+        ZY_CUDA_CHECK(cudaEventRecord(s->join[i], s->side[i]));
+        ZY_CUDA_CHECK(cudaStreamWaitEvent(s->stream, s->join[i], 0));
     }
 }
 
@@ -70,10 +70,10 @@ static void run_jobs(zy_ctx *ctx, expert_job *jobs, int n, const chunk_call *cc,
         }
     int ns = s->nside < n ? s->nside : n;
     double load[CUDA_SIDE_STREAMS] = {0};
-    CUDA_CHECK(cudaEventRecord(s->fork, s->stream));
-    for (int i = 0; i < ns; i++) CUDA_CHECK(cudaStreamWaitEvent(s->side[i], s->fork, 0));
+    ZY_CUDA_CHECK(cudaEventRecord(s->fork, s->stream));
+    for (int i = 0; i < ns; i++) ZY_CUDA_CHECK(cudaStreamWaitEvent(s->side[i], s->fork, 0));
     if (cc) /* after the fork: the side streams do not wait for it */
-        ZY_OK_OR_ABORT(cuda_gemm_grouped_chunks(
+        ZY_STATUS_CHECK(cuda_gemm_grouped_chunks(
             &s->gemm, cc->out, cc->in, cc->W, cc->offsets, cc->E, cc->N, cc->K,
             CUDA_GEMM_CHUNK_ROWS, cc->data_grad, CUDA_GEMM_BF16, CUDA_GEMM_BF16, s->stream));
     for (int i = 0; i < n; i++) {
@@ -82,14 +82,14 @@ static void run_jobs(zy_ctx *ctx, expert_job *jobs, int n, const chunk_call *cc,
         for (int k = 1; k < ns; k++)
             if (load[k] < load[best]) best = k;
         load[best] += (double)j->M * j->N * j->K;
-        ZY_OK_OR_ABORT(cuda_gemm(&s->side_gemm[best], j->C, j->A, j->B, j->M, j->N, j->K, j->transA,
+        ZY_STATUS_CHECK(cuda_gemm(&s->side_gemm[best], j->C, j->A, j->B, j->M, j->N, j->K, j->transA,
                                  j->transB, 1.0f, j->beta, CUDA_GEMM_BF16, j->dc,
                                  CUDA_GEMM_EPI_NONE, NULL, s->side[best]));
     }
     if (!wait) return;
     for (int i = 0; i < ns; i++) {
-        CUDA_CHECK(cudaEventRecord(s->join[i], s->side[i]));
-        CUDA_CHECK(cudaStreamWaitEvent(s->stream, s->join[i], 0));
+        ZY_CUDA_CHECK(cudaEventRecord(s->join[i], s->side[i]));
+        ZY_CUDA_CHECK(cudaStreamWaitEvent(s->stream, s->join[i], 0));
     }
 }
 
@@ -125,7 +125,7 @@ static void add_wgrad_jobs(zy_ctx *ctx, expert_job *jobs, int *n, float *dW, con
         int ne = offsets_host[e + 1] - offsets_host[e];
         if (ne <= 0) {
             if (beta == 0.0f)
-                CUDA_CHECK(cudaMemsetAsync(dW + (size_t)e * N * K, 0, (size_t)N * K * sizeof(float),
+                ZY_CUDA_CHECK(cudaMemsetAsync(dW + (size_t)e * N * K, 0, (size_t)N * K * sizeof(float),
                                            cuda_stream(ctx)));
             continue;
         }

@@ -95,7 +95,7 @@ void cuda_ops_router_select(zy_ctx *ctx, float *probs, int32_t *choice, float *g
     if (N == 0) return;
     router_select_k<<<warp_row_blocks(N), MOE_THREADS, 0, cuda_stream(ctx)>>>(
         probs, choice, gate, (const bf16 *)logits, bias, N, E1);
-    CUDA_CHECK_LAUNCH();
+    ZY_CUDA_CHECK_LAUNCH();
 }
 
 /* Element i = n*E1 + k: dlogits = dgate[n] p_c (delta_kc - p_k) with c = choice[n]; 0 for skip
@@ -123,7 +123,7 @@ void cuda_ops_router_bwd(zy_ctx *ctx, zy_act *dlogits, const float *dgate, const
     if (total == 0) return;
     router_bwd_k<<<zy_grid_blocks(total), 256, 0, cuda_stream(ctx)>>>((bf16 *)dlogits, dgate, probs,
                                                                       choice, total, E1);
-    CUDA_CHECK_LAUNCH();
+    ZY_CUDA_CHECK_LAUNCH();
 }
 
 /* ---- dispatch ----
@@ -262,8 +262,8 @@ int cuda_ops_moe_dispatch(zy_ctx *ctx, int32_t *counts, int32_t *offsets, int32_
     cudaStream_t st = cuda_stream(ctx);
     size_t obytes = ((size_t)E + 1) * sizeof(int32_t);
     if (N == 0) {
-        CUDA_CHECK(cudaMemsetAsync(counts, 0, (size_t)E * sizeof(int32_t), st));
-        CUDA_CHECK(cudaMemsetAsync(offsets, 0, obytes, st));
+        ZY_CUDA_CHECK(cudaMemsetAsync(counts, 0, (size_t)E * sizeof(int32_t), st));
+        ZY_CUDA_CHECK(cudaMemsetAsync(offsets, 0, obytes, st));
         memset(offsets_host, 0, obytes);
         return 0;
     }
@@ -271,12 +271,12 @@ int cuda_ops_moe_dispatch(zy_ctx *ctx, int32_t *counts, int32_t *offsets, int32_
     int *hist = (int *)cuda_ws(ctx, ((size_t)E + 1) * B * sizeof(int)); /* [E][B], then bad[B] */
     int *bad = hist + (size_t)E * B;
     dispatch_hist_k<<<B, MOE_THREADS, 0, st>>>(hist, bad, choice, N, E, tile);
-    CUDA_CHECK_LAUNCH();
+    ZY_CUDA_CHECK_LAUNCH();
     dispatch_scatter_k<<<B, MOE_THREADS, 0, st>>>(perm, counts, offsets, hist, bad, choice, N, E,
                                                   tile);
-    CUDA_CHECK_LAUNCH();
-    CUDA_CHECK(cudaMemcpyAsync(offsets_host, offsets, obytes, cudaMemcpyDeviceToHost, st));
-    CUDA_CHECK(cudaStreamSynchronize(st));
+    ZY_CUDA_CHECK_LAUNCH();
+    ZY_CUDA_CHECK(cudaMemcpyAsync(offsets_host, offsets, obytes, cudaMemcpyDeviceToHost, st));
+    ZY_CUDA_CHECK(cudaStreamSynchronize(st));
     int routed = offsets_host[E];
     if (routed < 0)
         zy_abort_at(__FILE__, __LINE__, "cuda_ops_moe_dispatch", "choice[%d] not in [0, %d]",
@@ -319,7 +319,7 @@ void cuda_ops_gather_rows(zy_ctx *ctx, zy_act *xs, const zy_act *x, const int32_
     else
         gather_k<unsigned short><<<warp_row_blocks(nrows), MOE_THREADS, 0, st>>>(
             (unsigned short *)xs, (const unsigned short *)x, perm, nrows, C);
-    CUDA_CHECK_LAUNCH();
+    ZY_CUDA_CHECK_LAUNCH();
 }
 
 /* inv[perm[r]] = r (inv preset to -1): which expert row, if any, feeds output row n. Entries of
@@ -373,10 +373,10 @@ void cuda_ops_moe_combine(zy_ctx *ctx, zy_act *y, const zy_act *ys, const float 
     if (N == 0) return;
     cudaStream_t st = cuda_stream(ctx);
     int *inv = (int *)cuda_ws(ctx, (size_t)N * sizeof(int));
-    CUDA_CHECK(cudaMemsetAsync(inv, 0xff, (size_t)N * sizeof(int), st)); /* -1 */
+    ZY_CUDA_CHECK(cudaMemsetAsync(inv, 0xff, (size_t)N * sizeof(int), st)); /* -1 */
     if (nrows > 0) {
         combine_inverse_k<<<zy_grid_blocks(nrows), 256, 0, st>>>(inv, perm, nrows, N);
-        CUDA_CHECK_LAUNCH();
+        ZY_CUDA_CHECK_LAUNCH();
     }
     if (vec8_ok(D, y, ys, NULL))
         combine_k<8><<<warp_row_blocks(N), MOE_THREADS, 0, st>>>((bf16 *)y, (const bf16 *)ys, gate,
@@ -384,7 +384,7 @@ void cuda_ops_moe_combine(zy_ctx *ctx, zy_act *y, const zy_act *ys, const float 
     else
         combine_k<1><<<warp_row_blocks(N), MOE_THREADS, 0, st>>>((bf16 *)y, (const bf16 *)ys, gate,
                                                                  inv, N, D);
-    CUDA_CHECK_LAUNCH();
+    ZY_CUDA_CHECK_LAUNCH();
 }
 
 /* One warp per expert row r (n = perm[r]): dys[r] = gate[n] dy[n]; dgate[n] = dy[n].ys[r] summed
@@ -432,7 +432,7 @@ void cuda_ops_moe_combine_bwd(zy_ctx *ctx, zy_act *dys, float *dgate, const zy_a
               "cuda moe_combine_bwd: impossible shape nrows=%d N=%d D=%d", nrows, N, D);
     if (N == 0) return;
     cudaStream_t st = cuda_stream(ctx);
-    CUDA_CHECK(cudaMemsetAsync(dgate, 0, (size_t)N * sizeof(float), st));
+    ZY_CUDA_CHECK(cudaMemsetAsync(dgate, 0, (size_t)N * sizeof(float), st));
     if (nrows == 0) return;
     const bf16 *a = (const bf16 *)dy, *s = (const bf16 *)ys;
     if (vec8_ok(D, dys, dy, ys))
@@ -441,7 +441,7 @@ void cuda_ops_moe_combine_bwd(zy_ctx *ctx, zy_act *dys, float *dgate, const zy_a
     else
         combine_bwd_k<1><<<warp_row_blocks(nrows), MOE_THREADS, 0, st>>>((bf16 *)dys, dgate, a, s,
                                                                          gate, perm, nrows, D);
-    CUDA_CHECK_LAUNCH();
+    ZY_CUDA_CHECK_LAUNCH();
 }
 
 /* One warp per expert row r: dx[perm[r]] += dxs[r] (sum in fp32, one bf16 rounding). */
@@ -485,7 +485,7 @@ void cuda_ops_scatter_add_rows(zy_ctx *ctx, zy_act *dx, const zy_act *dxs, const
     else
         scatter_add_k<1><<<warp_row_blocks(nrows), MOE_THREADS, 0, st>>>(
             (bf16 *)dx, (const bf16 *)dxs, perm, nrows, C);
-    CUDA_CHECK_LAUNCH();
+    ZY_CUDA_CHECK_LAUNCH();
 }
 
 /* ---- router depth averaging (EDA) ---- */
@@ -520,7 +520,7 @@ void cuda_ops_eda_fwd(zy_ctx *ctx, zy_act *z, const zy_act *r_prev, const float 
     else
         eda_fwd_k<1>
             <<<zy_grid_blocks(total), 256, 0, st>>>((bf16 *)z, (const bf16 *)r_prev, g, total, R);
-    CUDA_CHECK_LAUNCH();
+    ZY_CUDA_CHECK_LAUNCH();
 }
 
 /* Block (ZY_COL_TX x ZY_COL_TY threads) over ZY_COL_TX*W columns and the rows [p*rows, (p+1)*rows)
@@ -587,6 +587,6 @@ void cuda_ops_eda_bwd(zy_ctx *ctx, zy_act *dr_prev, float *dg, const zy_act *dz,
         dim3 grid((R + ZY_COL_TX - 1) / ZY_COL_TX, P);
         eda_bwd_k<1><<<grid, block, 0, st>>>(part, d, a, b, g, N, R, rows);
     }
-    CUDA_CHECK_LAUNCH();
-    ZY_OK_OR_ABORT(zy_col_finish(dg, part, NULL, P, R, st));
+    ZY_CUDA_CHECK_LAUNCH();
+    ZY_STATUS_CHECK(zy_col_finish(dg, part, NULL, P, R, st));
 }

@@ -138,11 +138,11 @@ static int xent(T *dl, float *loss_rows, double *loss_sum, int *count, const T *
         else
             xent_rows_k<T, 1><<<N, zy_row_threads(V), 0, st>>>(dl, loss_rows, logits, targets, V,
                                                                ignore_index, grad_scale);
-        CUDA_TRY_LAUNCH();
+        ZY_CUDA_TRY_LAUNCH();
     }
     if (loss_sum) {
         xent_sum_k<<<1, 256, 0, st>>>(loss_sum, count, loss_rows, targets, N, ignore_index);
-        CUDA_TRY_LAUNCH();
+        ZY_CUDA_TRY_LAUNCH();
     }
     return ZY_OK;
 }
