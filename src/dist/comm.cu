@@ -1,6 +1,6 @@
 /* NCCL communicator with guarded waits (see comm.h). */
 #include "dist/comm.h"
-#include "dist/cuda_check.h"
+#include "base/check.h"
 
 extern "C" {
 #include "base/timer.h"
@@ -21,12 +21,12 @@ static int wait_async(dist_comm *c, const char *what, const char *file, int line
         ncclResult_t st = ncclInProgress;
         ncclResult_t q = ncclCommGetAsyncError(nccl_of(c), &st);
         if (q != ncclSuccess)
-            return zy_fail("%s:%d: ncclCommGetAsyncError after %s: %s", file, line, what,
-                           ncclGetErrorString(q));
+            return zy_fail_runtime("%s:%d: ncclCommGetAsyncError after %s: %s", file, line, what,
+                                   ncclGetErrorString(q));
         if (st == ncclSuccess) return ZY_OK;
         if (st != ncclInProgress)
-            return zy_fail("%s:%d: %s failed: %s (%s)", file, line, what, ncclGetErrorString(st),
-                           ncclGetLastError(nccl_of(c)));
+            return zy_fail_runtime("%s:%d: %s failed: %s (%s)", file, line, what,
+                                   ncclGetErrorString(st), ncclGetLastError(nccl_of(c)));
         double now = zy_now();
         if (now >= next_peer_check) {
             if (c->rdv && dist_rdv_check_peers(c->rdv) != ZY_OK)
@@ -34,8 +34,9 @@ static int wait_async(dist_comm *c, const char *what, const char *file, int line
             next_peer_check = now + 0.01;
         }
         if (now - t0 > c->timeout_s)
-            return zy_fail("%s:%d: %s did not complete within %.0f s (a peer is stuck or gone)",
-                           file, line, what, c->timeout_s);
+            return zy_fail_runtime(
+                "%s:%d: %s did not complete within %.0f s (a peer is stuck or gone)", file, line,
+                what, c->timeout_s);
         sched_yield();
     }
 }
@@ -44,8 +45,8 @@ int dist_comm_check(dist_comm *c, int result, const char *what, const char *file
     ncclResult_t r = (ncclResult_t)result;
     if (r == ncclSuccess) return ZY_OK;
     if (r == ncclInProgress) return wait_async(c, what, file, line);
-    return zy_fail("%s:%d: %s failed: %s (%s)", file, line, what, ncclGetErrorString(r),
-                   c->nccl ? ncclGetLastError(nccl_of(c)) : "");
+    return zy_fail_runtime("%s:%d: %s failed: %s (%s)", file, line, what, ncclGetErrorString(r),
+                           c->nccl ? ncclGetLastError(nccl_of(c)) : "");
 }
 
 int dist_nccl_version(void) {
@@ -64,17 +65,14 @@ int dist_comm_init(dist_comm *c, dist_rdv *rdv, int device, double timeout_s, in
     c->rdv = rdv;
     c->nonblocking = nonblocking;
     ZY_TRY(dist_watchdog_start(&c->wd, rdv, timeout_s, stuck, stuck_ctx));
-    CUDA_TRY(cudaSetDevice(device));
+    ZY_CUDA_TRY(cudaSetDevice(device));
     cudaStream_t s;
-    CUDA_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    ZY_CUDA_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     c->stream = s;
     ncclUniqueId id;
     memset(&id, 0, sizeof id);
     if (c->rank == 0) {
-        ncclResult_t r = ncclGetUniqueId(&id);
-        if (r != ncclSuccess)
-            return zy_fail("%s:%d: ncclGetUniqueId failed: %s", __FILE__, __LINE__,
-                           ncclGetErrorString(r));
+        ZY_NCCL_TRY(ncclGetUniqueId(&id));
     }
     if (dist_rdv_bcast(rdv, &id, sizeof id) != ZY_OK)
         return zy_fail_ctx("sending the NCCL unique id");
@@ -86,8 +84,9 @@ int dist_comm_init(dist_comm *c, dist_rdv *rdv, int device, double timeout_s, in
     dist_watchdog_leave(&c->wd);
     c->nccl = comm;
     if (r != ncclSuccess && r != ncclInProgress)
-        return zy_fail("%s:%d: ncclCommInitRankConfig (rank %d of %d, device %d) failed: %s",
-                       __FILE__, __LINE__, c->rank, c->world, device, ncclGetErrorString(r));
+        return zy_fail_runtime(
+            "%s:%d: ncclCommInitRankConfig (rank %d of %d, device %d) failed: %s", __FILE__,
+            __LINE__, c->rank, c->world, device, ncclGetErrorString(r));
     if (r == ncclInProgress) ZY_TRY(wait_async(c, "ncclCommInitRankConfig", __FILE__, __LINE__));
     return ZY_OK;
 }
@@ -99,15 +98,15 @@ int dist_comm_wait_event(dist_comm *c, void *event, const char *what) {
         cudaError_t e = cudaEventQuery(ev);
         if (e == cudaSuccess) return ZY_OK;
         if (e != cudaErrorNotReady)
-            return zy_fail("%s:%d: waiting for %s: %s", __FILE__, __LINE__, what,
-                           cudaGetErrorString(e));
+            return zy_fail_runtime("%s:%d: waiting for %s: %s", __FILE__, __LINE__, what,
+                                   cudaGetErrorString(e));
         if (c->nccl) {
             ncclResult_t st = ncclSuccess;
             ncclResult_t q = ncclCommGetAsyncError(nccl_of(c), &st);
             if (q != ncclSuccess || (st != ncclSuccess && st != ncclInProgress))
-                return zy_fail("%s:%d: NCCL error while waiting for %s: %s (%s)", __FILE__,
-                               __LINE__, what, ncclGetErrorString(q != ncclSuccess ? q : st),
-                               ncclGetLastError(nccl_of(c)));
+                return zy_fail_runtime(
+                    "%s:%d: NCCL error while waiting for %s: %s (%s)", __FILE__, __LINE__, what,
+                    ncclGetErrorString(q != ncclSuccess ? q : st), ncclGetLastError(nccl_of(c)));
         }
         double now = zy_now();
         if (now >= next_peer_check) {
@@ -116,8 +115,9 @@ int dist_comm_wait_event(dist_comm *c, void *event, const char *what) {
             next_peer_check = now + 0.01;
         }
         if (now - t0 > c->timeout_s)
-            return zy_fail("%s did not finish within %.0f s on rank %d (a peer is stuck or gone)",
-                           what, c->timeout_s, c->rank);
+            return zy_fail_runtime(
+                "%s did not finish within %.0f s on rank %d (a peer is stuck or gone)", what,
+                c->timeout_s, c->rank);
         sched_yield();
     }
 }
@@ -140,8 +140,8 @@ int dist_comm_free(dist_comm *c) {
             r = ncclCommDestroy(nccl_of(c));
             dist_watchdog_leave(&c->wd);
             if (r != ncclSuccess && r != ncclInProgress)
-                st = zy_fail("%s:%d: ncclCommDestroy failed: %s", __FILE__, __LINE__,
-                             ncclGetErrorString(r));
+                st = zy_fail_runtime("%s:%d: ncclCommDestroy failed: %s", __FILE__, __LINE__,
+                                     ncclGetErrorString(r));
         } else {
             ncclCommAbort(nccl_of(c));
         }
@@ -149,7 +149,7 @@ int dist_comm_free(dist_comm *c) {
     }
     dist_watchdog_stop(&c->wd);
     if (c->stream) {
-        CUDA_NOTE(st, cudaStreamDestroy((cudaStream_t)c->stream));
+        ZY_CUDA_NOTE(st, cudaStreamDestroy((cudaStream_t)c->stream));
         c->stream = NULL;
     }
     return st;

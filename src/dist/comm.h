@@ -22,7 +22,7 @@ typedef struct {
     double timeout_s; /* the longest any single wait may take */
     dist_rdv *rdv;    /* control channel, polled for dead peers while waiting */
     int nonblocking;  /* created with NCCL's blocking = 0 */
-    dist_watchdog wd; /* guards blocking NCCL calls (see DIST_NCCL) */
+    dist_watchdog wd; /* guards blocking NCCL calls (see ZY_NCCL_COMM_TRY) */
 } dist_comm;
 
 /* Selects device, makes rank 0's NCCL unique id known to every rank through rdv and creates the
@@ -41,9 +41,10 @@ int dist_comm_wait_event(dist_comm *c, void *event, const char *what);
 void dist_comm_abort(dist_comm *c);
 /* Finalizes and destroys the communicator and its stream. */
 int dist_comm_free(dist_comm *c);
-/* Runs an NCCL call (an expression of type ncclResult_t) under the watchdog and completes it with
- * dist_comm_check; on failure the enclosing function returns ZY_ERR. */
-#define DIST_NCCL(c, expr)                                                                         \
+/* base/check.h's TRY tier for NCCL calls on a communicator: runs the call (an expression of type
+ * ncclResult_t) under the watchdog and completes it with dist_comm_check; on failure (a runtime
+ * error) the enclosing function returns ZY_ERR. */
+#define ZY_NCCL_COMM_TRY(c, expr)                                                                  \
     do {                                                                                           \
         dist_watchdog_enter(&(c)->wd, #expr);                                                      \
         int dist_r_ = (int)(expr);                                                                 \

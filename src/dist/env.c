@@ -93,7 +93,9 @@ static const char *env_getenv(const char *name, void *ctx) {
 }
 
 int dist_env_from_environ(dist_env *e) {
-    return dist_env_detect(e, env_getenv, NULL);
+    ZY_TRY(dist_env_detect(e, env_getenv, NULL));
+    if (e->world > 1) zy_err_set_rank(e->rank); /* fatal messages name this process's rank */
+    return ZY_OK;
 }
 
 void dist_local_from_hosts(const char *hosts, int stride, int world, int rank, int *local_rank,

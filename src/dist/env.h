@@ -27,7 +27,8 @@ typedef const char *(*dist_getenv_fn)(const char *name, void *ctx);
 /* Fills e from the variables seen through get; a malformed or inconsistent set is an error that
  * names the variable. With no launcher variables at all the process is rank 0 of 1. */
 int dist_env_detect(dist_env *e, dist_getenv_fn get, void *ctx);
-/* dist_env_detect over the process environment. */
+/* dist_env_detect over the process environment; with several ranks, also sets the rank that this
+ * thread's fatal messages name (zy_err_set_rank). */
 int dist_env_from_environ(dist_env *e);
 /* Local rank and local world size from every rank's host name (hosts[r*stride], NUL-terminated):
  * the local rank is the number of lower ranks on the same host. */

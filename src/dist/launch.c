@@ -16,7 +16,7 @@
 
 int dist_free_port(int *port) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) return zy_fail("launch: socket: %s", strerror(errno));
+    if (fd < 0) return zy_fail_runtime("launch: socket: %s", strerror(errno));
     struct sockaddr_in sa = {0};
     sa.sin_family = AF_INET;
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -25,7 +25,7 @@ int dist_free_port(int *port) {
         getsockname(fd, (struct sockaddr *)&sa, &sl) != 0) {
         int e = errno;
         close(fd);
-        return zy_fail("launch: cannot find a free TCP port: %s", strerror(e));
+        return zy_fail_runtime("launch: cannot find a free TCP port: %s", strerror(e));
     }
     *port = ntohs(sa.sin_port);
     close(fd);
@@ -84,7 +84,7 @@ int dist_launch(const dist_launch_opts *o, char *const argv[], int *exit_code) {
             signal_groups(pids, alive, r, SIGKILL);
             for (int q = 0; q < r; q++) waitpid(pids[q], NULL, 0);
             free(pids), free(alive);
-            return zy_fail("launch: fork for rank %d: %s", r, strerror(e));
+            return zy_fail_runtime("launch: fork for rank %d: %s", r, strerror(e));
         }
         if (pid == 0) exec_rank(argv, r, n, addr, port);
         setpgid(pid, pid); /* also in the child: whichever runs first */

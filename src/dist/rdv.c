@@ -50,16 +50,16 @@ static int write_full(int fd, const void *buf, size_t len, double deadline, cons
     while (len > 0) {
         struct pollfd pf = {fd, POLLOUT, 0};
         int t = ms_left(deadline);
-        if (t == 0) return zy_fail("timed out sending to %s", who);
+        if (t == 0) return zy_fail_runtime("timed out sending to %s", who);
         int pr = poll(&pf, 1, t);
         if (pr < 0 && errno == EINTR) continue;
-        if (pr < 0) return zy_fail("poll while sending to %s: %s", who, strerror(errno));
+        if (pr < 0) return zy_fail_runtime("poll while sending to %s: %s", who, strerror(errno));
         if (pr == 0) continue;
         ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
         if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
         if (n < 0)
-            return zy_fail("%s closed its connection (the process exited or crashed): %s", who,
-                           strerror(errno));
+            return zy_fail_runtime("%s closed its connection (the process exited or crashed): %s",
+                                   who, strerror(errno));
         p += n;
         len -= (size_t)n;
     }
@@ -73,16 +73,16 @@ static int read_full(int fd, void *buf, size_t len, double deadline, double time
     while (len > 0) {
         struct pollfd pf = {fd, POLLIN, 0};
         int t = ms_left(deadline);
-        if (t == 0) return zy_fail("timed out after %.0f s waiting for %s", timeout_s, who);
+        if (t == 0) return zy_fail_runtime("timed out after %.0f s waiting for %s", timeout_s, who);
         int pr = poll(&pf, 1, t);
         if (pr < 0 && errno == EINTR) continue;
-        if (pr < 0) return zy_fail("poll while waiting for %s: %s", who, strerror(errno));
+        if (pr < 0) return zy_fail_runtime("poll while waiting for %s: %s", who, strerror(errno));
         if (pr == 0) continue;
         ssize_t n = recv(fd, p, len, 0);
         if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
         if (n == 0 || n < 0)
-            return zy_fail("%s closed its connection (the process exited or crashed)%s%s", who,
-                           n < 0 ? ": " : "", n < 0 ? strerror(errno) : "");
+            return zy_fail_runtime("%s closed its connection (the process exited or crashed)%s%s",
+                                   who, n < 0 ? ": " : "", n < 0 ? strerror(errno) : "");
         p += n;
         len -= (size_t)n;
     }
@@ -107,7 +107,7 @@ static int rdv_listen(const char *addr, int port, int backlog, int *out_fd) {
     if (getaddrinfo(addr, NULL, &hints, &res) == 0 && res) family = res->ai_family;
     if (res) freeaddrinfo(res);
     int fd = socket(family, SOCK_STREAM, 0);
-    if (fd < 0) return zy_fail("rendezvous: socket: %s", strerror(errno));
+    if (fd < 0) return zy_fail_runtime("rendezvous: socket: %s", strerror(errno));
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     int rc;
@@ -127,9 +127,10 @@ static int rdv_listen(const char *addr, int port, int backlog, int *out_fd) {
     if (rc != 0 || listen(fd, backlog) != 0) {
         int e = errno;
         close(fd);
-        return zy_fail("rendezvous: rank 0 cannot listen on port %d: %s (is MASTER_PORT in use by "
-                       "another job?)",
-                       port, strerror(e));
+        return zy_fail_runtime(
+            "rendezvous: rank 0 cannot listen on port %d: %s (is MASTER_PORT in use by "
+            "another job?)",
+            port, strerror(e));
     }
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
     *out_fd = fd;
@@ -199,9 +200,9 @@ static int serve(dist_rdv *r, const char *addr, int port) {
                 if (r->fds[q] < 0)
                     len += (size_t)snprintf(missing + len, sizeof missing - len, "%s%d",
                                             len ? ", " : "", q);
-            rc = zy_fail("rendezvous at %s: %d of %d ranks arrived within %.0f s; missing "
-                         "rank(s) %s",
-                         r->where, arrived + 1, r->world, r->timeout_s, missing);
+            rc = zy_fail_runtime("rendezvous at %s: %d of %d ranks arrived within %.0f s; missing "
+                                 "rank(s) %s",
+                                 r->where, arrived + 1, r->world, r->timeout_s, missing);
             break;
         }
         int pr = poll(&pf, 1, t);
@@ -265,9 +266,9 @@ static int join(dist_rdv *r, const char *addr, int port) {
     while (fd < 0) {
         int t = ms_left(deadline);
         if (t == 0) {
-            return zy_fail("rendezvous: rank %d could not reach rank 0 at %s within %.0f s (%s)",
-                           r->rank, r->where, r->timeout_s,
-                           err < 0 ? gai_strerror(-err) : strerror(err));
+            return zy_fail_runtime(
+                "rendezvous: rank %d could not reach rank 0 at %s within %.0f s (%s)", r->rank,
+                r->where, r->timeout_s, err < 0 ? gai_strerror(-err) : strerror(err));
         }
         fd = try_connect(addr, port, t < 1000 ? t : 1000, &err);
         if (fd < 0) sleep_ms(ms_left(deadline) < 100 ? 10 : 100);
@@ -299,6 +300,7 @@ int dist_rdv_init(dist_rdv *r, int rank, int world, const char *addr, int port, 
     if (world < 1 || rank < 0 || rank >= world)
         return zy_fail("rendezvous: rank %d does not fit world size %d", rank, world);
     if (port < 1 || port > 65535) return zy_fail("rendezvous: port %d is not a TCP port", port);
+    if (world > 1) zy_err_set_rank(rank); /* fatal messages of this thread name the rank */
     snprintf(r->where, sizeof r->where, "%s:%d", addr, port);
     if (world == 1) return ZY_OK;
     int n = rank == 0 ? world : 1;
@@ -334,7 +336,8 @@ static int recv_frame(dist_rdv *r, int fd, void *buf, size_t len, int peer) {
     double deadline = zy_now() + r->timeout_s;
     ZY_TRY(read_full(fd, h, sizeof h, deadline, r->timeout_s, who));
     if (get_u32(h) != RDV_MAGIC_FRAME)
-        return zy_fail("control channel: garbage from %s (not a zayac control message)", who);
+        return zy_fail_runtime("control channel: garbage from %s (not a zayac control message)",
+                               who);
     if (get_u32(h + 4) != r->seq)
         return zy_fail("control channel: %s is at operation %u, rank %d at %u (the ranks run "
                        "different commands or options?)",
@@ -439,9 +442,10 @@ int dist_rdv_check_peers(dist_rdv *r) {
             dead = k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
         }
         if (dead)
-            return zy_fail("rank %d closed its connection to rank %d (the process exited or "
-                           "crashed)",
-                           r->rank == 0 ? i : 0, r->rank);
+            return zy_fail_runtime(
+                "rank %d closed its connection to rank %d (the process exited or "
+                "crashed)",
+                r->rank == 0 ? i : 0, r->rank);
     }
     return ZY_OK;
 }

@@ -25,7 +25,8 @@ typedef enum { DIST_OP_SUM = 0, DIST_OP_MAX = 1, DIST_OP_MIN = 2 } dist_op;
 
 /* Connects all ranks: rank 0 listens at port (on every interface), the others connect to
  * addr:port, retrying until timeout_s. A rank that does not arrive in time, a duplicate rank or
- * a different world size is an error naming it. world == 1 opens no socket. */
+ * a different world size is an error naming it. world == 1 opens no socket.
+ * With several ranks, sets the rank that this thread's fatal messages name (zy_err_set_rank). */
 int dist_rdv_init(dist_rdv *r, int rank, int world, const char *addr, int port, double timeout_s);
 /* Closes every connection (peers see it as this rank going away). */
 void dist_rdv_free(dist_rdv *r);

@@ -40,7 +40,7 @@ int dist_watchdog_start(dist_watchdog *w, dist_rdv *rdv, double timeout_s, dist_
     w->ctx = ctx;
     if (!fn) return ZY_OK;
     if (pthread_create(&w->thread, NULL, watch, w) != 0)
-        return zy_fail("watchdog: cannot start its thread");
+        return zy_fail_runtime("watchdog: cannot start its thread");
     w->running = 1;
     return ZY_OK;
 }
