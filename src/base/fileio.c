@@ -12,6 +12,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+int zy_fail_errno(const char *path, const char *what, int e) {
+    if (e == ENOTDIR || e == ENOENT || e == EISDIR || e == ENAMETOOLONG)
+        return zy_fail("%s: %s: %s", path, what, strerror(e));
+    return zy_fail_runtime("%s: %s: %s", path, what, strerror(e));
+}
+
 int zy_mmap_open(zy_mmap *m, const char *path) {
     m->data = NULL;
     m->size = 0;
@@ -30,7 +36,7 @@ int zy_mmap_open(zy_mmap *m, const char *path) {
         void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (p == MAP_FAILED) {
             close(fd);
-            return zy_fail("%s: cannot mmap: %s", path, strerror(errno));
+            return zy_fail_runtime("%s: cannot mmap: %s", path, strerror(errno));
         }
         m->data = p;
         m->size = (size_t)st.st_size;
@@ -60,7 +66,7 @@ int zy_read_file(const char *path, char **out, size_t *len) {
     fclose(f);
     if (bad) {
         free(buf);
-        return zy_fail("%s: read error", path);
+        return zy_fail_runtime("%s: read error", path);
     }
     buf[n] = 0;
     *out = buf;
@@ -70,10 +76,11 @@ int zy_read_file(const char *path, char **out, size_t *len) {
 
 int zy_fsync_path(const char *path) {
     int fd = open(path, O_RDONLY);
-    if (fd < 0) return zy_fail("%s: cannot open for fsync: %s", path, strerror(errno));
+    if (fd < 0) return zy_fail_runtime("%s: cannot open for fsync: %s", path, strerror(errno));
     int rc = fsync(fd);
     close(fd);
-    if (rc != 0 && errno != EINVAL) return zy_fail("%s: fsync failed: %s", path, strerror(errno));
+    if (rc != 0 && errno != EINVAL)
+        return zy_fail_runtime("%s: fsync failed: %s", path, strerror(errno));
     return ZY_OK;
 }
 
@@ -94,7 +101,7 @@ int zy_atomic_open(zy_atomic_file *f, const char *path) {
         return zy_fail("%s: path too long", path);
     snprintf(f->tmp, sizeof f->tmp, "%s.tmp.%d", path, (int)getpid());
     f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (f->fd < 0) return zy_fail("%s: cannot create: %s", f->tmp, strerror(errno));
+    if (f->fd < 0) return zy_fail_errno(f->tmp, "cannot create", errno);
     return ZY_OK;
 }
 
@@ -112,7 +119,7 @@ int zy_atomic_write(zy_atomic_file *f, const void *data, size_t n) {
         if (w < 0) {
             int e = errno;
             zy_atomic_abort(f);
-            return zy_fail("%s: write failed: %s", f->tmp, strerror(e));
+            return zy_fail_runtime("%s: write failed: %s", f->tmp, strerror(e));
         }
         p += w;
         n -= (size_t)w;
@@ -124,19 +131,19 @@ int zy_atomic_commit(zy_atomic_file *f) {
     if (fsync(f->fd) != 0) {
         int e = errno;
         zy_atomic_abort(f);
-        return zy_fail("%s: fsync failed: %s", f->tmp, strerror(e));
+        return zy_fail_runtime("%s: fsync failed: %s", f->tmp, strerror(e));
     }
     int rc = close(f->fd);
     f->fd = -1;
     if (rc != 0) {
         int e = errno;
         zy_atomic_abort(f);
-        return zy_fail("%s: close failed: %s", f->tmp, strerror(e));
+        return zy_fail_runtime("%s: close failed: %s", f->tmp, strerror(e));
     }
     if (rename(f->tmp, f->path) != 0) {
         int e = errno;
         zy_atomic_abort(f);
-        return zy_fail("%s: rename failed: %s", f->path, strerror(e));
+        return zy_fail_runtime("%s: rename failed: %s", f->path, strerror(e));
     }
     f->fd = -2;
     char dir[4096];
@@ -159,11 +166,11 @@ int zy_mkdirs(const char *path) {
         if (*p != '/') continue;
         *p = 0;
         if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-            return zy_fail("%s: cannot create directory: %s", buf, strerror(errno));
+            return zy_fail_errno(buf, "cannot create directory", errno);
         *p = '/';
     }
     if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-        return zy_fail("%s: cannot create directory: %s", buf, strerror(errno));
+        return zy_fail_errno(buf, "cannot create directory", errno);
     struct stat st; /* EEXIST also covers a plain file of that name */
     if (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode))
         return zy_fail("%s: exists and is not a directory", buf);
@@ -178,10 +185,10 @@ int zy_path_exists(const char *path) {
 int zy_remove_tree(const char *path) {
     struct stat st;
     if (lstat(path, &st) != 0)
-        return errno == ENOENT ? ZY_OK : zy_fail("%s: %s", path, strerror(errno));
+        return errno == ENOENT ? ZY_OK : zy_fail_runtime("%s: %s", path, strerror(errno));
     if (S_ISDIR(st.st_mode)) {
         DIR *d = opendir(path);
-        if (!d) return zy_fail("%s: cannot open directory: %s", path, strerror(errno));
+        if (!d) return zy_fail_runtime("%s: cannot open directory: %s", path, strerror(errno));
         struct dirent *e;
         while ((e = readdir(d)) != NULL) {
             if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
@@ -193,10 +200,11 @@ int zy_remove_tree(const char *path) {
             }
         }
         closedir(d);
-        if (rmdir(path) != 0) return zy_fail("%s: cannot remove: %s", path, strerror(errno));
+        if (rmdir(path) != 0)
+            return zy_fail_runtime("%s: cannot remove: %s", path, strerror(errno));
         return ZY_OK;
     }
-    if (unlink(path) != 0) return zy_fail("%s: cannot remove: %s", path, strerror(errno));
+    if (unlink(path) != 0) return zy_fail_runtime("%s: cannot remove: %s", path, strerror(errno));
     return ZY_OK;
 }
 

@@ -1,5 +1,7 @@
 /* Files: whole-file reads, read-only mmaps, atomic writes (temporary file, fsync, rename) and
- * directory helpers. Every failure names the path and the reason. */
+ * directory helpers. Every failure names the path and the reason. A file that cannot be found or
+ * a path that names the wrong kind of thing is bad input (zy_fail); a failed read, write, fsync,
+ * rename, mkdir or removal (no space, an I/O error) is a runtime failure (zy_fail_runtime). */
 #ifndef ZY_FILEIO_H
 #define ZY_FILEIO_H
 
@@ -42,6 +44,10 @@ int zy_mkdirs(const char *path);
 int zy_path_exists(const char *path);
 /* Removes a directory tree (like rm -rf); missing is not an error. */
 int zy_remove_tree(const char *path);
+/* Records "path: what: <errno text>" as bad input when e says the path itself cannot be used (a
+ * missing parent, a file where a directory should be: ENOENT, ENOTDIR, EISDIR, ENAMETOOLONG) and
+ * otherwise (no space, an I/O error, a read-only file system) as a runtime failure; ZY_ERR. */
+int zy_fail_errno(const char *path, const char *what, int e);
 /* Joins a directory and a name into buf (size n); fails if it does not fit. */
 int zy_path_join(char *buf, size_t n, const char *dir, const char *name);
 

@@ -181,10 +181,11 @@ static int install_dir(const char *tmp, const char *out) {
     char old[4128];
     snprintf(old, sizeof old, "%s.old-%d", out, (int)getpid());
     int had = zy_path_exists(out);
-    if (had && rename(out, old) != 0) return zy_fail("%s: cannot move the old folder aside", out);
+    if (had && rename(out, old) != 0)
+        return zy_fail_runtime("%s: cannot move the old folder aside", out);
     if (rename(tmp, out) != 0) {
         if (had) (void)rename(old, out);
-        return zy_fail("%s: cannot rename %s into place", out, tmp);
+        return zy_fail_runtime("%s: cannot rename %s into place", out, tmp);
     }
     if (had) (void)zy_remove_tree(old);
     return ZY_OK;

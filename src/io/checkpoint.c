@@ -135,11 +135,11 @@ static int install(const char *tmp, const char *final, const char *root) {
             return zy_remove_tree(tmp); /* now the old checkpoint */
         }
         if (errno != EINVAL && errno != ENOSYS)
-            return zy_fail("%s: cannot swap with %s: %s", tmp, final, strerror(errno));
+            return zy_fail_runtime("%s: cannot swap with %s: %s", tmp, final, strerror(errno));
         ZY_TRY(zy_remove_tree(final)); /* a file system without RENAME_EXCHANGE */
     }
     if (rename(tmp, final) != 0)
-        return zy_fail("%s: cannot rename to %s: %s", tmp, final, strerror(errno));
+        return zy_fail_runtime("%s: cannot rename to %s: %s", tmp, final, strerror(errno));
     return zy_fsync_path(root);
 }
 

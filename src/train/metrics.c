@@ -124,7 +124,7 @@ static int write_record(zy_metrics *m) {
     if (fwrite(head, 1, 12, m->events) != 12 ||
         fwrite(m->pb, 1, m->pb_len, m->events) != m->pb_len || fwrite(tail, 1, 4, m->events) != 4 ||
         fflush(m->events) != 0)
-        return zy_fail("%s: write failed: %s", m->events_path, strerror(errno));
+        return zy_fail_runtime("%s: write failed: %s", m->events_path, strerror(errno));
     return ZY_OK;
 }
 
@@ -161,7 +161,7 @@ static int emit_step(zy_metrics *m) {
     }
     fputs("}\n", f);
     if (ferror(f) || fflush(f) != 0)
-        return zy_fail("%s: write failed: %s", m->jsonl_path, strerror(errno));
+        return zy_fail_runtime("%s: write failed: %s", m->jsonl_path, strerror(errno));
 
     /* Event { wall_time, step, summary { value { tag, simple_value } ... } } */
     size_t summary_len = 0;
@@ -197,7 +197,7 @@ int metrics_open(zy_metrics **out, const char *dir) {
     m->jsonl_path = zy_strdup(path);
     m->jsonl = fopen(path, "a");
     if (!m->jsonl) {
-        zy_fail("%s: cannot open for appending: %s", path, strerror(errno));
+        zy_fail_errno(path, "cannot open for appending", errno);
         goto fail;
     }
 
@@ -214,19 +214,19 @@ int metrics_open(zy_metrics **out, const char *dir) {
         int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
         if (fd < 0 && errno == EEXIST) continue;
         if (fd < 0) {
-            zy_fail("%s: cannot create: %s", path, strerror(errno));
+            zy_fail_errno(path, "cannot create", errno);
             goto fail;
         }
         m->events = fdopen(fd, "wb");
         if (!m->events) {
             close(fd);
-            zy_fail("%s: cannot open: %s", path, strerror(errno));
+            zy_fail_runtime("%s: cannot open: %s", path, strerror(errno));
             goto fail;
         }
         m->events_path = zy_strdup(path);
     }
     if (!m->events) {
-        zy_fail("%s: no free event file name", dir);
+        zy_fail_runtime("%s: no free event file name", dir);
         goto fail;
     }
     /* the first record names the format version */
@@ -275,9 +275,9 @@ int metrics_scalar(zy_metrics *m, const char *tag, int64_t step, double value) {
 int metrics_flush(zy_metrics *m) {
     ZY_TRY(emit_step(m));
     if (fflush(m->jsonl) != 0)
-        return zy_fail("%s: flush failed: %s", m->jsonl_path, strerror(errno));
+        return zy_fail_runtime("%s: flush failed: %s", m->jsonl_path, strerror(errno));
     if (fflush(m->events) != 0)
-        return zy_fail("%s: flush failed: %s", m->events_path, strerror(errno));
+        return zy_fail_runtime("%s: flush failed: %s", m->events_path, strerror(errno));
     return ZY_OK;
 }
 
@@ -286,11 +286,11 @@ int metrics_close(zy_metrics *m) {
     int rc = metrics_flush(m);
     /* fsync so a finished run's metrics survive a crash of the machine */
     if (rc == ZY_OK && (fsync(fileno(m->jsonl)) != 0 || fsync(fileno(m->events)) != 0))
-        rc = zy_fail("%s: fsync failed: %s", m->jsonl_path, strerror(errno));
+        rc = zy_fail_runtime("%s: fsync failed: %s", m->jsonl_path, strerror(errno));
     if (fclose(m->jsonl) != 0 && rc == ZY_OK)
-        rc = zy_fail("%s: close failed: %s", m->jsonl_path, strerror(errno));
+        rc = zy_fail_runtime("%s: close failed: %s", m->jsonl_path, strerror(errno));
     if (fclose(m->events) != 0 && rc == ZY_OK)
-        rc = zy_fail("%s: close failed: %s", m->events_path, strerror(errno));
+        rc = zy_fail_runtime("%s: close failed: %s", m->events_path, strerror(errno));
     for (int i = 0; i < m->n; i++) free(m->tags[i]);
     free(m->tags);
     free(m->vals);
