@@ -55,15 +55,37 @@ TOOL_OBJ := $(TOOL_SRC:%.c=$(BUILD)/%.o)
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
 TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
-.PHONY: all tests test clean format format-check
+# The build's configuration, kept in $(BUILD)/config.stamp and rewritten only when it changes:
+# every object depends on it, so switching CUDA=0/1, SAN, DEPS_ROOT or the flags in one build folder
+# rebuilds everything, and a repeated identical make does nothing.
+CONFIG_STAMP := $(BUILD)/config.stamp
+CONFIG_TEXT  := CC=$(CC) NVCC=$(NVCC) CUDA=$(CUDA) SAN=$(SAN) DEPS_ROOT=$(DEPS_ROOT) \
+                CFLAGS=$(CFLAGS) NVFLAGS=$(NVFLAGS) LDFLAGS=$(LDFLAGS) LDLIBS=$(LDLIBS)
+# What `zayac --version` prints: git describe of this checkout, else a fixed string. Only
+# tools/cmd_version.c sees it (through its own stamp), so a new commit recompiles that file alone.
+ZAYAC_VERSION ?= $(or $(shell git describe --always --dirty 2>/dev/null),unversioned)
+VERSION_STAMP := $(BUILD)/version.stamp
+
+.PHONY: all tests test clean format format-check FORCE
 .SECONDARY:
 all: $(BUILD)/zayac
 
-$(BUILD)/%.o: %.c
+$(CONFIG_STAMP): FORCE
+	@mkdir -p $(dir $@)
+	@echo '$(CONFIG_TEXT)' | cmp -s - $@ || echo '$(CONFIG_TEXT)' >$@
+
+$(VERSION_STAMP): FORCE
+	@mkdir -p $(dir $@)
+	@echo '$(ZAYAC_VERSION)' | cmp -s - $@ || echo '$(ZAYAC_VERSION)' >$@
+
+$(BUILD)/tools/cmd_version.o: $(VERSION_STAMP)
+$(BUILD)/tools/cmd_version.o: CFLAGS += -DZAYAC_VERSION='"$(ZAYAC_VERSION)"'
+
+$(BUILD)/%.o: %.c $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/%.cu.o: %.cu
+$(BUILD)/%.cu.o: %.cu $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 

@@ -14,6 +14,7 @@
 #include "dist/rdv.h"
 #include "model_cli.h"
 
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,20 +36,9 @@ static char **expand_short(int argc, char **argv, const short_alias *al) {
     return out;
 }
 
-static int fail_line(const char *cmd, int code) {
-    fprintf(stderr, "zayac bench %s: %s\n", cmd, zy_errmsg());
-    return code;
-}
-
-static int want_help(int argc, char **argv) {
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return 1;
-    return 0;
-}
-
 /* A device index from --device, or -1. */
 static int opt_device(const zy_opt *opts, long long *dev) {
-    return args_int(opts, "--device", -1, dev);
+    return args_int_in(opts, "--device", -1, 0, 4095, dev);
 }
 
 /* ------------------------------------------------------------------ bench collectives */
@@ -89,23 +79,17 @@ static int parse_coll_opts(zy_opt *opts, bench_coll_opts *o) {
         return ZY_ERR;
     if ((s = args_get(opts, "--max-bytes")) && bench_parse_bytes(s, &o->max_bytes) != ZY_OK)
         return ZY_ERR;
-    ZY_TRY(args_int(opts, "--factor", 2, &v));
-    if (v < 2) return zy_fail("--factor must be at least 2, got %lld", v);
+    ZY_TRY(args_int_in(opts, "--factor", 2, 2, 1 << 30, &v));
     o->factor = (size_t)v;
-    ZY_TRY(args_int(opts, "--warmup", o->warmup, &v));
-    if (v < 0 || v > 100000) return zy_fail("--warmup must be 0..100000, got %lld", v);
+    ZY_TRY(args_int_in(opts, "--warmup", o->warmup, 0, 100000, &v));
     o->warmup = (int)v;
-    ZY_TRY(args_int(opts, "--iters", o->iters, &v));
-    if (v < 1 || v > 1000000) return zy_fail("--iters must be 1..1000000, got %lld", v);
+    ZY_TRY(args_int_in(opts, "--iters", o->iters, 1, 1000000, &v));
     o->iters = (int)v;
-    ZY_TRY(args_int(opts, "--check", 1, &v));
+    ZY_TRY(args_int_in(opts, "--check", 1, 0, 1, &v));
     o->check = v != 0;
-    ZY_TRY(args_int(opts, "--root", 0, &v));
+    ZY_TRY(args_int_in(opts, "--root", 0, 0, 4095, &v));
     o->root = (int)v;
-    double t;
-    ZY_TRY(args_double(opts, "--timeout", o->timeout_s, &t));
-    if (!(t > 0)) return zy_fail("--timeout must be positive, got %g", t);
-    o->timeout_s = t;
+    ZY_TRY(args_double_in(opts, "--timeout", o->timeout_s, "(0, inf)", &o->timeout_s));
     if ((s = args_get(opts, "--ops"))) {
         char buf[256], *items[COLL_NKINDS * 2];
         int n;
@@ -132,16 +116,8 @@ static int parse_coll_opts(zy_opt *opts, bench_coll_opts *o) {
         }
         o->ndtypes = n;
     }
-    if ((s = args_get(opts, "--placement"))) {
-        if (!strcmp(s, "out"))
-            o->placement = 0;
-        else if (!strcmp(s, "in"))
-            o->placement = 1;
-        else if (!strcmp(s, "both"))
-            o->placement = 2;
-        else
-            return zy_fail("--placement: '%s' is not out, in or both", s);
-    }
+    static const char *const placements[] = {"out", "in", "both", NULL}; /* o->placement 0, 1, 2 */
+    ZY_TRY(args_choice(opts, "--placement", placements, o->placement, &o->placement));
     if ((s = args_get(opts, "--out"))) o->out_dir = s;
     o->nonblocking = args_get(opts, "--nccl-nonblocking") != NULL;
     size_t *sizes;
@@ -166,6 +142,12 @@ static int coll_combine(const char *out_dir, const char **files, int nfiles) {
     for (int i = 0; i < nread; i++) bench_coll_result_free(&res[i]);
     free(res);
     return rc;
+}
+
+/* "zayac bench collectives: rank R: <error>"; returns the exit status of the error's kind. */
+static int rank_error(int rank) {
+    fprintf(stderr, "zayac bench collectives: rank %d: %s\n", rank, zy_errmsg());
+    return zy_err_exit_status();
 }
 
 static int bench_collectives(int argc, char **argv) {
@@ -196,46 +178,40 @@ static int bench_collectives(int argc, char **argv) {
         {"--combine", 0, "plot result files given as arguments (one line per GPU count)", NULL},
         {"--help", 0, "this help", NULL},
         {NULL, 0, NULL, NULL}};
-    const char *synopsis = "collectives [options]   (one process per GPU: zayac launch -n N -- "
+    const char *synopsis = "[options]   (one process per GPU: zayac launch -n N -- "
                            "zayac bench collectives ...; or mpirun / srun / RANK+WORLD_SIZE+"
                            "MASTER_ADDR+MASTER_PORT)";
     char **av = expand_short(argc, argv, al);
     const char *files[64];
     int nfiles = 0;
-    int rc = args_parse(argc, av, opts, files, 64, &nfiles);
+    int done = args_cli("bench collectives", synopsis, opts, argc, av, files, 64, &nfiles);
     free(av);
-    if (rc != ZY_OK || args_get(opts, "--help")) {
-        args_usage("bench", synopsis, opts);
-        if (rc != ZY_OK) return fail_line("collectives", 2);
-        return 0;
-    }
+    if (done != ARGS_RUN) return done;
     bench_coll_opts o;
     bench_coll_opts_default(&o);
-    if (parse_coll_opts(opts, &o) != ZY_OK) return fail_line("collectives", 2);
+    if (parse_coll_opts(opts, &o) != ZY_OK) return cli_error("bench collectives");
     if (args_get(opts, "--combine"))
-        return coll_combine(o.out_dir, files, nfiles) == ZY_OK ? 0 : fail_line("collectives", 1);
+        return coll_combine(o.out_dir, files, nfiles) == ZY_OK ? 0 : cli_error("bench collectives");
     if (nfiles) {
         zy_fail("unexpected argument '%s' (result files are only read with --combine)", files[0]);
-        return fail_line("collectives", 2);
+        return cli_error("bench collectives");
     }
     long long devopt;
-    if (opt_device(opts, &devopt) != ZY_OK) return fail_line("collectives", 2);
+    if (opt_device(opts, &devopt) != ZY_OK) return cli_error("bench collectives");
 
     int ngpu;
-    if (bench_gpu_count(&ngpu) != ZY_OK) return fail_line("collectives", 1);
+    if (bench_gpu_count(&ngpu) != ZY_OK) return cli_error("bench collectives");
     dist_env env;
-    if (dist_env_from_environ(&env) != ZY_OK) return fail_line("collectives", 2);
+    if (dist_env_from_environ(&env) != ZY_OK) return cli_error("bench collectives");
     dist_rdv rdv;
     if (dist_rdv_init(&rdv, env.rank, env.world, env.master_addr, env.master_port, o.timeout_s) !=
-        ZY_OK) {
-        fprintf(stderr, "zayac bench collectives: rank %d: %s\n", env.rank, zy_errmsg());
-        return 1;
-    }
+        ZY_OK)
+        return rank_error(env.rank);
     /* Host names: the local rank when the launcher did not say, and the node count. */
     char me[64] = {0};
     gethostname(me, sizeof me - 1);
     char *hosts = zy_calloc((size_t)env.world, sizeof me);
-    rc = dist_rdv_allgather(&rdv, me, sizeof me, hosts);
+    int rc = dist_rdv_allgather(&rdv, me, sizeof me, hosts);
     int nnodes = 0;
     if (rc == ZY_OK) {
         int lr, lw;
@@ -271,10 +247,10 @@ static int bench_collectives(int argc, char **argv) {
         rc = bench_coll_run(&o, &rdv, device, &res, env.rank == 0 ? stdout : NULL,
                             dk ? maybe_die : NULL, &hook);
     if (rc != ZY_OK) {
-        fprintf(stderr, "zayac bench collectives: rank %d: %s\n", env.rank, zy_errmsg());
+        int status = rank_error(env.rank);
         dist_rdv_free(&rdv);
         bench_coll_result_free(&res);
-        return 1;
+        return status;
     }
     res.nnodes = nnodes;
     int code = 0;
@@ -282,9 +258,9 @@ static int bench_collectives(int argc, char **argv) {
         bench_coll_print_summary(stdout, &res);
         bench_machine_print(stdout, &res.machine);
         if (bench_coll_write(o.out_dir, &res) != ZY_OK)
-            code = fail_line("collectives", 1);
+            code = cli_error("bench collectives");
         else if (bench_coll_plot(o.out_dir, &res, 1) != ZY_OK)
-            code = fail_line("collectives", 1);
+            code = cli_error("bench collectives");
         else
             printf("# wrote %s/collectives_n%d.json, .csv and busbw_*.png\n", o.out_dir, env.world);
     }
@@ -294,12 +270,9 @@ static int bench_collectives(int argc, char **argv) {
     if (bad && !code) {
         if (env.rank == 0)
             fprintf(stderr, "zayac bench collectives: %lld wrong elements\n", (long long)bad);
-        code = 1;
+        code = ZY_EXIT_RUNTIME; /* the hardware or the library computed wrong results */
     }
-    if (dist_rdv_barrier(&rdv) != ZY_OK && !code) {
-        fprintf(stderr, "zayac bench collectives: rank %d: %s\n", env.rank, zy_errmsg());
-        code = 1;
-    }
+    if (dist_rdv_barrier(&rdv) != ZY_OK && !code) code = rank_error(env.rank);
     dist_rdv_free(&rdv);
     bench_coll_result_free(&res);
     return code;
@@ -327,13 +300,9 @@ static int bench_gemm(int argc, char **argv) {
         {"--help", 0, "this help", NULL},
         {NULL, 0, NULL, NULL}};
     char **av = expand_short(argc, argv, al);
-    int prc = args_parse(argc, av, opts, NULL, 0, NULL);
+    int done = args_cli("bench gemm", "[options]", opts, argc, av, NULL, 0, NULL);
     free(av);
-    if (prc != ZY_OK || want_help(argc, argv)) {
-        int bad = prc != ZY_OK;
-        args_usage("bench", "gemm [options]", opts);
-        return bad ? fail_line("gemm", 2) : 0;
-    }
+    if (done != ARGS_RUN) return done;
     bench_gemm_opts o;
     bench_gemm_opts_default(&o);
     const char *s;
@@ -342,33 +311,26 @@ static int bench_gemm(int argc, char **argv) {
         char buf[64], *items[4];
         int n;
         snprintf(buf, sizeof buf, "%s", s);
-        if (bench_split_list(buf, items, 3, &n) != ZY_OK) return fail_line("gemm", 2);
+        if (bench_split_list(buf, items, 3, &n) != ZY_OK) return cli_error("bench gemm");
         if (n == 0) {
             zy_fail("--dtypes: empty list");
-            return fail_line("gemm", 2);
+            return cli_error("bench gemm");
         }
         for (int i = 0; i < n; i++)
-            if (bench_dtype_parse(items[i], &o.dtypes[i]) != ZY_OK) return fail_line("gemm", 2);
+            if (bench_dtype_parse(items[i], &o.dtypes[i]) != ZY_OK) return cli_error("bench gemm");
         o.ndtypes = n;
     }
     if ((s = args_get(opts, "--presets"))) snprintf(o.presets, sizeof o.presets, "%s", s);
-    if (args_int(opts, "--tokens", o.tokens, &v) != ZY_OK) return fail_line("gemm", 2);
-    if (v < 1 || v > (1 << 24)) {
-        zy_fail("--tokens must be 1..16777216, got %lld", v);
-        return fail_line("gemm", 2);
-    }
+    long long algos;
+    if (args_int_in(opts, "--tokens", o.tokens, 1, 1 << 24, &v) != ZY_OK ||
+        args_double_in(opts, "--target-ms", o.target_ms, "(0, inf)", &o.target_ms) != ZY_OK ||
+        args_double_in(opts, "--warmup-ms", o.warmup_ms, "[0, inf)", &o.warmup_ms) != ZY_OK ||
+        args_int_in(opts, "--algos", 1, 1, 8, &algos) != ZY_OK)
+        return cli_error("bench gemm");
     o.tokens = (int)v;
-    if (args_double(opts, "--target-ms", o.target_ms, &o.target_ms) != ZY_OK ||
-        args_double(opts, "--warmup-ms", o.warmup_ms, &o.warmup_ms) != ZY_OK ||
-        args_int(opts, "--algos", 1, &v) != ZY_OK)
-        return fail_line("gemm", 2);
-    if (v < 1 || v > 8 || !(o.target_ms > 0) || !(o.warmup_ms >= 0)) {
-        zy_fail("--algos must be 1..8, --target-ms positive and --warmup-ms not negative");
-        return fail_line("gemm", 2);
-    }
-    o.algos = (int)v;
+    o.algos = (int)algos;
     if ((s = args_get(opts, "--workspace")) && bench_parse_bytes(s, &o.workspace) != ZY_OK)
-        return fail_line("gemm", 2);
+        return cli_error("bench gemm");
     o.check = !args_get(opts, "--no-check");
     o.quick = args_get(opts, "--quick") != NULL;
     if ((s = args_get(opts, "--out"))) o.out_dir = s;
@@ -377,13 +339,14 @@ static int bench_gemm(int argc, char **argv) {
         char buf[2048], *items[64];
         int n;
         snprintf(buf, sizeof buf, "%s", s);
-        if (bench_split_list(buf, items, 64, &n) != ZY_OK) return fail_line("gemm", 2);
+        if (bench_split_list(buf, items, 64, &n) != ZY_OK) return cli_error("bench gemm");
         if (n == 0) {
             zy_fail("--shapes: empty list");
-            return fail_line("gemm", 2);
+            return cli_error("bench gemm");
         }
         for (int i = 0; i < n; i++)
-            if (bench_gemm_parse_shape(items[i], &custom[i]) != ZY_OK) return fail_line("gemm", 2);
+            if (bench_gemm_parse_shape(items[i], &custom[i]) != ZY_OK)
+                return cli_error("bench gemm");
         o.shapes = custom;
         o.nshapes = n;
     }
@@ -391,34 +354,34 @@ static int bench_gemm(int argc, char **argv) {
     for (int d = 0; d < o.ndtypes; d++) {
         bench_gemm_shape *shapes;
         int n;
-        if (bench_gemm_sweep(&o, o.dtypes[d], &shapes, &n) != ZY_OK) return fail_line("gemm", 2);
+        if (bench_gemm_sweep(&o, o.dtypes[d], &shapes, &n) != ZY_OK) return cli_error("bench gemm");
         free(shapes);
     }
     long long dev;
-    if (opt_device(opts, &dev) != ZY_OK) return fail_line("gemm", 2);
+    if (opt_device(opts, &dev) != ZY_OK) return cli_error("bench gemm");
     int ngpu;
-    if (bench_gpu_count(&ngpu) != ZY_OK) return fail_line("gemm", 1);
+    if (bench_gpu_count(&ngpu) != ZY_OK) return cli_error("bench gemm");
     if (dev < 0) dev = 0;
     if (dev >= ngpu) {
         zy_fail("--device %lld: only %d device(s) visible", dev, ngpu);
-        return fail_line("gemm", 2);
+        return cli_error("bench gemm");
     }
     bench_gemm_result res;
     if (bench_gemm_run(&o, (int)dev, &res, stdout) != ZY_OK) {
         bench_gemm_result_free(&res);
-        return fail_line("gemm", 1);
+        return cli_error("bench gemm");
     }
     bench_gemm_observations(stdout, &res);
     bench_machine_print(stdout, &res.machine);
     int code = 0;
     if (bench_gemm_write(o.out_dir, &res) != ZY_OK || bench_gemm_plot(o.out_dir, &res) != ZY_OK)
-        code = fail_line("gemm", 1);
+        code = cli_error("bench gemm");
     else
         printf("# wrote %s/gemm.json and gemm_*.png\n", o.out_dir);
     for (int i = 0; i < res.nrows; i++)
         if (res.rows[i].check_bad > 0 && !code) {
             fprintf(stderr, "zayac bench gemm: sampled outputs outside tolerance (see 'check')\n");
-            code = 1;
+            code = ZY_EXIT_RUNTIME; /* wrong results: a hardware or library fault */
         }
     bench_gemm_result_free(&res);
     return code;
@@ -441,12 +404,9 @@ static int bench_membw(int argc, char **argv) {
         {"--help", 0, "this help", NULL},
         {NULL, 0, NULL, NULL}};
     char **av = expand_short(argc, argv, al);
-    int rc = args_parse(argc, av, opts, NULL, 0, NULL);
+    int done = args_cli("bench membw", "[options]", opts, argc, av, NULL, 0, NULL);
     free(av);
-    if (rc != ZY_OK || args_get(opts, "--help")) {
-        args_usage("bench", "membw [options]", opts);
-        return rc != ZY_OK ? fail_line("membw", 2) : 0;
-    }
+    if (done != ARGS_RUN) return done;
     bench_membw_opts o;
     bench_membw_opts_default(&o);
     const char *s;
@@ -456,40 +416,39 @@ static int bench_membw(int argc, char **argv) {
          bench_parse_bytes(s, &o.host_min_bytes) != ZY_OK) ||
         ((s = args_get(opts, "--host-max-bytes")) &&
          bench_parse_bytes(s, &o.host_max_bytes) != ZY_OK) ||
-        args_double(opts, "--target-ms", o.target_ms, &o.target_ms) != ZY_OK)
-        return fail_line("membw", 2);
+        args_double_in(opts, "--target-ms", o.target_ms, "(0, inf)", &o.target_ms) != ZY_OK)
+        return cli_error("bench membw");
     if (o.min_bytes < 16 || o.min_bytes % 16 || o.max_bytes % 16 || o.min_bytes > o.max_bytes ||
-        !(o.target_ms > 0) || (o.host_max_bytes && o.host_min_bytes > o.host_max_bytes) ||
+        (o.host_max_bytes && o.host_min_bytes > o.host_max_bytes) ||
         o.host_max_bytes > o.max_bytes) {
-        zy_fail("sizes must be multiples of 16 bytes with min <= max and host max <= max, and "
-                "--target-ms positive");
-        return fail_line("membw", 2);
+        zy_fail("sizes must be multiples of 16 bytes with min <= max and host max <= max");
+        return cli_error("bench membw");
     }
     if ((s = args_get(opts, "--out"))) o.out_dir = s;
     long long dev;
-    if (opt_device(opts, &dev) != ZY_OK) return fail_line("membw", 2);
+    if (opt_device(opts, &dev) != ZY_OK) return cli_error("bench membw");
     int ngpu;
-    if (bench_gpu_count(&ngpu) != ZY_OK) return fail_line("membw", 1);
+    if (bench_gpu_count(&ngpu) != ZY_OK) return cli_error("bench membw");
     if (dev < 0) dev = 0;
     if (dev >= ngpu) {
         zy_fail("--device %lld: only %d device(s) visible", dev, ngpu);
-        return fail_line("membw", 2);
+        return cli_error("bench membw");
     }
     bench_membw_result res;
     if (bench_membw_run(&o, (int)dev, &res, stdout) != ZY_OK) {
         bench_membw_result_free(&res);
-        return fail_line("membw", 1);
+        return cli_error("bench membw");
     }
     bench_machine_print(stdout, &res.machine);
     int code = 0;
     if (bench_membw_write(o.out_dir, &res) != ZY_OK || bench_membw_plot(o.out_dir, &res) != ZY_OK)
-        code = fail_line("membw", 1);
+        code = cli_error("bench membw");
     else
         printf("# wrote %s/membw.json, membw_device.png and membw_host.png\n", o.out_dir);
     for (int i = 0; i < res.nrows; i++)
         if (res.rows[i].wrong > 0 && !code) {
             fprintf(stderr, "zayac bench membw: wrong results (see 'wrong')\n");
-            code = 1;
+            code = ZY_EXIT_RUNTIME; /* wrong results: a hardware or library fault */
         }
     bench_membw_result_free(&res);
     return code;
@@ -503,8 +462,7 @@ static int bench_membw(int argc, char **argv) {
 static int train_opt_int(const zy_opt *opts, const char *name, long long def, long long lo,
                          long long hi, int *out) {
     long long v;
-    ZY_TRY(args_int(opts, name, def, &v));
-    if (v < lo || v > hi) return zy_fail("%s must be %lld..%lld, got %lld", name, lo, hi, v);
+    ZY_TRY(args_int_in(opts, name, def, lo, hi, &v));
     *out = (int)v;
     return ZY_OK;
 }
@@ -537,7 +495,7 @@ static int train_opt_device(const char *s, zy_device *dev, int *gpu) {
 }
 
 static int train_parse(const zy_opt *opts, bench_train_opts *o) {
-    const char *config = args_get(opts, "--config"), *preset = args_get(opts, "--preset"), *s;
+    const char *config = args_get(opts, "--config"), *preset = args_get(opts, "--preset");
     if (config && preset) return zy_fail("give --config FILE or --preset NAME, not both");
     if (!config && !preset)
         return zy_fail("name a model: --config FILE (an HF config.json) or --preset NAME "
@@ -550,25 +508,14 @@ static int train_parse(const zy_opt *opts, bench_train_opts *o) {
     ZY_TRY(train_opt_int(opts, "--steps", o->steps, 1, 1000000, &o->steps));
     ZY_TRY(train_opt_int(opts, "--warmup", o->warmup, 0, 1000000, &o->warmup));
     ZY_TRY(train_opt_int(opts, "--threads", 0, 0, 4096, &o->threads));
-    if ((s = args_get(opts, "--optim"))) {
-        if (!strcmp(s, "adamw"))
-            o->use_muon = 0;
-        else if (!strcmp(s, "muon"))
-            o->use_muon = 1;
-        else
-            return zy_fail("--optim '%s': expected adamw or muon", s);
-    }
+    static const char *const optims[] = {"adamw", "muon", NULL}; /* use_muon 0, 1 */
+    ZY_TRY(args_choice(opts, "--optim", optims, o->use_muon, &o->use_muon));
     double v;
-    ZY_TRY(args_double(opts, "--lr", o->lr, &v));
-    if (!(v > 0 && v <= 10)) return zy_fail("--lr must be in (0, 10], got %g", v);
+    ZY_TRY(args_double_in(opts, "--lr", o->lr, "(0, 10]", &v));
     o->lr = (float)v;
-    ZY_TRY(args_double(opts, "--peak-tflops", 0, &v));
-    if (args_get(opts, "--peak-tflops") && !(v > 0 && v < 1e9))
-        return zy_fail("--peak-tflops must be a positive number, got %g", v);
-    o->peak_tflops = v;
+    ZY_TRY(args_double_in(opts, "--peak-tflops", 0, "(0, 1e9)", &o->peak_tflops));
     long long seed;
-    ZY_TRY(args_int(opts, "--seed", (long long)o->seed, &seed));
-    if (seed < 0) return zy_fail("--seed must not be negative, got %lld", seed);
+    ZY_TRY(args_int_in(opts, "--seed", (long long)o->seed, 0, LLONG_MAX, &seed));
     o->seed = (uint64_t)seed;
     o->profile = args_get(opts, "--profile") != NULL;
     return bench_train_check(o);
@@ -593,24 +540,22 @@ static int bench_train(int argc, char **argv) {
         {"--threads", 1, "CPU threads (default: OpenMP's)", NULL},
         {"--help", 0, "this help", NULL},
         {NULL, 0, NULL, NULL}};
-    int prc = args_parse(argc, argv, opts, NULL, 0, NULL);
-    if (prc != ZY_OK || want_help(argc, argv)) {
-        args_usage("bench", "train (--preset NAME | --config FILE) [options]", opts);
-        return prc != ZY_OK ? fail_line("train", 2) : 0;
-    }
+    int done = args_cli("bench train", "(--preset NAME | --config FILE) [options]", opts, argc,
+                        argv, NULL, 0, NULL);
+    if (done != ARGS_RUN) return done;
     bench_train_opts o;
     bench_train_opts_default(&o);
-    if (train_parse(opts, &o) != ZY_OK) return fail_line("train", 2);
+    if (train_parse(opts, &o) != ZY_OK) return cli_error("bench train");
     o.progress = stdout;
     bench_train_result r;
     int code = 0;
     if (bench_train_run(&o, &r) != ZY_OK) {
-        code = fail_line("train", 1);
+        code = cli_error("bench train");
     } else {
         bench_train_print(stdout, &o, &r);
         const char *json = args_get(opts, "--json");
         if (json && bench_train_write(json, &o, &r) != ZY_OK)
-            code = fail_line("train", 1);
+            code = cli_error("bench train");
         else if (json)
             printf("# wrote %s\n", json);
     }
@@ -619,29 +564,14 @@ static int bench_train(int argc, char **argv) {
 }
 /* ================================================================== end of bench train */
 
-typedef struct {
-    const char *name;
-    int (*run)(int argc, char **argv);
-    const char *help;
-} bench_sub;
-
-static const bench_sub subs[] = {
-    {"collectives", bench_collectives,
-     "NCCL collectives: time, algbw, busbw (nccl-tests' "
-     "definitions), correctness"},
-    {"gemm", bench_gemm, "cuBLASLt GEMM throughput by shape, with sizing observations"},
-    {"membw", bench_membw, "device copy/scale/triad and host<->device bandwidth"},
-    {"train", bench_train, "whole training step: tokens/s, MFU, memory, per-op time"},
-};
-
 int cmd_bench(int argc, char **argv) {
-    int n = (int)(sizeof subs / sizeof subs[0]);
-    if (argc >= 2)
-        for (int i = 0; i < n; i++)
-            if (!strcmp(argv[1], subs[i].name)) return subs[i].run(argc - 1, argv + 1);
-    FILE *f = argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) ? stdout : stderr;
-    if (argc >= 2 && f == stderr) fprintf(stderr, "zayac bench: unknown benchmark '%s'\n", argv[1]);
-    fprintf(f, "usage: zayac bench BENCHMARK [options]   (zayac bench BENCHMARK --help)\n");
-    for (int i = 0; i < n; i++) fprintf(f, "  %-12s %s\n", subs[i].name, subs[i].help);
-    return f == stdout ? 0 : 2;
+    static const zy_subcmd subs[] = {
+        {"collectives", bench_collectives,
+         "NCCL collectives: time, algbw, busbw (nccl-tests' definitions), correctness"},
+        {"gemm", bench_gemm, "cuBLASLt GEMM throughput by shape, with sizing observations"},
+        {"membw", bench_membw, "device copy/scale/triad and host<->device bandwidth"},
+        {"train", bench_train, "whole training step: tokens/s, MFU, memory, per-op time"},
+        {NULL, NULL, NULL},
+    };
+    return args_dispatch("bench", subs, argc, argv);
 }

@@ -20,20 +20,19 @@ int cmd_eval(int argc, char **argv) {
         {"--help", 0, "this help", NULL},
         {NULL, 0, NULL, NULL},
     };
-    int help = 0;
-    if (args_parse(argc, argv, opts, NULL, 0, NULL) != 0 || (help = !!args_get(opts, "--help")) ||
-        !args_get(opts, "--model") || !args_get(opts, "--data")) {
-        if (!help) {
-            if (!*zy_errmsg()) zy_fail("--model and --data are required");
-            cli_error("eval");
-        }
-        args_usage("eval", "--model DIR --data DIR [--batches N] [--batch-size B] [--seq-len T]",
-                   opts);
-        return help ? 0 : 2;
+    const char *syn = "--model DIR --data DIR [--batches N] [--batch-size B] [--seq-len T]";
+    int done = args_cli("eval", syn, opts, argc, argv, NULL, 0, NULL);
+    if (done != ARGS_RUN) return done;
+    if (!args_get(opts, "--model") || !args_get(opts, "--data")) {
+        zy_fail("--model and --data are required");
+        return args_usage_error("eval", syn, opts);
     }
     long long batches, bs, sl;
-    if (args_int(opts, "--batches", 16, &batches) != 0 ||
-        args_int(opts, "--batch-size", 8, &bs) != 0 || args_int(opts, "--seq-len", 128, &sl) != 0)
+    zy_skip_bias_rule rule;
+    if (args_int_in(opts, "--batches", 16, 1, 1000000, &batches) != 0 ||
+        args_int_in(opts, "--batch-size", 8, 1, 65536, &bs) != 0 ||
+        args_int_in(opts, "--seq-len", 128, 1, 1 << 24, &sl) != 0 ||
+        cli_skip_bias(opts, &rule) != 0)
         return cli_error("eval");
     char set[3][1200];
     snprintf(set[0], sizeof set[0], "model=\"%s\"", args_get(opts, "--model"));
@@ -46,8 +45,6 @@ int cmd_eval(int argc, char **argv) {
     int rc = train_config_build(c, NULL, over, 4, NULL);
     double loss = 0;
     int64_t tokens = 0;
-    zy_skip_bias_rule rule;
-    if (rc == 0) rc = cli_skip_bias(opts, &rule);
     if (rc == 0) rc = train_eval(c, args_get(opts, "--model"), rule, batches, &loss, &tokens);
     free(c);
     if (rc != 0) return cli_error("eval");

@@ -104,27 +104,19 @@ int cmd_export(int argc, char **argv) {
         {"--help", 0, "this help", NULL},
         {NULL, 0, NULL, NULL},
     };
-    int help = 0;
-    if (args_parse(argc, argv, opts, NULL, 0, NULL) != 0 || (help = !!args_get(opts, "--help")) ||
-        !args_get(opts, "--model") || !args_get(opts, "--out")) {
-        if (!help) {
-            if (!*zy_errmsg()) zy_fail("--model and --out are required");
-            cli_error("export");
-        }
-        args_usage("export", "--model CKPT --out DIR [--dtype bf16|fp32] [--shard-size 5GB]", opts);
-        return help ? 0 : 2;
+    const char *syn = "--model CKPT --out DIR [--dtype bf16|fp32] [--shard-size 5GB]";
+    int done = args_cli("export", syn, opts, argc, argv, NULL, 0, NULL);
+    if (done != ARGS_RUN) return done;
+    if (!args_get(opts, "--model") || !args_get(opts, "--out")) {
+        zy_fail("--model and --out are required");
+        return args_usage_error("export", syn, opts);
     }
     const char *model_dir = args_get(opts, "--model"), *out = args_get(opts, "--out");
-    const char *dtype_s = args_get(opts, "--dtype") ? args_get(opts, "--dtype") : "bf16";
-    zy_st_dtype dtype;
-    if (!strcmp(dtype_s, "bf16")) {
-        dtype = ZY_ST_BF16;
-    } else if (!strcmp(dtype_s, "fp32")) {
-        dtype = ZY_ST_F32;
-    } else {
-        zy_fail("--dtype must be bf16 or fp32, not '%s'", dtype_s);
-        return cli_error("export");
-    }
+    static const char *const dtypes[] = {"bf16", "fp32", NULL};
+    int dt;
+    if (args_choice(opts, "--dtype", dtypes, 0, &dt) != ZY_OK) return cli_error("export");
+    const char *dtype_s = dtypes[dt];
+    const zy_st_dtype dtype = dt == 0 ? ZY_ST_BF16 : ZY_ST_F32;
     uint64_t shard = 0;
     if (parse_size(args_get(opts, "--shard-size") ? args_get(opts, "--shard-size") : "5GB",
                    &shard) != ZY_OK)
@@ -153,7 +145,7 @@ int cmd_export(int argc, char **argv) {
     if (rc == ZY_OK) rc = save_tokenizer(model_dir, &cfg, tmp, &has_tok);
     if (rc == ZY_OK) rc = zy_fsync_path(tmp);
     if (rc == ZY_OK && rename(tmp, out) != 0)
-        rc = zy_fail("%s: cannot rename %s into place: %s", out, tmp, strerror(errno));
+        rc = zy_fail_runtime("%s: cannot rename %s into place: %s", out, tmp, strerror(errno));
     model_free(&m);
     if (rc != ZY_OK) {
         zy_remove_tree(tmp); /* nothing half-written is left behind */

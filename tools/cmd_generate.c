@@ -9,7 +9,7 @@
 #include "model/generate.h"
 #include "model_cli.h"
 
-#include <math.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,41 +31,24 @@ int cmd_generate(int argc, char **argv) {
         {"--help", 0, "this help", NULL},
         {NULL, 0, NULL, NULL},
     };
-    int help = 0;
-    if (args_parse(argc, argv, opts, NULL, 0, NULL) != 0 || (help = !!args_get(opts, "--help")) ||
-        !args_get(opts, "--model") ||
+    const char *syn = "--model DIR (--prompt-tokens IN.npy --out OUT.npy | --prompt TEXT) "
+                      "[--max-new N] [--greedy | --temperature T --top-p P --seed S] "
+                      "[--ignore-eos]";
+    int done = args_cli("generate", syn, opts, argc, argv, NULL, 0, NULL);
+    if (done != ARGS_RUN) return done;
+    if (!args_get(opts, "--model") ||
         !args_get(opts, "--prompt-tokens") == !args_get(opts, "--prompt") ||
         (args_get(opts, "--prompt-tokens") && !args_get(opts, "--out"))) {
-        if (!help) {
-            if (!*zy_errmsg())
-                zy_fail("--model and one of --prompt-tokens (with --out) or --prompt are required");
-            cli_error("generate");
-        }
-        args_usage("generate",
-                   "--model DIR (--prompt-tokens IN.npy --out OUT.npy | --prompt TEXT) [--max-new "
-                   "N] [--greedy | --temperature T --top-p P --seed S] [--ignore-eos]",
-                   opts);
-        return help ? 0 : 2;
+        zy_fail("--model and one of --prompt-tokens (with --out) or --prompt are required");
+        return args_usage_error("generate", syn, opts);
     }
     long long max_new, seed;
     double temperature, top_p;
-    if (args_int(opts, "--max-new", 32, &max_new) != 0 || args_int(opts, "--seed", 0, &seed) != 0 ||
-        args_double(opts, "--temperature", 1.0, &temperature) != 0 ||
-        args_double(opts, "--top-p", 1.0, &top_p) != 0)
+    if (args_int_in(opts, "--max-new", 32, 0, 1000000, &max_new) != 0 ||
+        args_int_in(opts, "--seed", 0, 0, LLONG_MAX, &seed) != 0 ||
+        args_double_in(opts, "--temperature", 1.0, "(0, inf)", &temperature) != 0 ||
+        args_double_in(opts, "--top-p", 1.0, "(0, 1]", &top_p) != 0)
         return cli_error("generate");
-    if (max_new < 0 || max_new > 1000000) {
-        zy_fail("--max-new %lld is out of range", max_new);
-        return cli_error("generate");
-    }
-    if (!(temperature > 0) || !isfinite(temperature)) {
-        zy_fail("--temperature must be a finite number > 0, not '%s'",
-                args_get(opts, "--temperature"));
-        return cli_error("generate");
-    }
-    if (!(top_p > 0 && top_p <= 1)) {
-        zy_fail("--top-p must be in (0, 1], not '%s'", args_get(opts, "--top-p"));
-        return cli_error("generate");
-    }
     /* the prompt: ids from a .npy file, or text encoded with the checkpoint's tokenizer */
     const char *path = args_get(opts, "--prompt-tokens");
     zy_npy prompt = {0};

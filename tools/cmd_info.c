@@ -1,5 +1,6 @@
 /* zayac info: a model's config and parameter counts. */
 #include "args.h"
+#include "base/err.h"
 #include "cmds.h"
 #include "model_cli.h"
 
@@ -15,10 +16,12 @@ int cmd_info(int argc, char **argv) {
         {"--help", 0, "this help", NULL},
         {NULL, 0, NULL, NULL},
     };
-    if (args_parse(argc, argv, opts, NULL, 0, NULL) != 0 || args_get(opts, "--help")) {
-        if (!args_get(opts, "--help")) cli_error("info");
-        args_usage("info", "(--model DIR | --config FILE | --preset NAME) [--json]", opts);
-        return args_get(opts, "--help") ? 0 : 2;
+    const char *syn = "(--model DIR | --config FILE | --preset NAME) [--json]";
+    int done = args_cli("info", syn, opts, argc, argv, NULL, 0, NULL);
+    if (done != ARGS_RUN) return done;
+    if (!args_get(opts, "--model") && !args_get(opts, "--config") && !args_get(opts, "--preset")) {
+        zy_fail("name a model: --model DIR, --config FILE or --preset NAME");
+        return args_usage_error("info", syn, opts);
     }
     zy_config c;
     if (cli_config(&c, args_get(opts, "--model"), args_get(opts, "--config"),

@@ -7,8 +7,8 @@
 #include "io/hf_checkpoint.h"
 #include "model_cli.h"
 
+#include <limits.h>
 #include <stdio.h>
-#include <string.h>
 
 int cmd_init(int argc, char **argv) {
     zy_opt opts[] = {
@@ -16,33 +16,25 @@ int cmd_init(int argc, char **argv) {
         {"--config", 1, "an HF config.json file", NULL},
         {"--out", 1, "output folder (created; must not hold a checkpoint already)", NULL},
         {"--seed", 1, "initialisation seed (default 1)", NULL},
-        {"--dtype", 1, "f32 (default) or bf16", NULL},
+        {"--dtype", 1, "fp32 (default) or bf16", NULL},
         {"--help", 0, "this help", NULL},
         {NULL, 0, NULL, NULL},
     };
-    if (args_parse(argc, argv, opts, NULL, 0, NULL) != 0 || args_get(opts, "--help") ||
-        !args_get(opts, "--out")) {
-        int help = args_get(opts, "--help") != NULL;
-        if (!help) {
-            if (!*zy_errmsg()) zy_fail("--out is required");
-            cli_error("init");
-        }
-        args_usage("init",
-                   "(--preset NAME | --config FILE) --out DIR [--seed S] [--dtype f32|bf16]", opts);
-        return help ? 0 : 2;
+    const char *syn = "(--preset NAME | --config FILE) --out DIR [--seed S] [--dtype fp32|bf16]";
+    int done = args_cli("init", syn, opts, argc, argv, NULL, 0, NULL);
+    if (done != ARGS_RUN) return done;
+    if (!args_get(opts, "--out")) {
+        zy_fail("--out is required");
+        return args_usage_error("init", syn, opts);
     }
+    /* "f32" is the spelling this option first had; the other commands say fp32 */
+    static const char *const dtypes[] = {"fp32", "bf16", "f32", NULL};
+    static const zy_st_dtype dtype_of[] = {ZY_ST_F32, ZY_ST_BF16, ZY_ST_F32};
     long long seed;
-    if (args_int(opts, "--seed", 1, &seed) != 0) return cli_error("init");
-    const char *dtype = args_get(opts, "--dtype") ? args_get(opts, "--dtype") : "f32";
-    zy_st_dtype dt;
-    if (!strcmp(dtype, "f32"))
-        dt = ZY_ST_F32;
-    else if (!strcmp(dtype, "bf16"))
-        dt = ZY_ST_BF16;
-    else {
-        zy_fail("--dtype must be f32 or bf16, not '%s'", dtype);
+    int dt;
+    if (args_int_in(opts, "--seed", 1, 0, LLONG_MAX, &seed) != 0 ||
+        args_choice(opts, "--dtype", dtypes, 0, &dt) != 0)
         return cli_error("init");
-    }
     zy_config c;
     if (cli_config(&c, NULL, args_get(opts, "--config"), args_get(opts, "--preset")) != 0)
         return cli_error("init");
@@ -63,10 +55,10 @@ int cmd_init(int argc, char **argv) {
     if (model_init(&m, &c, &ctx, 0) != 0) return cli_error("init");
     model_init_weights(&m, (uint64_t)seed);
     int rc = zy_mkdirs(out);
-    if (rc == 0) rc = hf_save_weights(out, &m.table, m.params, dt);
+    if (rc == 0) rc = hf_save_weights(out, &m.table, m.params, dtype_of[dt]);
     if (rc == 0) rc = config_save(&c, out);
     model_free(&m);
     if (rc != 0) return cli_error("init");
-    printf("wrote %s (seed %lld, %s)\n", out, seed, dtype);
+    printf("wrote %s (seed %lld, %s)\n", out, seed, dtypes[dt]);
     return 0;
 }

@@ -1,6 +1,7 @@
 /* zayac launch: starts one process per GPU on this host (`zayac launch -n N -- CMD ARGS...`) with
  * RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT set; when a rank
  * fails the others are stopped and its exit code is returned. */
+#include "args.h"
 #include "base/err.h"
 #include "cmds.h"
 #include "dist/launch.h"
@@ -93,9 +94,6 @@ int cmd_launch(int argc, char **argv) {
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     int code;
-    if (dist_launch(&o, argv + i, &code) != ZY_OK) {
-        fprintf(stderr, "zayac launch: %s\n", zy_errmsg());
-        return 1;
-    }
-    return code;
+    if (dist_launch(&o, argv + i, &code) != ZY_OK) return cli_error("launch");
+    return code; /* the first failed rank's status, so a supervisor sees what the rank said */
 }

@@ -18,15 +18,12 @@ int cmd_logits(int argc, char **argv) {
         {"--help", 0, "this help", NULL},
         {NULL, 0, NULL, NULL},
     };
-    int help = 0;
-    if (args_parse(argc, argv, opts, NULL, 0, NULL) != 0 || (help = !!args_get(opts, "--help")) ||
-        !args_get(opts, "--model") || !args_get(opts, "--tokens") || !args_get(opts, "--out")) {
-        if (!help) {
-            if (!*zy_errmsg()) zy_fail("--model, --tokens and --out are required");
-            cli_error("logits");
-        }
-        args_usage("logits", "--model DIR --tokens IN.npy --out OUT.npy", opts);
-        return help ? 0 : 2;
+    const char *syn = "--model DIR --tokens IN.npy --out OUT.npy";
+    int done = args_cli("logits", syn, opts, argc, argv, NULL, 0, NULL);
+    if (done != ARGS_RUN) return done;
+    if (!args_get(opts, "--model") || !args_get(opts, "--tokens") || !args_get(opts, "--out")) {
+        zy_fail("--model, --tokens and --out are required");
+        return args_usage_error("logits", syn, opts);
     }
     const char *tok_path = args_get(opts, "--tokens");
     zy_npy tokens;

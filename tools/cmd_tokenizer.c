@@ -7,6 +7,8 @@
 #include "data/pretok.h"
 #include "data/tokenizer.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,11 +16,6 @@
 
 #define MAX_INPUTS   4096
 #define MAX_SPECIALS 64
-
-static int fail(const char *what) {
-    fprintf(stderr, "zayac tokenizer %s: %s\n", what, zy_errmsg());
-    return 1;
-}
 
 /* Collects "--input A B C": the option's value and the positional arguments after it. */
 static int gather_inputs(const zy_opt *opts, const char **pos, int npos, const char **inputs) {
@@ -57,48 +54,43 @@ static int cmd_train_tok(int argc, char **argv) {
         {"--special", 1, "a special token (repeatable; default <|bos|> <|eos|> <|pad|>)", NULL},
         {"--doc-sep", 1, "blank-line|file|line|fortune: separator lines are not trained on", NULL},
         {"--min-frequency", 1, "stop when the best pair occurs fewer times (default 2)", NULL},
+        {"--help", 0, "this help", NULL},
         {NULL, 0, NULL, NULL}};
+    const char *syn = "--input FILE... --vocab-size N --out tokenizer.json";
     const char *pos[MAX_INPUTS], *inputs[MAX_INPUTS + 1];
     int npos = 0;
-    if (argc > 1 && !strcmp(argv[1], "--help")) {
-        args_usage("tokenizer train", "--input FILE... --vocab-size N --out tokenizer.json", opts);
-        return 0;
-    }
-    if (args_parse(argc, argv, opts, pos, MAX_INPUTS, &npos) != ZY_OK) {
-        args_usage("tokenizer train", "--input FILE... --vocab-size N --out tokenizer.json", opts);
-        return fail("train");
-    }
+    int done = args_cli("tokenizer train", syn, opts, argc, argv, pos, MAX_INPUTS, &npos);
+    if (done != ARGS_RUN) return done;
     int n = gather_inputs(opts, pos, npos, inputs);
     const char *outp = args_get(opts, "--out");
     long long vocab, minf;
     zy_docsep sep = DOCSEP_FILE;
-    if (args_int(opts, "--vocab-size", 4096, &vocab) != ZY_OK ||
-        args_int(opts, "--min-frequency", 2, &minf) != ZY_OK)
-        return fail("train");
-    if (args_get(opts, "--doc-sep") && docsep_parse(args_get(opts, "--doc-sep"), &sep) != ZY_OK)
-        return fail("train");
+    if (args_int_in(opts, "--vocab-size", 4096, 1, 1 << 30, &vocab) != ZY_OK ||
+        args_int_in(opts, "--min-frequency", 2, 1, INT_MAX, &minf) != ZY_OK)
+        return cli_error("tokenizer train");
+    if (args_get(opts, "--doc-sep") && docsep_parse(args_get(opts, "--doc-sep"), &sep) != ZY_OK) {
+        zy_fail_ctx("--doc-sep");
+        return cli_error("tokenizer train");
+    }
     if (!n || !outp) {
         zy_fail("needs --input and --out");
-        return fail("train");
-    }
-    if (vocab < 1 || vocab > (1 << 30)) {
-        zy_fail("--vocab-size %lld is out of range", vocab);
-        return fail("train");
+        return args_usage_error("tokenizer train", syn, opts);
     }
     char **files;
     int nfiles;
-    if (docs_expand_inputs(inputs, n, &files, &nfiles) != ZY_OK) return fail("train");
+    if (docs_expand_inputs(inputs, n, &files, &nfiles) != ZY_OK)
+        return cli_error("tokenizer train");
     double t0 = zy_now();
     zy_tokenizer *t;
     size_t bytes = 0;
     int rc = tok_train_files((const char *const *)files, nfiles, sep, (int32_t)vocab,
                              nsp ? specials : NULL, nsp, (int)minf, &t, &bytes);
     docs_free_paths(files, nfiles);
-    if (rc != ZY_OK) return fail("train");
+    if (rc != ZY_OK) return cli_error("tokenizer train");
     double dt = zy_now() - t0;
     if (tok_save(t, outp) != ZY_OK) {
         tok_free(t);
-        return fail("train");
+        return cli_error("tokenizer train");
     }
     printf("trained %d ids (%d merges) on %d files, %.2f MB, in %.2f s -> %s\n", tok_vocab_size(t),
            tok_n_merges(t), nfiles, bytes / 1e6, dt, outp);
@@ -137,27 +129,25 @@ static int cmd_encode(int argc, char **argv) {
         {"--special-tokens", 0, "match added tokens in the text (as HF encode)", NULL},
         {"--bench", 0, "print throughput instead of ids", NULL},
         {"--pieces", 0, "print the pre-tokenizer's pieces (byte-level), one a line", NULL},
+        {"--help", 0, "this help", NULL},
         {NULL, 0, NULL, NULL}};
     const char *syn = "--tokenizer T (--text S | --input F) [--special-tokens] [--bench|--pieces]";
-    if (args_parse(argc, argv, opts, NULL, 0, NULL) != ZY_OK) {
-        args_usage("tokenizer encode", syn, opts);
-        return fail("encode");
-    }
+    int done = args_cli("tokenizer encode", syn, opts, argc, argv, NULL, 0, NULL);
+    if (done != ARGS_RUN) return done;
     const char *tp = args_get(opts, "--tokenizer"), *text = args_get(opts, "--text"),
                *in = args_get(opts, "--input");
     if (!tp || (!text == !in)) {
-        args_usage("tokenizer encode", syn, opts);
         zy_fail("needs --tokenizer and one of --text or --input");
-        return fail("encode");
+        return args_usage_error("tokenizer encode", syn, opts);
     }
     zy_tokenizer *t;
-    if (tok_load(&t, tp) != ZY_OK) return fail("encode");
+    if (tok_load(&t, tp) != ZY_OK) return cli_error("tokenizer encode");
     zy_mmap m = {0};
     size_t len = text ? strlen(text) : 0;
     if (in) {
         if (zy_mmap_open(&m, in) != ZY_OK) {
             tok_free(t);
-            return fail("encode");
+            return cli_error("tokenizer encode");
         }
         text = m.data ? m.data : "";
         len = m.size;
@@ -166,7 +156,7 @@ static int cmd_encode(int argc, char **argv) {
         int rc = print_pieces(text, len);
         zy_mmap_close(&m);
         tok_free(t);
-        return rc == ZY_OK ? 0 : fail("encode");
+        return rc == ZY_OK ? 0 : cli_error("tokenizer encode");
     }
     zy_ids ids = {0};
     int flags = args_get(opts, "--special-tokens") ? TOK_SPECIAL : 0;
@@ -187,16 +177,21 @@ static int cmd_encode(int argc, char **argv) {
     ids_free(&ids);
     zy_mmap_close(&m);
     tok_free(t);
-    return rc == ZY_OK ? 0 : fail("encode");
+    return rc == ZY_OK ? 0 : cli_error("tokenizer encode");
 }
 
-static int parse_ids(const char *s, zy_ids *ids) {
+/* Ids separated by spaces, commas or newlines, from `where` (named in errors). */
+static int parse_ids(const char *s, const char *where, zy_ids *ids) {
     while (*s) {
         while (*s == ' ' || *s == '\n' || *s == '\t' || *s == ',' || *s == '\r') s++;
         if (!*s) break;
         char *end;
-        long v = strtol(s, &end, 10);
-        if (end == s) return zy_fail("ids: '%.20s' is not an integer", s);
+        errno = 0;
+        long long v = strtoll(s, &end, 10);
+        if (end == s || !strchr(" \n\t,\r", *end))
+            return zy_fail("%s: '%.20s' is not an id", where, s);
+        if (errno == ERANGE || v < 0 || v > INT32_MAX)
+            return zy_fail("%s: id %.20s is out of range", where, s);
         ids_push(ids, (int32_t)v);
         s = end;
     }
@@ -208,26 +203,24 @@ static int cmd_decode(int argc, char **argv) {
                      {"--ids", 1, "ids separated by spaces or commas", NULL},
                      {"--input", 1, "file of ids", NULL},
                      {"--skip-special", 0, "leave special tokens out", NULL},
+                     {"--help", 0, "this help", NULL},
                      {NULL, 0, NULL, NULL}};
     const char *syn = "--tokenizer T (--ids \"1 2 3\" | --input F) [--skip-special]";
-    if (args_parse(argc, argv, opts, NULL, 0, NULL) != ZY_OK) {
-        args_usage("tokenizer decode", syn, opts);
-        return fail("decode");
-    }
+    int done = args_cli("tokenizer decode", syn, opts, argc, argv, NULL, 0, NULL);
+    if (done != ARGS_RUN) return done;
     const char *tp = args_get(opts, "--tokenizer"), *s = args_get(opts, "--ids"),
                *in = args_get(opts, "--input");
     if (!tp || (!s == !in)) {
-        args_usage("tokenizer decode", syn, opts);
         zy_fail("needs --tokenizer and one of --ids or --input");
-        return fail("decode");
+        return args_usage_error("tokenizer decode", syn, opts);
     }
     char *filetext = NULL;
-    if (in && zy_read_file(in, &filetext, NULL) != ZY_OK) return fail("decode");
+    if (in && zy_read_file(in, &filetext, NULL) != ZY_OK) return cli_error("tokenizer decode");
     zy_ids ids = {0};
     zy_tokenizer *t = NULL;
     char *out = NULL;
     size_t n = 0;
-    int rc = parse_ids(in ? filetext : s, &ids);
+    int rc = parse_ids(in ? filetext : s, in ? in : "--ids", &ids);
     if (rc == ZY_OK) rc = tok_load(&t, tp);
     if (rc == ZY_OK)
         rc = tok_decode(t, ids.data, ids.n, args_get(opts, "--skip-special") ? TOK_SKIP_SPECIAL : 0,
@@ -237,17 +230,21 @@ static int cmd_decode(int argc, char **argv) {
     free(filetext);
     ids_free(&ids);
     tok_free(t);
-    return rc == ZY_OK ? 0 : fail("decode");
+    return rc == ZY_OK ? 0 : cli_error("tokenizer decode");
 }
 
 static int cmd_info_tok(int argc, char **argv) {
-    zy_opt opts[] = {{"--tokenizer", 1, "tokenizer.json", NULL}, {NULL, 0, NULL, NULL}};
-    if (args_parse(argc, argv, opts, NULL, 0, NULL) != ZY_OK || !args_get(opts, "--tokenizer")) {
-        args_usage("tokenizer info", "--tokenizer T", opts);
-        return 2;
+    zy_opt opts[] = {{"--tokenizer", 1, "tokenizer.json", NULL},
+                     {"--help", 0, "this help", NULL},
+                     {NULL, 0, NULL, NULL}};
+    int done = args_cli("tokenizer info", "--tokenizer T", opts, argc, argv, NULL, 0, NULL);
+    if (done != ARGS_RUN) return done;
+    if (!args_get(opts, "--tokenizer")) {
+        zy_fail("needs --tokenizer");
+        return args_usage_error("tokenizer info", "--tokenizer T", opts);
     }
     zy_tokenizer *t;
-    if (tok_load(&t, args_get(opts, "--tokenizer")) != ZY_OK) return fail("info");
+    if (tok_load(&t, args_get(opts, "--tokenizer")) != ZY_OK) return cli_error("tokenizer info");
     printf("ids %d, merges %d\n", tok_vocab_size(t), tok_n_merges(t));
     int32_t sp[3] = {tok_bos_id(t), tok_eos_id(t), tok_pad_id(t)};
     const char *names[3] = {"bos", "eos", "pad"};
@@ -258,15 +255,12 @@ static int cmd_info_tok(int argc, char **argv) {
 }
 
 int cmd_tokenizer(int argc, char **argv) {
-    const char *sub = argc > 1 ? argv[1] : "";
-    if (!strcmp(sub, "train")) return cmd_train_tok(argc - 1, argv + 1);
-    if (!strcmp(sub, "encode")) return cmd_encode(argc - 1, argv + 1);
-    if (!strcmp(sub, "decode")) return cmd_decode(argc - 1, argv + 1);
-    if (!strcmp(sub, "info")) return cmd_info_tok(argc - 1, argv + 1);
-    fprintf(stderr, "usage: zayac tokenizer train|encode|decode|info [options]  (--help for each)\n"
-                    "  train   learn a byte-level BPE tokenizer from text files\n"
-                    "  encode  print the ids of a text\n"
-                    "  decode  print the text of ids\n"
-                    "  info    vocabulary size and special tokens of a tokenizer.json\n");
-    return 2;
+    static const zy_subcmd subs[] = {
+        {"train", cmd_train_tok, "learn a byte-level BPE tokenizer from text files"},
+        {"encode", cmd_encode, "print the ids of a text"},
+        {"decode", cmd_decode, "print the text of ids"},
+        {"info", cmd_info_tok, "vocabulary size and special tokens of a tokenizer.json"},
+        {NULL, NULL, NULL},
+    };
+    return args_dispatch("tokenizer", subs, argc, argv);
 }

@@ -2,9 +2,9 @@
 #include "model_cli.h"
 #include "base/err.h"
 
-#include <stdio.h>
-
 int cli_config(zy_config *cfg, const char *model_dir, const char *config_path, const char *preset) {
+    if (!!model_dir + !!config_path + !!preset > 1)
+        return zy_fail("name one model: --model DIR, --config FILE or --preset NAME, not several");
     if (model_dir) return config_load(cfg, model_dir);
     if (config_path) return config_load(cfg, config_path);
     if (preset) return config_preset(cfg, preset);
@@ -28,9 +28,4 @@ int cli_load_model(zy_model *m, zy_ctx *ctx, const char *dir, int with_grads, co
         return ZY_ERR;
     }
     return ZY_OK;
-}
-
-int cli_error(const char *cmd) {
-    fprintf(stderr, "zayac %s: %s\n", cmd, zy_errmsg());
-    return 1;
 }

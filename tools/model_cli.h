@@ -1,5 +1,5 @@
 /* Shared by the model commands: resolving --model (an HF checkpoint folder) or --preset/--config
- * (fresh weights) into a loaded CPU model, and printing errors. */
+ * (fresh weights) into a loaded CPU model. */
 #ifndef ZY_MODEL_CLI_H
 #define ZY_MODEL_CLI_H
 
@@ -16,14 +16,12 @@
             NULL                                                                                   \
     }
 
-/* Reads a config from an HF folder, a config.json path or a preset name (in that order of which
- * option is given). */
+/* Reads a config from an HF folder, a config.json path or a preset name, whichever one is given
+ * (none or several: an error). */
 int cli_config(zy_config *cfg, const char *model_dir, const char *config_path, const char *preset);
 /* Loads an HF checkpoint folder into a model on ctx, by the --skip-bias rule in opts. */
 int cli_load_model(zy_model *m, zy_ctx *ctx, const char *dir, int with_grads, const zy_opt *opts);
 /* The --skip-bias rule in opts (hf when absent). */
 int cli_skip_bias(const zy_opt *opts, zy_skip_bias_rule *rule);
-/* Prints "zayac CMD: <error>" to stderr and returns exit code 1. */
-int cli_error(const char *cmd);
 
 #endif
