@@ -585,7 +585,7 @@ static void check_f32_sum(const char *what, const float *got, const float *ref, 
  * on experts of 0, 1 and many rows, against the CPU op. With beta = 0 the old gradient is NaN:
  * every expert's block must be overwritten, the empty expert's with zeros. Experts 3 (exactly two
  * blocks of CUDA_GEMM_CHUNK_ROWS = 256) and 5 (one block and 160 rows) take the blocked GEMMs
- * when ZAYAC_EXPERT_CHUNK=1; the test runs both ways. */
+ * with cuda.expert_chunk on; the test runs both ways. */
 static void expert_matmul_case(void) {
     enum { E = 6, N = 48, K = 40, ROWS = 999 };
     const int32_t off[E + 1] = {0, 30, 30, 70, 582, 583, ROWS};
@@ -649,10 +649,14 @@ static void test_expert_matmul(void **state) {
     (void)state;
     if (!have_gpu) skip();
     for (int chunks = 0; chunks < 2; chunks++) { /* per-expert calls, then by blocks */
-        setenv("ZAYAC_EXPERT_CHUNK", chunks ? "1" : "0", 1);
+        zy_cuda_opts o = ops_cuda_opts_default();
+        o.expert_chunk = chunks;
+        ops_ctx_free(&gpu);
+        if (ops_ctx_init_cuda_opts(&gpu, 0, &o) != ZY_OK) fail_msg("%s", zy_errmsg());
         expert_matmul_case();
     }
-    unsetenv("ZAYAC_EXPERT_CHUNK");
+    ops_ctx_free(&gpu); /* the default context again for the tests after this one */
+    if (ops_ctx_init_cuda(&gpu, 0) != ZY_OK) fail_msg("%s", zy_errmsg());
 }
 
 /* ---- EDA ---- */

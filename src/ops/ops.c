@@ -94,11 +94,26 @@ void ops_ctx_init_cpu(zy_ctx *ctx, int num_threads) {
     ctx->act_dtype = ZY_DTYPE_F32;
 }
 
-/* A CUDA context on GPU gpu with bf16 activations. */
+zy_cuda_opts ops_cuda_opts_default(void) {
+    return (zy_cuda_opts){.expert_streams = ZY_EXPERT_STREAMS_DEFAULT, .expert_chunk = 0};
+}
+
+/* A CUDA context on GPU gpu with bf16 activations and the default options. */
 int ops_ctx_init_cuda(zy_ctx *ctx, int gpu) {
+    return ops_ctx_init_cuda_opts(ctx, gpu, NULL);
+}
+
+/* A CUDA context on GPU gpu with bf16 activations. */
+int ops_ctx_init_cuda_opts(zy_ctx *ctx, int gpu, const zy_cuda_opts *opts) {
     memset(ctx, 0, sizeof *ctx);
+    const zy_cuda_opts o = opts ? *opts : ops_cuda_opts_default();
+    if (o.expert_streams < 1 || o.expert_streams > ZY_EXPERT_STREAMS_MAX)
+        return zy_fail("cuda.expert_streams = %d is outside [1, %d]", o.expert_streams,
+                       ZY_EXPERT_STREAMS_MAX);
+    if (o.expert_chunk != 0 && o.expert_chunk != 1)
+        return zy_fail("cuda.expert_chunk = %d must be 0 or 1", o.expert_chunk);
 #ifdef ZY_HAVE_CUDA
-    return cuda_ops_ctx_init(ctx, gpu);
+    return cuda_ops_ctx_init(ctx, gpu, &o);
 #else
     (void)gpu;
     return zy_fail("device cuda: this zayac was built without CUDA (rebuild with nvcc on PATH)");

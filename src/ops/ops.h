@@ -38,9 +38,21 @@ typedef struct {
 /* ---- contexts ---- */
 /* CPU context with num_threads OpenMP threads (0 = default); fp32 activations. */
 void ops_ctx_init_cpu(zy_ctx *ctx, int num_threads);
-/* CUDA context on GPU `gpu` with bf16 activations: creates the stream, the cuBLASLt context and
- * the workspaces. ZY_ERR (with a message) when built without CUDA or the GPU is unusable. */
+/* How a CUDA context runs the expert GEMMs (the training config's cuda.* settings). */
+#define ZY_EXPERT_STREAMS_MAX     16
+#define ZY_EXPERT_STREAMS_DEFAULT 2
+typedef struct {
+    int expert_streams; /* side streams the expert GEMMs share, 1..ZY_EXPERT_STREAMS_MAX */
+    int expert_chunk;   /* 1: forward and input-gradient GEMMs by 256-row blocks in one call */
+} zy_cuda_opts;
+/* The defaults: ZY_EXPERT_STREAMS_DEFAULT streams, no blocks. */
+zy_cuda_opts ops_cuda_opts_default(void);
+/* CUDA context on GPU `gpu` with bf16 activations and the default options. */
 int ops_ctx_init_cuda(zy_ctx *ctx, int gpu);
+/* CUDA context on GPU `gpu` with bf16 activations: creates the stream, the cuBLASLt contexts
+ * (one per expert stream) and the workspaces; opts NULL = the defaults. ZY_ERR (with a message)
+ * when built without CUDA, the GPU is unusable or an option is out of range. */
+int ops_ctx_init_cuda_opts(zy_ctx *ctx, int gpu, const zy_cuda_opts *opts);
 /* Releases what init created (a CPU context owns nothing). */
 void ops_ctx_free(zy_ctx *ctx);
 /* Number of CUDA GPUs this process can use (0 when built without CUDA or none present). */

@@ -13,9 +13,10 @@ extern "C" {
 #endif
 
 /* ---- context (ops_core.cu) ---- */
-/* Creates ctx->cuda on GPU gpu (stream, cuBLASLt context, workspaces); ZY_ERR with a message when
- * the GPU cannot be used. Sets ctx->device, gpu and act_dtype (bf16). */
-int cuda_ops_ctx_init(zy_ctx *ctx, int gpu);
+/* Creates ctx->cuda on GPU gpu (stream, cuBLASLt context, workspaces) with opts (checked by the
+ * caller); ZY_ERR with a message when the GPU cannot be used. Sets ctx->device, gpu and act_dtype
+ * (bf16). */
+int cuda_ops_ctx_init(zy_ctx *ctx, int gpu, const zy_cuda_opts *opts);
 void cuda_ops_ctx_free(zy_ctx *ctx);
 int cuda_ops_device_count(void);
 void cuda_ops_sync(zy_ctx *ctx);

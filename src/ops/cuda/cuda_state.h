@@ -13,11 +13,11 @@
 #include "base/check.h" /* ZY_CUDA_CHECK and friends: every ops/cuda file checks through these */
 
 /* Side streams for concurrent expert GEMMs (one expert's GEMM fills few SMs): at most
- * CUDA_SIDE_STREAMS, CUDA_SIDE_STREAMS_DEFAULT unless ZAYAC_EXPERT_STREAMS says otherwise. On an
- * H200 at bench-small, 2 streams gave the shortest step: ~0.4 ms less than 4; 3, 8 and 16 were
- * slower than 4 (scripts/gpu_speed.sh; results/issue4/README.md). */
-#define CUDA_SIDE_STREAMS         16
-#define CUDA_SIDE_STREAMS_DEFAULT 2
+ * CUDA_SIDE_STREAMS, as many as zy_cuda_opts.expert_streams (cuda.expert_streams in the training
+ * config; default ZY_EXPERT_STREAMS_DEFAULT). On an H200 at bench-small, 2 streams gave the
+ * shortest step: ~0.4 ms less than 4; 3, 8 and 16 were slower than 4 (scripts/gpu_speed.sh;
+ * results/issue4/README.md). */
+#define CUDA_SIDE_STREAMS ZY_EXPERT_STREAMS_MAX
 #define CUDA_PROF_SLOTS           8192 /* event pairs between two ops_prof_read calls */
 #define CUDA_PROF_NAMES           96
 
@@ -29,7 +29,8 @@ typedef struct {
     cudaStream_t side[CUDA_SIDE_STREAMS];
     cuda_gemm_ctx side_gemm[CUDA_SIDE_STREAMS];
     cudaEvent_t fork, join[CUDA_SIDE_STREAMS];
-    int nside; /* side streams created */
+    int nside;        /* side streams created */
+    int expert_chunk; /* zy_cuda_opts.expert_chunk: blocked expert GEMMs (ops_experts.cu) */
     void *ws;  /* column-sum workspace (grown on demand by cuda_ws) */
     size_t ws_bytes;
     /* profiler */

@@ -6,22 +6,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The side-stream count: ZAYAC_EXPERT_STREAMS (1..CUDA_SIDE_STREAMS) or the default. */
-static int side_stream_count(void) {
-    const char *v = getenv("ZAYAC_EXPERT_STREAMS");
-    int n = v ? atoi(v) : 0;
-    return n >= 1 && n <= CUDA_SIDE_STREAMS ? n : CUDA_SIDE_STREAMS_DEFAULT;
-}
-
 /* The runtime maps streams onto CUDA_DEVICE_MAX_CONNECTIONS hardware queues (default 8); with
- * fewer queues than side streams, independent expert GEMMs queue behind each other. It must be
- * set before the first CUDA call of the process creates the context, hence a constructor; a
- * value the user set wins. */
-__attribute__((constructor)) static void set_device_connections(void) {
+ * fewer queues than side streams, independent expert GEMMs queue behind each other. The runtime
+ * reads the variable once, when it initialises, so this runs before the first CUDA call of ours
+ * (the device count, which every context creation and the trainer's device choice call first);
+ * a value the user set wins. */
+static void set_device_connections(void) {
     setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
 }
 
 int cuda_ops_device_count(void) {
+    set_device_connections();
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) {
         cudaGetLastError(); /* no driver / no GPU: clear the sticky error, report none */
@@ -30,7 +25,7 @@ int cuda_ops_device_count(void) {
     return n;
 }
 
-int cuda_ops_ctx_init(zy_ctx *ctx, int gpu) {
+int cuda_ops_ctx_init(zy_ctx *ctx, int gpu, const zy_cuda_opts *opts) {
     int n = cuda_ops_device_count();
     if (gpu < 0 || gpu >= n)
         return zy_fail("device cuda:%d: %d CUDA GPU%s visible to this process", gpu, n,
@@ -45,7 +40,8 @@ int cuda_ops_ctx_init(zy_ctx *ctx, int gpu) {
         return zy_fail_ctx("device cuda:%d: cuBLASLt setup", gpu);
     }
     ZY_CUDA_TRY(cudaEventCreateWithFlags(&s->fork, cudaEventDisableTiming));
-    const int nside = side_stream_count();
+    s->expert_chunk = opts->expert_chunk;
+    const int nside = opts->expert_streams;
     for (int i = 0; i < nside; i++) {
         ZY_CUDA_TRY(cudaStreamCreateWithFlags(&s->side[i], cudaStreamNonBlocking));
         ZY_CUDA_TRY(cudaEventCreateWithFlags(&s->join[i], cudaEventDisableTiming));

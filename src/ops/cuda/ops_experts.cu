@@ -6,7 +6,7 @@
  * between concurrent GEMMs; each row's result does not depend on which stream ran it. The
  * backward issues an expert layer's input-gradient and weight-gradient GEMMs as one set of jobs
  * (cuda_ops_expert_matmul_bwd), so neither waits for the other's slowest stream.
- * ZAYAC_EXPERT_CHUNK=1 runs the forward and input-gradient GEMMs by blocks instead: every
+ * cuda.expert_chunk on runs the forward and input-gradient GEMMs by blocks instead: every
  * expert's full blocks of CUDA_GEMM_CHUNK_ROWS rows in one pointer-array batched GEMM on the
  * context's stream, the remaining rows on the side streams at the same time. Off by default: on
  * an H100 cuBLASLt's pointer-array kernels ran the blocks no faster than per-expert calls
@@ -16,11 +16,10 @@
 
 #include <stdlib.h>
 
-/* The forward and input-gradient GEMMs by blocks (1) or every expert whole (0): ZAYAC_EXPERT_CHUNK
- * (0 or 1, default 0). */
-static int use_chunks(void) { /* read per call (48 per bench-small step): tests switch it */
-    const char *e = getenv("ZAYAC_EXPERT_CHUNK");
-    return e && e[0] == '1';
+/* The forward and input-gradient GEMMs by blocks (1) or every expert whole (0): the context's
+ * zy_cuda_opts.expert_chunk. */
+static int use_chunks(zy_ctx *ctx) {
+    return cuda_st(ctx)->expert_chunk;
 }
 
 /* The blocks' pointer-array GEMM that run_jobs issues on the context's stream (NULL: none). */
@@ -144,7 +143,7 @@ void cuda_ops_expert_matmul(zy_ctx *ctx, zy_act *out, const zy_act *in, const zy
     expert_job jobs[CUDA_GEMM_MAX_EXPERTS];
     ZY_CHECKF(E <= CUDA_GEMM_MAX_EXPERTS, "expert_matmul: %d experts (at most %d)", E,
               CUDA_GEMM_MAX_EXPERTS);
-    const int chunks = use_chunks();
+    const int chunks = use_chunks(ctx);
     int n = 0;
     add_data_jobs(jobs, &n, out, in, W, offsets_host, E, N, K, data_grad, chunks);
     const chunk_call cc = {out, in, W, offsets_host, E, N, K, data_grad};
@@ -167,7 +166,7 @@ void cuda_ops_expert_matmul_bwd(zy_ctx *ctx, zy_act *dX, float *dW, const zy_act
     expert_job jobs[2 * CUDA_GEMM_MAX_EXPERTS];
     ZY_CHECKF(E <= CUDA_GEMM_MAX_EXPERTS, "expert_matmul_bwd: %d experts (at most %d)", E,
               CUDA_GEMM_MAX_EXPERTS);
-    const int chunks = use_chunks();
+    const int chunks = use_chunks(ctx);
     int n = 0;
     add_data_jobs(jobs, &n, dX, dY, W, offsets_host, E, N, K, 1, chunks);
     add_wgrad_jobs(ctx, jobs, &n, dW, dY, X, offsets_host, E, N, K, beta);

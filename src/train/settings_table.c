@@ -1,0 +1,218 @@
+/* The table of training settings (settings.h): each key's type, range, default, doc and field, and
+ * the readers and writers of the three values with a shape of their own (model, data, prompts). */
+#include "base/err.h"
+#include "base/fileio.h"
+#include "train/settings.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* "model": a preset name, a config.json path (or folder) or an inline HF config object. */
+static int read_model(zy_train_config *c, const cJSON *v, const char *source) {
+    if (cJSON_IsObject(v)) {
+        char *text = cJSON_PrintUnformatted(v);
+        int rc = config_parse_json(&c->model, text, source);
+        free(text);
+        ZY_TRY(rc);
+        snprintf(c->model_desc, sizeof c->model_desc, "inline config");
+        c->model_inline = 1;
+        return config_validate(&c->model, source);
+    }
+    if (!cJSON_IsString(v))
+        return zy_fail("%s: model must be a preset name, a path or an object", source);
+    if (strlen(v->valuestring) >= sizeof c->model_desc)
+        return zy_fail("%s: model is longer than %zu bytes", source, sizeof c->model_desc - 1);
+    snprintf(c->model_desc, sizeof c->model_desc, "%s", v->valuestring);
+    c->model_inline = 0;
+    int rc = zy_path_exists(v->valuestring) ? config_load(&c->model, v->valuestring)
+                                            : config_preset(&c->model, v->valuestring);
+    return rc == ZY_OK ? ZY_OK : zy_fail_ctx("%s: model", source);
+}
+
+/* An inline model prints as the full HF config it resolved to; a name or path as it is. */
+static cJSON *write_model(const zy_train_config *c) {
+    if (!c->model_inline) return cJSON_CreateString(c->model_desc);
+    char *text = config_to_json(&c->model);
+    cJSON *o = cJSON_Parse(text);
+    free(text);
+    ZY_CHECK(o != NULL);
+    return o;
+}
+
+/* "data": one path, or a list of {path, weight}. */
+static int read_data(zy_train_config *c, const cJSON *v, const char *source) {
+    if (cJSON_IsString(v)) {
+        if (!v->valuestring[0])
+            return zy_fail("%s: data is empty: name a folder from zayac data prepare", source);
+        if (strlen(v->valuestring) >= ZY_PATH_MAX)
+            return zy_fail("%s: data is longer than %d bytes", source, ZY_PATH_MAX - 1);
+        c->n_sources = 1;
+        snprintf(c->sources[0].path, ZY_PATH_MAX, "%s", v->valuestring);
+        c->sources[0].weight = 1.0;
+        return ZY_OK;
+    }
+    if (!cJSON_IsArray(v))
+        return zy_fail("%s: data must be a path or a list of {\"path\", \"weight\"}", source);
+    c->n_sources = 0;
+    const cJSON *s;
+    cJSON_ArrayForEach(s, v) {
+        const int i = c->n_sources;
+        if (i == ZY_MAX_SOURCES)
+            return zy_fail("%s: data lists more than %d sources", source, ZY_MAX_SOURCES);
+        if (!cJSON_IsObject(s)) return zy_fail("%s: data[%d] must be an object", source, i);
+        const cJSON *it;
+        cJSON_ArrayForEach(it, s) {
+            if (strcmp(it->string, "path") && strcmp(it->string, "weight"))
+                return zy_fail("%s: unknown key data[%d].%s (a source has path and weight)", source,
+                               i, it->string);
+        }
+        zy_data_source *d = &c->sources[i];
+        const cJSON *p = cJSON_GetObjectItemCaseSensitive(s, "path");
+        if (!cJSON_IsString(p) || !p->valuestring[0])
+            return zy_fail("%s: data[%d].path is required (a folder from zayac data prepare)",
+                           source, i);
+        if (strlen(p->valuestring) >= sizeof d->path)
+            return zy_fail("%s: data[%d].path is longer than %zu bytes", source, i,
+                           sizeof d->path - 1);
+        snprintf(d->path, sizeof d->path, "%s", p->valuestring);
+        d->weight = 1.0;
+        const cJSON *w = cJSON_GetObjectItemCaseSensitive(s, "weight");
+        char label[32];
+        snprintf(label, sizeof label, "data[%d].weight", i);
+        if (w) ZY_TRY(settings_number(w, source, label, 1e-9, 1e9, 0, &d->weight));
+        c->n_sources++;
+    }
+    return ZY_OK;
+}
+
+static cJSON *write_data(const zy_train_config *c) {
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; i < c->n_sources; i++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "path", c->sources[i].path);
+        cJSON_AddNumberToObject(o, "weight", c->sources[i].weight);
+        cJSON_AddItemToArray(a, o);
+    }
+    return a;
+}
+
+/* "samples.prompts": up to ZY_MAX_PROMPTS strings. */
+static int read_prompts(zy_train_config *c, const cJSON *v, const char *source) {
+    if (!cJSON_IsArray(v)) return zy_fail("%s: samples.prompts must be a list of strings", source);
+    c->n_prompts = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, v) {
+        if (!cJSON_IsString(it) || c->n_prompts == ZY_MAX_PROMPTS ||
+            strlen(it->valuestring) >= sizeof c->prompts[0])
+            return zy_fail("%s: samples.prompts holds at most %d strings of < %zu bytes", source,
+                           ZY_MAX_PROMPTS, sizeof c->prompts[0]);
+        snprintf(c->prompts[c->n_prompts++], sizeof c->prompts[0], "%s", it->valuestring);
+    }
+    return ZY_OK;
+}
+
+static cJSON *write_prompts(const zy_train_config *c) {
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; i < c->n_prompts; i++)
+        cJSON_AddItemToArray(a, cJSON_CreateString(c->prompts[i]));
+    return a;
+}
+
+static const char *const optimizers[] = {"adamw", "muon", NULL}; /* index = use_muon */
+static const char *const muon_scales[] = {"none", "match_adamw_rms", "spectral", NULL};
+static const char *const sched_kinds[] = {"constant", "cosine", "wsd", NULL};
+static const char *const decay_shapes[] = {"linear", "sqrt", NULL};
+static const char *const devices[] = {"auto", "cpu", "cuda", NULL};
+
+#define TEXT_(x) #x
+#define TEXT(x)  TEXT_(x) /* a macro's value as text: "2" */
+#define AT(f)    offsetof(zy_train_config, f), sizeof(((zy_train_config *)0)->f)
+#define NUM(key, type, f, lo, hi, def, doc)                                                        \
+    { key, type, AT(f), lo, hi, NULL, def, doc, NULL, NULL, NULL }
+#define BOOL(key, f, def, doc)                                                                     \
+    { key, ZY_SET_BOOL, AT(f), 0, 1, NULL, def, doc, NULL, NULL, NULL }
+#define STR(key, f, def, doc)                                                                      \
+    { key, ZY_SET_STR, AT(f), 0, 0, NULL, def, doc, NULL, NULL, NULL }
+#define PICK(key, type, f, choices, def, doc)                                                      \
+    { key, type, AT(f), 0, 0, choices, def, doc, NULL, NULL, NULL }
+#define CUSTOM(key, tname, rd, wr, def, doc)                                                       \
+    { key, ZY_SET_CUSTOM, 0, 0, 0, 0, NULL, def, doc, tname, rd, wr }
+
+const zy_setting zy_settings[] = {
+    CUSTOM("model", "model", read_model, write_model, "\"tiny\"",
+           "a preset name (configs/), an HF config.json path or folder, or an inline HF config"),
+    STR("init_from", init_from, "\"\"",
+        "HF checkpoint folder to start from (\"\" = fresh weights)"),
+    STR("tokenizer", tokenizer, "\"\"",
+        "tokenizer.json, copied into checkpoints and used for samples (\"\" = none)"),
+    CUSTOM("data", "list", read_data, write_data, "[]",
+           "required: a folder from `zayac data prepare`, or a list of {path, weight}"),
+    NUM("batch_size", ZY_SET_INT, batch_size, 1, 1 << 20, "8", "sequences per micro-batch"),
+    NUM("seq_len", ZY_SET_INT, seq_len, 1, 1 << 24, "128",
+        "tokens per sequence (at most the model's max_position_embeddings)"),
+    NUM("grad_accum", ZY_SET_INT, grad_accum, 1, 1 << 20, "1", "micro-batches per optimiser step"),
+    NUM("steps", ZY_SET_I64, steps, 1, 1e15, "1000", "optimiser steps of the whole run"),
+    PICK("optimizer.name", ZY_SET_ENUM, optim.use_muon, optimizers, "\"muon\"",
+         "muon: Muon for hidden matrices, AdamW for the rest; adamw: AdamW for everything"),
+    NUM("optimizer.lr", ZY_SET_FLOAT, optim.lr, 0, 10, "3e-4", "peak learning rate"),
+    NUM("optimizer.beta1", ZY_SET_FLOAT, optim.beta1, 0, 0.999999, "0.9",
+        "AdamW first-moment decay"),
+    NUM("optimizer.beta2", ZY_SET_FLOAT, optim.beta2, 0, 0.999999, "0.95",
+        "AdamW second-moment decay"),
+    NUM("optimizer.eps", ZY_SET_FLOAT, optim.eps, 1e-30, 1, "1e-8", "AdamW epsilon"),
+    NUM("optimizer.weight_decay", ZY_SET_FLOAT, optim.weight_decay, 0, 10, "0.1",
+        "decoupled weight decay of matrices and embeddings"),
+    NUM("optimizer.muon_momentum", ZY_SET_FLOAT, optim.muon_momentum, 0, 0.999999, "0.95",
+        "Muon momentum"),
+    BOOL("optimizer.nesterov", optim.muon_nesterov, "true", "Nesterov momentum for Muon"),
+    NUM("optimizer.ns_steps", ZY_SET_INT, optim.muon_ns_steps, 1, 100, "5",
+        "Newton-Schulz iterations of Muon"),
+    PICK("optimizer.muon_scale", ZY_SET_ENUM, optim.muon_scale, muon_scales, "\"match_adamw_rms\"",
+         "scaling of the orthogonalised Muon update (optim/optim.h)"),
+    NUM("optimizer.muon_lr_ratio", ZY_SET_FLOAT, optim.muon_lr_ratio, 0, 1e6, "1",
+        "Muon lr over the AdamW lr (> 0)"),
+    PICK("schedule.kind", ZY_SET_ENUM, schedule.kind, sched_kinds, "\"cosine\"",
+         "learning-rate schedule after the warmup"),
+    NUM("schedule.warmup", ZY_SET_I64, schedule.warmup_steps, 0, 1e15, "100",
+        "linear warmup steps (shortened to the run when longer, with a warning)"),
+    NUM("schedule.min_lr_ratio", ZY_SET_FLOAT, schedule.min_lr_ratio, 0, 1, "0.1",
+        "final lr over the peak lr (cosine, wsd)"),
+    NUM("schedule.decay_frac", ZY_SET_FLOAT, schedule.decay_frac, 0, 1, "0.2",
+        "wsd: fraction of the steps spent decaying"),
+    PICK("schedule.decay", ZY_SET_ENUM, schedule.decay, decay_shapes, "\"linear\"",
+         "wsd: decay shape (1 - x or 1 - sqrt(x))"),
+    NUM("grad_clip", ZY_SET_FLOAT, grad_clip, 0, 1e9, "1", "global gradient-norm clip (0 = off)"),
+    BOOL("balance.enabled", balance_enabled, "true", "router balancing-bias controller on"),
+    NUM("balance.step_size", ZY_SET_FLOAT, balance.step_size, 0, 1, "1e-3",
+        "balancing-bias change per step at full confidence"),
+    NUM("balance.beta1", ZY_SET_FLOAT, balance.beta1, 0, 0.999999, "0.9",
+        "balancing controller first-moment decay"),
+    NUM("balance.beta2", ZY_SET_FLOAT, balance.beta2, 0, 0.999999, "0.999",
+        "balancing controller second-moment decay"),
+    NUM("eval_interval", ZY_SET_I64, eval_interval, 0, 1e15, "100",
+        "steps between validation losses (0 = none)"),
+    NUM("eval_batches", ZY_SET_I64, eval_batches, 1, 1e9, "8", "batches per validation loss"),
+    NUM("checkpoint_interval", ZY_SET_I64, checkpoint_interval, 0, 1e15, "250",
+        "steps between checkpoints (0 = only at the end)"),
+    NUM("keep_checkpoints", ZY_SET_INT, keep_checkpoints, 0, 1e6, "3",
+        "newest checkpoints kept (0 = all)"),
+    NUM("log_interval", ZY_SET_I64, log_interval, 1, 1e15, "1", "steps between console lines"),
+    STR("out_dir", out_dir, "\"runs/train\"", "output folder: checkpoints, metrics, plots"),
+    NUM("seed", ZY_SET_U64, seed, 0, 9007199254740992.0, "1",
+        "seed of the initial weights, data order and sampling"),
+    PICK("device", ZY_SET_CHOICE, device, devices, "\"auto\"",
+         "auto: GPU 0 when one is visible, else the CPU"),
+    NUM("threads", ZY_SET_INT, threads, 0, 4096, "0", "OpenMP threads on the CPU (0 = all cores)"),
+    CUSTOM("samples.prompts", "list", read_prompts, write_prompts, "[]",
+           "prompts sampled at the end when a tokenizer is set"),
+    NUM("samples.tokens", ZY_SET_INT, sample_tokens, 1, 1 << 20, "48", "tokens sampled per prompt"),
+    NUM("samples.temperature", ZY_SET_FLOAT, sample_temperature, 1e-6, 100, "0.8",
+        "sampling temperature"),
+    NUM("samples.top_p", ZY_SET_FLOAT, sample_top_p, 1e-6, 1, "0.9", "nucleus sampling mass"),
+    NUM("cuda.expert_streams", ZY_SET_INT, cuda.expert_streams, 1, ZY_EXPERT_STREAMS_MAX,
+        TEXT(ZY_EXPERT_STREAMS_DEFAULT), "CUDA streams the expert GEMMs share"),
+    BOOL("cuda.expert_chunk", cuda.expert_chunk, "false",
+         "run the expert GEMMs by 256-row blocks in one batched call"),
+};
+const int zy_settings_count = (int)(sizeof zy_settings / sizeof zy_settings[0]);
