@@ -59,4 +59,17 @@ static inline run_result spawn_capture(const char *bin, const char *capture_dir,
     return r;
 }
 
+/* Makes a sanitizer report in a child exit with `code` (kept apart from the CLI's statuses 1-3)
+ * by appending exitcode= to ASAN_OPTIONS and UBSAN_OPTIONS, which children inherit. */
+static inline void spawn_sanitizer_exit(int code) {
+    char opts[1024];
+    const char *asan = getenv("ASAN_OPTIONS"), *ubsan = getenv("UBSAN_OPTIONS");
+    snprintf(opts, sizeof opts, "%s%sexitcode=%d", asan ? asan : "", asan && *asan ? ":" : "",
+             code);
+    setenv("ASAN_OPTIONS", opts, 1);
+    snprintf(opts, sizeof opts, "%s%sexitcode=%d:print_stacktrace=1", ubsan ? ubsan : "",
+             ubsan && *ubsan ? ":" : "", code);
+    setenv("UBSAN_OPTIONS", opts, 1);
+}
+
 #endif

@@ -748,15 +748,7 @@ static int setup(void **state) {
     snprintf(small_a, sizeof small_a, "%s/tests/fixtures/hf/small_a", root);
     snprintf(tmp, sizeof tmp, "/tmp/zy_cli_XXXXXX");
     if (!mkdtemp(tmp)) return -1;
-    /* A sanitizer report in the child exits with SAN_EXIT, told apart from the CLI's codes 1/2. */
-    char opts[1024];
-    const char *asan = getenv("ASAN_OPTIONS"), *ubsan = getenv("UBSAN_OPTIONS");
-    snprintf(opts, sizeof opts, "%s%sexitcode=%d", asan ? asan : "", asan && *asan ? ":" : "",
-             SAN_EXIT);
-    setenv("ASAN_OPTIONS", opts, 1);
-    snprintf(opts, sizeof opts, "%s%sexitcode=%d:print_stacktrace=1", ubsan ? ubsan : "",
-             ubsan && *ubsan ? ":" : "", SAN_EXIT);
-    setenv("UBSAN_OPTIONS", opts, 1);
+    spawn_sanitizer_exit(SAN_EXIT);
     return 0;
 }
 
