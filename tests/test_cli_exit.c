@@ -4,7 +4,7 @@
  * stray argument) prints the error and the usage to stderr and exits 2; a bad option value, a
  * missing or malformed file, an impossible shape and data that does not fit the model exit 2 with
  * one line naming the option or file; a write that fails at run time (the file-size limit, as a
- * full disk would) exits 1. Every case across the commands. */
+ * full disk would) exits 1; launch returns its failed rank's status. Cases across the commands. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -349,6 +349,18 @@ static void test_eval_data_that_does_not_fit(void **state) {
                      "--seq-len", "16");
 }
 
+/* launch returns the status of the rank that failed, so a supervisor reads it as the rank said */
+static void test_launch_passes_status(void **state) {
+    (void)state;
+    for (int want = 1; want <= 3; want++) {
+        char script[64];
+        snprintf(script, sizeof script, "exit %d", want);
+        run_result r = spawn_capture(bin, tmp, ARGS("launch", "-n", "2", "--", "sh", "-c", script));
+        if (r.code != want) fail_msg("launch -- sh -c '%s': exit %d: %s", script, r.code, r.err);
+        result_free(&r);
+    }
+}
+
 /* Runs args with writes limited to `limit` bytes per file (SIGXFSZ ignored, so a write past it
  * fails with EFBIG as on a full disk, instead of killing the process). */
 static run_result run_with_file_limit(const char *const *args, rlim_t limit) {
@@ -417,6 +429,7 @@ int main(void) {
         cmocka_unit_test(test_train_data_that_does_not_fit),
         cmocka_unit_test(test_eval_data_that_does_not_fit),
         cmocka_unit_test(test_failed_write_is_runtime),
+        cmocka_unit_test(test_launch_passes_status),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
