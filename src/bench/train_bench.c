@@ -26,6 +26,7 @@
 void bench_train_opts_default(bench_train_opts *o) {
     memset(o, 0, sizeof *o);
     o->device = ZY_DEV_CPU;
+    o->cuda = ops_cuda_opts_default();
     o->batch = 8;
     o->seq = 2048;
     o->steps = 20;
@@ -139,7 +140,7 @@ static int bt_init(bt_state *s, const bench_train_opts *o, bench_train_result *r
     memset(s, 0, sizeof *s);
     s->o = o;
     if (o->device == ZY_DEV_CUDA) {
-        ZY_TRY(ops_ctx_init_cuda(&s->ctx, o->gpu));
+        ZY_TRY(ops_ctx_init_cuda_opts(&s->ctx, o->gpu, &o->cuda));
     } else {
         if (o->threads > 0) omp_set_num_threads(o->threads);
         ops_ctx_init_cpu(&s->ctx, o->threads);
@@ -452,6 +453,8 @@ cJSON *bench_train_to_json(const bench_train_opts *o, const bench_train_result *
     cJSON_AddStringToObject(j, "optim", o->use_muon ? "muon" : "adamw");
     cJSON_AddNumberToObject(j, "lr", o->lr);
     cJSON_AddNumberToObject(j, "seed", (double)o->seed);
+    cJSON_AddNumberToObject(j, "expert_streams", o->cuda.expert_streams);
+    cJSON_AddNumberToObject(j, "expert_chunk", o->cuda.expert_chunk);
     cJSON *sm = cJSON_AddObjectToObject(j, "step_ms");
     add_num_or_null(sm, "mean", r->step_ms_mean);
     add_num_or_null(sm, "median", median_ms(r));

@@ -19,6 +19,7 @@ typedef struct {
     char model_name[512]; /* preset name or config path, for the report */
     zy_device device;
     int gpu;            /* CUDA device index */
+    zy_cuda_opts cuda;  /* how the CUDA context runs the expert GEMMs (the cuda.* settings) */
     int threads;        /* CPU threads (0 = OpenMP's default) */
     int batch, seq;     /* B, T */
     int steps, warmup;  /* timed steps, untimed steps before them */

@@ -39,7 +39,7 @@ static int setup_device(trainer *tr) {
     const char *dev = tr->cfg->device;
     if (tr->cfg->threads > 0) omp_set_num_threads(tr->cfg->threads);
     if (!strcmp(dev, "cuda") || (!strcmp(dev, "auto") && ops_cuda_device_count() > 0))
-        return ops_ctx_init_cuda(&tr->ctx, 0);
+        return ops_ctx_init_cuda_opts(&tr->ctx, 0, &tr->cfg->cuda);
     ops_ctx_init_cpu(&tr->ctx, omp_get_max_threads());
     return ZY_OK;
 }
@@ -156,12 +156,21 @@ static int resume_from(trainer *tr, const char *dir) {
     return rc;
 }
 
+/* Bad input: data whose token ids the model's embedding does not have. */
+static int check_vocab(const zy_batches *b, const char *split, int vocab_size) {
+    if (batches_max_token(b) >= vocab_size)
+        return zy_fail("the %s data holds token id %d but the model's vocabulary is %d", split,
+                       batches_max_token(b), vocab_size);
+    return ZY_OK;
+}
+
 /* Mean loss over the first `batches` validation batches (the same batches every time). */
 static int evaluate(trainer *tr, int64_t batches, double *loss, int64_t *tokens) {
     const zy_train_config *c = tr->cfg;
     batches_close(tr->val);
     tr->val = NULL;
     ZY_TRY(batches_open(&tr->val, c, 1, c->seed + 1000003));
+    ZY_TRY(check_vocab(tr->val, "validation", tr->st.model.cfg.vocab_size));
     double sum = 0;
     int64_t count = 0;
     for (int64_t i = 0; i < batches; i++) {
@@ -272,9 +281,7 @@ static int trainer_init(trainer *tr, const zy_train_config *c) {
                          .stop_on_nonfinite = 1};
     ZY_TRY(step_init_training(&tr->st, &sc, &c->optim, &c->balance));
     ZY_TRY(batches_open(&tr->train, c, 0, c->seed));
-    if (batches_max_token(tr->train) >= c->model.vocab_size)
-        return zy_fail("data holds token id %d but the model's vocabulary is %d",
-                       batches_max_token(tr->train), c->model.vocab_size);
+    ZY_TRY(check_vocab(tr->train, "training", c->model.vocab_size));
     snprintf(tr->ckpt_root, sizeof tr->ckpt_root, "%s/checkpoints", c->out_dir);
     return ZY_OK;
 }

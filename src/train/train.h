@@ -9,7 +9,7 @@
 typedef struct {
     int resume;         /* continue from the newest complete checkpoint in out_dir/checkpoints */
     int64_t stop_after; /* stop (with a checkpoint) after this many steps in this run; 0 = never */
-    const char *config_json; /* the merged training config, saved as out_dir/train_config.json */
+    const char *config_json; /* the resolved training config, saved as out_dir/train_config.json */
 } zy_train_opts;
 
 /* train_run's result when it stopped on request (--stop-after, SIGTERM or SIGINT) before the last
