@@ -96,8 +96,17 @@ $(LIB): $(OBJ)
 $(BUILD)/zayac: $(TOOL_OBJ) $(LIB)
 	$(CC) $(LDFLAGS) $(TOOL_OBJ) $(LIB) $(LDLIBS) -o $@
 
-$(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIB)
-	$(CC) $(LDFLAGS) $< $(LIB) -lcmocka $(LDLIBS) -o $@
+# Helpers shared by test programs (tests/*.c that are not test_*.c), linked from an archive so a
+# test program takes only what it uses.
+TEST_HELP_SRC := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
+TEST_HELP     := $(BUILD)/tests/libtesthelp.a
+
+$(TEST_HELP): $(TEST_HELP_SRC:%.c=$(BUILD)/%.o)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/tests/%: $(BUILD)/tests/%.o $(TEST_HELP) $(LIB)
+	$(CC) $(LDFLAGS) $< $(TEST_HELP) $(LIB) -lcmocka $(LDLIBS) -o $@
 
 # Builds the test programs without running them (the GPU scripts run them one by one).
 tests: $(TESTS) $(BUILD)/zayac
@@ -115,4 +124,4 @@ format-check:
 clean:
 	rm -rf build build-san
 
--include $(OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(TESTS:%=%.d)
+-include $(OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(TESTS:%=%.d) $(TEST_HELP_SRC:%.c=$(BUILD)/%.d)

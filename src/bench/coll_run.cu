@@ -326,8 +326,8 @@ int bench_coll_run(const bench_coll_opts *o, dist_rdv *rdv, int device, bench_co
         if (e == cudaSuccess) e = cudaMalloc((void **)&x.d_wrong, sizeof *x.d_wrong);
         if (e == cudaSuccess) e = cudaEventCreate(&x.stop);
         if (e != cudaSuccess)
-            rc = zy_fail("collectives: allocating 2 x %zu bytes on device %d: %s", x.cap, device,
-                         cudaGetErrorString(e));
+            rc = zy_fail_runtime("collectives: allocating 2 x %zu bytes on device %d: %s", x.cap,
+                                 device, cudaGetErrorString(e));
     }
     if (rc == ZY_OK) rc = run_sweep(&x, res, out, sizes, nsizes, on_size, ctx);
     if (rc != ZY_OK)

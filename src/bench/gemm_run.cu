@@ -320,7 +320,7 @@ static int bench_shape(gemm_ctx *c, const bench_gemm_opts *o, const bench_gemm_s
     cublasLtMatmulHeuristicResult_t heur[8];
     int found = 0;
     if (rc == ZY_OK && cublasLtMatmulPreferenceCreate(&pref) != CUBLAS_STATUS_SUCCESS)
-        rc = zy_fail("%s:%d: cublasLtMatmulPreferenceCreate failed", __FILE__, __LINE__);
+        rc = zy_fail_runtime("%s:%d: cublasLtMatmulPreferenceCreate failed", __FILE__, __LINE__);
     if (rc == ZY_OK) {
         cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
             pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &c->ws_bytes, sizeof c->ws_bytes);
@@ -425,29 +425,31 @@ int bench_gemm_run(const bench_gemm_opts *o, int dev, bench_gemm_result *res, FI
         cudaError_t e = cudaMalloc((void **)&c.pool, c.pool_bytes);
         if (e == cudaSuccess) e = cudaMalloc((void **)&c.out, c.out_bytes);
         if (e != cudaSuccess)
-            rc = zy_fail("gemm: allocating %.1f GB of inputs and %.1f GB of outputs on device %d: "
-                         "%s",
-                         c.pool_bytes / 1e9, c.out_bytes / 1e9, dev, cudaGetErrorString(e));
+            rc = zy_fail_runtime(
+                "gemm: allocating %.1f GB of inputs and %.1f GB of outputs on device %d: "
+                "%s",
+                c.pool_bytes / 1e9, c.out_bytes / 1e9, dev, cudaGetErrorString(e));
     }
     if (rc == ZY_OK) {
         cudaError_t e = cudaMalloc((void **)&c.scratch, c.scratch_bytes + 256);
         if (e != cudaSuccess)
-            rc = zy_fail("gemm: allocating %zu bytes of scratch: %s", c.scratch_bytes,
-                         cudaGetErrorString(e));
+            rc = zy_fail_runtime("gemm: allocating %zu bytes of scratch: %s", c.scratch_bytes,
+                                 cudaGetErrorString(e));
     }
     if (rc == ZY_OK && c.ws_bytes) {
         cudaError_t e = cudaMalloc(&c.ws, c.ws_bytes);
         if (e != cudaSuccess)
-            rc = zy_fail("gemm: allocating %zu bytes of workspace: %s", c.ws_bytes,
-                         cudaGetErrorString(e));
+            rc = zy_fail_runtime("gemm: allocating %zu bytes of workspace: %s", c.ws_bytes,
+                                 cudaGetErrorString(e));
     }
     if (rc == ZY_OK && cublasLtCreate(&c.lt) != CUBLAS_STATUS_SUCCESS)
-        rc = zy_fail("%s:%d: cublasLtCreate failed", __FILE__, __LINE__);
+        rc = zy_fail_runtime("%s:%d: cublasLtCreate failed", __FILE__, __LINE__);
     if (rc == ZY_OK) {
         cudaError_t e = cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking);
         if (e == cudaSuccess) e = cudaEventCreate(&c.e0);
         if (e == cudaSuccess) e = cudaEventCreate(&c.e1);
-        if (e != cudaSuccess) rc = zy_fail("%s:%d: %s", __FILE__, __LINE__, cudaGetErrorString(e));
+        if (e != cudaSuccess)
+            rc = zy_fail_runtime("%s:%d: %s", __FILE__, __LINE__, cudaGetErrorString(e));
     }
     for (int d = 0; d < o->ndtypes && rc == ZY_OK; d++) {
         bench_dtype t = o->dtypes[d];

@@ -10,7 +10,7 @@ int bench_gpu_count(int *n) {
     cudaError_t e = cudaGetDeviceCount(n);
     if (e != cudaSuccess) {
         *n = 0;
-        return zy_fail("no CUDA GPU available (%s)", cudaGetErrorString(e));
+        return zy_fail_runtime("no CUDA GPU available (%s)", cudaGetErrorString(e));
     }
     if (*n == 0) return zy_fail("no CUDA GPU available (the driver reports no devices)");
     return ZY_OK;

@@ -228,12 +228,12 @@ int bench_membw_run(const bench_membw_opts *o, int dev, bench_membw_result *res,
     if (e == cudaSuccess) e = cudaMalloc((void **)&x.d_wrong, sizeof *x.d_wrong);
     if (e == cudaSuccess && o->host_max_bytes) e = cudaMallocHost(&x.pinned, o->host_max_bytes);
     if (e != cudaSuccess)
-        rc = zy_fail("membw: allocating 3 x %zu device bytes and %zu pinned bytes: %s",
-                     o->max_bytes, o->host_max_bytes, cudaGetErrorString(e));
+        rc = zy_fail_runtime("membw: allocating 3 x %zu device bytes and %zu pinned bytes: %s",
+                             o->max_bytes, o->host_max_bytes, cudaGetErrorString(e));
     if (rc == ZY_OK && o->host_max_bytes) {
         x.pageable = malloc(o->host_max_bytes);
         if (!x.pageable)
-            rc = zy_fail("membw: out of host memory (%zu bytes)", o->host_max_bytes);
+            rc = zy_fail_runtime("membw: out of host memory (%zu bytes)", o->host_max_bytes);
         else
             memset(x.pageable, 1, o->host_max_bytes); /* touch every page before timing */
         if (x.pinned) memset(x.pinned, 1, o->host_max_bytes);

@@ -10,6 +10,7 @@ extern "C" int bench_train_gpu_mem(int dev, size_t *free_bytes, size_t *total_by
     cudaError_t e = cudaSetDevice(dev);
     if (e == cudaSuccess) e = cudaMemGetInfo(free_bytes, total_bytes);
     if (e != cudaSuccess)
-        return zy_fail("device cuda:%d: cudaMemGetInfo failed: %s", dev, cudaGetErrorString(e));
+        return zy_fail_runtime("device cuda:%d: cudaMemGetInfo failed: %s", dev,
+                               cudaGetErrorString(e));
     return ZY_OK;
 }

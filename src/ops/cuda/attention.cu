@@ -849,7 +849,7 @@ __global__ void __launch_bounds__(GB *ATT_DQ_NW * 32)
 
 static int att_cuda_ok(cudaError_t e, const char *what) {
     if (e != cudaSuccess)
-        return zy_fail("cuda attention: %s failed: %s", what, cudaGetErrorString(e));
+        return zy_fail_runtime("cuda attention: %s failed: %s", what, cudaGetErrorString(e));
     return ZY_OK;
 }
 

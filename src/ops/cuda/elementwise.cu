@@ -403,7 +403,8 @@ int cuda_embed_bwd_f32(float *demb, float *dbias, float *dscale, float *ws, cons
     embed_ws_plan L;
     cudaError_t e = embed_ws_layout(N, D, &L);
     if (e != cudaSuccess)
-        return zy_fail("cuda embed_bwd: sizing the id sort failed: %s", cudaGetErrorString(e));
+        return zy_fail_runtime("cuda embed_bwd: sizing the id sort failed: %s",
+                               cudaGetErrorString(e));
     char *w = (char *)ws;
     float *seg = (float *)(w + L.seg);
     int32_t *idx_in = (int32_t *)(w + L.idx_in), *idx_out = (int32_t *)(w + L.idx_out);
@@ -414,7 +415,7 @@ int cuda_embed_bwd_f32(float *demb, float *dbias, float *dscale, float *ws, cons
     e = cub::DeviceRadixSort::SortPairs(w + L.temp, temp_bytes, (const uint32_t *)ids, keys_out,
                                         idx_in, idx_out, N, 0, 32, st);
     if (e != cudaSuccess)
-        return zy_fail("cuda embed_bwd: sorting the ids failed: %s", cudaGetErrorString(e));
+        return zy_fail_runtime("cuda embed_bwd: sorting the ids failed: %s", cudaGetErrorString(e));
     const uint32_t skip = (uint32_t)skip_id; /* -1: no valid id (< 2^31) matches */
     if (D % 4 == 0 && zy_aligned(demb, 16) && zy_aligned(dh, 16) && zy_aligned(scale, 16) &&
         zy_aligned(ws, 16)) {

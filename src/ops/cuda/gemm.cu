@@ -249,8 +249,8 @@ static int plan_build(cuda_gemm_ctx *c, cuda_gemm_plan *p, const plan_key *k,
     }
     cublasLtMatmulPreferenceDestroy(pref);
     if (st != CUBLAS_STATUS_SUCCESS)
-        return zy_fail("%s:%d: cuBLASLt preference/heuristic failed: %s", __FILE__, __LINE__,
-                       cublasGetStatusString(st));
+        return zy_fail_runtime("%s:%d: cuBLASLt preference/heuristic failed: %s", __FILE__,
+                               __LINE__, cublasGetStatusString(st));
     if (n > 0) p->algo = h.algo, *found = 1;
     p->cur_m = k->M, p->cur_k = k->K;
     p->cur_sa = bs->a, p->cur_sb = bs->b, p->cur_sc = bs->c, p->cur_count = bs->count;
@@ -397,16 +397,16 @@ int cuda_gemm_init(cuda_gemm_ctx *c) {
     cublasStatus_t st = cublasCreate(&b);
     if (st != CUBLAS_STATUS_SUCCESS) {
         cuda_gemm_free(c);
-        return zy_fail("%s:%d: cublasCreate failed: %s", __FILE__, __LINE__,
-                       cublasGetStatusString(st));
+        return zy_fail_runtime("%s:%d: cublasCreate failed: %s", __FILE__, __LINE__,
+                               cublasGetStatusString(st));
     }
     c->blas = b;
     cudaError_t e = cudaMalloc(&c->workspace, CUDA_GEMM_WORKSPACE);
     if (e == cudaSuccess) e = cudaMalloc(&c->ptrs, 3 * CUDA_GEMM_MAX_EXPERTS * sizeof(void *));
     if (e != cudaSuccess) {
         cuda_gemm_free(c);
-        return zy_fail("%s:%d: cudaMalloc of the GEMM workspace failed: %s", __FILE__, __LINE__,
-                       cudaGetErrorString(e));
+        return zy_fail_runtime("%s:%d: cudaMalloc of the GEMM workspace failed: %s", __FILE__,
+                               __LINE__, cudaGetErrorString(e));
     }
     c->plans = (cuda_gemm_plan *)zy_calloc(CUDA_GEMM_CACHE_SIZE, sizeof(cuda_gemm_plan));
     return ZY_OK;
@@ -508,9 +508,10 @@ static int gemm_batched(cuda_gemm_ctx *c, void *C, const void *A, const void *B,
         st = plan_run(c, p, &k, C, A, B, alpha, beta, bias, bs, s);
     }
     if (st != CUBLAS_STATUS_SUCCESS)
-        return zy_fail("%s:%d: %s M=%d N=%d K=%d transA=%d transB=%d batch=%d failed: %s", __FILE__,
-                       __LINE__, p->fallback == 2 ? "cublasGemmEx" : "cublasLtMatmul", M, N, K,
-                       transA, transB, batch, cublasGetStatusString(st));
+        return zy_fail_runtime("%s:%d: %s M=%d N=%d K=%d transA=%d transB=%d batch=%d failed: %s",
+                               __FILE__, __LINE__,
+                               p->fallback == 2 ? "cublasGemmEx" : "cublasLtMatmul", M, N, K,
+                               transA, transB, batch, cublasGetStatusString(st));
     if (p->fallback) {
         c->fallbacks += p->fallback == 1;
         c->legacy += p->fallback == 2;

@@ -68,13 +68,13 @@ static int time_one(time_bufs *b, int what, int impl, int N, int K, cuda_gemm_dt
     int rc = ZY_OK;
     for (int i = 0; i < 3 && rc == ZY_OK; i++) rc = run_once(b, what, impl, N, K, dc);
     if (rc == ZY_OK && cudaEventRecord(e0, b->s) != cudaSuccess)
-        rc = zy_fail("event record failed");
+        rc = zy_fail_runtime("event record failed");
     for (int i = 0; i < T_ITERS && rc == ZY_OK; i++) rc = run_once(b, what, impl, N, K, dc);
     float ms = 0;
     if (rc == ZY_OK &&
         (cudaEventRecord(e1, b->s) != cudaSuccess || cudaEventSynchronize(e1) != cudaSuccess ||
          cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess))
-        rc = zy_fail("%s:%d: timing events failed", __FILE__, __LINE__);
+        rc = zy_fail_runtime("%s:%d: timing events failed", __FILE__, __LINE__);
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
     *us = ms * 1e3 / T_ITERS;

@@ -32,7 +32,7 @@ int cuda_ops_ctx_init(zy_ctx *ctx, int gpu, const zy_cuda_opts *opts) {
                        n == 1 ? "" : "s");
     ZY_CUDA_TRY(cudaSetDevice(gpu));
     cuda_state *s = (cuda_state *)calloc(1, sizeof *s);
-    if (!s) return zy_fail("out of host memory");
+    if (!s) return zy_fail_runtime("out of host memory");
     ZY_CUDA_TRY(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
     if (cuda_gemm_init(&s->gemm) != ZY_OK) {
         cudaStreamDestroy(s->stream);
