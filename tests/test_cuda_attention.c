@@ -2,8 +2,9 @@
  * (ops_attention_fwd/bwd, fp32) on the same bf16-rounded random inputs: relative L2 error of out,
  * dq, dk, dv under 1e-2 (bf16 operands of the matrix products and bf16 outputs put it near 3e-3),
  * lse within 1e-3, every output element written (outputs are poisoned with NaN first). Shapes cover
- * T not a multiple of the tiles, T = 1, Hq = Hk, sliding windows, d = 16..128 and every kernel
- * variant, both dq paths (the default atomic-free one and dq_atomic). test_repeat runs the default
+ * every kernel variant and both dq paths (the default atomic-free one and dq_atomic); the default
+ * kernels on the other shapes (T off the tiles, T = 1, Hq = Hk, windows, d = 16..128, T = 2048)
+ * are cases of tests/op_cases_attention.c (test_ops_backends). test_repeat runs the default
  * backward several times on the same inputs and requires bitwise-identical dq, dk, dv (memcmp).
  * Argument checks run without a GPU; the rest skips when there is none.
  * `test_cuda_attention --bench` instead times the kernels on the ZAYA1 shapes (CUDA events, median)
@@ -205,37 +206,6 @@ static void run_cases(const att_shape *cs, int n) {
     for (int i = 0; i < n; i++) run_case(&cs[i]);
 }
 
-/* Shapes with T off the tile sizes, T = 1, Hq = Hk, Hk = 1, and small head dims. */
-static void test_shapes(void **state) {
-    (void)state;
-    static const att_shape cs[] = {
-        {2, 100, 4, 2, 64, 0, 1.0f, {0, 0, 0, 0, 0, 0}},
-        {1, 1, 8, 2, 128, 0, 1.0f, {0, 0, 0, 0, 0, 0}},
-        {3, 1, 4, 4, 64, 0, 1.0f, {0, 0, 0, 0, 0, 0}},
-        {2, 300, 2, 2, 128, 0, 1.0f, {0, 0, 0, 0, 0, 0}},
-        {1, 257, 8, 2, 128, 0, 1.0f, {0, 0, 0, 0, 0, 0}},
-        {2, 130, 4, 1, 32, 0, 1.0f, {0, 0, 0, 0, 0, 0}},
-        {2, 77, 6, 3, 16, 0, 1.0f, {0, 0, 0, 0, 0, 0}},
-        {1, 64, 8, 2, 128, 0, 1.0f, {0, 0, 0, 0, 0, 0}},
-        {1, 129, 2, 1, 64, 0, 1.0f, {0, 0, 0, 0, 0, 0}},
-    };
-    run_cases(cs, (int)(sizeof(cs) / sizeof(cs[0])));
-}
-
-/* Sliding windows: shorter than a tile, not a multiple of one, 1 (only itself), longer than T. */
-static void test_window(void **state) {
-    (void)state;
-    static const att_shape cs[] = {
-        {1, 257, 8, 2, 128, 50, 1.0f, {0, 0, 0, 0, 0, 0}},
-        {2, 200, 4, 2, 64, 100, 1.0f, {0, 0, 0, 0, 0, 0}},
-        {1, 90, 2, 1, 128, 1, 1.0f, {0, 0, 0, 0, 0, 0}},
-        {1, 70, 4, 2, 32, 500, 1.0f, {0, 0, 0, 0, 0, 0}},
-        {1, 600, 4, 1, 128, 129, 1.0f, {0, 0, 0, 0, 0, 0}},
-        {1, 333, 4, 4, 16, 17, 1.0f, {0, 0, 0, 0, 0, 0}},
-    };
-    run_cases(cs, (int)(sizeof(cs) / sizeof(cs[0])));
-}
-
 /* Every kernel variant at d = 128 and 64, with and without a window, on the default (stored dS)
  * dq path, then two on the atomic and two on the recomputing one; the atomic and recomputing dq
  * at d = 32 and 16; and peaked softmax rows (scores with standard deviation ~4) on all three dq
@@ -387,13 +357,6 @@ static void test_repeat(void **state) {
     repeat_case(&atomic, 3, diff);
     assert_int_equal(diff[1], 0); /* dk and dv never use atomics */
     assert_int_equal(diff[2], 0);
-}
-
-/* A ZAYA1-sized sequence: one batch of T = 2048 with 8 query and 2 key heads of 128. */
-static void test_long(void **state) {
-    (void)state;
-    static const att_shape cs[] = {{1, 2048, 8, 2, 128, 0, 1.0f, {0, 0, 0, 0, 0, 0}}};
-    run_cases(cs, 1);
 }
 
 /* Bad arguments are refused with a message naming the call, before touching the GPU. */
@@ -606,9 +569,9 @@ int main(int argc, char **argv) {
     rng = zy_rng_init(20261122, 7);
     if (argc > 1 && strcmp(argv[1], "--bench") == 0) return bench_main();
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_bad_args), cmocka_unit_test(test_shapes),
-        cmocka_unit_test(test_window),   cmocka_unit_test(test_variants),
-        cmocka_unit_test(test_long),     cmocka_unit_test(test_sanitize),
+        cmocka_unit_test(test_bad_args),
+        cmocka_unit_test(test_variants),
+        cmocka_unit_test(test_sanitize),
         cmocka_unit_test(test_repeat),
     };
     /* ATTN_FILTER=test_sanitize runs one test (the compute-sanitizer runs use that one) */
