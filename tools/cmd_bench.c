@@ -518,6 +518,10 @@ static int train_parse(const zy_opt *opts, bench_train_opts *o) {
     ZY_TRY(args_int_in(opts, "--seed", (long long)o->seed, 0, LLONG_MAX, &seed));
     o->seed = (uint64_t)seed;
     o->profile = args_get(opts, "--profile") != NULL;
+    ZY_TRY(train_opt_int(opts, "--expert-streams", o->cuda.expert_streams, 1, ZY_EXPERT_STREAMS_MAX,
+                         &o->cuda.expert_streams));
+    ZY_TRY(
+        train_opt_int(opts, "--expert-chunk", o->cuda.expert_chunk, 0, 1, &o->cuda.expert_chunk));
     return bench_train_check(o);
 }
 
@@ -538,6 +542,8 @@ static int bench_train(int argc, char **argv) {
         {"--json", 1, "also write the result as JSON to this file", NULL},
         {"--seed", 1, "seed of the weights and the synthetic tokens (default 1)", NULL},
         {"--threads", 1, "CPU threads (default: OpenMP's)", NULL},
+        {"--expert-streams", 1, "CUDA streams the expert GEMMs share (cuda.expert_streams)", NULL},
+        {"--expert-chunk", 1, "1: expert GEMMs by 256-row blocks (cuda.expert_chunk)", NULL},
         {"--help", 0, "this help", NULL},
         {NULL, 0, NULL, NULL}};
     int done = args_cli("bench train", "(--preset NAME | --config FILE) [options]", opts, argc,

@@ -3,6 +3,7 @@
 #include "base/err.h"
 #include "cmds.h"
 #include "model_cli.h"
+#include "train/settings.h"
 #include "train/train.h"
 
 #include <math.h>
@@ -34,15 +35,17 @@ int cmd_eval(int argc, char **argv) {
         args_int_in(opts, "--seq-len", 128, 1, 1 << 24, &sl) != 0 ||
         cli_skip_bias(opts, &rule) != 0)
         return cli_error("eval");
-    char set[3][1200];
-    snprintf(set[0], sizeof set[0], "model=\"%s\"", args_get(opts, "--model"));
-    snprintf(set[1], sizeof set[1], "data=\"%s\"", args_get(opts, "--data"));
-    snprintf(set[2], sizeof set[2], "batch_size=%lld", bs);
-    char sl_set[64];
+    /* paths travel as JSON string literals, so any character in them is kept exactly */
+    char *model_set = settings_string_override("model", args_get(opts, "--model"));
+    char *data_set = settings_string_override("data", args_get(opts, "--data"));
+    char bs_set[64], sl_set[64];
+    snprintf(bs_set, sizeof bs_set, "batch_size=%lld", bs);
     snprintf(sl_set, sizeof sl_set, "seq_len=%lld", sl);
-    const char *over[4] = {set[0], set[1], set[2], sl_set};
+    const char *over[4] = {model_set, data_set, bs_set, sl_set};
     zy_train_config *c = malloc(sizeof *c);
     int rc = train_config_build(c, NULL, over, 4, NULL);
+    free(model_set);
+    free(data_set);
     double loss = 0;
     int64_t tokens = 0;
     if (rc == 0) rc = train_eval(c, args_get(opts, "--model"), rule, batches, &loss, &tokens);

@@ -12,7 +12,7 @@ int bench_gpu_count(int *n) {
         *n = 0;
         return zy_fail_runtime("no CUDA GPU available (%s)", cudaGetErrorString(e));
     }
-    if (*n == 0) return zy_fail("no CUDA GPU available (the driver reports no devices)");
+    if (*n == 0) return zy_fail_runtime("no CUDA GPU available (the driver reports no devices)");
     return ZY_OK;
 }
 

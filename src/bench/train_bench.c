@@ -57,6 +57,11 @@ int bench_train_check(const bench_train_opts *o) {
         return zy_fail("--threads must be 0..4096, got %d", o->threads);
     if (o->device == ZY_DEV_CUDA && o->gpu < 0)
         return zy_fail("--device cuda:%d: not a device index", o->gpu);
+#ifndef ZY_HAVE_CUDA
+    if (o->device == ZY_DEV_CUDA)
+        return zy_fail("--device cuda: this zayac was built without CUDA (rebuild with nvcc on "
+                       "PATH)");
+#endif
     return ZY_OK;
 }
 
@@ -333,8 +338,8 @@ int bench_train_run(const bench_train_opts *o, bench_train_result *r) {
     if (o->device == ZY_DEV_CUDA) {
         int n = ops_cuda_device_count();
         if (o->gpu >= n)
-            return zy_fail("device cuda:%d: %d CUDA GPU%s visible to this process", o->gpu, n,
-                           n == 1 ? "" : "s");
+            return zy_fail_runtime("device cuda:%d: %d CUDA GPU%s visible to this process", o->gpu,
+                                   n, n == 1 ? "" : "s");
         ZY_TRY(bench_gpu_describe(&r->machine, o->gpu));
         if (!(o->peak_tflops > 0)) {
             if (o->progress) {

@@ -28,8 +28,8 @@ int cuda_ops_device_count(void) {
 int cuda_ops_ctx_init(zy_ctx *ctx, int gpu, const zy_cuda_opts *opts) {
     int n = cuda_ops_device_count();
     if (gpu < 0 || gpu >= n)
-        return zy_fail("device cuda:%d: %d CUDA GPU%s visible to this process", gpu, n,
-                       n == 1 ? "" : "s");
+        return zy_fail_runtime("device cuda:%d: %d CUDA GPU%s visible to this process", gpu, n,
+                               n == 1 ? "" : "s");
     ZY_CUDA_TRY(cudaSetDevice(gpu));
     cuda_state *s = (cuda_state *)calloc(1, sizeof *s);
     if (!s) return zy_fail_runtime("out of host memory");
