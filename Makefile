@@ -111,17 +111,48 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(TEST_HELP) $(LIB)
 # Builds the test programs without running them (the GPU scripts run them one by one).
 tests: $(TESTS) $(BUILD)/zayac
 
+# Kernel and GEMM variants kept for tuning, out of libzayac (dev/README.md): `make dev` builds
+# $(BUILD)/dev/libzayac_dev.a from dev/ and the programs dev/test_*.c (cmocka, GPU tests) and
+# dev/time_*.cu (timings) against it and libzayac. CUDA builds only; CI does not build it.
+DEV_PROG_SRC := $(sort $(wildcard dev/test_*.c dev/time_*.cu))
+DEV_LIB_SRC  := $(filter-out $(DEV_PROG_SRC),$(sort $(wildcard dev/*.c dev/*.cu)))
+DEV_LIB_OBJ  := $(patsubst %.cu,$(BUILD)/%.cu.o,$(DEV_LIB_SRC:%.c=$(BUILD)/%.o))
+DEV_LIB      := $(BUILD)/dev/libzayac_dev.a
+DEV_PROGS    := $(patsubst dev/%.cu,$(BUILD)/dev/%,$(DEV_PROG_SRC:dev/%.c=$(BUILD)/dev/%))
+
+.PHONY: dev
+ifeq ($(CUDA),1)
+dev: $(DEV_PROGS)
+else
+dev:
+	@echo "make dev: the dev/ variants are CUDA code: build with CUDA=1 (nvcc)" >&2; exit 2
+endif
+
+$(BUILD)/dev/%.o: CFLAGS += -Itests
+$(BUILD)/dev/%.cu.o: NVFLAGS += -Itests
+
+$(DEV_LIB): $(DEV_LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/dev/%: $(BUILD)/dev/%.o $(DEV_LIB) $(LIB)
+	$(CC) $(LDFLAGS) $< $(DEV_LIB) $(LIB) -lcmocka $(LDLIBS) -o $@
+
+$(BUILD)/dev/%: $(BUILD)/dev/%.cu.o $(DEV_LIB) $(LIB)
+	$(CC) $(LDFLAGS) $< $(DEV_LIB) $(LIB) $(LDLIBS) -o $@
+
 # Tests find the zayac binary and the fixtures through these variables.
 test: $(TESTS) $(BUILD)/zayac
 	ZAYAC_BIN=$(abspath $(BUILD)/zayac) ZAYAC_ROOT=$(CURDIR) bash scripts/run_tests.sh $(TESTS)
 
 format:
-	clang-format -i $(shell find src tools tests -name '*.[ch]' -o -name '*.cu')
+	clang-format -i $(shell find src tools tests dev -name '*.[ch]' -o -name '*.cu')
 
 format-check:
-	clang-format --dry-run --Werror $(shell find src tools tests -name '*.[ch]' -o -name '*.cu')
+	clang-format --dry-run --Werror $(shell find src tools tests dev -name '*.[ch]' -o -name '*.cu')
 
 clean:
 	rm -rf build build-san
 
 -include $(OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(TESTS:%=%.d) $(TEST_HELP_SRC:%.c=$(BUILD)/%.d)
+-include $(DEV_LIB_OBJ:.o=.d) $(DEV_PROGS:%=%.d) $(DEV_PROGS:%=%.cu.d)

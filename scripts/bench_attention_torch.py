@@ -4,7 +4,7 @@ B=8 T=2048 and B=4 T=4096), with CUDA events (median of many runs after a warm-u
 default backend choice and each backend forced, in two layouts: zayac's token-major rows
 ([B,T,H,d] viewed as [B,H,T,d], as HF calls it) and torch's contiguous [B,H,T,d].
 Prints one RESULT line per measurement. With --ours FILE (the output of
-`test_cuda_attention --bench`) it also prints the comparison table (markdown) of zayac's kernels
+`dev/test_attention_variants --bench`) it also prints the comparison table (markdown) of zayac's kernels
 against the fastest torch configuration. Runs on the GPU machine (scripts/gpu_attention.sh)."""
 import argparse
 import contextlib
@@ -139,7 +139,7 @@ def compare(ours, theirs):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--ours", help="output of test_cuda_attention --bench")
+    ap.add_argument("--ours", help="output of dev/test_attention_variants --bench")
     args = ap.parse_args()
     theirs = run_torch()
     if args.ours:

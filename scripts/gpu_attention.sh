@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The CUDA attention on the lent GPU machine, in one call: build zayac (Debian packages for cJSON,
 # cmocka, OpenBLAS and PCRE2 travel as .debs and are unpacked into a folder of their own), run
-# tests/test_cuda_attention (plain, then its small shapes under compute-sanitizer memcheck and
-# racecheck), time our kernels (test_cuda_attention --bench) and torch SDPA
+# tests/test_cuda_attention and dev/test_attention_variants (plain, then the variants' small
+# shapes under compute-sanitizer memcheck and racecheck), time every kernel shape
+# (dev/test_attention_variants --bench) and torch SDPA
 # (scripts/bench_attention_torch.py), and print the comparison. Every step runs even when an
 # earlier one failed; each has a time limit. Logs land in $OUT (default /tmp/attn_out).
 # Usage, from the zayac tree: DEBS=../debs-attn bash scripts/gpu_attention.sh
@@ -55,10 +56,13 @@ export LD_LIBRARY_PATH=$DEPS/usr/lib/x86_64-linux-gnu:$DEPS/usr/lib/x86_64-linux
 
 # --- build: the whole tree, then (in case something unrelated broke) the test alone
 NJ=$(nproc)
-step build 150 "$BUILD_LOG" make -j"$NJ" DEPS_ROOT=$DEPS all build/tests/test_cuda_attention ||
-    step build_test_only 100 "$BUILD_LOG" make -j"$NJ" DEPS_ROOT=$DEPS build/tests/test_cuda_attention
-BIN=./build/tests/test_cuda_attention
-if [ ! -x $BIN ]; then
+step build 150 "$BUILD_LOG" make -j"$NJ" DEPS_ROOT=$DEPS all build/tests/test_cuda_attention \
+    build/dev/test_attention_variants ||
+    step build_test_only 100 "$BUILD_LOG" make -j"$NJ" DEPS_ROOT=$DEPS \
+        build/tests/test_cuda_attention build/dev/test_attention_variants
+TBIN=./build/tests/test_cuda_attention
+BIN=./build/dev/test_attention_variants # every kernel shape, --bench, the sanitizer set
+if [ ! -x $BIN ] || [ ! -x $TBIN ]; then
     echo "test binary did not build; end of the build log:"
     tail -40 "$BUILD_LOG"
     exit 1
@@ -67,7 +71,8 @@ cuobjdump --dump-resource-usage build/src/ops/cuda/attention.cu.o 2>&1 |
     grep -E "Function|REG" | paste - - | sed -E 's/ +/ /g' | cut -c1-220 >>"$BUILD_LOG"
 
 # --- correctness, then speed, then the sanitizers (slowest last)
-step test 100 "$OUT/test.log" $BIN
+step test 100 "$OUT/test.log" $TBIN
+step test_variants 100 "$OUT/test.log" $BIN
 step bench_ours 60 "$OUT/bench_ours.log" $BIN --bench
 step bench_torch 90 "$OUT/bench_torch.log" python3 scripts/bench_attention_torch.py \
     --ours "$OUT/bench_ours.log"

@@ -18,13 +18,14 @@ note() { echo "$*" | tee -a "$OUT/summary.txt"; }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >"$OUT/machine.log" 2>&1
 
 t0=$(date +%s)
-make -j"$NJ" DEPS_ROOT="$DEPS_ROOT" CUDA=1 all tests >"$OUT/build.log" 2>&1
+make -j"$NJ" DEPS_ROOT="$DEPS_ROOT" CUDA=1 all tests dev >"$OUT/build.log" 2>&1
 rc=$?
 note "build rc=$rc ($(($(date +%s) - t0)) s)"
 [ $rc -ne 0 ] && { grep -E "error" "$OUT/build.log" | head -30; tail -20 "$OUT/build.log"; exit 1; }
 
 TESTS=()
 for t in tests/test_cuda_*.c; do TESTS+=("build/tests/$(basename "$t" .c)"); done
+for t in dev/test_*.c; do TESTS+=("build/dev/$(basename "$t" .c)"); done
 TESTS+=(build/tests/test_train_resume)
 for t in "${TESTS[@]}"; do
     name=$(basename "$t")
@@ -37,10 +38,12 @@ for t in "${TESTS[@]}"; do
 done
 
 if [ "${SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
-    for name in ${SANITIZE_TESTS:-test_cuda_ops_dense test_cuda_ops_moe test_cuda_ops_cca test_cuda_optim test_cuda_attention test_cuda_elementwise test_cuda_model}; do
-        [ -x "build/tests/$name" ] || continue
+    for name in ${SANITIZE_TESTS:-test_cuda_ops_dense test_cuda_ops_moe test_cuda_ops_cca test_cuda_optim test_attention_variants test_cuda_elementwise test_cuda_model}; do
+        bin=build/tests/$name
+        [ -x "$bin" ] || bin=build/dev/$name # dev/test_*.c (make dev)
+        [ -x "$bin" ] || continue
         CCA_TEST_QUICK=1 ZY_SKIP_BENCH=1 ATTN_FILTER=test_sanitize ELEM_FILTER="test_embed*" timeout 240 compute-sanitizer --tool memcheck --error-exitcode 99 \
-            "build/tests/$name" >"$OUT/memcheck_$name.log" 2>&1
+            "$bin" >"$OUT/memcheck_$name.log" 2>&1
         rc=$?
         note "memcheck $name rc=$rc: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_$name.log" | tail -1)"
         [ $rc -ne 0 ] && rc_all=1

@@ -3,7 +3,13 @@
  * outputs in another, so no GEMM ever reads an earlier GEMM's output (values that would grow to
  * inf/NaN); when a shape's operands are small enough to stay in L2, successive runs rotate
  * through copies spread over several times the
- * L2 size, so the rate is that of data coming from HBM as in a real step. */
+ * L2 size, so the rate is that of data coming from HBM as in a real step.
+ * It calls cuBLASLt directly, not through ops/cuda/gemm.h, on purpose: it measures the library
+ * itself (every candidate algorithm the heuristic offers for a shape, its tile and split-K, TF32
+ * compute), where gemm.h runs one cached algorithm per shape for training. Serving it through
+ * gemm.h would widen the training module with benchmark-only entry points (candidates for a
+ * shape, run candidate i, describe it) for no shared code; a port measures the new library here
+ * as it is. */
 #include "bench/gemm.h"
 #include "base/check.h"
 

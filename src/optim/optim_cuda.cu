@@ -11,11 +11,12 @@
  * steps as three strided-batched bf16 GEMMs each (fp32 accumulation, bf16 results):
  *     A = X X^T,   B = c A A + b A,   X' = B X + a X        (wide: rows <= cols)
  *     A = X^T X,   B = c A A + b A,   X' = X B + a X        (tall: the Gram matrix is cols^2)
- * with cuBLASLt, whose D may differ from C so that nothing is copied, and last the apply kernel
- * p -= lr (scale u + wd p). GEMMs cuBLASLt has no algorithm for run through classic cuBLAS
- * (C copied into D first). The X buffers hold each matrix row-major with rows padded to a
- * multiple of 8 elements, i.e. column-major [cols, rows] for cuBLAS; the batch strides are
- * multiples of 128 elements so every matrix starts 256-byte aligned.
+ through the context's GEMM module (ops/cuda/gemm.h, cuda_gemm_run: its plan cache, planned at
+ * init; cuBLASLt, whose D may differ from C so that nothing is copied; classic cuBLAS where
+ * cuBLASLt has no algorithm), and last the apply kernel p -= lr (scale u + wd p). The X buffers
+ * hold each matrix row-major with rows padded to a multiple of 8 elements (column-major
+ * [cols, rows] for cuBLAS); the batch strides are multiples of 128 elements so every matrix starts
+ * 256-byte aligned.
  *
  * Clipping: the non-buffer tensors become segments (contiguous tensors merged), passed by value in
  * launches of up to SEG_MAX; a block sums its chunk's squares in double, blocks write partials in
@@ -28,8 +29,6 @@ extern "C" { /* ops.h has no C++ guards of its own: include it with C linkage fi
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/cuda_state.h"
 
-#include <cublasLt.h>
-#include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <math.h>
 #include <stdint.h>
@@ -50,7 +49,6 @@ typedef __nv_bfloat16 bf16;
 #define NS_B   (-4.7750f)
 #define NS_C   2.0315f
 #define NS_EPS 1e-7
-
 
 static int64_t round_up(int64_t x, int64_t m) {
     return (x + m - 1) / m * m;
@@ -73,18 +71,15 @@ typedef struct {
     float wd;      /* weight decay of the tensor's kind */
 } adam_chunk;
 
-/* The GEMM descriptors of one (shape, batch count). */
+/* The Newton-Schulz GEMMs of one (shape, batch count). */
 typedef struct {
-    int64_t rows, cols; /* each matrix [rows, cols] row-major */
-    int64_t s, l;       /* min and max of rows, cols: the Gram matrix is [s, s] */
-    int tall;           /* rows > cols */
-    int64_t ldx, lds;   /* leading dimensions (elements) of X (cols padded) and of the Gram */
-    int64_t sx, ss;     /* batch strides of X and of the Gram buffers */
-    int count;          /* matrices per call */
-    cublasLtMatmulDesc_t gram, nn; /* GEMM 1 (wide: T,N; tall: N,T), GEMMs 2 and 3 (N,N) */
-    cublasLtMatrixLayout_t lx, ls; /* X: column-major [cols, rows]; Gram [s, s] */
-    cublasLtMatmulAlgo_t algo[3];
-    int have[3]; /* 0: cuBLASLt has no algorithm; classic cuBLAS runs that GEMM */
+    int64_t rows, cols;     /* each matrix [rows, cols] row-major */
+    int64_t s, l;           /* min and max of rows, cols: the Gram matrix is [s, s] */
+    int tall;               /* rows > cols */
+    int64_t ldx, lds;       /* leading dimensions (elements) of X (cols padded) and of the Gram */
+    int64_t sx, ss;         /* batch strides of X and of the Gram buffers */
+    int count;              /* matrices per call */
+    cuda_gemm_desc gemm[3]; /* Gram, polynomial, update (ns_descs) */
 } ns_shape;
 
 /* One Newton-Schulz call: count matrices of one shape. */
@@ -112,60 +107,60 @@ struct zy_optim_cuda {
     int lt_missing;
 };
 
-/* Creates the descriptors of sh (dimensions set) and asks cuBLASLt for an algorithm per GEMM. */
-static void shape_build(zy_ctx *ctx, ns_shape *sh) {
-    cublasLtHandle_t lt = (cublasLtHandle_t)cuda_st(ctx)->gemm.lt;
-    const cublasOperation_t N = CUBLAS_OP_N, T = CUBLAS_OP_T;
-    const cublasOperation_t ga = sh->tall ? N : T, gb = sh->tall ? T : N;
-    ZY_CUBLAS_CHECK(cublasLtMatmulDescCreate(&sh->gram, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    ZY_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(sh->gram, CUBLASLT_MATMUL_DESC_TRANSA, &ga, sizeof ga));
-    ZY_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(sh->gram, CUBLASLT_MATMUL_DESC_TRANSB, &gb, sizeof gb));
-    ZY_CUBLAS_CHECK(cublasLtMatmulDescCreate(&sh->nn, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    ZY_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(sh->nn, CUBLASLT_MATMUL_DESC_TRANSA, &N, sizeof N));
-    ZY_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(sh->nn, CUBLASLT_MATMUL_DESC_TRANSB, &N, sizeof N));
-    const int32_t count = sh->count;
-    ZY_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&sh->lx, CUDA_R_16BF, (uint64_t)sh->cols,
-                                          (uint64_t)sh->rows, sh->ldx));
-    ZY_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&sh->ls, CUDA_R_16BF, (uint64_t)sh->s, (uint64_t)sh->s,
-                                          sh->lds));
-    cublasLtMatrixLayout_t lays[2] = {sh->lx, sh->ls};
-    const int64_t strides[2] = {sh->sx, sh->ss};
-    for (int i = 0; i < 2; i++) {
-        ZY_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(lays[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
-                                                    &count, sizeof count));
-        ZY_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
-            lays[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &strides[i], sizeof strides[i]));
-    }
-    cublasLtMatmulPreference_t pref;
-    ZY_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    size_t ws = CUDA_GEMM_WORKSPACE;
-    ZY_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                    &ws, sizeof ws));
-    /* (desc, A, B, C = D) of GEMM 1, 2, 3 */
-    cublasLtMatmulDesc_t d[3] = {sh->gram, sh->nn, sh->nn};
-    cublasLtMatrixLayout_t a[3] = {sh->lx, sh->ls, sh->tall ? sh->ls : sh->lx};
-    cublasLtMatrixLayout_t b[3] = {sh->lx, sh->ls, sh->tall ? sh->lx : sh->ls};
-    cublasLtMatrixLayout_t c[3] = {sh->ls, sh->ls, sh->lx};
+/* The three GEMMs of one quintic step over sh->count matrices, row-major (gemm.h) on the X
+ * buffer's [rows, cols] matrices (rows ldx apart) and the [s, s] Gram buffers (rows lds apart):
+ *   0: A = X X^T (wide) or X^T X (tall)          C = D = Gram A
+ *   1: B = c A A + b A                            C = A, D = Gram B
+ *   2: X' = B X + a X (wide) or X B + a X (tall)  C = X, D = the other X buffer
+ * cuBLAS sees X as column-major [cols, rows]: gemm.h's mapping gives it the same transposes,
+ * layouts and strides as the column-major formulation of the header comment. Leading dimensions
+ * are given, so each is planned for its exact sizes. */
+static void ns_descs(ns_shape *sh) {
+    const int s = (int)sh->s, l = (int)sh->l;
     for (int i = 0; i < 3; i++) {
-        cublasLtMatmulHeuristicResult_t h;
-        int n = 0;
-        /* a refusal (no kernel for this case, whatever the status) means classic cuBLAS */
-        if (cublasLtMatmulAlgoGetHeuristic(lt, d[i], a[i], b[i], c[i], c[i], pref, 1, &h, &n) !=
-            CUBLAS_STATUS_SUCCESS)
-            n = 0;
-        sh->have[i] = n > 0;
-        if (n > 0) sh->algo[i] = h.algo;
+        cuda_gemm_desc *g = &sh->gemm[i];
+        memset(g, 0, sizeof *g);
+        g->dtype_ab = g->dtype_c = CUDA_GEMM_BF16;
+        g->batch = sh->count;
+        g->alpha = 1.0f;
     }
-    cublasLtMatmulPreferenceDestroy(pref);
+    cuda_gemm_desc *g = &sh->gemm[0]; /* [s, s] over K = l: wide X [s, l], tall X [l, s] */
+    g->M = g->N = s, g->K = l;
+    g->transA = sh->tall, g->transB = !sh->tall;
+    g->lda = g->ldb = sh->ldx, g->ldc = sh->lds;
+    g->stride_a = g->stride_b = sh->sx, g->stride_c = sh->ss;
+    g = &sh->gemm[1];
+    g->M = g->N = g->K = s;
+    g->lda = g->ldb = g->ldc = sh->lds;
+    g->stride_a = g->stride_b = g->stride_c = sh->ss;
+    g->alpha = NS_C, g->beta = NS_B;
+    g = &sh->gemm[2];
+    if (sh->tall) { /* X' [l, s] = X [l, s] B [s, s] + a X */
+        g->M = l, g->N = s, g->K = s;
+        g->lda = sh->ldx, g->ldb = sh->lds, g->stride_a = sh->sx, g->stride_b = sh->ss;
+    } else { /* X' [s, l] = B [s, s] X [s, l] + a X */
+        g->M = s, g->N = l, g->K = s;
+        g->lda = sh->lds, g->ldb = sh->ldx, g->stride_a = sh->ss, g->stride_b = sh->sx;
+    }
+    g->ldc = sh->ldx, g->stride_c = sh->sx;
+    g->beta = NS_A;
 }
 
-static void shape_release(ns_shape *sh) {
-    if (sh->gram) cublasLtMatmulDescDestroy(sh->gram);
-    if (sh->nn) cublasLtMatmulDescDestroy(sh->nn);
-    if (sh->lx) cublasLtMatrixLayoutDestroy(sh->lx);
-    if (sh->ls) cublasLtMatrixLayoutDestroy(sh->ls);
+/* The operands of GEMM `which` of a step whose iterate is x (y: the other X buffer). */
+typedef struct {
+    const void *A, *B, *C;
+    void *D;
+} ns_ops;
+
+static ns_ops ns_operands(const zy_optim_cuda *c, const ns_shape *sh, int which, bf16 *x, bf16 *y) {
+    ns_ops o;
+    if (which == 0)
+        o.A = o.B = x, o.C = o.D = c->ga;
+    else if (which == 1)
+        o.A = o.B = o.C = c->ga, o.D = c->gb;
+    else
+        o.A = sh->tall ? x : c->gb, o.B = sh->tall ? c->gb : x, o.C = x, o.D = y;
+    return o;
 }
 
 /* Rows, columns and count of the matrices of a Muon tensor ([out, in] or [..., out, in]). */
@@ -270,8 +265,7 @@ static void plan_muon(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, const 
                 sh->ldx = round_up(cc, 8), sh->lds = round_up(sh->s, 8);
                 sh->sx = round_up(sh->ldx * r, 128), sh->ss = round_up(sh->lds * sh->s, 128);
                 sh->count = count;
-                shape_build(ctx, sh);
-                for (int k = 0; k < 3; k++) c->lt_missing += !sh->have[k];
+                ns_descs(sh);
                 shape_of[which] = c->nshapes++;
             }
             muon_batch *b = &c->batches[c->nbatches++];
@@ -298,6 +292,15 @@ static void plan_muon(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, const 
     c->ga = (bf16 *)ops_alloc(ctx, max_s * sizeof(bf16));
     c->gb = (bf16 *)ops_alloc(ctx, max_s * sizeof(bf16));
     c->part = (float *)ops_alloc(ctx, max_part * sizeof(float));
+    /* the plans now, so the first step pays nothing; the two X buffers align alike */
+    for (int i = 0; i < c->nshapes; i++)
+        for (int k = 0; k < 3; k++) {
+            const ns_ops o = ns_operands(c, &c->shapes[i], k, c->x[0], c->x[1]);
+            int lt = 1;
+            ZY_STATUS_CHECK(cuda_gemm_prepare(&cuda_st(ctx)->gemm, &c->shapes[i].gemm[k], o.D, o.C,
+                                              o.A, o.B, &lt));
+            c->lt_missing += !lt;
+        }
     free(goff);
     free(moff);
     free(grp);
@@ -326,7 +329,6 @@ void optim_cuda_free(zy_ctx *ctx, zy_optim_cuda *c) {
     ops_free(ctx, c->ga);
     ops_free(ctx, c->gb);
     ops_free(ctx, c->part);
-    for (int i = 0; i < c->nshapes; i++) shape_release(&c->shapes[i]);
     free(c->shapes);
     free(c->batches);
     free(c);
@@ -518,63 +520,18 @@ __global__ void __launch_bounds__(NT)
 
 /* ---- Newton-Schulz GEMMs ---- */
 
-/* D = alpha op(A) op(B) + beta C over sh->count matrices (column-major, strided), GEMM `which`
- * of sh: cuBLASLt when it has an algorithm, else classic cuBLAS on D after copying C into it. */
-static void ns_gemm(zy_ctx *ctx, zy_optim_cuda *c, const ns_shape *sh, int which,
-                    cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k,
-                    float alpha, const bf16 *A, int64_t lda, int64_t sa, const bf16 *B, int64_t ldb,
-                    int64_t sb, float beta, const bf16 *C, bf16 *D, int64_t ldd, int64_t sd) {
-    cudaStream_t st = cuda_stream(ctx);
-    cuda_gemm_ctx *gc = &cuda_st(ctx)->gemm;
-    if (sh->have[which] && !c->legacy) {
-        cublasLtMatmulDesc_t d = which == 0 ? sh->gram : sh->nn;
-        cublasLtMatrixLayout_t la, lb, lc;
-        if (which == 0)
-            la = lb = sh->lx, lc = sh->ls;
-        else if (which == 1)
-            la = lb = lc = sh->ls;
-        else
-            la = sh->tall ? sh->ls : sh->lx, lb = sh->tall ? sh->lx : sh->ls, lc = sh->lx;
-        ZY_CUBLAS_CHECK(cublasLtMatmul((cublasLtHandle_t)gc->lt, d, &alpha, A, la, B, lb, &beta, C, lc,
-                                  D, lc, &sh->algo[which], gc->workspace, CUDA_GEMM_WORKSPACE, st));
-        return;
-    }
-    if (beta != 0.0f && C != D)
-        ZY_CUDA_CHECK(cudaMemcpyAsync(D, C, (size_t)(sd * sh->count) * sizeof(bf16),
-                                   cudaMemcpyDeviceToDevice, st));
-    cublasHandle_t h = (cublasHandle_t)gc->blas;
-    ZY_CUBLAS_CHECK(cublasSetStream(h, st));
-    ZY_CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, ta, tb, (int)m, (int)n, (int)k, &alpha, A, CUDA_R_16BF,
-                                          (int)lda, sa, B, CUDA_R_16BF, (int)ldb, sb, &beta, D,
-                                          CUDA_R_16BF, (int)ldd, sd, sh->count, CUBLAS_COMPUTE_32F,
-                                          CUBLAS_GEMM_DEFAULT));
-}
-
-/* `steps` quintic iterations on the count matrices of *x (swapping *x and *y as it goes). */
+/* `steps` quintic iterations on the count matrices of *x (swapping *x and *y as it goes), through
+ * the context's GEMM module (classic cuBLAS for every GEMM while the test hook says so). */
 static void newton_schulz(zy_ctx *ctx, zy_optim_cuda *c, const ns_shape *sh, int steps, bf16 **x,
                           bf16 **y) {
-    const cublasOperation_t N = CUBLAS_OP_N, T = CUBLAS_OP_T;
-    const int64_t s = sh->s, l = sh->l, ldx = sh->ldx, lds = sh->lds, sx = sh->sx, ss = sh->ss;
+    cuda_gemm_ctx *gc = &cuda_st(ctx)->gemm;
     for (int it = 0; it < steps; it++) {
-        /* A = X X^T (wide) or X^T X (tall): with Y = X^T column-major [cols, rows], Y^T Y or Y Y^T
-         */
-        if (sh->tall)
-            ns_gemm(ctx, c, sh, 0, N, T, s, s, l, 1.0f, *x, ldx, sx, *x, ldx, sx, 0.0f, c->ga,
-                    c->ga, lds, ss);
-        else
-            ns_gemm(ctx, c, sh, 0, T, N, s, s, l, 1.0f, *x, ldx, sx, *x, ldx, sx, 0.0f, c->ga,
-                    c->ga, lds, ss);
-        /* B = c A A + b A (A symmetric: row- and column-major agree) */
-        ns_gemm(ctx, c, sh, 1, N, N, s, s, s, NS_C, c->ga, lds, ss, c->ga, lds, ss, NS_B, c->ga,
-                c->gb, lds, ss);
-        /* wide X' = B X + a X: column-major Y' = Y B^T, and the buffer of row-major B read
-         * column-major is B^T; tall X' = X B + a X: Y' = B^T Y */
-        if (sh->tall)
-            ns_gemm(ctx, c, sh, 2, N, N, s, l, s, 1.0f, c->gb, lds, ss, *x, ldx, sx, NS_A, *x, *y,
-                    ldx, sx);
-        else
-            ns_gemm(ctx, c, sh, 2, N, N, l, s, s, 1.0f, *x, ldx, sx, c->gb, lds, ss, NS_A, *x, *y,
-                    ldx, sx);
+        for (int k = 0; k < 3; k++) {
+            cuda_gemm_desc g = sh->gemm[k];
+            g.classic = c->legacy;
+            const ns_ops o = ns_operands(c, sh, k, *x, *y);
+            ZY_STATUS_CHECK(cuda_gemm_run(gc, &g, o.D, o.C, o.A, o.B, cuda_stream(ctx)));
+        }
         bf16 *tmp = *x;
         *x = *y;
         *y = tmp;
@@ -589,7 +546,7 @@ static void newton_schulz(zy_ctx *ctx, zy_optim_cuda *c, const ns_shape *sh, int
             kernel<8><<<grid_, NT, 0, cuda_stream(ctx)>>>(__VA_ARGS__);                            \
         else                                                                                       \
             kernel<1><<<grid_, NT, 0, cuda_stream(ctx)>>>(__VA_ARGS__);                            \
-        ZY_CUDA_CHECK_LAUNCH();                                                                       \
+        ZY_CUDA_CHECK_LAUNCH();                                                                    \
     } while (0)
 
 void optim_cuda_step(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, float *params,

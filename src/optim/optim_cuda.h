@@ -37,8 +37,8 @@ typedef struct {
 /* Plans opt (cfg, method and state_off already set from t) for the GPU: uploads the AdamW chunk
  * table and the Muon matrix offsets, groups Muon matrices by shape (all layers and experts
  * together), splits groups into calls of at most batch_elems elements (0: OPTIM_CUDA_BATCH_ELEMS),
- * builds the cuBLASLt descriptors and allocates the Newton-Schulz workspace. Aborts on a CUDA
- * failure. */
+ * allocates the Newton-Schulz workspace and plans its GEMMs in the context's GEMM module (gemm.h).
+ * Ends the process on a CUDA failure. */
 zy_optim_cuda *optim_cuda_init(zy_ctx *ctx, const zy_optim *opt, const zy_param_table *t,
                                size_t batch_elems);
 /* Releases what init created (NULL is ignored). */

@@ -1,16 +1,17 @@
-/* GPU GEMMs for training: a context owning the cuBLASLt handle, one workspace and a small cache of
- * matmul descriptors with their heuristic-chosen algorithms, so a step's repeated shapes pay the
- * descriptor and heuristic cost once. Row-major semantics identical to ops_matmul (ops.h):
- *   C[M,N] = epilogue(alpha * op(A) op(B) + beta * C)
+/* GPU GEMMs: a context owning the cuBLASLt and cuBLAS handles, one workspace and a cache of plans
+ * (matmul descriptors with their heuristic-chosen algorithm), so a step's repeated shapes pay the
+ * descriptor and heuristic cost once. Every cuBLAS/cuBLASLt call of the library goes through here
+ * (the ops' GEMMs, the expert GEMMs, Muon's Newton-Schulz): one plan cache, one place to port.
+ * src/bench/gemm_run.cu alone calls cuBLASLt directly: it measures cuBLASLt's candidates.
+ * Row-major semantics as ops_matmul (ops.h):
+ *   D[M,N] = alpha * op(A) op(B) + beta * C
  * with op(A) [M,K] (A stored [K,M] when transA) and op(B) [K,N] (B stored [N,K] when transB),
- * fp32 accumulation. Also the MoE expert GEMMs over row ranges of a gathered activation matrix
- * (per-expert cuBLASLt calls, or cublasGemmGroupedBatchedEx). Pointers are device memory;
- * `stream` is a cudaStream_t (NULL = the legacy default stream). Not yet behind ops.h. */
+ * fp32 accumulation; D is C unless a call names its own. Pointers are device memory; `stream` is
+ * a cudaStream_t (NULL = the legacy default stream). Not yet behind ops.h. */
 #ifndef ZY_OPS_CUDA_GEMM_H
 #define ZY_OPS_CUDA_GEMM_H
 
 #include <stddef.h>
-#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -19,47 +20,22 @@ extern "C" {
 /* Element types of the operands: bf16 (storage; products accumulate in fp32) or fp32 (no TF32). */
 typedef enum { CUDA_GEMM_BF16 = 0, CUDA_GEMM_FP32 = 1 } cuda_gemm_dtype;
 
-/* What happens after alpha*op(A)op(B) + beta*C; bias has dtype_c elements.
- *  BIAS:      C[i,j] += bias[j]                          (bias [N])
- *  GELU_BIAS: C[i,j] = gelu(that + bias[j]), gelu = tanh approximation
- *             0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) as cuBLASLt's
- *  BGRAD:     C as NONE, and bias[i] = sum_k op(A)[i,k] (bias [M], OVERWRITTEN; alpha must be 1):
- *             the bias gradient of a weight-gradient GEMM dW = dY^T X (A = dY, transA = 1). */
-typedef enum {
-    CUDA_GEMM_EPI_NONE = 0,
-    CUDA_GEMM_EPI_BIAS = 1,
-    CUDA_GEMM_EPI_GELU_BIAS = 2,
-    CUDA_GEMM_EPI_BGRAD = 3
-} cuda_gemm_epilogue;
-
-/* How the expert GEMMs run. */
-typedef enum {
-    CUDA_GEMM_GROUPED_LOOP = 0,   /* one cached cuBLASLt call per non-empty expert */
-    CUDA_GEMM_GROUPED_CUBLAS = 1, /* one cublasGemmGroupedBatchedEx call (no bf16 -> fp32 mix) */
-    CUDA_GEMM_GROUPED_PADDED = 2, /* every expert owns cap rows (offsets[e] = e * cap, the rows
-                                     past its tokens zero): one strided batched cuBLASLt GEMM */
-    CUDA_GEMM_GROUPED_CHUNKED = 3 /* every expert's full blocks of CUDA_GEMM_CHUNK_ROWS rows as one
-                                     pointer-array batched cuBLASLt GEMM, the rest per expert
-                                     (the weight gradient: per expert, as LOOP) */
-} cuda_gemm_grouped_impl;
-
-#define CUDA_GEMM_CACHE_SIZE  192 /* cached (shape bucket, types, epilogue, alignment) plans */
+#define CUDA_GEMM_CACHE_SIZE  192 /* cached (shape bucket, types, layout, alignment) plans */
 #define CUDA_GEMM_WORKSPACE   (32u << 20)
-#define CUDA_GEMM_MAX_EXPERTS 128 /* experts per grouped call */
+#define CUDA_GEMM_MAX_EXPERTS 128 /* experts per expert call; products per pointer-array call */
 #define CUDA_GEMM_CHUNK_ROWS  256 /* rows per block of the chunked expert GEMMs */
 
 typedef struct cuda_gemm_plan cuda_gemm_plan;
 
 typedef struct {
     void *lt;              /* cublasLtHandle_t */
-    void *blas;            /* cublasHandle_t (grouped GEMM) */
+    void *blas;            /* cublasHandle_t (the shapes cuBLASLt has no algorithm for) */
     void *workspace;       /* CUDA_GEMM_WORKSPACE bytes of device memory */
-    void *ptrs;            /* device [3 * CUDA_GEMM_MAX_EXPERTS] pointers for the grouped call */
+    void *ptrs;            /* device [3 * CUDA_GEMM_MAX_EXPERTS] pointers for pointer arrays */
     cuda_gemm_plan *plans; /* [CUDA_GEMM_CACHE_SIZE] */
     int nplans, next_evict;
     long hits, misses; /* plan cache statistics */
-    long fallbacks;    /* GEMMs whose epilogue cuBLASLt had no kernel for: our own kernels */
-    long legacy;       /* GEMMs cuBLASLt had no algorithm for at all: cublasGemmEx */
+    long legacy;       /* GEMMs cuBLASLt had no algorithm for at all: classic cuBLAS */
     int nexact;        /* cached exact-size plans (made when a bucket's algorithm was refused) */
     int device;
 } cuda_gemm_ctx;
@@ -69,63 +45,79 @@ int cuda_gemm_init(cuda_gemm_ctx *c);
 /* Releases everything init created (safe on a zeroed or failed context). */
 void cuda_gemm_free(cuda_gemm_ctx *c);
 
-/* C[M,N] = epilogue(alpha op(A) op(B) + beta C), row-major (see the top of this file); A and B
- * have dtype_ab, C and bias dtype_c (dtype_ab fp32 requires dtype_c fp32). beta == 0 ignores C's
- * old contents. M, N, K >= 0; returns ZY_ERR with a message on bad arguments or a CUDA failure. */
+/* C[M,N] = alpha op(A) op(B) + beta C, packed row-major (see the top of this file); A and B have
+ * dtype_ab, C dtype_c (dtype_ab fp32 requires dtype_c fp32). beta == 0 ignores C's old contents.
+ * M, N, K >= 0; returns ZY_ERR with a message on bad arguments or a CUDA failure. Plans are
+ * cached per size bucket of M and K (row counts that change every step share one). */
 int cuda_gemm(cuda_gemm_ctx *c, void *C, const void *A, const void *B, int M, int N, int K,
               int transA, int transB, float alpha, float beta, cuda_gemm_dtype dtype_ab,
-              cuda_gemm_dtype dtype_c, cuda_gemm_epilogue epi, void *bias, void *stream);
+              cuda_gemm_dtype dtype_c, void *stream);
 
-/* batch GEMMs C_i = alpha op(A_i) op(B_i) + beta C_i, i < batch, with X_i = X + i * stride_x
- * elements: one cuBLASLt call (strided batch). No epilogue. Matrices of C must not overlap. */
-int cuda_gemm_strided(cuda_gemm_ctx *c, void *C, const void *A, const void *B, int M, int N, int K,
-                      int transA, int transB, float alpha, float beta, cuda_gemm_dtype dtype_ab,
-                      cuda_gemm_dtype dtype_c, int batch, long long stride_a, long long stride_b,
-                      long long stride_c, void *stream);
+/* A GEMM spelled out: strided batches, leading dimensions, an output apart from C. */
+typedef struct {
+    int M, N, K, transA, transB;
+    float alpha, beta;
+    cuda_gemm_dtype dtype_ab, dtype_c;
+    /* elements between rows of A, B and C as stored (D has C's); 0: packed (A: K, or M when
+     * transA; B: N, or K when transB; C: N). A call naming any of them is planned for its exact
+     * sizes (its caller lays out fixed shapes), not by size bucket. */
+    long long lda, ldb, ldc;
+    int batch; /* products (>= 1): matrix i of X starts stride_x elements after matrix i-1 */
+    long long stride_a, stride_b, stride_c;
+    int classic; /* 1: classic cuBLAS even where cuBLASLt has an algorithm (tests of that path) */
+} cuda_gemm_desc;
+
+/* D_i = alpha op(A_i) op(B_i) + beta C_i for i < g->batch: one cuBLASLt call. D may be C; when it
+ * is not, the two do not overlap (where classic cuBLAS runs it, C's whole extent, gaps between
+ * rows and matrices included, is copied into D first). Matrices of D must not overlap. */
+int cuda_gemm_run(cuda_gemm_ctx *c, const cuda_gemm_desc *g, void *D, const void *C, const void *A,
+                  const void *B, void *stream);
+
+/* Builds (or finds) the plan cuda_gemm_run uses for g on pointers aligned as these, running
+ * nothing, so a caller can plan at set-up; *lt = 1 when cuBLASLt has an algorithm for it, 0 when
+ * classic cuBLAS runs it. */
+int cuda_gemm_prepare(cuda_gemm_ctx *c, const cuda_gemm_desc *g, const void *D, const void *C,
+                      const void *A, const void *B, int *lt);
 
 /* C_i = alpha op(A_i) op(B_i) + beta C_i for i < batch: A, B, C are HOST arrays of device
- * pointers, one shape for all; pointer-array batched cuBLASLt calls of up to
+ * pointers, one packed shape for all; pointer-array batched cuBLASLt calls of up to
  * CUDA_GEMM_MAX_EXPERTS products (the pointers go to the device through a kernel argument, so no
- * synchronisation). No epilogue; K >= 1. */
+ * synchronisation). K >= 1. */
 int cuda_gemm_ptr_array(cuda_gemm_ctx *c, void *const *C, const void *const *A,
                         const void *const *B, int M, int N, int K, int transA, int transB,
                         float alpha, float beta, cuda_gemm_dtype dtype_ab, cuda_gemm_dtype dtype_c,
                         int batch, void *stream);
 
-/* Expert GEMMs by blocks: every full block of `chunk` rows of every expert (rows offsets[e] ..
- * offsets[e+1]-1, HOST offsets) in pointer-array GEMMs, the forward Y = X W_e^T (data_grad 0) or
- * the input gradient dX = dY W_e (data_grad 1), overwriting; the rows after an expert's last full
- * block are left to the caller. W [E,N,K]. */
+/* The three GEMMs of an expert layer: expert e owns rows offsets[e] .. offsets[e+1]-1 of the
+ * gathered matrices, W [E,N,K].
+ *  FWD:         Y[rows, N] = X[rows, K] W[e]^T     (out = Y, in = X, w = W)
+ *  BWD_DATA:    dX[rows, K] = dY[rows, N] W[e]     (out = dX, in = dY, w = W)
+ *  BWD_WEIGHT:  dW[e] [N,K] = dY[rows]^T X[rows]   (out = dW, in = dY, w = X) */
+typedef enum {
+    CUDA_GEMM_EXPERT_FWD = 0,
+    CUDA_GEMM_EXPERT_BWD_DATA = 1,
+    CUDA_GEMM_EXPERT_BWD_WEIGHT = 2
+} cuda_gemm_expert_kind;
+
+/* One expert's GEMM as cuda_gemm takes it: C[M,N] = op(A) op(B). */
+typedef struct {
+    void *C;
+    const void *A, *B;
+    int M, N, K, transA, transB;
+} cuda_gemm_expert;
+
+/* The GEMM of `kind` for rows row0 .. row0+rows-1 of expert e (operands of dtype_ab, output of
+ * dtype_c). */
+cuda_gemm_expert cuda_gemm_expert_problem(cuda_gemm_expert_kind kind, int e, int row0, int rows,
+                                          void *out, const void *in, const void *w, int N, int K,
+                                          cuda_gemm_dtype dtype_ab, cuda_gemm_dtype dtype_c);
+
+/* Expert GEMMs by blocks: every full block of `chunk` rows of every expert (HOST offsets [E+1],
+ * non-decreasing from 0) in pointer-array GEMMs, the forward (data_grad 0) or the input gradient
+ * (data_grad 1), overwriting; the rows after an expert's last full block are left to the caller. */
 int cuda_gemm_grouped_chunks(cuda_gemm_ctx *c, void *out, const void *in, const void *W,
                              const int *offsets, int E, int N, int K, int chunk, int data_grad,
                              cuda_gemm_dtype dtype_ab, cuda_gemm_dtype dtype_c, void *stream);
-
-/* cap when offsets[e] = e * cap for every e <= E (the padded expert layout), else -1. */
-int cuda_gemm_uniform_cap(const int *offsets, int E);
-
-/* Expert e owns rows offsets[e] .. offsets[e+1]-1 (offsets: HOST [E+1], non-decreasing, from 0)
- * of the gathered matrices. W [E,N,K] (dtype_ab). Experts with no rows cost nothing. The CUBLAS
- * implementation keeps its pointer arrays in the context: one context's grouped calls must be
- * issued on one stream (or ordered between streams by the caller). */
-/* Forward: Y[rows of e, N] = X[rows of e, K] W[e]^T (Y dtype_c, overwritten). */
-int cuda_gemm_grouped_fwd(cuda_gemm_ctx *c, void *Y, const void *X, const void *W,
-                          const int *offsets, int E, int N, int K, cuda_gemm_dtype dtype_ab,
-                          cuda_gemm_dtype dtype_c, cuda_gemm_grouped_impl impl, void *stream);
-/* Input gradient: dX[rows of e, K] = dY[rows of e, N] W[e] (dX dtype_c, overwritten). */
-int cuda_gemm_grouped_bwd_data(cuda_gemm_ctx *c, void *dX, const void *dY, const void *W,
-                               const int *offsets, int E, int N, int K, cuda_gemm_dtype dtype_ab,
-                               cuda_gemm_dtype dtype_c, cuda_gemm_grouped_impl impl, void *stream);
-/* Weight gradient: dW[e] [N,K] = dY[rows of e]^T X[rows of e] + beta dW[e] (beta 0 or 1: 1
- * accumulates); an expert with no rows gets beta dW[e] (zeros when beta = 0). */
-int cuda_gemm_grouped_bwd_weight(cuda_gemm_ctx *c, void *dW, const void *dY, const void *X,
-                                 const int *offsets, int E, int N, int K, float beta,
-                                 cuda_gemm_dtype dtype_ab, cuda_gemm_dtype dtype_c,
-                                 cuda_gemm_grouped_impl impl, void *stream);
-
-/* Times the two grouped implementations on bench-small's expert shapes (E = 16, D = F = 1024,
- * 16384 rows split unevenly; gate_up [E,2F,D], down [E,D,F]; forward, input and weight
- * gradients) on the current device and prints a table to out. */
-int cuda_gemm_grouped_time(FILE *out);
 
 #ifdef __cplusplus
 }

@@ -92,16 +92,14 @@ __device__ __forceinline__ void col_partials(float *part, int P, int p, int C,
 void cuda_ops_matmul(zy_ctx *ctx, zy_act *C, const zy_act *A, const zy_act *B, int M, int N, int K,
                      int transA, int transB, float alpha, float beta) {
     ZY_STATUS_CHECK(cuda_gemm(&cuda_st(ctx)->gemm, C, A, B, M, N, K, transA, transB, alpha, beta,
-                             CUDA_GEMM_BF16, CUDA_GEMM_BF16, CUDA_GEMM_EPI_NONE, NULL,
-                             cuda_stream(ctx)));
+                             CUDA_GEMM_BF16, CUDA_GEMM_BF16, cuda_stream(ctx)));
 }
 
 /* The same with an fp32 C: beta = 1 accumulates parameter gradients in fp32. */
 void cuda_ops_matmul_f32(zy_ctx *ctx, float *C, const zy_act *A, const zy_act *B, int M, int N,
                          int K, int transA, int transB, float alpha, float beta) {
     ZY_STATUS_CHECK(cuda_gemm(&cuda_st(ctx)->gemm, C, A, B, M, N, K, transA, transB, alpha, beta,
-                             CUDA_GEMM_BF16, CUDA_GEMM_FP32, CUDA_GEMM_EPI_NONE, NULL,
-                             cuda_stream(ctx)));
+                             CUDA_GEMM_BF16, CUDA_GEMM_FP32, cuda_stream(ctx)));
 }
 
 /* y[units*W] += x, grid-stride. */

@@ -83,7 +83,7 @@ static void run_jobs(zy_ctx *ctx, expert_job *jobs, int n, const chunk_call *cc,
         load[best] += (double)j->M * j->N * j->K;
         ZY_STATUS_CHECK(cuda_gemm(&s->side_gemm[best], j->C, j->A, j->B, j->M, j->N, j->K, j->transA,
                                  j->transB, 1.0f, j->beta, CUDA_GEMM_BF16, j->dc,
-                                 CUDA_GEMM_EPI_NONE, NULL, s->side[best]));
+                                 s->side[best]));
     }
     if (!wait) return;
     for (int i = 0; i < ns; i++) {

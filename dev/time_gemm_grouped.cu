@@ -1,9 +1,11 @@
-/* Timing of the grouped expert GEMMs (gemm.h: cuda_gemm_grouped_time): per-expert cuBLASLt calls
- * against one cublasGemmGroupedBatchedEx call, on bench-small's expert shapes, with one dense GEMM
- * of the same FLOPs beside them as the bar. Inputs are random non-zero bf16 values. */
-#include "ops/cuda/gemm.h"
+/* dev/time_gemm_grouped: times the expert GEMM variants of dev/gemm_grouped.h (per expert, by
+ * blocks, padded strided batches at three paddings) on bench-small's expert shapes, with one dense
+ * GEMM of the same FLOPs beside them as the bar, and prints a table. Inputs are random non-zero
+ * bf16 values. Needs a GPU; exit status 1 when a CUDA call fails. */
+#include "gemm_grouped.h"
 #include "base/check.h"
 
+#include <stdio.h>
 #include <cuda_bf16.h>
 #include <stdint.h>
 #include <string.h>
@@ -41,22 +43,23 @@ static void padded_offsets(int *off, int pct) {
     for (int e = 0; e <= T_E; e++) off[e] = e * cap;
 }
 
-/* what: 0 fwd, 1 bwd data, 2 bwd weight, 3 dense; impl as gemm.h. N, K: W_e is [N,K]. */
+/* what: 0 fwd, 1 bwd data, 2 bwd weight (cuda_gemm_expert_kind), 3 dense; impl as
+ * dev_grouped_impl. N, K: W_e is [N,K]. */
 static int run_once(time_bufs *b, int what, int impl, int N, int K, cuda_gemm_dtype dc) {
-    cuda_gemm_grouped_impl gi = (cuda_gemm_grouped_impl)impl;
+    const dev_grouped_impl gi = (dev_grouped_impl)impl;
     switch (what) {
     case 0:
-        return cuda_gemm_grouped_fwd(b->g, b->out, b->x, b->w, b->off, T_E, N, K, CUDA_GEMM_BF16,
-                                     dc, gi, b->s);
+        return dev_gemm_grouped(b->g, CUDA_GEMM_EXPERT_FWD, b->out, b->x, b->w, b->off, T_E, N, K,
+                                0.0f, CUDA_GEMM_BF16, dc, gi, b->s);
     case 1:
-        return cuda_gemm_grouped_bwd_data(b->g, b->out, b->y, b->w, b->off, T_E, N, K,
-                                          CUDA_GEMM_BF16, dc, gi, b->s);
+        return dev_gemm_grouped(b->g, CUDA_GEMM_EXPERT_BWD_DATA, b->out, b->y, b->w, b->off, T_E, N,
+                                K, 0.0f, CUDA_GEMM_BF16, dc, gi, b->s);
     case 2:
-        return cuda_gemm_grouped_bwd_weight(b->g, b->dw, b->y, b->x, b->off, T_E, N, K, 1.0f,
-                                            CUDA_GEMM_BF16, dc, gi, b->s);
+        return dev_gemm_grouped(b->g, CUDA_GEMM_EXPERT_BWD_WEIGHT, b->dw, b->y, b->x, b->off, T_E,
+                                N, K, 1.0f, CUDA_GEMM_BF16, dc, gi, b->s);
     default: /* Y[rows,N] = X[rows,K] W_0^T: the same FLOPs as one dense GEMM */
         return cuda_gemm(b->g, b->out, b->x, b->w, T_ROWS, N, K, 0, 1, 1.0f, 0.0f, CUDA_GEMM_BF16,
-                         dc, CUDA_GEMM_EPI_NONE, NULL, b->s);
+                         dc, b->s);
     }
 }
 
@@ -81,7 +84,7 @@ static int time_one(time_bufs *b, int what, int impl, int N, int K, cuda_gemm_dt
     return rc;
 }
 
-int cuda_gemm_grouped_time(FILE *out) {
+static int grouped_time(FILE *out) {
     /* uneven split: expert e gets a share proportional to (5e mod 16); expert 0 gets no rows */
     int off[T_E + 1], wsum = 0;
     for (int e = 0; e < T_E; e++) wsum += (5 * e) % 16;
@@ -119,31 +122,29 @@ int cuda_gemm_grouped_time(FILE *out) {
     const char *whats[4] = {"fwd", "bwd_data", "bwd_weight", "dense"};
     for (int m = 0; m < 2 && rc == ZY_OK; m++) {
         for (int what = 0; what < 4 && rc == ZY_OK; what++) {
-            for (int v = 0; v < 7 && rc == ZY_OK; v++) {
-                /* v: 0 loop bf16 out, 1 cuBLAS grouped bf16 out, 2 loop fp32 out (the weight
-                 * gradient's accumulation type), 3-5 padded strided batch at pad_pcts[v - 3]
-                 * (fp32 out for the weight gradient), 6 chunked (not the weight gradient) */
+            for (int v = 0; v < 6 && rc == ZY_OK; v++) {
+                /* v: 0 loop bf16 out, 1 loop fp32 out (the weight gradient's accumulation type),
+                 * 2-4 padded strided batch at pad_pcts[v - 2] (fp32 out for the weight gradient),
+                 * 5 chunked (not the weight gradient) */
                 if (what == 3 && v > 0) continue;
-                if (v == 2 && what != 2) continue;
-                if (v == 6 && what == 2) continue;
+                if (v == 1 && what != 2) continue;
+                if (v == 5 && what == 2) continue;
                 cuda_gemm_dtype dc =
-                    v == 2 || (v >= 3 && what == 2) ? CUDA_GEMM_FP32 : CUDA_GEMM_BF16;
-                int impl = v == 1   ? CUDA_GEMM_GROUPED_CUBLAS
-                           : v == 6 ? CUDA_GEMM_GROUPED_CHUNKED
-                           : v >= 3 ? CUDA_GEMM_GROUPED_PADDED
-                                    : CUDA_GEMM_GROUPED_LOOP;
+                    v == 1 || (v >= 2 && what == 2) ? CUDA_GEMM_FP32 : CUDA_GEMM_BF16;
+                int impl = v == 5   ? DEV_GROUPED_CHUNKED
+                           : v >= 2 ? DEV_GROUPED_PADDED
+                                    : DEV_GROUPED_LOOP;
                 int poff[T_E + 1];
                 char label[40];
-                if (v >= 3 && v <= 5) {
-                    padded_offsets(poff, pad_pcts[v - 3]);
+                if (v >= 2 && v <= 4) {
+                    padded_offsets(poff, pad_pcts[v - 2]);
                     b.off = poff;
-                    snprintf(label, sizeof label, "padded batch %d%%", pad_pcts[v - 3]);
+                    snprintf(label, sizeof label, "padded batch %d%%", pad_pcts[v - 2]);
                 } else {
                     b.off = off;
                     snprintf(label, sizeof label, "%s",
                              what == 3 ? "one cuBLASLt GEMM"
-                             : v == 1  ? "cublasGroupedBatched"
-                             : v == 6  ? "chunked ptr-array"
+                             : v == 5  ? "chunked ptr-array"
                                        : "per-expert cuBLASLt");
                 }
                 /* bwd_data: W_e [N,K] maps dY [rows,N] to dX [rows,K] */
@@ -158,8 +159,8 @@ int cuda_gemm_grouped_time(FILE *out) {
             }
         }
     }
-    fprintf(out, "# plan cache: %ld hits, %ld misses, %ld epilogue fallbacks\n", g.hits, g.misses,
-            g.fallbacks);
+    fprintf(out, "# plan cache: %ld hits, %ld misses, %ld classic cuBLAS calls\n", g.hits, g.misses,
+            g.legacy);
     if (b.y) cudaFree(b.y);
     if (b.x) cudaFree(b.x);
     if (b.w) cudaFree(b.w);
@@ -168,4 +169,12 @@ int cuda_gemm_grouped_time(FILE *out) {
     if (b.s) cudaStreamDestroy(b.s);
     cuda_gemm_free(&g);
     return rc;
+}
+
+int main(void) {
+    if (grouped_time(stdout) != ZY_OK) {
+        fprintf(stderr, "time_gemm_grouped: %s\n", zy_errmsg());
+        return 1;
+    }
+    return 0;
 }
