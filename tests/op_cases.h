@@ -12,5 +12,12 @@ extern const oh_case oh_cases_cca[]; /* op_cases_cca.c */
 extern const int oh_ncases_cca;
 extern const oh_case oh_cases_moe[]; /* op_cases_moe.c */
 extern const int oh_ncases_moe;
+extern const oh_case oh_cases_elem[]; /* op_cases_elem.c */
+extern const int oh_ncases_elem;
+
+/* max |x[i]| over n elements (op_cases_elem.c). */
+double oh_maxabs(const float *x, size_t n);
+/* max over rows n, columns c of |rstd[n] g[n,c] w[c]|: the size of RMSNorm's dx terms. */
+double oh_norm_terms(const float *rstd, const float *g, const float *w, int N, int C);
 
 #endif

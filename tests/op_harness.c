@@ -87,6 +87,12 @@ oh_measure oh_seg(size_t width, double tol) {
 oh_measure oh_inc(const float *before, double tol) {
     return (oh_measure){.kind = OH_INC, .before = before, .tol = tol};
 }
+oh_measure oh_maxrel(double tol, double floor) {
+    return (oh_measure){.kind = OH_MAXREL, .tol = tol, .floor = floor};
+}
+oh_measure oh_rmsrel(double tol, double floor) {
+    return (oh_measure){.kind = OH_RMSREL, .tol = tol, .floor = floor};
+}
 oh_measure oh_exact(void) {
     return (oh_measure){.kind = OH_EXACT};
 }
@@ -311,7 +317,7 @@ static void run_free(oh_run *r) {
 
 /* ---- comparison ---- */
 
-static double worst_bound, worst_l2, worst_seg, worst_inc; /* printed at the end */
+static double worst_bound, worst_l2, worst_seg, worst_inc, worst_rel; /* printed at the end */
 
 static double val(const output *o, size_t i) {
     switch (o->type) {
@@ -424,6 +430,28 @@ static void cmp_inc(const output *g, const output *f) {
     if (!(q <= f->m.tol)) fail_msg("%s: increment error %.3g over %.1e", g->name, q, f->m.tol);
 }
 
+/* OH_MAXREL (max error over max |ref|) or OH_RMSREL (RMS error over RMS ref), each denominator
+ * at least the floor; an element NaN where the reference is not was never written. */
+static void cmp_rel(const output *g, const output *f, int rms) {
+    double num = 0, den = 0, mx = 0, mref = 0;
+    for (size_t i = 0; i < g->n; i++) {
+        double a = val(g, i), b = val(f, i), d = fabs(a - b);
+        if (isnan(a) && !isnan(b))
+            fail_msg("%s: element %zu of %zu not written (still NaN)", g->name, i, g->n);
+        num += d * d;
+        den += b * b;
+        if (!(d <= mx)) mx = d;
+        if (fabs(b) > mref) mref = fabs(b);
+    }
+    double n = g->n ? (double)g->n : 1.0, fl = f->m.floor;
+    double e = rms ? sqrt(num / n) / fmax(fmax(sqrt(den / n), fl), 1e-30)
+                   : mx / fmax(fmax(mref, fl), 1e-30);
+    printf("    %-60s %s err %.2e (tol %.0e)\n", g->name, rms ? "RMS-relative" : "max-relative", e,
+           f->m.tol);
+    if (e > worst_rel) worst_rel = e;
+    if (!(e <= f->m.tol)) fail_msg("%s: error %.3g over the tolerance %.0e", g->name, e, f->m.tol);
+}
+
 /* Every output of run g against the same output of the reference run f. */
 static void compare(const oh_run *g, const oh_run *f) {
     if (g->nouts != f->nouts)
@@ -446,6 +474,10 @@ static void compare(const oh_run *g, const oh_run *f) {
             break;
         case OH_INC:
             cmp_inc(go, fo);
+            break;
+        case OH_MAXREL:
+        case OH_RMSREL:
+            cmp_rel(go, fo, fo->m.kind == OH_RMSREL);
             break;
         case OH_EXACT:
             cmp_exact(go, fo);
@@ -520,9 +552,10 @@ int oh_teardown(void **state) {
     for (int b = 0; b < NBACK; b++)
         if (ctx_state[b] == 1) ops_ctx_free(&ctxs[b]);
     memset(ctx_state, 0, sizeof ctx_state);
-    if (worst_bound + worst_l2 + worst_seg + worst_inc > 0)
-        printf("worst: err/bound %.3f, rel L2 %.2e, per-segment %.2e, increments %.2e\n",
-               worst_bound, worst_l2, worst_seg, worst_inc);
+    if (worst_bound + worst_l2 + worst_seg + worst_inc + worst_rel > 0)
+        printf("worst: err/bound %.3f, rel L2 %.2e, per-segment %.2e, increments %.2e, "
+               "relative %.2e\n",
+               worst_bound, worst_l2, worst_seg, worst_inc, worst_rel);
     return 0;
 }
 
@@ -541,7 +574,8 @@ int oh_main(const char *group, const oh_case *cases, int ncases) {
     test_slot *slots = calloc((size_t)n, sizeof *slots);
     struct CMUnitTest *tests = calloc((size_t)n, sizeof *tests);
     assert_true(slots && tests);
-    for (int b = 1; b < NBACK; b++)
+    const char *self = getenv("OH_SELF"); /* OH_SELF=0: no CPU-against-itself tests */
+    for (int b = self && strcmp(self, "0") == 0 ? 2 : 1; b < NBACK; b++)
         for (int i = 0; i < ncases; i++) {
             if (!runs_op(b, cases[i].op)) continue;
             test_slot *t = &slots[k];

@@ -5,15 +5,15 @@
  * A case is a function `void run(oh_run *r, const int *p)` written once against ops.h: it draws its
  * host inputs from the harness's RNG (reseeded per case, so every backend sees the same values),
  * uploads them to oh_ctx(r) with oh_act/oh_f32/oh_i32, calls the ops on oh_ctx(r), and names each
- * output with oh_out_act/oh_out_f32/oh_out_i32/oh_out_val and a measure. Activation inputs are
+ * output with oh_out_act/oh_out_f32/oh_out_i32/oh_out_host and a measure. Activation inputs are
  * rounded to bf16 on every backend (the CUDA activations are bf16), so the CPU reference computes
  * from the values the GPU reads. Outputs should start poisoned (oh_nan_act/oh_nan_f32): an element
  * an op leaves unwritten then fails. Checks a measure cannot express (near-tied argmax choices,
  * bitwise repeatability) are asserted inside the case on its own downloads (oh_get_*), with the
  * CPU op run on the host (oh_cpu()) where it needs a reference; they run on every backend.
  * A case table (oh_case[]) goes to oh_main, which makes one cmocka test per case and compared
- * backend; a backend without a device skips (cmocka skip). Buffers of a run are freed by the
- * harness. Include after <cmocka.h>. */
+ * backend (OH_SELF=0 leaves out the CPU compared with itself); a backend without a device skips
+ * (cmocka skip). Buffers of a run are freed by the harness. Include after <cmocka.h>. */
 #ifndef ZY_OP_HARNESS_H
 #define ZY_OP_HARNESS_H
 
@@ -34,21 +34,24 @@ typedef struct {
 
 /* How an output is compared with the reference's (ref); "n" is its element count. */
 typedef enum {
-    OH_BOUND, /* every |got - ref| <= rel |ref| + eps * scale[i] + abs (scale NULL: 1) */
-    OH_L2,    /* ||got - ref|| / ||ref|| <= tol, every element finite; when tol_abs > 0 and the
-                 reference's RMS is under 1e-4 (zero analytically), RMS(got - ref) <= tol_abs */
-    OH_SEG,   /* per segment of `width` elements: max |got - ref| / max |ref| <= tol (absolute
-                 where the reference segment is zero) */
-    OH_INC,   /* increments over `before`: max |dgot - dref| / max |dref| <= tol */
-    OH_EXACT, /* the same bits */
-    OH_NONE   /* not compared (the case checks it itself) */
+    OH_BOUND,  /* every |got - ref| <= rel |ref| + eps * scale[i] + abs (scale NULL: 1) */
+    OH_L2,     /* ||got - ref|| / ||ref|| <= tol, every element finite; when tol_abs > 0 and the
+                  reference's RMS is under 1e-4 (zero analytically), RMS(got - ref) <= tol_abs */
+    OH_SEG,    /* per segment of `width` elements: max |got - ref| / max |ref| <= tol (absolute
+                  where the reference segment is zero) */
+    OH_INC,    /* increments over `before`: max |dgot - dref| / max |dref| <= tol */
+    OH_MAXREL, /* max |got - ref| / max(max |ref|, floor) <= tol; no NaN where ref has none */
+    OH_RMSREL, /* RMS(got - ref) / max(RMS(ref), floor) <= tol; no NaN where ref has none */
+    OH_EXACT,  /* the same bits */
+    OH_NONE    /* not compared (the case checks it itself) */
 } oh_kind;
 
 typedef struct {
     oh_kind kind;
     double rel, eps, abs; /* OH_BOUND */
     const double *scale;  /* OH_BOUND: per element, NULL = 1 (host memory the run keeps) */
-    double tol, tol_abs;  /* OH_L2, OH_SEG, OH_INC */
+    double tol, tol_abs;  /* OH_L2, OH_SEG, OH_INC, OH_MAXREL, OH_RMSREL */
+    double floor;         /* OH_MAXREL, OH_RMSREL: the size of terms that cancel (0: none) */
     size_t width;         /* OH_SEG */
     const float *before;  /* OH_INC: the gradient before the op (host, n elements) */
 } oh_measure;
@@ -58,6 +61,8 @@ oh_measure oh_bound_abs(double rel, double eps, const double *scale, double abs)
 oh_measure oh_l2(double tol, double tol_abs);
 oh_measure oh_seg(size_t width, double tol);
 oh_measure oh_inc(const float *before, double tol);
+oh_measure oh_maxrel(double tol, double floor);
+oh_measure oh_rmsrel(double tol, double floor);
 oh_measure oh_exact(void);
 oh_measure oh_none(void);
 

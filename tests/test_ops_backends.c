@@ -27,7 +27,8 @@ int main(void) {
     } tables[] = {{oh_cases_dense, &oh_ncases_dense},
                   {oh_cases_attention, &oh_ncases_attention},
                   {oh_cases_cca, &oh_ncases_cca},
-                  {oh_cases_moe, &oh_ncases_moe}};
+                  {oh_cases_moe, &oh_ncases_moe},
+                  {oh_cases_elem, &oh_ncases_elem}};
     int n = 0;
     for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++) n += *tables[t].n;
     oh_case *all = malloc((size_t)n * sizeof *all);
