@@ -9,8 +9,10 @@
 
 static _Thread_local char err_msg[1024];
 static _Thread_local zy_exit_status err_kind = ZY_EXIT_INPUT;
-static _Thread_local int err_rank = -1;
-static _Thread_local long long err_step = -1;
+/* The rank and step are the process's (every thread's fatal message names them, OpenMP workers
+ * and the watchdog included); atomics because one thread sets them while another may read. */
+static _Atomic int err_rank = -1;
+static _Atomic long long err_step = -1;
 
 int zy_fail(const char *fmt, ...) {
     va_list ap;

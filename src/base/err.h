@@ -4,7 +4,7 @@
  * one message and its kind per thread and returns ZY_ERR, so callers can clean up and pass the
  * status up; the CLI prints the message and exits with zy_err_exit_status().
  * Programming errors (a broken invariant) abort through ZY_CHECK with file:line, the statement and
- * the thread's rank and step (zy_err_set_rank/zy_err_set_step). A library call that fails where no
+ * the process's rank and step (zy_err_set_rank/zy_err_set_step). A library call that fails where no
  * caller can recover (inside a training step) ends the process through zy_fatal_runtime: the
  * message, then exit status ZY_EXIT_RUNTIME. Library status checks live in base/check.h.
  */
@@ -41,7 +41,8 @@ const char *zy_errmsg(void);
 /* Clears the thread's error message. */
 void zy_err_clear(void);
 
-/* The rank and step fatal messages name (thread-local; the trainer sets them; -1 = unknown). */
+/* The rank and step fatal messages name (process-wide; dist sets the rank, the training step the
+ * step; -1 = unknown). */
 void zy_err_set_rank(int rank);
 void zy_err_set_step(long long step);
 /* Writes " [rank R, step S]" (the parts known) into buf; "" when neither is set. */
