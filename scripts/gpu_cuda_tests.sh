@@ -29,6 +29,7 @@ export LD_LIBRARY_PATH=$L:$L/openblas-openmp:${LD_LIBRARY_PATH:-}
 
 TESTS=()
 for t in tests/test_cuda_*.c; do TESTS+=("build/tests/$(basename "$t" .c)"); done
+TESTS+=(build/tests/test_ops_backends) # every op on the CPU and CUDA backends
 make -j"$NJ" DEPS_ROOT="$DEPS_ROOT" CUDA=1 "${TESTS[@]}" >"$OUT/build.log" 2>&1
 rc=$?
 note "build rc=$rc"

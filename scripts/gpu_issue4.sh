@@ -25,6 +25,7 @@ note "build rc=$rc ($(($(date +%s) - t0)) s)"
 
 TESTS=()
 for t in tests/test_cuda_*.c; do TESTS+=("build/tests/$(basename "$t" .c)"); done
+TESTS+=(build/tests/test_ops_backends) # every op on the CPU and CUDA backends
 for t in dev/test_*.c; do TESTS+=("build/dev/$(basename "$t" .c)"); done
 TESTS+=(build/tests/test_train_resume)
 for t in "${TESTS[@]}"; do
@@ -38,11 +39,11 @@ for t in "${TESTS[@]}"; do
 done
 
 if [ "${SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
-    for name in ${SANITIZE_TESTS:-test_cuda_ops_dense test_cuda_ops_moe test_cuda_ops_cca test_cuda_optim test_attention_variants test_cuda_elementwise test_cuda_model}; do
+    for name in ${SANITIZE_TESTS:-test_ops_backends test_cuda_ops_dense test_cuda_ops_moe test_cuda_ops_cca test_cuda_optim test_attention_variants test_cuda_elementwise test_cuda_model}; do
         bin=build/tests/$name
         [ -x "$bin" ] || bin=build/dev/$name # dev/test_*.c (make dev)
         [ -x "$bin" ] || continue
-        CCA_TEST_QUICK=1 ZY_SKIP_BENCH=1 ATTN_FILTER=test_sanitize ELEM_FILTER="test_embed*" timeout 240 compute-sanitizer --tool memcheck --error-exitcode 99 \
+        OH_SELF=0 CCA_TEST_QUICK=1 ZY_SKIP_BENCH=1 ATTN_FILTER=test_sanitize ELEM_FILTER="test_embed*" timeout 240 compute-sanitizer --tool memcheck --error-exitcode 99 \
             "$bin" >"$OUT/memcheck_$name.log" 2>&1
         rc=$?
         note "memcheck $name rc=$rc: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_$name.log" | tail -1)"
