@@ -3,7 +3,9 @@
  * four transpose combinations, beta 0 and 1, bf16 -> bf16, bf16 -> fp32 and the fp32 path;
  * cuda_gemm_run (strided batches over rows padded past their widths, gaps between matrices, D
  * apart from C) through cuBLASLt and through classic cuBLAS, C left untouched, the K = 0 product;
- * the plan cache and cuda_gemm_prepare; argument errors. Outputs are poisoned with NaN first, so
+ * Muon's Newton-Schulz GEMMs through gemm.h bitwise equal to the direct cuBLASLt calls the
+ * optimiser made before it used gemm.h (test_ns_same: the same algorithms and products); the plan
+ * cache and cuda_gemm_prepare; argument errors. Outputs are poisoned with NaN first, so
  * an element the GPU never writes fails. Error measure: relative L2,
  * sqrt(sum (got - ref)^2 / sum ref^2). The expert GEMM variants are tested in
  * dev/test_gemm_grouped.c (make dev). */
@@ -14,6 +16,13 @@
 
 #ifdef ZY_HAVE_CUDA
 #include "gemm_test_util.h"
+
+/* the reference calls of test_ns_same; cuBLASLt's header declares one function without a
+ * prototype */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstrict-prototypes"
+#include <cublasLt.h>
+#pragma GCC diagnostic pop
 
 /* One shape in every transpose, beta and type combination. */
 static void check_shape(int M, int N, int K) {
@@ -207,6 +216,152 @@ static void test_prepare(void **state) {
     cudaFree(dA), cudaFree(dB), cudaFree(dC);
 }
 
+/* ---- Newton-Schulz: the same bits as the optimiser's own cuBLASLt calls before gemm.h ---- */
+
+#define NS_A 3.4445f /* the quintic's coefficients, as optim_cuda.cu's */
+#define NS_B (-4.7750f)
+#define NS_C 2.0315f
+
+#define LT_OK(call) assert_int_equal((call), CUBLAS_STATUS_SUCCESS)
+
+static long long round_up_ll(long long x, long long m) {
+    return (x + m - 1) / m * m;
+}
+
+/* The heuristic's first algorithm for (desc, a, b, c = d) with the workspace cap and otherwise
+ * default preferences, as optim_cuda.cu asked for it; 0 when cuBLASLt has none. */
+static int ns_algo(cublasLtHandle_t lt, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a,
+                   cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c, cublasLtMatmulAlgo_t *algo) {
+    cublasLtMatmulPreference_t pref;
+    LT_OK(cublasLtMatmulPreferenceCreate(&pref));
+    size_t ws = CUDA_GEMM_WORKSPACE;
+    LT_OK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                               sizeof ws));
+    cublasLtMatmulHeuristicResult_t h;
+    int n = 0;
+    if (cublasLtMatmulAlgoGetHeuristic(lt, d, a, b, c, c, pref, 1, &h, &n) != CUBLAS_STATUS_SUCCESS)
+        n = 0;
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (n > 0) *algo = h.algo;
+    return n > 0;
+}
+
+/* One quintic step's three GEMMs on `count` [rows, cols] matrices (rows padded to 8 elements,
+ * matrices 128 elements apart) twice: through cuda_gemm_run with the row-major descriptions
+ * optim_cuda.cu uses, and through cuBLASLt directly with the column-major descriptors it built
+ * before (X column-major [cols, rows]); every byte of the Gram matrices A and B and of the new
+ * iterate must agree. A GEMM cuBLASLt has no algorithm for is not compared (classic cuBLAS runs
+ * it in both). */
+static void check_ns_same(int rows, int cols, int count) {
+    const int tall = rows > cols, s = tall ? cols : rows, l = tall ? rows : cols;
+    const long long ldx = round_up_ll(cols, 8), lds = round_up_ll(s, 8);
+    const long long sx = round_up_ll(ldx * rows, 128), ss = round_up_ll(lds * s, 128);
+    const size_t nx = (size_t)(count * sx), ns = (size_t)(count * ss);
+    float *X = rand_vals(nx, CUDA_GEMM_BF16);
+    for (size_t i = 0; i < nx; i++) X[i] *= 0.05f; /* entries of a unit-norm-ish matrix */
+    void *x = upload(X, nx, CUDA_GEMM_BF16), *bufs[6];
+    for (int i = 0; i < 6; i++) bufs[i] = poisoned(i % 3 == 2 ? nx : ns, CUDA_GEMM_BF16);
+    void *ga = bufs[0], *gb = bufs[1], *y = bufs[2], *ga2 = bufs[3], *gb2 = bufs[4], *y2 = bufs[5];
+    /* through gemm.h, as ns_descs in optim_cuda.cu */
+    cuda_gemm_desc d[3];
+    memset(d, 0, sizeof d);
+    for (int i = 0; i < 3; i++)
+        d[i].dtype_ab = d[i].dtype_c = CUDA_GEMM_BF16, d[i].batch = count, d[i].alpha = 1.0f;
+    d[0].M = d[0].N = s, d[0].K = l, d[0].transA = tall, d[0].transB = !tall;
+    d[0].lda = d[0].ldb = ldx, d[0].ldc = lds;
+    d[0].stride_a = d[0].stride_b = sx, d[0].stride_c = ss;
+    d[1].M = d[1].N = d[1].K = s, d[1].lda = d[1].ldb = d[1].ldc = lds;
+    d[1].stride_a = d[1].stride_b = d[1].stride_c = ss, d[1].alpha = NS_C, d[1].beta = NS_B;
+    if (tall) /* X' [l, s] = X B + a X */
+        d[2].M = l, d[2].N = s, d[2].K = s, d[2].lda = ldx, d[2].ldb = lds, d[2].stride_a = sx,
+        d[2].stride_b = ss;
+    else /* X' [s, l] = B X + a X */
+        d[2].M = s, d[2].N = l, d[2].K = s, d[2].lda = lds, d[2].ldb = ldx, d[2].stride_a = ss,
+        d[2].stride_b = sx;
+    d[2].ldc = ldx, d[2].stride_c = sx, d[2].beta = NS_A;
+    assert_int_equal(cuda_gemm_run(&g, &d[0], ga, ga, x, x, NULL), ZY_OK);
+    assert_int_equal(cuda_gemm_run(&g, &d[1], gb, ga, ga, ga, NULL), ZY_OK);
+    assert_int_equal(cuda_gemm_run(&g, &d[2], y, x, tall ? x : gb, tall ? gb : x, NULL), ZY_OK);
+    /* directly, as optim_cuda.cu's shape_build and ns_gemm did */
+    cublasLtHandle_t lt = (cublasLtHandle_t)g.lt;
+    const cublasOperation_t N = CUBLAS_OP_N, T = CUBLAS_OP_T;
+    const cublasOperation_t ta = tall ? N : T, tb = tall ? T : N;
+    cublasLtMatmulDesc_t gram, nn;
+    LT_OK(cublasLtMatmulDescCreate(&gram, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    LT_OK(cublasLtMatmulDescSetAttribute(gram, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    LT_OK(cublasLtMatmulDescSetAttribute(gram, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    LT_OK(cublasLtMatmulDescCreate(&nn, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    LT_OK(cublasLtMatmulDescSetAttribute(nn, CUBLASLT_MATMUL_DESC_TRANSA, &N, sizeof N));
+    LT_OK(cublasLtMatmulDescSetAttribute(nn, CUBLASLT_MATMUL_DESC_TRANSB, &N, sizeof N));
+    cublasLtMatrixLayout_t lx, ls;
+    LT_OK(cublasLtMatrixLayoutCreate(&lx, CUDA_R_16BF, (uint64_t)cols, (uint64_t)rows, ldx));
+    LT_OK(cublasLtMatrixLayoutCreate(&ls, CUDA_R_16BF, (uint64_t)s, (uint64_t)s, lds));
+    const int32_t cnt = count;
+    const int64_t strides[2] = {sx, ss};
+    cublasLtMatrixLayout_t lays[2] = {lx, ls};
+    for (int i = 0; i < 2; i++) {
+        LT_OK(cublasLtMatrixLayoutSetAttribute(lays[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &cnt,
+                                               sizeof cnt));
+        LT_OK(cublasLtMatrixLayoutSetAttribute(lays[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                               &strides[i], sizeof strides[i]));
+    }
+    void *ws = NULL;
+    assert_int_equal(cudaMalloc(&ws, CUDA_GEMM_WORKSPACE), cudaSuccess);
+    cublasLtMatmulAlgo_t al[3];
+    const int have[3] = {ns_algo(lt, gram, lx, lx, ls, &al[0]), ns_algo(lt, nn, ls, ls, ls, &al[1]),
+                         ns_algo(lt, nn, tall ? ls : lx, tall ? lx : ls, lx, &al[2])};
+    const float one = 1.0f, zero = 0.0f, c_ = NS_C, b_ = NS_B, a_ = NS_A;
+    if (have[0])
+        LT_OK(cublasLtMatmul(lt, gram, &one, x, lx, x, lx, &zero, ga2, ls, ga2, ls, &al[0], ws,
+                             CUDA_GEMM_WORKSPACE, NULL));
+    else
+        assert_int_equal(cudaMemcpy(ga2, ga, ns * 2, cudaMemcpyDeviceToDevice), cudaSuccess);
+    if (have[1])
+        LT_OK(cublasLtMatmul(lt, nn, &c_, ga2, ls, ga2, ls, &b_, ga2, ls, gb2, ls, &al[1], ws,
+                             CUDA_GEMM_WORKSPACE, NULL));
+    else
+        assert_int_equal(cudaMemcpy(gb2, gb, ns * 2, cudaMemcpyDeviceToDevice), cudaSuccess);
+    if (have[2] && tall)
+        LT_OK(cublasLtMatmul(lt, nn, &one, gb2, ls, x, lx, &a_, x, lx, y2, lx, &al[2], ws,
+                             CUDA_GEMM_WORKSPACE, NULL));
+    else if (have[2])
+        LT_OK(cublasLtMatmul(lt, nn, &one, x, lx, gb2, ls, &a_, x, lx, y2, lx, &al[2], ws,
+                             CUDA_GEMM_WORKSPACE, NULL));
+    else
+        assert_int_equal(cudaMemcpy(y2, y, nx * 2, cudaMemcpyDeviceToDevice), cudaSuccess);
+    assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+    const char *name[3] = {"Gram A", "polynomial B", "iterate X'"};
+    const size_t n[3] = {ns, ns, nx};
+    for (int i = 0; i < 3; i++) {
+        uint16_t *h1 = malloc(n[i] * 2), *h2 = malloc(n[i] * 2);
+        assert_true(h1 && h2);
+        assert_int_equal(cudaMemcpy(h1, bufs[i], n[i] * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+        assert_int_equal(cudaMemcpy(h2, bufs[i + 3], n[i] * 2, cudaMemcpyDeviceToHost),
+                         cudaSuccess);
+        if (memcmp(h1, h2, n[i] * 2) != 0)
+            fail_msg("Newton-Schulz [%d x %d] x %d: %s differs from the direct cuBLASLt call", rows,
+                     cols, count, name[i]);
+        free(h1), free(h2);
+    }
+    printf("Newton-Schulz [%d x %d] x %d: bitwise equal (cuBLASLt algorithms: %d %d %d)\n", rows,
+           cols, count, have[0], have[1], have[2]);
+    cublasLtMatmulDescDestroy(gram), cublasLtMatmulDescDestroy(nn);
+    cublasLtMatrixLayoutDestroy(lx), cublasLtMatrixLayoutDestroy(ls);
+    cudaFree(ws), cudaFree(x);
+    for (int i = 0; i < 6; i++) cudaFree(bufs[i]);
+    free(X);
+}
+
+static void test_ns_same(void **state) {
+    (void)state;
+    if (!ngpu) skip();
+    check_ns_same(64, 192, 3);    /* wide */
+    check_ns_same(200, 72, 2);    /* tall */
+    check_ns_same(33, 47, 1);     /* odd widths (padded rows), one matrix */
+    check_ns_same(1, 40, 4);      /* a single row */
+    check_ns_same(1024, 512, 16); /* an expert stack of bench-small's size */
+}
+
 /* Impossible arguments: one clear error each, nothing launched. */
 static void test_bad_arguments(void **state) {
     (void)state;
@@ -243,7 +398,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_arguments), cmocka_unit_test(test_plan_cache),
         cmocka_unit_test(test_prepare),       cmocka_unit_test(test_gemm_run_k0),
-        cmocka_unit_test(test_gemm_run),      cmocka_unit_test(test_gemm_shapes),
+        cmocka_unit_test(test_gemm_run),      cmocka_unit_test(test_ns_same),
+        cmocka_unit_test(test_gemm_shapes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
