@@ -4,7 +4,7 @@
 # test_cuda_elementwise (Debian packages of $DEBS unpacked with dpkg -x, or an unpacked
 # DEPS_ROOT, as gpu_cuda_tests.sh does), writes ptxas's register/spill report of attention.cu and
 # elementwise.cu, runs both tests (correctness against the CPU ops, bitwise repeatability), times
-# the attention backward's two dq paths (test_cuda_attention --bench), then compute-sanitizer:
+# the attention backward's two dq paths (dev/test_attention_variants --bench), then compute-sanitizer:
 # memcheck + racecheck on the attention's small shapes, memcheck on the embedding tests.
 # Every step runs even when an earlier one failed; each has a time limit.
 # Usage (from the zayac root): DEBS=.ext/debs bash scripts/gpu_cudet.sh
@@ -48,9 +48,10 @@ export OMP_WAIT_POLICY=passive
 } >"$OUT/machine.log" 2>&1
 
 ATT=build/tests/test_cuda_attention
+VAR=build/dev/test_attention_variants # every kernel shape, --bench, the sanitizer set
 ELEM=build/tests/test_cuda_elementwise
-step build 300 make -j"$NJ" DEPS_ROOT="$DEPS_ROOT" CUDA=1 $ATT $ELEM
-if [ ! -x $ATT ] || [ ! -x $ELEM ]; then
+step build 300 make -j"$NJ" DEPS_ROOT="$DEPS_ROOT" CUDA=1 $ATT $VAR $ELEM
+if [ ! -x $ATT ] || [ ! -x $VAR ] || [ ! -x $ELEM ]; then
     tail -30 "$OUT/build.log"
     exit 1
 fi
@@ -66,12 +67,13 @@ note "spills: $(grep -cE '[1-9][0-9]* bytes spill' "$OUT/ptxas.log") kernels wit
 
 step attention 240 $ATT
 step elementwise 240 $ELEM
-step bench 120 $ATT --bench
+step variants 240 $VAR
+step bench 120 $VAR --bench
 if command -v compute-sanitizer >/dev/null; then
     step att_memcheck 180 env ATTN_FILTER=test_sanitize \
-        compute-sanitizer --tool memcheck --error-exitcode 3 $ATT
+        compute-sanitizer --tool memcheck --error-exitcode 3 $VAR
     step att_racecheck 240 env ATTN_FILTER=test_sanitize \
-        compute-sanitizer --tool racecheck --racecheck-report all --error-exitcode 3 $ATT
+        compute-sanitizer --tool racecheck --racecheck-report all --error-exitcode 3 $VAR
     step elem_memcheck 300 env 'ELEM_FILTER=test_embed*' \
         compute-sanitizer --tool memcheck --leak-check full --error-exitcode 3 $ELEM
 else
