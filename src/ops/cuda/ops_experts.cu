@@ -30,11 +30,10 @@ typedef struct {
     int E, N, K, data_grad;
 } chunk_call;
 
-/* One expert's GEMM: C[M,N] = op(A) op(B) + beta C as cuda_gemm takes it. */
+/* One expert's GEMM: C[M,N] = op(A) op(B) + beta C (gemm.h's expert layout) as cuda_gemm takes
+ * it. */
 typedef struct {
-    void *C;
-    const void *A, *B;
-    int M, N, K, transA, transB;
+    cuda_gemm_expert g;
     float beta;
     cuda_gemm_dtype dc;
 } expert_job;
@@ -63,7 +62,7 @@ static void run_jobs(zy_ctx *ctx, expert_job *jobs, int n, const chunk_call *cc,
     for (int i = 1; i < n; i++) /* insertion sort by work, largest first (n is small) */
         for (int j = i; j > 0; j--) {
             const expert_job *a = &jobs[order[j - 1]], *b = &jobs[order[j]];
-            if ((double)a->M * a->N * a->K >= (double)b->M * b->N * b->K) break;
+            if ((double)a->g.M * a->g.N * a->g.K >= (double)b->g.M * b->g.N * b->g.K) break;
             int t = order[j - 1];
             order[j - 1] = order[j], order[j] = t;
         }
@@ -80,10 +79,10 @@ static void run_jobs(zy_ctx *ctx, expert_job *jobs, int n, const chunk_call *cc,
         int best = 0;
         for (int k = 1; k < ns; k++)
             if (load[k] < load[best]) best = k;
-        load[best] += (double)j->M * j->N * j->K;
-        ZY_STATUS_CHECK(cuda_gemm(&s->side_gemm[best], j->C, j->A, j->B, j->M, j->N, j->K, j->transA,
-                                 j->transB, 1.0f, j->beta, CUDA_GEMM_BF16, j->dc,
-                                 s->side[best]));
+        load[best] += (double)j->g.M * j->g.N * j->g.K;
+        ZY_STATUS_CHECK(cuda_gemm(&s->side_gemm[best], j->g.C, j->g.A, j->g.B, j->g.M, j->g.N,
+                                  j->g.K, j->g.transA, j->g.transB, 1.0f, j->beta, CUDA_GEMM_BF16,
+                                  j->dc, s->side[best]));
     }
     if (!wait) return;
     for (int i = 0; i < ns; i++) {
@@ -97,19 +96,15 @@ static void run_jobs(zy_ctx *ctx, expert_job *jobs, int n, const chunk_call *cc,
 static void add_data_jobs(expert_job *jobs, int *n, zy_act *out, const zy_act *in, const zy_act *W,
                           const int32_t *offsets_host, int E, int N, int K, int data_grad,
                           int chunks) {
-    const size_t in_w = data_grad ? N : K, out_w = data_grad ? K : N;
+    const cuda_gemm_expert_kind kind = data_grad ? CUDA_GEMM_EXPERT_BWD_DATA : CUDA_GEMM_EXPERT_FWD;
     for (int e = 0; e < E; e++) {
         int ne = offsets_host[e + 1] - offsets_host[e];
         const int blocked = chunks ? ne / CUDA_GEMM_CHUNK_ROWS * CUDA_GEMM_CHUNK_ROWS : 0;
-        size_t r0 = (size_t)offsets_host[e] + blocked;
         ne -= blocked;
         if (ne <= 0) continue;
         expert_job *j = &jobs[(*n)++];
-        j->C = (char *)out + r0 * out_w * 2;
-        j->A = (const char *)in + r0 * in_w * 2;
-        j->B = (const char *)W + (size_t)e * N * K * 2;
-        j->M = ne, j->N = (int)out_w, j->K = (int)in_w;
-        j->transA = 0, j->transB = !data_grad;
+        j->g = cuda_gemm_expert_problem(kind, e, offsets_host[e] + blocked, ne, out, in, W, N, K,
+                                        CUDA_GEMM_BF16, CUDA_GEMM_BF16);
         j->beta = 0.0f, j->dc = CUDA_GEMM_BF16;
     }
 }
@@ -120,20 +115,16 @@ static void add_wgrad_jobs(zy_ctx *ctx, expert_job *jobs, int *n, float *dW, con
                            const zy_act *X, const int32_t *offsets_host, int E, int N, int K,
                            float beta) {
     for (int e = 0; e < E; e++) {
-        size_t r0 = (size_t)offsets_host[e];
         int ne = offsets_host[e + 1] - offsets_host[e];
         if (ne <= 0) {
             if (beta == 0.0f)
-                ZY_CUDA_CHECK(cudaMemsetAsync(dW + (size_t)e * N * K, 0, (size_t)N * K * sizeof(float),
-                                           cuda_stream(ctx)));
+                ZY_CUDA_CHECK(cudaMemsetAsync(dW + (size_t)e * N * K, 0,
+                                              (size_t)N * K * sizeof(float), cuda_stream(ctx)));
             continue;
         }
         expert_job *j = &jobs[(*n)++];
-        j->C = dW + (size_t)e * N * K;
-        j->A = (const char *)dY + r0 * N * 2;
-        j->B = (const char *)X + r0 * K * 2;
-        j->M = N, j->N = K, j->K = ne;
-        j->transA = 1, j->transB = 0;
+        j->g = cuda_gemm_expert_problem(CUDA_GEMM_EXPERT_BWD_WEIGHT, e, offsets_host[e], ne, dW, dY,
+                                        X, N, K, CUDA_GEMM_BF16, CUDA_GEMM_FP32);
         j->beta = beta, j->dc = CUDA_GEMM_FP32;
     }
 }
