@@ -181,7 +181,9 @@ static void case_bias_bwd(oh_run *r, const int *p) {
 
 /* ---- embedding ---- */
 
-/* p: N, D (V = 50; the id of row 1 is skip_id when N > 1) */
+/* p: N, D, measure (V = 50; the id of row 1 is skip_id when N > 1). Measure 0: OH_BOUND as above;
+ * 1: that of the rows x widths grid (op_cases_elem.c): fp32 max-relative 1e-5 over the size of
+ * the terms, gradient increments. */
 static void case_embed(oh_run *r, const int *p) {
     zy_ctx *c = oh_ctx(r);
     const int V = 50, N = p[0], D = p[1];
@@ -200,7 +202,9 @@ static void case_embed(oh_run *r, const int *p) {
     int32_t *dids = oh_i32(r, ids, N);
     float *dh = oh_nan_f32(r, nd);
     ops_embed_fwd(c, dh, demb, dids, dbias, dsc, N, D);
-    oh_out_f32(r, oh_bound(0.0, EPS_EW, hsc), dh, nd, "embed_fwd N=%d D=%d", N, D);
+    oh_measure mf = oh_bound(0.0, EPS_EW, hsc);
+    if (p[2]) mf = oh_maxrel(1e-5, (oh_maxabs(emb, vd) + oh_maxabs(bias, D)) * oh_maxabs(sc, D));
+    oh_out_f32(r, mf, dh, nd, "embed_fwd N=%d D=%d", N, D);
 
     float *g = oh_randn(r, nd, 1.0f);
     float *ge0 = oh_randn(r, vd, 0.1f), *gb0 = oh_randn(r, D, 0.1f), *gs0 = oh_randn(r, D, 0.1f);
@@ -215,13 +219,15 @@ static void case_embed(oh_run *r, const int *p) {
     }
     float *dge = oh_f32(r, ge0, vd), *dgb = oh_f32(r, gb0, D), *dgs = oh_f32(r, gs0, D);
     ops_embed_bwd(c, dge, dgb, dgs, oh_f32(r, g, nd), demb, dids, dbias, dsc, N, D, skip);
-    oh_out_f32(r, oh_bound(REL_F32, EPS_SUM, se), dge, vd, "embed_bwd N=%d D=%d skip=%d demb", N, D,
-               skip);
+    oh_measure me = oh_bound(REL_F32, EPS_SUM, se), mb = oh_bound(REL_F32, EPS_SUM, sb);
+    oh_measure ms = oh_bound(REL_F32, EPS_SUM, ss);
+    if (p[2]) me = oh_inc(ge0, 1e-5), mb = oh_inc(gb0, 1e-5), ms = oh_inc(gs0, 1e-5);
+    oh_out_f32(r, me, dge, vd, "embed_bwd N=%d D=%d skip=%d demb", N, D, skip);
     if (skip >= 0)
         oh_expect(oh_exact(), oh_get_f32(r, dge + (size_t)skip * D, D), ge0 + (size_t)skip * D, D,
                   "embed_bwd N=%d D=%d: row skip_id=%d unchanged", N, D, skip);
-    oh_out_f32(r, oh_bound(REL_F32, EPS_SUM, sb), dgb, D, "embed_bwd N=%d D=%d dbias", N, D);
-    oh_out_f32(r, oh_bound(REL_F32, EPS_SUM, ss), dgs, D, "embed_bwd N=%d D=%d dscale", N, D);
+    oh_out_f32(r, mb, dgb, D, "embed_bwd N=%d D=%d dbias", N, D);
+    oh_out_f32(r, ms, dgs, D, "embed_bwd N=%d D=%d dscale", N, D);
 }
 
 /* ---- RMSNorm ---- */
@@ -504,6 +510,21 @@ const oh_case oh_cases_dense[] = {
     {"embed", case_embed, {7, 1024}},
     {"embed", case_embed, {1000, 24}},
     {"embed", case_embed, {33, 1001}},
+    {"embed", case_embed, {1, 1, 1}},
+    {"embed", case_embed, {1, 3, 1}},
+    {"embed", case_embed, {1, 128, 1}},
+    {"embed", case_embed, {1, 1024, 1}},
+    {"embed", case_embed, {1, 2049, 1}},
+    {"embed", case_embed, {7, 1, 1}},
+    {"embed", case_embed, {7, 3, 1}},
+    {"embed", case_embed, {7, 128, 1}},
+    {"embed", case_embed, {7, 1024, 1}},
+    {"embed", case_embed, {7, 2049, 1}},
+    {"embed", case_embed, {1000, 1, 1}},
+    {"embed", case_embed, {1000, 3, 1}},
+    {"embed", case_embed, {1000, 128, 1}},
+    {"embed", case_embed, {1000, 1024, 1}},
+    {"embed", case_embed, {1000, 2049, 1}},
     {"rmsnorm", case_rmsnorm, {1, 3, 0, 0}},
     {"rmsnorm", case_rmsnorm, {7, 256, 0, 1}},
     {"rmsnorm", case_rmsnorm, {333, 1024, 0, 0}},

@@ -1,7 +1,8 @@
 /* Op cases of the memory-bound ops on the grid of rows {1, 7, 1000} x widths {1, 3, 128, 1024,
  * 2049} (the CUDA kernels' vector and element paths, one-row and many-row launches) for the op
  * harness (op_harness.h): RMSNorm (residual-stream fp32 rows in, or activation rows), residual
- * scaling + RMSNorm, GELU, SwiGLU, embedding, cross-entropy, forward and backward.
+ * scaling + RMSNorm, GELU, SwiGLU, cross-entropy, forward and backward (the embedding on this grid:
+ * op_cases_dense.c).
  * Measures: fp32 outputs max|got - ref| / max(max|ref|, S) <= 1e-5; activation outputs
  * RMS(got - ref) / max(RMS(ref), S) <= 1e-2, where S is the size of the terms an output is the
  * difference of (0 where nothing cancels): e.g. RMSNorm's dx = rstd*dy*w - k*x cancels entirely at
@@ -185,41 +186,6 @@ static void case_swiglu(oh_run *r, const int *p) {
     }
 }
 
-/* ---- embedding ---- */
-
-/* p: rows (V = 50; the id of row 1 is skip_id when N > 1) */
-static void case_embed(oh_run *r, const int *p) {
-    zy_ctx *c = oh_ctx(r);
-    const int V = 50, N = p[0];
-    for (int b = 0; b < NWIDTHS; b++) {
-        int D = WIDTHS[b];
-        size_t nd = (size_t)N * D, vd = (size_t)V * D;
-        float *emb = oh_randn(r, vd, 1.0f), *bias = oh_randn(r, D, 0.2f);
-        float *scale = oh_randu(r, D, 0.5f, 1.5f);
-        int32_t *ids = oh_ints(r, N, 0);
-        for (int n = 0; n < N; n++) ids[n] = (int32_t)zy_rng_below(oh_rng(), (uint64_t)V);
-        int skip = N > 1 ? ids[1] : -1;
-        float *demb = oh_f32(r, emb, vd), *dbias = oh_f32(r, bias, D), *dsc = oh_f32(r, scale, D);
-        int32_t *dids = oh_i32(r, ids, N);
-        float *dh = oh_nan_f32(r, nd);
-        ops_embed_fwd(c, dh, demb, dids, dbias, dsc, N, D);
-        oh_out_f32(r, m_out(0, (oh_maxabs(emb, vd) + oh_maxabs(bias, D)) * oh_maxabs(scale, D)), dh,
-                   nd, "embed_fwd N=%d D=%d", N, D);
-
-        float *g = oh_randn(r, nd, 1.0f), *ge0 = oh_randn(r, vd, 0.1f);
-        float *gb0 = oh_randn(r, D, 0.1f), *gs0 = oh_randn(r, D, 0.1f);
-        float *dge = oh_f32(r, ge0, vd), *dgb = oh_f32(r, gb0, D), *dgs = oh_f32(r, gs0, D);
-        ops_embed_bwd(c, dge, dgb, dgs, oh_f32(r, g, nd), demb, dids, dbias, dsc, N, D, skip);
-        oh_out_f32(r, oh_inc(ge0, TOL_F32), dge, vd, "embed_bwd N=%d D=%d skip=%d demb", N, D,
-                   skip);
-        if (skip >= 0)
-            oh_expect(oh_exact(), oh_get_f32(r, dge + (size_t)skip * D, D), ge0 + (size_t)skip * D,
-                      D, "embed_bwd N=%d D=%d: row skip_id=%d unchanged", N, D, skip);
-        oh_out_f32(r, oh_inc(gb0, TOL_F32), dgb, D, "embed_bwd N=%d D=%d dbias", N, D);
-        oh_out_f32(r, oh_inc(gs0, TOL_F32), dgs, D, "embed_bwd N=%d D=%d dscale", N, D);
-    }
-}
-
 /* ---- cross-entropy ---- */
 
 /* p: rows, V, dlogits in place over the logits on the compared backend */
@@ -268,9 +234,6 @@ const oh_case oh_cases_elem[] = {
     {"swiglu_grid", case_swiglu, {1}},
     {"swiglu_grid", case_swiglu, {7}},
     {"swiglu_grid", case_swiglu, {1000}},
-    {"embed_grid", case_embed, {1}},
-    {"embed_grid", case_embed, {7}},
-    {"embed_grid", case_embed, {1000}},
     {"xent_grid", case_xent, {1, 50, 1}},
     {"xent_grid", case_xent, {1, 32768, 0}},
     {"xent_grid", case_xent, {7, 50, 0}},
