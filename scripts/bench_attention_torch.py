@@ -5,7 +5,7 @@ default backend choice and each backend forced, in two layouts: zayac's token-ma
 ([B,T,H,d] viewed as [B,H,T,d], as HF calls it) and torch's contiguous [B,H,T,d].
 Prints one RESULT line per measurement. With --ours FILE (the output of
 `dev/test_attention_variants --bench`) it also prints the comparison table (markdown) of zayac's kernels
-against the fastest torch configuration. Runs on the GPU machine (scripts/gpu_attention.sh)."""
+against the fastest torch configuration. Runs on the GPU machine (dev/scripts/gpu_attention.sh)."""
 import argparse
 import contextlib
 import sys

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 4, part 4: does the full zaya1-base preset (8.8B parameters, 40 layers) train on one GPU
+# Does the full zaya1-base preset (8.8B parameters, 40 layers) train on one GPU
 # at sequence 4096? Tries `zayac bench train` with AdamW and with Muon at batch 1 x 4096; when a
 # run does not fit (zayac stops with "out of GPU memory: asked for X GiB, Y free"), also runs a
 # 20-layer cut of the same config, whose tokens/s and memory give the per-layer cost.

@@ -7,4 +7,6 @@ bash scripts/install_deps.sh
 jobs=$(nproc)
 if command -v clang-format >/dev/null; then make format-check; fi
 make -j"$jobs" SAN=1 WERROR=1 all
+# the dev/ variants are not shipped, but they must keep compiling (CUDA builds only)
+if command -v nvcc >/dev/null; then make -j"$jobs" SAN=1 WERROR=1 dev; fi
 make -j"$jobs" SAN=1 WERROR=1 test

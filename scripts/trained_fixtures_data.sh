@@ -4,7 +4,7 @@
 #   zayac train --config tests/fixtures/trained/train.json                    (CPU, fp32)
 #   zayac train --config tests/fixtures/trained/train.json --set device=\"cuda\" \
 #                --set out_dir=\"runs/fixture/gpu\"                             (GPU, bf16)
-# and scripts/make_trained_fixture.py on each final checkpoint (scripts/gpu_issue13.sh does both).
+# and scripts/make_trained_fixture.py on each final checkpoint (scripts/gpu_hf_agreement.sh does both).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 Z=${ZAYAC:-build/zayac}

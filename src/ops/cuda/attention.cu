@@ -1,5 +1,5 @@
 /* Fused causal GQA attention on the GPU (attention.h): the entry points, each running the kernel
- * shape measured fastest on an H100 (bench/attention_NOTES.md, results/issue4/README.md). The
+ * shape measured fastest on an H100 (bench/attention_NOTES.md, results/single-gpu/README.md). The
  * kernels and their launchers are templates in attention_kernels.h; dev/attention_variants.cu
  * instantiates the other shapes for tuning. */
 #include "ops/cuda/attention.h"

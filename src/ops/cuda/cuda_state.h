@@ -15,8 +15,8 @@
 /* Side streams for concurrent expert GEMMs (one expert's GEMM fills few SMs): at most
  * CUDA_SIDE_STREAMS, as many as zy_cuda_opts.expert_streams (cuda.expert_streams in the training
  * config; default ZY_EXPERT_STREAMS_DEFAULT). On an H200 at bench-small, 2 streams gave the
- * shortest step: ~0.4 ms less than 4; 3, 8 and 16 were slower than 4 (scripts/gpu_speed.sh;
- * results/issue4/README.md). */
+ * shortest step: ~0.4 ms less than 4; 3, 8 and 16 were slower than 4 (dev/scripts/gpu_speed.sh;
+ * results/single-gpu/README.md). */
 #define CUDA_SIDE_STREAMS ZY_EXPERT_STREAMS_MAX
 #define CUDA_PROF_SLOTS           8192 /* event pairs between two ops_prof_read calls */
 #define CUDA_PROF_NAMES           96

@@ -10,7 +10,7 @@
  * expert's full blocks of CUDA_GEMM_CHUNK_ROWS rows in one pointer-array batched GEMM on the
  * context's stream, the remaining rows on the side streams at the same time. Off by default: on
  * an H100 cuBLASLt's pointer-array kernels ran the blocks no faster than per-expert calls
- * (results/issue4/README.md, fourth session). */
+ * (results/single-gpu/README.md, fourth session). */
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/cuda_state.h"
 

@@ -3,7 +3,7 @@
 # one call (it has torch and transformers 5.17; nothing to install but the Debian packages in
 # $DEBS). From the zayac root, with runs/default (the default run, trained here or carried) and
 # runs/fixture (scripts/trained_fixtures_data.sh, with its CPU-trained checkpoint) present:
-#   DEBS=.ext/debs bash scripts/gpu_issue13.sh
+#   DEBS=.ext/debs bash scripts/gpu_hf_agreement.sh
 # 1. builds zayac with CUDA; runs test_cuda_optim (balancing biases CPU = GPU bits) and
 #    test_train_resume (GPU resume, GPU vs CPU curve);
 # 2. trains tests/fixtures/trained/train.json on the GPU (bf16, fp32 master weights);
@@ -14,7 +14,7 @@
 # Results in $OUT: summary.txt and fixtures.tgz (tests/fixtures/{hf,trained} as made here).
 set -u
 export PATH=/usr/local/cuda/bin:$PATH PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/gpu_issue13_out}
+OUT=${OUT:-/tmp/gpu_hf_agreement_out}
 mkdir -p "$OUT"
 rc_all=0
 note() { echo "$*" | tee -a "$OUT/summary.txt"; }

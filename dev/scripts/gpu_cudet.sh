@@ -7,7 +7,7 @@
 # the attention backward's two dq paths (dev/test_attention_variants --bench), then compute-sanitizer:
 # memcheck + racecheck on the attention's small shapes, memcheck on the embedding tests.
 # Every step runs even when an earlier one failed; each has a time limit.
-# Usage (from the zayac root): DEBS=.ext/debs bash scripts/gpu_cudet.sh
+# Usage (from the zayac root): DEBS=.ext/debs bash dev/scripts/gpu_cudet.sh
 # Logs land in $OUT (default /tmp/cudet_out): build.log, ptxas.log, <step>.log, summary.txt.
 # Exit status 0 when every step passed.
 set -u

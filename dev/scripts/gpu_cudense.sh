@@ -5,7 +5,7 @@
 # against its CPU op, then the printed bandwidth of rmsnorm/resscale/add/bias at bench sizes), then
 # the same test under compute-sanitizer memcheck (without the benchmark) and racecheck on the
 # column-sum kernels (bias_bwd, resscale_bwd), when compute-sanitizer is there.
-# Usage (from the zayac root): [DEPS_ROOT=dir] [OUT=dir] bash scripts/gpu_cudense.sh
+# Usage (from the zayac root): [DEPS_ROOT=dir] [OUT=dir] bash dev/scripts/gpu_cudense.sh
 # Logs land in $OUT (default /tmp/gpu_cudense_out): build.log (make all test), ptxas.log,
 # test_cuda_ops_dense.log, memcheck.log, racecheck.log, summary.txt. Exit status 0 when the build,
 # the test and the sanitizers passed (make test's own failures are reported, not fatal: other

@@ -6,7 +6,7 @@
 # racecheck when /usr/local/cuda/bin/compute-sanitizer exists, and last the whole suite
 # (make -j16 all test). Logs land in $OUT (default /tmp/gpu_cucca): build.log, cca.log,
 # memcheck.log, racecheck.log, suite.log, summary.txt. Exit status 0 when every step passed.
-# Usage, from the zayac root: [DEPS_ROOT=/path/to/unpacked/debs] [OUT=dir] bash scripts/gpu_cucca.sh
+# Usage, from the zayac root: [DEPS_ROOT=/path/to/unpacked/debs] [OUT=dir] bash dev/scripts/gpu_cucca.sh
 set -u
 export PATH=/usr/local/cuda/bin:$PATH OMP_WAIT_POLICY=passive
 OUT=${OUT:-/tmp/gpu_cucca}

@@ -3,8 +3,8 @@
 # (ncu, which the GPU machine's CUDA has; nsys is not there): every kernel of the run is replayed
 # alone and its gpu__time_duration recorded, then summed by kernel name (template arguments cut).
 # ncu serialises the kernels, so the sum says where the device time goes, not the step time with
-# its overlap. Run it after a build (scripts/gpu_speed.sh builds).
-# Usage (from the zayac root, on the GPU machine): OUT=... bash scripts/gpu_kernels.sh
+# its overlap. Run it after a build (dev/scripts/gpu_speed.sh builds).
+# Usage (from the zayac root, on the GPU machine): OUT=... bash dev/scripts/gpu_kernels.sh
 #   BIN=<zayac binary> (default build/zayac), STEPS (default 1 after 1 warm-up step), TOP (40),
 #   FILTER=<ncu -k expression> (default: every kernel).
 set -u

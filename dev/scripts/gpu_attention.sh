@@ -6,7 +6,7 @@
 # (dev/test_attention_variants --bench) and torch SDPA
 # (scripts/bench_attention_torch.py), and print the comparison. Every step runs even when an
 # earlier one failed; each has a time limit. Logs land in $OUT (default /tmp/attn_out).
-# Usage, from the zayac tree: DEBS=../debs-attn bash scripts/gpu_attention.sh
+# Usage, from the zayac tree: DEBS=../debs-attn bash dev/scripts/gpu_attention.sh
 set -u
 export PATH=/usr/local/cuda/bin:$PATH PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/attn_out}

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Issue 5 on the lent GPU machine (2 x H200), in one call: build zayac and nccl-tests, run the GPU
+# The machine benchmarks on the lent GPU machine (2 x H200), in one call: build zayac and nccl-tests, run the GPU
 # tests, zayac's and nccl-tests' collective sweeps on 1 and 2 GPUs, the launcher and failure
 # demonstrations, the GEMM sweep against torch.matmul and the memory sweep against a torch copy,
 # then compare. Usage (from the zayac root, the Debian packages and nccl-tests sources beside it):
-#   DEBS=../debs NCCL_TESTS=../nccl-tests [PARTS="..."] bash scripts/gpu_bench_issue5.sh
+#   DEBS=../debs NCCL_TESTS=../nccl-tests [PARTS="..."] bash scripts/gpu_machine_bench.sh
 # PARTS (default all): tests coll2 coll1 diag demos gemm membw. Everything lands in $OUT/r
-# (tarred to $OUT/issue5.tgz); the comparison is printed last.
+# (tarred to $OUT/machine_bench.tgz); the comparison is printed last.
 #
 # How the references are run:
 # - 2 GPUs: nccl-tests built with MPI, one process per GPU (mpirun -np 2 ... -g 1), the same
@@ -22,7 +22,7 @@ ROOT=$(pwd)
 DEBS=${DEBS:-../debs}
 NCCL_TESTS=${NCCL_TESTS:-../nccl-tests}
 PARTS=${PARTS:-"tests coll2 coll1 diag demos gemm membw"}
-OUT=${OUT:-/tmp/issue5_out}
+OUT=${OUT:-/tmp/machine_bench_out}
 R=$OUT/r
 mkdir -p "$R/logs" "$R/zayac" "$R/nccl-tests"
 SIZES="-b 8 -e 4G -f 2"
@@ -47,7 +47,7 @@ step() {
 }
 
 finish() {
-    cd "$OUT" && tar czf issue5.tgz r && cp r/summary.md summary.md 2>/dev/null
+    cd "$OUT" && tar czf machine_bench.tgz r && cp r/summary.md summary.md 2>/dev/null
     echo "total $(($(date +%s) - T0))s"
 }
 trap finish EXIT

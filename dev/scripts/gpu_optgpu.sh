@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU optimiser checks of issue 4 on the lent GPU machine: builds zayac and its tests (make
+# The GPU optimiser checks on the lent GPU machine: builds zayac and its tests (make
 # -j16 all test, which also runs the CPU suite; DEPS_ROOT passed through when set), runs
 # build/tests/test_cuda_optim (AdamW, Muon, batching, clipping, state round trip and balancing on
 # CUDA against the CPU, then the bench-small timing of one AdamW and one Muon step), and the same

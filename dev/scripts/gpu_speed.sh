@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Speed work on the lent GPU machine in one call: build zayac with CUDA (sm_90a) against the Debian
 # packages in $DEBS, run the GPU tests named in $TESTS (default: none), then `zayac bench train` on
-# bench-small (batch 8 x 2048, AdamW) once per variant in $VARIANTS, each variant a list of
-# environment settings joined by commas ("-" = none), alternating over $ROUNDS rounds so that drift
-# of the GPU's clocks hits every variant alike. Prints one table: variant, round, ms/step, tokens/s.
-# A variant's BIN=<path> runs that binary instead of build/zayac (a build of another commit).
+# bench-small (batch 8 x 2048, AdamW) once per variant in $VARIANTS, each variant a list of extra
+# `zayac bench train` arguments joined by commas ("-" = none), alternating over $ROUNDS rounds so
+# that drift of the GPU's clocks hits every variant alike. Prints one table: variant, round,
+# ms/step, tokens/s. A variant's BIN=<path> runs that binary instead of build/zayac (a build of
+# another commit).
 # NSYS=1 also runs one variant-free bench under nsys and prints the kernels by total time.
 # Usage (from the zayac root):
-#   DEBS=.ext/debs VARIANTS="- ZAYAC_EXPERT_STREAMS=8" ROUNDS=2 bash scripts/gpu_speed.sh
+#   DEBS=.ext/debs VARIANTS="- --expert-streams,4 --expert-chunk,1" ROUNDS=2 bash dev/dev/scripts/gpu_speed.sh
 # Files land in $OUT: summary.txt, build.log, <test>.log, bench_<variant>_<round>.{txt,json}.
 set -u
 export PATH=/usr/local/cuda/bin:$PATH
@@ -15,7 +16,7 @@ OUT=${OUT:-/tmp/gpu_speed_out}
 mkdir -p "$OUT"
 note() { echo "$*" | tee -a "$OUT/summary.txt"; }
 
-. "$(dirname "$0")/gpu_deps.sh"
+. scripts/gpu_deps.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee -a "$OUT/summary.txt"
 
 t0=$(date +%s)
@@ -43,14 +44,16 @@ for r in $(seq 1 "${ROUNDS:-1}"); do
     i=0
     for v in ${VARIANTS:--}; do
         i=$((i + 1))
-        envs=()
-        [ "$v" != "-" ] && IFS=, read -r -a envs <<<"$v"
+        words=() args=()
+        [ "$v" != "-" ] && IFS=, read -r -a words <<<"$v"
         bin=build/zayac # BIN=<path> in a variant runs another build (e.g. one of the base commit)
-        for e in "${envs[@]}"; do [ "${e%%=*}" = BIN ] && bin=${e#BIN=}; done
+        for w in "${words[@]}"; do
+            if [ "${w%%=*}" = BIN ]; then bin=${w#BIN=}; else args+=("$w"); fi
+        done
         f="$OUT/bench_${i}_$r"
         prof=()
         [ "$r" = 1 ] && prof=(--profile)
-        env "${envs[@]}" timeout 300 "$bin" bench train --preset bench-small --batch 8 \
+        timeout 300 "$bin" bench train "${args[@]}" --preset bench-small --batch 8 \
             --seq 2048 --steps "$STEPS" --warmup 5 --peak-tflops "$PEAK" "${prof[@]}" \
             --json "$f.json" >"$f.txt" 2>&1
         ms=$(python3 -c "import json;j=json.load(open('$f.json'));print('%.2f | %.0f'%(j['step_ms']['mean'],j['tokens_per_s']))" 2>/dev/null || echo "failed | -")
