@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 bash scripts/install_deps.sh
 jobs=$(nproc)
 if command -v clang-format >/dev/null; then make format-check; fi
+bash scripts/check_layers.sh # no folder includes one above it (docs/architecture.md)
 make -j"$jobs" SAN=1 WERROR=1 all
 # the dev/ variants are not shipped, but they must keep compiling (CUDA builds only)
 if command -v nvcc >/dev/null; then make -j"$jobs" SAN=1 WERROR=1 dev; fi
