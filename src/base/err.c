@@ -14,21 +14,26 @@ static _Thread_local zy_exit_status err_kind = ZY_EXIT_INPUT;
 static _Atomic int err_rank = -1;
 static _Atomic long long err_step = -1;
 
+/* Records the message and its kind for this thread. */
+static int record(zy_exit_status kind, const char *fmt, va_list ap) {
+    vsnprintf(err_msg, sizeof err_msg, fmt, ap);
+    err_kind = kind;
+    return ZY_ERR;
+}
+
 int zy_fail(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err_msg, sizeof err_msg, fmt, ap);
+    record(ZY_EXIT_INPUT, fmt, ap);
     va_end(ap);
-    err_kind = ZY_EXIT_INPUT;
     return ZY_ERR;
 }
 
 int zy_fail_runtime(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err_msg, sizeof err_msg, fmt, ap);
+    record(ZY_EXIT_RUNTIME, fmt, ap);
     va_end(ap);
-    err_kind = ZY_EXIT_RUNTIME;
     return ZY_ERR;
 }
 
