@@ -7,8 +7,8 @@
  * RMS(got - ref) / max(RMS(ref), S) <= 1e-2, where S is the size of the terms an output is the
  * difference of (0 where nothing cancels): e.g. RMSNorm's dx = rstd*dy*w - k*x cancels entirely at
  * C = 1, and no fp32 kernel can give it more than ~1e-7 * S absolute accuracy. Parameter gradients
- * start from random values; their increments are compared (max-relative, 1e-5). The fp32-activation
- * kernels (unreachable through ops.h) are tested in test_cuda_elementwise.c. */
+ * start from random values; their increments are compared (max-relative, 1e-5). What ops.h cannot
+ * show (the cross-entropy kernel's per-row losses) is tested in test_cuda_elementwise.c. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

@@ -69,14 +69,8 @@ template <typename T> static int gelu_bwd(T *dx, const T *dy, const T *x, size_t
     return ZY_OK;
 }
 
-int cuda_gelu_fwd_f32(float *y, const float *x, size_t n, void *stream) {
-    return gelu_fwd<float>(y, x, n, stream);
-}
 int cuda_gelu_fwd_bf16(zy_bf16 *y, const zy_bf16 *x, size_t n, void *stream) {
     return gelu_fwd<bf16>((bf16 *)y, (const bf16 *)x, n, stream);
-}
-int cuda_gelu_bwd_f32(float *dx, const float *dy, const float *x, size_t n, void *stream) {
-    return gelu_bwd<float>(dx, dy, x, n, stream);
 }
 int cuda_gelu_bwd_bf16(zy_bf16 *dx, const zy_bf16 *dy, const zy_bf16 *x, size_t n, void *stream) {
     return gelu_bwd<bf16>((bf16 *)dx, (const bf16 *)dy, (const bf16 *)x, n, stream);
@@ -148,14 +142,8 @@ static int swiglu_bwd(T *dgu, const T *dy, const T *gu, int N, int F, void *stre
     return ZY_OK;
 }
 
-int cuda_swiglu_fwd_f32(float *y, const float *gu, int N, int F, void *stream) {
-    return swiglu_fwd<float>(y, gu, N, F, stream);
-}
 int cuda_swiglu_fwd_bf16(zy_bf16 *y, const zy_bf16 *gu, int N, int F, void *stream) {
     return swiglu_fwd<bf16>((bf16 *)y, (const bf16 *)gu, N, F, stream);
-}
-int cuda_swiglu_bwd_f32(float *dgu, const float *dy, const float *gu, int N, int F, void *stream) {
-    return swiglu_bwd<float>(dgu, dy, gu, N, F, stream);
 }
 int cuda_swiglu_bwd_bf16(zy_bf16 *dgu, const zy_bf16 *dy, const zy_bf16 *gu, int N, int F,
                          void *stream) {

@@ -1,18 +1,19 @@
 /* Host API of the standalone CUDA kernels for the memory-bound ops (RMSNorm, the fused residual
  * scaling + RMSNorm, SwiGLU, GELU, embedding, fused cross-entropy). Each computes the same math as
- * its CPU op in ops/ops.h (see there for the formulas); they are not yet behind ops.h's dispatch.
+ * its CPU op in ops/ops.h (see there for the formulas); ops/cuda/ops_dense.cu calls them for ops.h.
  *
  * Conventions: pointers are device memory; `stream` is a cudaStream_t (NULL = legacy default).
- * Suffix _f32: activations fp32; _bf16: activations bf16 (zy_bf16 holds the bits of a
- * __nv_bfloat16); _f32_bf16: fp32 input rows, bf16 output rows. Weights, parameter gradients, the
- * residual stream, rstd and losses are fp32; every reduction runs in fp32 (chunk totals of the
- * parameter gradients in double). Parameter gradients ACCUMULATE (+=); input gradients overwrite
- * unless stated. Parameter-gradient sums over rows are deterministic (per-chunk partials in `ws`,
- * then a fixed-order sum; the embedding table gradient through a sort by id): no atomics, the same
- * bits on every run. `ws` is a workspace of cuda_ops_ws_bytes(N, C) bytes (16-byte aligned, as
- * cudaMalloc gives), not used concurrently by two launches.
- * Return ZY_OK, or ZY_ERR with zy_errmsg() naming a failed launch or an impossible shape. Launches
- * are asynchronous: a kernel fault shows at the next synchronising call. */
+ * Suffix _bf16: activations bf16 (zy_bf16 holds the bits of a __nv_bfloat16; the CUDA context's
+ * activations are always bf16, so there are no fp32-activation variants); _f32_bf16: fp32 input
+ * rows (the residual stream), bf16 output rows; _f32 (embedding): fp32 throughout. Weights,
+ * parameter gradients, the residual stream, rstd and losses are fp32; every reduction runs in fp32
+ * (chunk totals of the parameter gradients in double). Parameter gradients ACCUMULATE (+=); input
+ * gradients overwrite unless stated. Parameter-gradient sums over rows are deterministic (per-chunk
+ * partials in `ws`, then a fixed-order sum; the embedding table gradient through a sort by id): no
+ * atomics, the same bits on every run. `ws` is a workspace of cuda_ops_ws_bytes(N, C) bytes
+ * (16-byte aligned, as cudaMalloc gives), not used concurrently by two launches. Return ZY_OK, or
+ * ZY_ERR with zy_errmsg() naming a failed launch or an impossible shape. Launches are asynchronous:
+ * a kernel fault shows at the next synchronising call. */
 #ifndef ZY_OPS_CUDA_KERNELS_H
 #define ZY_OPS_CUDA_KERNELS_H
 
@@ -32,16 +33,11 @@ size_t cuda_ops_ws_bytes(int N, int C);
 size_t cuda_embed_bwd_ws_bytes(int N, int D);
 
 /* ---- RMSNorm: y[N,C] = x * rstd * w, rstd[N] = 1/sqrt(mean(x^2) + eps) ---- */
-int cuda_rmsnorm_fwd_f32(float *y, float *rstd, const float *x, const float *w, int N, int C,
-                         float eps, void *stream);
 int cuda_rmsnorm_fwd_bf16(zy_bf16 *y, float *rstd, const zy_bf16 *x, const float *w, int N, int C,
                           float eps, void *stream);
 int cuda_rmsnorm_fwd_f32_bf16(zy_bf16 *y, float *rstd, const float *x, const float *w, int N, int C,
                               float eps, void *stream);
 /* dx[N,C] (overwrite, or += when accumulate; may alias dy when both have one type), dw[C] +=. */
-int cuda_rmsnorm_bwd_f32(float *dx, float *dw, float *ws, const float *dy, const float *x,
-                         const float *w, const float *rstd, int N, int C, int accumulate,
-                         void *stream);
 int cuda_rmsnorm_bwd_bf16(zy_bf16 *dx, float *dw, float *ws, const zy_bf16 *dy, const zy_bf16 *x,
                           const float *w, const float *rstd, int N, int C, int accumulate,
                           void *stream);
@@ -52,9 +48,6 @@ int cuda_rmsnorm_bwd_f32_bf16(float *dx, float *dw, float *ws, const zy_bf16 *dy
 
 /* ---- residual scaling + RMSNorm, all rows [N,D], vectors [D]:
  * out = (o + ob) * os + (h + rb) * rs (fp32 residual stream), y = RMSNorm(out) * w (rstd saved) */
-int cuda_resnorm_fwd_f32(float *out, float *y, float *rstd, const float *o, const float *h,
-                         const float *ob, const float *os, const float *rb, const float *rs,
-                         const float *w, int N, int D, float eps, void *stream);
 int cuda_resnorm_fwd_bf16(float *out, zy_bf16 *y, float *rstd, const zy_bf16 *o, const float *h,
                           const float *ob, const float *os, const float *rb, const float *rs,
                           const float *w, int N, int D, float eps, void *stream);
@@ -62,11 +55,6 @@ int cuda_resnorm_fwd_bf16(float *out, zy_bf16 *y, float *rstd, const zy_bf16 *o,
  * = 0), then d_o = dout*os (overwrite; may alias dy), dh = dout*rs (overwrite, fp32; may alias
  * dres), dw += sum dy*out*rstd, dob += sum dout*os, dos += sum dout*(o+ob), drb += sum dout*rs,
  * drs += sum dout*(h+rb). */
-int cuda_resnorm_bwd_f32(float *d_o, float *dh, float *dw, float *dob, float *dos, float *drb,
-                         float *drs, float *ws, const float *dy, const float *dres,
-                         const float *out, const float *rstd, const float *w, const float *o,
-                         const float *h, const float *ob, const float *os, const float *rb,
-                         const float *rs, int N, int D, void *stream);
 int cuda_resnorm_bwd_bf16(zy_bf16 *d_o, float *dh, float *dw, float *dob, float *dos, float *drb,
                           float *drs, float *ws, const zy_bf16 *dy, const float *dres,
                           const float *out, const float *rstd, const float *w, const zy_bf16 *o,
@@ -74,15 +62,11 @@ int cuda_resnorm_bwd_bf16(zy_bf16 *d_o, float *dh, float *dw, float *dob, float 
                           const float *rs, int N, int D, void *stream);
 
 /* ---- GELU (exact erf): y = x Phi(x); dx = dy (Phi(x) + x phi(x)) (overwrite) ---- */
-int cuda_gelu_fwd_f32(float *y, const float *x, size_t n, void *stream);
 int cuda_gelu_fwd_bf16(zy_bf16 *y, const zy_bf16 *x, size_t n, void *stream);
-int cuda_gelu_bwd_f32(float *dx, const float *dy, const float *x, size_t n, void *stream);
 int cuda_gelu_bwd_bf16(zy_bf16 *dx, const zy_bf16 *dy, const zy_bf16 *x, size_t n, void *stream);
 
 /* ---- SwiGLU: gu [N,2F] = [g | u] per row, y [N,F] = SiLU(g) * u; dgu [N,2F] (overwrite) ---- */
-int cuda_swiglu_fwd_f32(float *y, const float *gu, int N, int F, void *stream);
 int cuda_swiglu_fwd_bf16(zy_bf16 *y, const zy_bf16 *gu, int N, int F, void *stream);
-int cuda_swiglu_bwd_f32(float *dgu, const float *dy, const float *gu, int N, int F, void *stream);
 int cuda_swiglu_bwd_bf16(zy_bf16 *dgu, const zy_bf16 *dy, const zy_bf16 *gu, int N, int F,
                          void *stream);
 
@@ -104,9 +88,6 @@ int cuda_embed_bwd_f32(float *demb, float *dbias, float *dscale, float *ws, cons
  * dlogits = (softmax - onehot) * grad_scale (0 on ignored rows); dlogits may alias logits (in
  * place). The softmax is never stored. When loss_sum != NULL, *loss_sum (device double) = the sum
  * of loss_rows and *count (device int, may be NULL) = the counted rows, in a fixed order. */
-int cuda_xent_fwd_bwd_f32(float *dlogits, float *loss_rows, double *loss_sum, int *count,
-                          const float *logits, const int32_t *targets, int N, int V,
-                          int ignore_index, float grad_scale, void *stream);
 int cuda_xent_fwd_bwd_bf16(zy_bf16 *dlogits, float *loss_rows, double *loss_sum, int *count,
                            const zy_bf16 *logits, const int32_t *targets, int N, int V,
                            int ignore_index, float grad_scale, void *stream);

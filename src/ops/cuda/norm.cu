@@ -133,10 +133,6 @@ static int rmsnorm_fwd(TY *y, float *rstd, const TX *x, const float *w, int N, i
     return ZY_OK;
 }
 
-int cuda_rmsnorm_fwd_f32(float *y, float *rstd, const float *x, const float *w, int N, int C,
-                         float eps, void *stream) {
-    return rmsnorm_fwd<float, float>(y, rstd, x, w, N, C, eps, stream);
-}
 int cuda_rmsnorm_fwd_bf16(zy_bf16 *y, float *rstd, const zy_bf16 *x, const float *w, int N, int C,
                           float eps, void *stream) {
     return rmsnorm_fwd<bf16, bf16>((bf16 *)y, rstd, (const bf16 *)x, w, N, C, eps, stream);
@@ -213,11 +209,6 @@ static int resnorm_fwd(float *out, T *y, float *rstd, const T *o, const float *h
     return ZY_OK;
 }
 
-int cuda_resnorm_fwd_f32(float *out, float *y, float *rstd, const float *o, const float *h,
-                         const float *ob, const float *os, const float *rb, const float *rs,
-                         const float *w, int N, int D, float eps, void *stream) {
-    return resnorm_fwd<float>(out, y, rstd, o, h, ob, os, rb, rs, w, N, D, eps, stream);
-}
 int cuda_resnorm_fwd_bf16(float *out, zy_bf16 *y, float *rstd, const zy_bf16 *o, const float *h,
                           const float *ob, const float *os, const float *rb, const float *rs,
                           const float *w, int N, int D, float eps, void *stream) {
@@ -346,11 +337,6 @@ static int rmsnorm_bwd(TD *dx, float *dw, float *ws, const TY *dy, const TX *x, 
     return ZY_OK;
 }
 
-int cuda_rmsnorm_bwd_f32(float *dx, float *dw, float *ws, const float *dy, const float *x,
-                         const float *w, const float *rstd, int N, int C, int accumulate,
-                         void *stream) {
-    return rmsnorm_bwd<float, float, float>(dx, dw, ws, dy, x, w, rstd, N, C, accumulate, stream);
-}
 int cuda_rmsnorm_bwd_bf16(zy_bf16 *dx, float *dw, float *ws, const zy_bf16 *dy, const zy_bf16 *x,
                           const float *w, const float *rstd, int N, int C, int accumulate,
                           void *stream) {
@@ -546,14 +532,6 @@ static int resnorm_bwd(T *d_o, float *dh, float *dw, float *dob, float *dos, flo
     return zy_col_finish_multi(&f, 4, ws, P, D, st);
 }
 
-int cuda_resnorm_bwd_f32(float *d_o, float *dh, float *dw, float *dob, float *dos, float *drb,
-                         float *drs, float *ws, const float *dy, const float *dres,
-                         const float *out, const float *rstd, const float *w, const float *o,
-                         const float *h, const float *ob, const float *os, const float *rb,
-                         const float *rs, int N, int D, void *stream) {
-    return resnorm_bwd<float>(d_o, dh, dw, dob, dos, drb, drs, ws, dy, dres, out, rstd, w, o, h, ob,
-                              os, rb, rs, N, D, stream);
-}
 int cuda_resnorm_bwd_bf16(zy_bf16 *d_o, float *dh, float *dw, float *dob, float *dos, float *drb,
                           float *drs, float *ws, const zy_bf16 *dy, const float *dres,
                           const float *out, const float *rstd, const float *w, const zy_bf16 *o,

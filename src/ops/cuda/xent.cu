@@ -147,12 +147,6 @@ static int xent(T *dl, float *loss_rows, double *loss_sum, int *count, const T *
     return ZY_OK;
 }
 
-int cuda_xent_fwd_bwd_f32(float *dlogits, float *loss_rows, double *loss_sum, int *count,
-                          const float *logits, const int32_t *targets, int N, int V,
-                          int ignore_index, float grad_scale, void *stream) {
-    return xent<float>(dlogits, loss_rows, loss_sum, count, logits, targets, N, V, ignore_index,
-                       grad_scale, stream);
-}
 int cuda_xent_fwd_bwd_bf16(zy_bf16 *dlogits, float *loss_rows, double *loss_sum, int *count,
                            const zy_bf16 *logits, const int32_t *targets, int N, int V,
                            int ignore_index, float grad_scale, void *stream) {
