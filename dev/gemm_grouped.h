@@ -2,9 +2,10 @@
  * (gemm.h's cuda_gemm_expert_kind) over all experts in one call, by one of three methods, to time
  * them against each other (dev/time_gemm_grouped.cu) and to test them (dev/test_gemm_grouped.c).
  * The training path runs its expert GEMMs in src/ops/cuda/ops_experts.cu (per expert on side
- * streams, or by blocks with the cuda.expert_chunk setting). Measured on an H100 (results/single-gpu):
- * by blocks no faster than per expert; the padded layout as fast as one dense GEMM when the experts
- * are balanced, which bench-small's routing is not. Same pointer and dtype conventions as gemm.h.
+ * streams, or by blocks with the cuda.expert_chunk setting). Measured on an H100
+ * (results/single-gpu): by blocks no faster than per expert; the padded layout as fast as one dense
+ * GEMM when the experts are balanced, which bench-small's routing is not. Same pointer and dtype
+ * conventions as gemm.h.
  */
 #ifndef ZY_DEV_GEMM_GROUPED_H
 #define ZY_DEV_GEMM_GROUPED_H

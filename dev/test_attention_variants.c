@@ -7,8 +7,8 @@
  * compute-sanitizer runs (ATTN_FILTER=test_sanitize). The shipped shapes' tests are
  * tests/test_cuda_attention.c and tests/op_cases_attention.c.
  * `test_attention_variants --bench` instead times every shape on the ZAYA1 shapes (CUDA events,
- * median) and prints one RESULT line per measurement (dev/scripts/gpu_attention.sh compares them with
- * torch), the backward on both dq paths.
+ * median) and prints one RESULT line per measurement (dev/scripts/gpu_attention.sh compares them
+ * with torch), the backward on both dq paths.
  */
 #include <setjmp.h>
 #include <stdarg.h>

@@ -20,7 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 #define ALIGN_UP(x) (((x) + 255) & ~(size_t)255)
 
 /* Uniform in +-[0.5, 1): never zero (zeros run faster than real data and hide indexing bugs). */
@@ -213,8 +212,8 @@ static int run_matmul(gemm_ctx *c, gemm_op *g, const cublasLtMatmulAlgo_t *algo,
     float alpha = 1.0f, beta = 0.0f;
     char *base = c->pool + copy * (g->bytes_w + g->bytes_x);
     void *w = base, *x = base + g->bytes_w, *y = c->out + copy * g->bytes_y;
-    ZY_CUBLAS_TRY(cublasLtMatmul(c->lt, g->desc, &alpha, w, g->la, x, g->lb, &beta, y, g->lc, y, g->lc,
-                              algo, c->ws, c->ws_bytes, c->stream));
+    ZY_CUBLAS_TRY(cublasLtMatmul(c->lt, g->desc, &alpha, w, g->la, x, g->lb, &beta, y, g->lc, y,
+                                 g->lc, algo, c->ws, c->ws_bytes, c->stream));
     return ZY_OK;
 }
 

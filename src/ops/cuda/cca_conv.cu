@@ -664,7 +664,7 @@ static void cca_dw2_launch(float *part, const bf16 *dq, const bf16 *dk, const bf
                            cudaStream_t st) {
     size_t smem = (size_t)CCA_NSTAGE * 2 * CCA_BK * (D + 8) * 2;
     ZY_CUDA_CHECK(cudaFuncSetAttribute(cca_dw2_k<D, WMW, WNW>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 grid(t1, Hq + Hk, nch);
     cca_dw2_k<D, WMW, WNW>
         <<<grid, WMW * WNW * 32, smem, st>>>(part, dq, dk, mid, T, Hq, Hk, t1, Tm, C, N, chunk);

@@ -18,8 +18,8 @@
  * shortest step: ~0.4 ms less than 4; 3, 8 and 16 were slower than 4 (dev/scripts/gpu_speed.sh;
  * results/single-gpu/README.md). */
 #define CUDA_SIDE_STREAMS ZY_EXPERT_STREAMS_MAX
-#define CUDA_PROF_SLOTS           8192 /* event pairs between two ops_prof_read calls */
-#define CUDA_PROF_NAMES           96
+#define CUDA_PROF_SLOTS   8192 /* event pairs between two ops_prof_read calls */
+#define CUDA_PROF_NAMES   96
 
 typedef struct {
     cudaStream_t stream;
@@ -31,7 +31,7 @@ typedef struct {
     cudaEvent_t fork, join[CUDA_SIDE_STREAMS];
     int nside;        /* side streams created */
     int expert_chunk; /* zy_cuda_opts.expert_chunk: blocked expert GEMMs (ops_experts.cu) */
-    void *ws;  /* column-sum workspace (grown on demand by cuda_ws) */
+    void *ws;         /* column-sum workspace (grown on demand by cuda_ws) */
     size_t ws_bytes;
     /* profiler */
     cudaEvent_t *ev; /* [2 * CUDA_PROF_SLOTS] start/stop pairs */

@@ -92,14 +92,14 @@ __device__ __forceinline__ void col_partials(float *part, int P, int p, int C,
 void cuda_ops_matmul(zy_ctx *ctx, zy_act *C, const zy_act *A, const zy_act *B, int M, int N, int K,
                      int transA, int transB, float alpha, float beta) {
     ZY_STATUS_CHECK(cuda_gemm(&cuda_st(ctx)->gemm, C, A, B, M, N, K, transA, transB, alpha, beta,
-                             CUDA_GEMM_BF16, CUDA_GEMM_BF16, cuda_stream(ctx)));
+                              CUDA_GEMM_BF16, CUDA_GEMM_BF16, cuda_stream(ctx)));
 }
 
 /* The same with an fp32 C: beta = 1 accumulates parameter gradients in fp32. */
 void cuda_ops_matmul_f32(zy_ctx *ctx, float *C, const zy_act *A, const zy_act *B, int M, int N,
                          int K, int transA, int transB, float alpha, float beta) {
     ZY_STATUS_CHECK(cuda_gemm(&cuda_st(ctx)->gemm, C, A, B, M, N, K, transA, transB, alpha, beta,
-                             CUDA_GEMM_BF16, CUDA_GEMM_FP32, cuda_stream(ctx)));
+                              CUDA_GEMM_BF16, CUDA_GEMM_FP32, cuda_stream(ctx)));
 }
 
 /* y[units*W] += x, grid-stride. */
@@ -223,7 +223,7 @@ void cuda_ops_embed_bwd(zy_ctx *ctx, float *demb, float *dbias, float *dscale, c
     float *ws = NULL; /* the kernel checks the shape; N = 0 returns before using ws */
     if (N > 0 && D > 0) ws = (float *)cuda_ws(ctx, cuda_ops_ws_bytes(N, D));
     ZY_STATUS_CHECK(cuda_embed_bwd_f32(demb, dbias, dscale, ws, dh, emb, ids, bias, scale, N, D,
-                                      skip_id, cuda_stream(ctx)));
+                                       skip_id, cuda_stream(ctx)));
 }
 
 /* ---- RMSNorm ---- */
@@ -253,10 +253,10 @@ void cuda_ops_rmsnorm_bwd(zy_ctx *ctx, void *dx, float *dw, const zy_act *dy, co
     if (N > 0 && C > 0) ws = (float *)cuda_ws(ctx, cuda_ops_ws_bytes(N, C));
     if (xt == ZY_DTYPE_F32)
         ZY_STATUS_CHECK(cuda_rmsnorm_bwd_f32_bf16((float *)dx, dw, ws, (const zy_bf16 *)dy,
-                                                 (const float *)x, w, rstd, N, C, accumulate, st));
+                                                  (const float *)x, w, rstd, N, C, accumulate, st));
     else
         ZY_STATUS_CHECK(cuda_rmsnorm_bwd_bf16((zy_bf16 *)dx, dw, ws, (const zy_bf16 *)dy,
-                                             (const zy_bf16 *)x, w, rstd, N, C, accumulate, st));
+                                              (const zy_bf16 *)x, w, rstd, N, C, accumulate, st));
 }
 
 /* ---- residual scaling: out = (o + ob) * os + (h + rb) * rs ---- */
@@ -393,8 +393,8 @@ void cuda_ops_resscale_bwd(zy_ctx *ctx, zy_act *d_o, float *dh, float *dob, floa
 void cuda_ops_resnorm_fwd(zy_ctx *ctx, float *out, zy_act *y, float *rstd, const zy_act *o,
                           const float *h, const float *ob, const float *os, const float *rb,
                           const float *rs, const float *w, int N, int D, float eps) {
-    ZY_STATUS_CHECK(cuda_resnorm_fwd_bf16(out, (zy_bf16 *)y, rstd, (const zy_bf16 *)o, h, ob, os, rb,
-                                         rs, w, N, D, eps, cuda_stream(ctx)));
+    ZY_STATUS_CHECK(cuda_resnorm_fwd_bf16(out, (zy_bf16 *)y, rstd, (const zy_bf16 *)o, h, ob, os,
+                                          rb, rs, w, N, D, eps, cuda_stream(ctx)));
 }
 
 void cuda_ops_resnorm_bwd(zy_ctx *ctx, zy_act *d_o, float *dh, float *dw, float *dob, float *dos,
@@ -419,17 +419,18 @@ void cuda_ops_gelu_fwd(zy_ctx *ctx, zy_act *y, const zy_act *x, size_t n) {
  * elements, which no other thread touches. */
 void cuda_ops_gelu_bwd(zy_ctx *ctx, zy_act *dx, const zy_act *dy, const zy_act *x, size_t n) {
     ZY_STATUS_CHECK(cuda_gelu_bwd_bf16((zy_bf16 *)dx, (const zy_bf16 *)dy, (const zy_bf16 *)x, n,
-                                      cuda_stream(ctx)));
+                                       cuda_stream(ctx)));
 }
 
 void cuda_ops_swiglu_fwd(zy_ctx *ctx, zy_act *y, const zy_act *gu, int N, int F) {
-    ZY_STATUS_CHECK(cuda_swiglu_fwd_bf16((zy_bf16 *)y, (const zy_bf16 *)gu, N, F, cuda_stream(ctx)));
+    ZY_STATUS_CHECK(
+        cuda_swiglu_fwd_bf16((zy_bf16 *)y, (const zy_bf16 *)gu, N, F, cuda_stream(ctx)));
 }
 
 void cuda_ops_swiglu_bwd(zy_ctx *ctx, zy_act *dgu, const zy_act *dy, const zy_act *gu, int N,
                          int F) {
-    ZY_STATUS_CHECK(cuda_swiglu_bwd_bf16((zy_bf16 *)dgu, (const zy_bf16 *)dy, (const zy_bf16 *)gu, N,
-                                        F, cuda_stream(ctx)));
+    ZY_STATUS_CHECK(cuda_swiglu_bwd_bf16((zy_bf16 *)dgu, (const zy_bf16 *)dy, (const zy_bf16 *)gu,
+                                         N, F, cuda_stream(ctx)));
 }
 
 /* ---- loss ---- */
@@ -451,8 +452,8 @@ double cuda_ops_xent_fwd_bwd(zy_ctx *ctx, zy_act *dlogits, const zy_act *logits,
     int *dcnt = (int *)(ws + sizeof(double));
     float *rows = (float *)(ws + 16);
     ZY_STATUS_CHECK(cuda_xent_fwd_bwd_bf16((zy_bf16 *)dlogits, rows, dsum, dcnt,
-                                          (const zy_bf16 *)logits, targets, N, V, ignore_index,
-                                          grad_scale, st));
+                                           (const zy_bf16 *)logits, targets, N, V, ignore_index,
+                                           grad_scale, st));
     char head[16];
     ZY_CUDA_CHECK(cudaMemcpyAsync(head, ws, sizeof head, cudaMemcpyDeviceToHost, st));
     ZY_CUDA_CHECK(cudaStreamSynchronize(st));
@@ -481,5 +482,5 @@ void cuda_ops_attention_bwd(zy_ctx *ctx, zy_act *dq, zy_act *dk, zy_act *dv, con
     size_t sb = cuda_attention_bwd_scratch_bytes(B, T, Hq, d);
     void *scratch = sb ? cuda_ws(ctx, sb) : NULL;
     ZY_STATUS_CHECK(cuda_attention_bwd(dout, q, k, v, out, lse, dq, dk, dv, scratch, sb, B, T, Hq,
-                                      Hk, d, scale, window, cuda_stream(ctx)));
+                                       Hk, d, scale, window, cuda_stream(ctx)));
 }
