@@ -57,7 +57,8 @@
     ZY_LIB_CHECK(cublasStatus_t, CUBLAS_STATUS_SUCCESS, cublasGetStatusString, #expr, expr)
 
 /* NCCL calls outside a communicator's guarded waits (ncclGetUniqueId, ...); calls on a
- * communicator go through dist/comm.h's ZY_NCCL_COMM_TRY (watchdog, non-blocking completion). */
+ * communicator go through dist/nccl_comm.h's ZY_NCCL_COMM_TRY (watchdog, non-blocking completion).
+ */
 #define ZY_NCCL_TRY(expr) ZY_LIB_TRY(ncclResult_t, ncclSuccess, ncclGetErrorString, #expr, expr)
 
 /* Our own status (ZY_OK/ZY_ERR from a wrapper such as cuda_gemm) inside a training step: the

@@ -6,7 +6,7 @@
  * The check runs after timing, on fresh inputs, and counts wrong elements on every rank. */
 #include "base/timer.h"
 #include "bench/coll.h"
-#include "dist/comm.h"
+#include "dist/nccl_comm.h"
 #include "base/check.h"
 
 #include <cuda_bf16.h>

@@ -1,4 +1,4 @@
-/* The GPU entry points of the benchmarks and of dist/comm.h in a build without CUDA (make
+/* The GPU entry points of the benchmarks and of dist/nccl_comm.h in a build without CUDA (make
  * CUDA=0): each says in one line that this zayac has no GPU support. */
 #ifndef ZY_HAVE_CUDA
 #include "base/err.h"
@@ -6,7 +6,7 @@
 #include "bench/gemm.h"
 #include "bench/membw.h"
 #include "bench/util.h"
-#include "dist/comm.h"
+#include "dist/nccl_comm.h"
 
 #define NO_CUDA "no CUDA GPU available (this zayac was built without CUDA)"
 

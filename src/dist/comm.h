@@ -1,58 +1,80 @@
-/* NCCL communicator setup and guarded waits. Every wait for GPU work polls the communicator, the
- * control channel and a deadline, so a dead or stuck peer turns into an error (and an aborted
- * communicator) instead of a hang. NCCL calls that can block (init, and the enqueue of an
- * operation that must first connect to its peers) run under a watchdog. The communicator is
- * blocking by default: with a non-blocking one every NCCL call cost 40-90 us of host time on
- * H200 (bench/NOTES.md), too slow for small messages. */
+/* The communicator: one API for the collectives data parallel training needs, with three
+ * backends: `single` (world size 1: every collective is the identity, so a plain run pays nothing),
+ * `mpi` (CPU ranks over Open MPI: how every distributed path is tested on a machine without GPUs)
+ * and `nccl` (CUDA ranks; buffers are device memory; dist/nccl_comm.h underneath). Buffers live
+ * where the backend's ranks compute: host memory for single and mpi, device memory for nccl.
+ *
+ * Every call is collective over all ranks (send/recv: over the pair) and returns ZY_OK, or ZY_ERR
+ * with a runtime error (zy_fail_runtime) naming the operation, the peer or rank when known: a dead
+ * or stuck peer becomes an error within the communicator's timeout, never a hang. Results are
+ * bit-identical on every rank (each element is reduced in one fixed order for a given world size),
+ * so replicated state (weights, balancing biases) stays identical across ranks.
+ * bf16 sums accumulate in fp32 and round once per step of the reduction (as NCCL does). */
 #ifndef ZY_DIST_COMM_H
 #define ZY_DIST_COMM_H
 
-#include "dist/rdv.h"
-#include "dist/watchdog.h"
+#include <stddef.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-typedef struct {
-    void *nccl;       /* ncclComm_t */
-    void *stream;     /* cudaStream_t, owned */
-    int rank, world;  /* this process in the communicator */
-    int device;       /* CUDA device of this rank */
-    double timeout_s; /* the longest any single wait may take */
-    dist_rdv *rdv;    /* control channel, polled for dead peers while waiting */
-    int nonblocking;  /* created with NCCL's blocking = 0 */
-    dist_watchdog wd; /* guards blocking NCCL calls (see ZY_NCCL_COMM_TRY) */
-} dist_comm;
+typedef enum {
+    ZY_COMM_F32 = 0,
+    ZY_COMM_BF16 = 1, /* uint16_t storage */
+    ZY_COMM_F64 = 2,
+    ZY_COMM_I64 = 3
+} zy_comm_dtype;
 
-/* Selects device, makes rank 0's NCCL unique id known to every rank through rdv and creates the
- * communicator; within timeout_s, or an error naming what did not arrive. stuck (may be NULL) is
- * called from the watchdog thread when a blocking NCCL call outlives timeout_s or a peer dies
- * during it; the CLI's prints the reason and ends the process. */
-int dist_comm_init(dist_comm *c, dist_rdv *rdv, int device, double timeout_s, int nonblocking,
-                   dist_stuck_fn stuck, void *stuck_ctx);
-/* Completes an NCCL call's result: ncclInProgress is polled to completion; an error is named with
- * what (the call). `result` is an ncclResult_t. */
-int dist_comm_check(dist_comm *c, int result, const char *what, const char *file, int line);
-/* Waits for a CUDA event (cudaEvent_t) recorded after NCCL work, polling for NCCL errors, dead
- * peers and the deadline; what says what was waited for in errors. */
-int dist_comm_wait_event(dist_comm *c, void *event, const char *what);
-/* Aborts the communicator (after an error: stops kernels that wait for a peer). */
-void dist_comm_abort(dist_comm *c);
-/* Finalizes and destroys the communicator and its stream. */
-int dist_comm_free(dist_comm *c);
-/* base/check.h's TRY tier for NCCL calls on a communicator: runs the call (an expression of type
- * ncclResult_t) under the watchdog and completes it with dist_comm_check; on failure (a runtime
- * error) the enclosing function returns ZY_ERR. */
-#define ZY_NCCL_COMM_TRY(c, expr)                                                                  \
-    do {                                                                                           \
-        dist_watchdog_enter(&(c)->wd, #expr);                                                      \
-        int dist_r_ = (int)(expr);                                                                 \
-        dist_watchdog_leave(&(c)->wd);                                                             \
-        if (dist_comm_check((c), dist_r_, #expr, __FILE__, __LINE__) != ZY_OK) return ZY_ERR;      \
-    } while (0)
-/* NCCL's version code of the library in use (e.g. 22803), 0 if unknown. */
-int dist_nccl_version(void);
+typedef enum { ZY_COMM_SUM = 0, ZY_COMM_MAX = 1 } zy_comm_op;
+
+typedef struct zy_comm zy_comm;
+
+/* A backend: the operations behind the API (all counts are elements, not bytes). */
+typedef struct {
+    const char *name; /* "single", "mpi", "nccl" */
+    int (*all_reduce)(zy_comm *c, void *buf, size_t n, zy_comm_dtype t, zy_comm_op op);
+    int (*reduce_scatter)(zy_comm *c, const void *send, void *recv, size_t n_per_rank,
+                          zy_comm_dtype t, zy_comm_op op);
+    int (*all_gather)(zy_comm *c, const void *send, void *recv, size_t n_per_rank, zy_comm_dtype t);
+    int (*broadcast)(zy_comm *c, void *buf, size_t n, zy_comm_dtype t, int root);
+    int (*send)(zy_comm *c, const void *buf, size_t n, zy_comm_dtype t, int peer);
+    int (*recv)(zy_comm *c, void *buf, size_t n, zy_comm_dtype t, int peer);
+    int (*all_to_all)(zy_comm *c, const void *send, void *recv, size_t n_per_rank, zy_comm_dtype t);
+    int (*barrier)(zy_comm *c);
+    void (*free)(zy_comm *c);
+} zy_comm_backend;
+
+struct zy_comm {
+    int rank, world;
+    const zy_comm_backend *b;
+    void *impl; /* the backend's state */
+};
+
+/* World size 1 (rank 0): every collective copies or does nothing. */
+void comm_init_single(zy_comm *c);
+/* MPI_COMM_WORLD (initialising MPI when the process has not); ZY_ERR when zayac was built
+ * without MPI or MPI fails to start. timeout_s bounds every wait (a dead peer: error, not hang). */
+int comm_init_mpi(zy_comm *c, double timeout_s);
+/* Whether this build has the MPI backend. */
+int comm_have_mpi(void);
+/* Releases the backend (MPI is finalised at exit, not here: it cannot be restarted). */
+void comm_free(zy_comm *c);
+
+/* The API: see the file comment. reduce_scatter: rank r receives the reduction of every rank's
+ * send[r*n_per_rank ..) (recv [n_per_rank]); all_gather: recv[q*n_per_rank ..) = rank q's send;
+ * all_to_all: rank r's send[q*n_per_rank ..) goes to rank q's recv[r*n_per_rank ..). */
+int comm_all_reduce(zy_comm *c, void *buf, size_t n, zy_comm_dtype t, zy_comm_op op);
+int comm_reduce_scatter(zy_comm *c, const void *send, void *recv, size_t n_per_rank,
+                        zy_comm_dtype t, zy_comm_op op);
+int comm_all_gather(zy_comm *c, const void *send, void *recv, size_t n_per_rank, zy_comm_dtype t);
+int comm_broadcast(zy_comm *c, void *buf, size_t n, zy_comm_dtype t, int root);
+int comm_send(zy_comm *c, const void *buf, size_t n, zy_comm_dtype t, int peer);
+int comm_recv(zy_comm *c, void *buf, size_t n, zy_comm_dtype t, int peer);
+int comm_all_to_all(zy_comm *c, const void *send, void *recv, size_t n_per_rank, zy_comm_dtype t);
+int comm_barrier(zy_comm *c);
+/* Bytes of one element. */
+size_t comm_dtype_size(zy_comm_dtype t);
 
 #ifdef __cplusplus
 }

@@ -1,5 +1,5 @@
 /* NCCL communicator with guarded waits (see comm.h). */
-#include "dist/comm.h"
+#include "dist/nccl_comm.h"
 #include "base/check.h"
 
 extern "C" {
