@@ -1,12 +1,15 @@
-/* The GPU entry points of the benchmarks and of dist/nccl_comm.h in a build without CUDA (make
- * CUDA=0): each says in one line that this zayac has no GPU support. */
+/* The GPU entry points of the benchmarks, dist/nccl_comm.h and dist/comm_nccl.h in a build without
+ * CUDA (make CUDA=0): each says in one line that this zayac has no GPU support. */
 #ifndef ZY_HAVE_CUDA
 #include "base/err.h"
 #include "bench/coll.h"
 #include "bench/gemm.h"
 #include "bench/membw.h"
 #include "bench/util.h"
+#include "dist/comm_nccl.h"
 #include "dist/nccl_comm.h"
+
+#include <string.h>
 
 #define NO_CUDA "no CUDA GPU available (this zayac was built without CUDA)"
 
@@ -64,6 +67,16 @@ int dist_comm_free(dist_comm *c) {
 
 int dist_nccl_version(void) {
     return 0;
+}
+
+int comm_init_nccl(zy_comm *c, dist_rdv *rdv, int device, double timeout_s) {
+    (void)rdv, (void)device, (void)timeout_s;
+    memset(c, 0, sizeof *c);
+    return zy_fail("the nccl communicator: " NO_CUDA);
+}
+
+void comm_nccl_order_after(zy_comm *c, void *cuda_stream) {
+    (void)c, (void)cuda_stream; /* no NCCL communicator exists in this build */
 }
 #else
 /* ISO C forbids an empty translation unit. */

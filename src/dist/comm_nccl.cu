@@ -1,0 +1,317 @@
+/* The communicator's NCCL backend (comm_nccl.h): each operation of comm.h as one NCCL call (or one
+ * group of sends and receives) on the communicator's stream, bracketed by the stream rule of
+ * comm_nccl.h: op_begin orders it after the producer stream, op_end waits for it with
+ * dist/nccl_comm.h's guarded wait (NCCL errors, dead peers and the deadline are polled).
+ *
+ * Identical results on every rank: in each of NCCL's all-reduce algorithms every element is
+ * reduced once, by one rank (ring: the last hop of the reduce-scatter phase; tree: the root) or by
+ * the switch (NVLS, CollNet), and that one value is then sent to every rank (the ring's all-gather
+ * phase, the tree's broadcast, a multicast). The order of the reduction depends on the algorithm,
+ * protocol and channels NCCL picks for the size and topology: fixed for a given world, machine and
+ * NCCL version and settings (runs repeat bit for bit), but not the rank order a CPU sums in. */
+#include "dist/comm_nccl.h"
+#include "dist/nccl_comm.h"
+#include "base/check.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    dist_comm dc;       /* the NCCL communicator, its stream, watchdog and guarded waits */
+    cudaStream_t after; /* operations start after the work queued on it (NULL: legacy default) */
+    cudaEvent_t ready;  /* recorded on `after`, waited for by the communicator's stream */
+    cudaEvent_t done;   /* recorded after an operation, waited for by the host */
+    float *one;         /* [1] device: the barrier's all-reduce */
+    int broken;         /* an operation failed and the communicator was aborted */
+} nccl_impl;
+
+typedef enum {
+    OP_ALL_REDUCE,
+    OP_REDUCE_SCATTER,
+    OP_ALL_GATHER,
+    OP_BROADCAST,
+    OP_SEND,
+    OP_RECV,
+    OP_ALL_TO_ALL
+} op_kind;
+
+/* One operation: n counts elements (per rank for reduce_scatter, all_gather and all_to_all);
+ * peer is the root of a broadcast or the other rank of a send/recv. */
+typedef struct {
+    op_kind kind;
+    const char *name; /* for messages: "all_reduce", "barrier", ... */
+    const void *send;
+    void *recv;
+    size_t n;
+    zy_comm_dtype t;
+    zy_comm_op op;
+    int peer;
+} op_args;
+
+static nccl_impl *impl_of(zy_comm *c) {
+    return (nccl_impl *)c->impl;
+}
+
+/* NCCL's names of comm.h's dtypes and reductions (indexed by their values). */
+static ncclDataType_t nccl_type(zy_comm_dtype t) {
+    static const ncclDataType_t types[] = {ncclFloat32, ncclBfloat16, ncclFloat64, ncclInt64};
+    ZY_CHECKF((unsigned)t < 4, "unknown zy_comm_dtype %d", (int)t);
+    return types[t];
+}
+
+static ncclRedOp_t nccl_op(zy_comm_op op) {
+    ZY_CHECKF(op == ZY_COMM_SUM || op == ZY_COMM_MAX, "unknown zy_comm_op %d", (int)op);
+    return op == ZY_COMM_SUM ? ncclSum : ncclMax;
+}
+
+/* "all_reduce of 1024 bf16 (sum)", "all_gather of 8 f32 per rank", "send of 8 f32 to rank 1",
+ * ... for messages. */
+static void describe(const op_args *a, char *buf, size_t len) {
+    static const char *types[] = {"f32", "bf16", "f64", "i64"};
+    if (strcmp(a->name, "barrier") == 0) { /* its one element is an implementation detail */
+        snprintf(buf, len, "barrier");
+        return;
+    }
+    int k =
+        snprintf(buf, len, "%s of %zu %s", a->name, a->n, (unsigned)a->t < 4 ? types[a->t] : "?");
+    if (k < 0 || (size_t)k >= len) return;
+    char *end = buf + k;
+    size_t left = len - (size_t)k;
+    switch (a->kind) {
+    case OP_ALL_REDUCE:
+        snprintf(end, left, " (%s)", a->op == ZY_COMM_MAX ? "max" : "sum");
+        break;
+    case OP_REDUCE_SCATTER:
+        snprintf(end, left, " per rank (%s)", a->op == ZY_COMM_MAX ? "max" : "sum");
+        break;
+    case OP_ALL_GATHER:
+    case OP_ALL_TO_ALL:
+        snprintf(end, left, " per rank");
+        break;
+    case OP_BROADCAST:
+    case OP_RECV:
+        snprintf(end, left, " from rank %d", a->peer);
+        break;
+    case OP_SEND:
+        snprintf(end, left, " to rank %d", a->peer);
+        break;
+    }
+}
+
+/* Orders the communicator's stream after the work queued so far on the producer stream. */
+static int op_begin(nccl_impl *m) {
+    ZY_CUDA_TRY(cudaEventRecord(m->ready, m->after));
+    ZY_CUDA_TRY(cudaStreamWaitEvent((cudaStream_t)m->dc.stream, m->ready, 0));
+    return ZY_OK;
+}
+
+/* Rank r's sends and receives of all_to_all (inside a group): block q of send goes to rank q,
+ * block q of recv comes from rank q. */
+static int queue_all_to_all(dist_comm *d, const op_args *a) {
+    ncclComm_t comm = (ncclComm_t)d->nccl;
+    cudaStream_t s = (cudaStream_t)d->stream;
+    ncclDataType_t dt = nccl_type(a->t);
+    size_t block = a->n * comm_dtype_size(a->t);
+    for (int q = 0; q < d->world; q++) {
+        ZY_NCCL_COMM_TRY(d, ncclSend((const char *)a->send + q * block, a->n, dt, q, comm, s));
+        ZY_NCCL_COMM_TRY(d, ncclRecv((char *)a->recv + q * block, a->n, dt, q, comm, s));
+    }
+    return ZY_OK;
+}
+
+/* A send or a receive (inside a group). */
+static int queue_p2p(dist_comm *d, const op_args *a) {
+    ncclComm_t comm = (ncclComm_t)d->nccl;
+    cudaStream_t s = (cudaStream_t)d->stream;
+    if (a->kind == OP_SEND)
+        ZY_NCCL_COMM_TRY(d, ncclSend(a->send, a->n, nccl_type(a->t), a->peer, comm, s));
+    else
+        ZY_NCCL_COMM_TRY(d, ncclRecv(a->recv, a->n, nccl_type(a->t), a->peer, comm, s));
+    return ZY_OK;
+}
+
+/* Queues the operation on the communicator's stream. */
+static int op_queue(dist_comm *d, const op_args *a) {
+    ncclComm_t comm = (ncclComm_t)d->nccl;
+    cudaStream_t s = (cudaStream_t)d->stream;
+    ncclDataType_t dt = nccl_type(a->t);
+    switch (a->kind) {
+    case OP_ALL_REDUCE:
+        ZY_NCCL_COMM_TRY(d, ncclAllReduce(a->send, a->recv, a->n, dt, nccl_op(a->op), comm, s));
+        return ZY_OK;
+    case OP_REDUCE_SCATTER:
+        ZY_NCCL_COMM_TRY(d, ncclReduceScatter(a->send, a->recv, a->n, dt, nccl_op(a->op), comm, s));
+        return ZY_OK;
+    case OP_ALL_GATHER:
+        ZY_NCCL_COMM_TRY(d, ncclAllGather(a->send, a->recv, a->n, dt, comm, s));
+        return ZY_OK;
+    case OP_BROADCAST:
+        ZY_NCCL_COMM_TRY(d, ncclBroadcast(a->send, a->recv, a->n, dt, a->peer, comm, s));
+        return ZY_OK;
+    case OP_SEND:
+    case OP_RECV:
+    case OP_ALL_TO_ALL: {
+        /* A group, ended even when queueing inside it failed (NCCL's group state is per thread). */
+        ZY_NCCL_COMM_TRY(d, ncclGroupStart());
+        int st = a->kind == OP_ALL_TO_ALL ? queue_all_to_all(d, a) : queue_p2p(d, a);
+        ZY_NCCL_COMM_TRY(d, ncclGroupEnd());
+        return st;
+    }
+    }
+    ZY_CHECKF(0, "unknown op_kind %d", (int)a->kind);
+    return ZY_ERR;
+}
+
+/* Waits until the operation has completed on the device (the synchronous version). The
+ * asynchronous variant goes here: record `done`, make the consumer's stream wait for it
+ * (cudaStreamWaitEvent) and hand the event back, to be waited for with the guarded wait later. */
+static int op_end(nccl_impl *m, const char *what) {
+    ZY_CUDA_TRY(cudaEventRecord(m->done, (cudaStream_t)m->dc.stream));
+    return dist_comm_wait_event(&m->dc, m->done, what);
+}
+
+/* Runs one operation to completion; on failure aborts the communicator (stopping kernels that wait
+ * for a peer), so later calls fail at once. The dispatch (comm.c) names the operation, backend and
+ * rank in front of the error; here it gets the size and type. */
+static int op_run(zy_comm *c, const op_args *a) {
+    nccl_impl *m = impl_of(c);
+    if (m->broken)
+        return zy_fail_runtime("the NCCL communicator was aborted after an earlier error");
+    if (a->n == 0) return ZY_OK; /* nothing to move; NCCL versions differ on empty calls */
+    char what[160];
+    describe(a, what, sizeof what);
+    int rc = op_begin(m) == ZY_OK && op_queue(&m->dc, a) == ZY_OK
+                 ? ZY_OK
+                 : zy_fail_ctx("queueing %s", what);
+    if (rc == ZY_OK) rc = op_end(m, what);
+    if (rc == ZY_OK) return ZY_OK;
+    dist_comm_abort(&m->dc);
+    m->broken = 1;
+    return ZY_ERR;
+}
+
+static op_args args(op_kind kind, const char *name, const void *send, void *recv, size_t n,
+                    zy_comm_dtype t) {
+    op_args a;
+    memset(&a, 0, sizeof a);
+    a.kind = kind, a.name = name, a.send = send, a.recv = recv, a.n = n, a.t = t;
+    return a;
+}
+
+static int nccl_all_reduce(zy_comm *c, void *buf, size_t n, zy_comm_dtype t, zy_comm_op op) {
+    op_args a = args(OP_ALL_REDUCE, "all_reduce", buf, buf, n, t);
+    a.op = op;
+    return op_run(c, &a);
+}
+
+static int nccl_reduce_scatter(zy_comm *c, const void *send, void *recv, size_t n_per_rank,
+                               zy_comm_dtype t, zy_comm_op op) {
+    op_args a = args(OP_REDUCE_SCATTER, "reduce_scatter", send, recv, n_per_rank, t);
+    a.op = op;
+    return op_run(c, &a);
+}
+
+static int nccl_all_gather(zy_comm *c, const void *send, void *recv, size_t n_per_rank,
+                           zy_comm_dtype t) {
+    op_args a = args(OP_ALL_GATHER, "all_gather", send, recv, n_per_rank, t);
+    return op_run(c, &a);
+}
+
+static int nccl_broadcast(zy_comm *c, void *buf, size_t n, zy_comm_dtype t, int root) {
+    op_args a = args(OP_BROADCAST, "broadcast", buf, buf, n, t);
+    a.peer = root;
+    return op_run(c, &a);
+}
+
+static int nccl_send(zy_comm *c, const void *buf, size_t n, zy_comm_dtype t, int peer) {
+    op_args a = args(OP_SEND, "send", buf, NULL, n, t);
+    a.peer = peer;
+    return op_run(c, &a);
+}
+
+static int nccl_recv(zy_comm *c, void *buf, size_t n, zy_comm_dtype t, int peer) {
+    op_args a = args(OP_RECV, "recv", NULL, buf, n, t);
+    a.peer = peer;
+    return op_run(c, &a);
+}
+
+static int nccl_all_to_all(zy_comm *c, const void *send, void *recv, size_t n_per_rank,
+                           zy_comm_dtype t) {
+    op_args a = args(OP_ALL_TO_ALL, "all_to_all", send, recv, n_per_rank, t);
+    return op_run(c, &a);
+}
+
+/* An all-reduce of one element: it completes only once every rank has called it. */
+static int nccl_barrier(zy_comm *c) {
+    nccl_impl *m = impl_of(c);
+    op_args a = args(OP_ALL_REDUCE, "barrier", m->one, m->one, 1, ZY_COMM_F32);
+    return op_run(c, &a);
+}
+
+/* Releases the communicator (finalized when healthy, its resources only after an abort). */
+static void nccl_free(zy_comm *c) {
+    nccl_impl *m = impl_of(c);
+    if (!m) return;
+    int st = dist_comm_free(&m->dc);
+    if (m->ready) ZY_CUDA_NOTE(st, cudaEventDestroy(m->ready));
+    if (m->done) ZY_CUDA_NOTE(st, cudaEventDestroy(m->done));
+    if (m->one) ZY_CUDA_NOTE(st, cudaFree(m->one));
+    if (st != ZY_OK) /* nothing to return it to: said, as the other warnings are */
+        fprintf(stderr, "warning: releasing the NCCL communicator: %s\n", zy_errmsg());
+    free(m);
+    c->impl = NULL;
+}
+
+static const zy_comm_backend nccl_backend = {
+    "nccl",    nccl_all_reduce, nccl_reduce_scatter, nccl_all_gather, nccl_broadcast,
+    nccl_send, nccl_recv,       nccl_all_to_all,     nccl_barrier,    nccl_free,
+};
+
+/* The watchdog's report of a blocking NCCL call that does not return or of a peer that died
+ * during one: the call cannot be interrupted, so the process ends (exit 1: a retry may help). */
+static void nccl_stuck(const char *msg, void *ctx) {
+    (void)ctx;
+    zy_fatal_runtime_at(__FILE__, __LINE__, "NCCL watchdog", "%s", msg);
+}
+
+/* The events and the barrier's element (the communicator itself is made by the caller). */
+static int impl_init(nccl_impl *m) {
+    ZY_CUDA_TRY(cudaEventCreateWithFlags(&m->ready, cudaEventDisableTiming));
+    ZY_CUDA_TRY(cudaEventCreateWithFlags(&m->done, cudaEventDisableTiming));
+    ZY_CUDA_TRY(cudaMalloc((void **)&m->one, sizeof *m->one));
+    ZY_CUDA_TRY(cudaMemset(m->one, 0, sizeof *m->one));
+    return ZY_OK;
+}
+
+int comm_init_nccl(zy_comm *c, dist_rdv *rdv, int device, double timeout_s) {
+    memset(c, 0, sizeof *c);
+    if (!(timeout_s > 0))
+        return zy_fail("nccl communicator: the timeout must be positive (got %g s)", timeout_s);
+    nccl_impl *m = (nccl_impl *)zy_calloc(1, sizeof *m);
+    int rc = dist_comm_init(&m->dc, rdv, device, timeout_s, 0, nccl_stuck, NULL);
+    if (rc == ZY_OK) rc = impl_init(m);
+    c->rank = rdv->rank;
+    c->world = rdv->world;
+    c->b = &nccl_backend;
+    c->impl = m;
+    if (rc != ZY_OK) {
+        /* The first error is the one to report: releasing may record another. */
+        char why[1024];
+        snprintf(why, sizeof why, "%s", zy_errmsg());
+        dist_comm_abort(&m->dc); /* a half-made communicator is not finalized */
+        nccl_free(c);
+        memset(c, 0, sizeof *c);
+        return zy_fail_runtime("nccl communicator (rank %d of %d, device %d): %s", rdv->rank,
+                               rdv->world, device, why);
+    }
+    return ZY_OK;
+}
+
+void comm_nccl_order_after(zy_comm *c, void *cuda_stream) {
+    ZY_CHECKF(c->b == &nccl_backend, "comm_nccl_order_after on a %s communicator",
+              c->b ? c->b->name : "released");
+    impl_of(c)->after = (cudaStream_t)cuda_stream;
+}
