@@ -288,6 +288,7 @@ static int impl_init(nccl_impl *m) {
 
 int comm_init_nccl(zy_comm *c, dist_rdv *rdv, int device, double timeout_s) {
     memset(c, 0, sizeof *c);
+    ZY_CHECKF(rdv != NULL, "comm_init_nccl needs the ranks' rendezvous (a world of 1 has one too)");
     if (!(timeout_s > 0))
         return zy_fail("nccl communicator: the timeout must be positive (got %g s)", timeout_s);
     nccl_impl *m = (nccl_impl *)zy_calloc(1, sizeof *m);
