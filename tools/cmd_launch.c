@@ -1,6 +1,7 @@
 /* zayac launch: starts one process per GPU on this host (`zayac launch -n N -- CMD ARGS...`) with
  * RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT set; when a rank
- * fails the others are stopped and its exit code is returned. */
+ * fails the others are stopped and its exit code is returned. CPU ranks (`--cpu`) talk over MPI,
+ * so for them launch hands the command to Open MPI's mpirun. */
 #include "args.h"
 #include "base/err.h"
 #include "cmds.h"
@@ -25,6 +26,7 @@ static void usage(FILE *f) {
                "  --addr A         MASTER_ADDR (default 127.0.0.1)\n"
                "  --grace S        seconds between SIGTERM and SIGKILL when stopping ranks "
                "(default 5)\n"
+               "  --cpu            CPU ranks: run the command under Open MPI's mpirun -n N\n"
                "When a rank exits with an error the others are stopped and its exit code is "
                "returned.\n");
 }
@@ -39,13 +41,37 @@ static int parse_int(const char *name, const char *v, long lo, long hi, long *ou
     return ZY_OK;
 }
 
+/* CPU ranks are MPI ranks: replace this process with `mpirun --oversubscribe -n N CMD...` (its exit
+ * status is the job's; signals reach the ranks through it). As root, Open MPI also wants
+ * OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 in the environment. */
+static int launch_mpi(int n, char **cmd) {
+    char nprocs[16];
+    snprintf(nprocs, sizeof nprocs, "%d", n);
+    int count = 0;
+    while (cmd[count]) count++;
+    char **args = zy_calloc((size_t)count + 5, sizeof *args);
+    args[0] = "mpirun";
+    args[1] = "--oversubscribe";
+    args[2] = "-n";
+    args[3] = nprocs;
+    memcpy(args + 4, cmd, (size_t)count * sizeof *args);
+    fflush(NULL);
+    execvp("mpirun", args);
+    fprintf(stderr,
+            "zayac launch: CPU ranks run under Open MPI's mpirun, which cannot be started "
+            "(%s): install openmpi-bin\n",
+            strerror(errno));
+    free(args);
+    return 2;
+}
+
 int cmd_launch(int argc, char **argv) {
     dist_launch_opts o;
     memset(&o, 0, sizeof o);
     o.grace_s = 5;
     o.log = stderr;
     o.stop_signal = &stop_signal;
-    int i = 1;
+    int i = 1, cpu = 0;
     long v;
     for (; i < argc; i++) {
         const char *a = argv[i];
@@ -58,6 +84,10 @@ int cmd_launch(int argc, char **argv) {
             return 0;
         }
         if (a[0] != '-') break; /* the command starts here */
+        if (!strcmp(a, "--cpu")) {
+            cpu = 1;
+            continue;
+        }
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
         int rc;
         if (!strcmp(a, "-n") || !strcmp(a, "--nprocs")) {
@@ -88,6 +118,7 @@ int cmd_launch(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
+    if (cpu) return launch_mpi(o.nprocs, argv + i);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;

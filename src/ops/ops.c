@@ -146,6 +146,14 @@ void ops_sync(zy_ctx *ctx) {
 #endif
 }
 
+void *ops_stream(zy_ctx *ctx) {
+#ifdef ZY_HAVE_CUDA
+    if (ctx->device == ZY_DEV_CUDA) return cuda_ops_stream(ctx);
+#endif
+    (void)ctx;
+    return NULL;
+}
+
 /* ---- activation dtype helpers ---- */
 
 size_t ops_act_size(const zy_ctx *ctx) {

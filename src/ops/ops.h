@@ -60,6 +60,9 @@ int ops_cuda_device_count(void);
 /* Waits until every op issued on ctx has finished (CPU: nothing to wait for); aborts with the
  * failing kernel's error when one failed. */
 void ops_sync(zy_ctx *ctx);
+/* CUDA: the cudaStream_t every op of ctx runs on (a communicator orders its work after it); NULL
+ * on the CPU. */
+void *ops_stream(zy_ctx *ctx);
 
 /* ---- activation dtype helpers ---- */
 /* Bytes of one zy_act element of ctx. */

@@ -16,7 +16,8 @@
 struct zy_batches {
     zy_loader *l;
     int B, T;
-    int32_t *buf; /* [B, T+1] */
+    int row0, rows; /* this rank's rows of each batch */
+    int32_t *buf;   /* [B, T+1] */
 };
 
 int batches_open(zy_batches **out, const zy_train_config *c, int val, uint64_t seed) {
@@ -37,6 +38,8 @@ int batches_open(zy_batches **out, const zy_train_config *c, int val, uint64_t s
     b->l = l;
     b->B = o.B;
     b->T = o.T;
+    b->row0 = 0;
+    b->rows = o.B;
     b->buf = zy_malloc((size_t)o.B * (size_t)(o.T + 1) * sizeof *b->buf);
     *out = b;
     return ZY_OK;
@@ -49,10 +52,19 @@ void batches_close(zy_batches *b) {
     free(b);
 }
 
+int batches_set_slice(zy_batches *b, int rank, int world) {
+    if (world < 1 || rank < 0 || rank >= world || b->B % world)
+        return zy_fail("batch_size %d cannot be split over %d ranks: make it a multiple of %d",
+                       b->B, world, world);
+    b->rows = b->B / world;
+    b->row0 = rank * b->rows;
+    return ZY_OK;
+}
+
 int batches_next(zy_batches *b, int32_t *ids, int32_t *targets) {
     loader_next(b->l, b->buf, NULL);
-    for (int i = 0; i < b->B; i++) {
-        const int32_t *row = b->buf + (size_t)i * (size_t)(b->T + 1);
+    for (int i = 0; i < b->rows; i++) {
+        const int32_t *row = b->buf + (size_t)(b->row0 + i) * (size_t)(b->T + 1);
         memcpy(ids + (size_t)i * b->T, row, (size_t)b->T * sizeof *ids);
         memcpy(targets + (size_t)i * b->T, row + 1, (size_t)b->T * sizeof *targets);
     }

@@ -12,7 +12,11 @@ typedef struct zy_batches zy_batches;
 /* Opens the train (val = 0) or validation (val = 1) split of the config's sources. */
 int batches_open(zy_batches **b, const zy_train_config *c, int val, uint64_t seed);
 void batches_close(zy_batches *b);
-/* Fills ids [B,T] and targets [B,T] (the window shifted by one) with the next batch. */
+/* Data parallel: this rank's part of every batch is rows [rank*B/world, (rank+1)*B/world) of the
+ * batch a single rank would read (world must divide B). Every rank draws the same batches. */
+int batches_set_slice(zy_batches *b, int rank, int world);
+/* Fills ids [b,T] and targets [b,T] (the window shifted by one) with this rank's rows of the next
+ * batch (b = B / world; B without a slice). */
 int batches_next(zy_batches *b, int32_t *ids, int32_t *targets);
 /* The position as JSON text (heap) / restored from it; `source` names the file in errors. */
 char *batches_state_json(const zy_batches *b);

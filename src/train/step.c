@@ -64,6 +64,23 @@ void step_free(zy_step *s) {
     memset(s, 0, sizeof *s);
 }
 
+void step_set_comm(zy_step *s, zy_comm *comm) {
+    s->comm = comm;
+}
+
+static int world_of(const zy_step *s) {
+    return s->comm ? s->comm->world : 1;
+}
+
+/* The sums over ranks, in one place and a fixed order: gradients, loss, routed counts. */
+static int reduce_over_ranks(zy_step *s, double *loss_sum) {
+    zy_model *m = &s->model;
+    const size_t LE1 = (size_t)m->cfg.num_hidden_layers * (m->cfg.num_experts + 1);
+    ZY_TRY(comm_all_reduce(s->comm, m->grads, m->table.total, ZY_COMM_F32, ZY_COMM_SUM));
+    ZY_TRY(comm_all_reduce(s->comm, loss_sum, 1, ZY_COMM_F64, ZY_COMM_SUM));
+    return comm_all_reduce(s->comm, s->step_counts, LE1, ZY_COMM_I64, ZY_COMM_SUM);
+}
+
 static void phase_end(const zy_step_hooks *h, zy_step_phase p) {
     if (h && h->phase_end) h->phase_end(h->user, p);
 }
@@ -71,7 +88,7 @@ static void phase_end(const zy_step_hooks *h, zy_step_phase p) {
 int step_run(zy_step *s, const zy_step_hooks *hooks, float lr, double *loss, double *grad_norm) {
     zy_model *m = &s->model;
     const int LE1 = m->cfg.num_hidden_layers * (m->cfg.num_experts + 1);
-    const double tokens = (double)s->B * s->T * s->cfg.grad_accum;
+    const double tokens = (double)s->B * s->T * s->cfg.grad_accum * world_of(s); /* of all ranks */
     const int timed = hooks && hooks->phase_end;
     zy_err_set_step(s->step + 1); /* fatal messages name the step being computed */
     model_zero_grads(m);
@@ -92,6 +109,7 @@ int step_run(zy_step *s, const zy_step_hooks *hooks, float lr, double *loss, dou
         for (int i = 0; i < LE1; i++) s->step_counts[i] += s->counts[i];
         phase_end(hooks, ZY_PHASE_ROUTE);
     }
+    if (world_of(s) > 1) ZY_TRY(reduce_over_ranks(s, &sum));
     *loss = sum / tokens;
     *grad_norm = clip_grad_norm(s->ctx, &m->table, m->grads, s->cfg.grad_clip);
     phase_end(hooks, ZY_PHASE_CLIP);

@@ -10,6 +10,7 @@
 #ifndef ZY_TRAIN_STEP_H
 #define ZY_TRAIN_STEP_H
 
+#include "dist/comm.h"
 #include "model/model.h"
 #include "optim/balance.h"
 #include "optim/optim.h"
@@ -49,9 +50,10 @@ typedef struct {
 } zy_step_hooks;
 
 typedef struct {
-    zy_ctx *ctx; /* the device everything lives on (owned by the caller) */
+    zy_ctx *ctx;   /* the device everything lives on (owned by the caller) */
+    zy_comm *comm; /* the data-parallel ranks (owned by the caller); NULL = this process alone */
     zy_step_config cfg;
-    int B, T; /* micro-batch shape */
+    int B, T; /* this rank's micro-batch shape (B = the global batch / world size) */
     zy_model model;
     zy_acts acts;
     zy_optim opt;
@@ -74,10 +76,15 @@ int step_init_training(zy_step *s, const zy_step_config *cfg, const zy_optim_con
 /* Releases everything (safe after a failed init). */
 void step_free(zy_step *s);
 
-/* Runs one step at learning rate lr; *loss is the mean token loss over the step's micro-batches,
- * *grad_norm the global gradient norm before clipping. Advances s->step. Fails (runtime: a
- * retry from a checkpoint may help) on a non-finite loss or norm when cfg.stop_on_nonfinite, or
- * when next_batch fails. */
+/* Data parallel over comm's ranks (NULL or world 1: none): every rank holds the whole model and
+ * optimizer state; after the micro-batches the gradients, the loss and the routed counts are
+ * summed over ranks, so every rank computes the same norm, update and balancing step. */
+void step_set_comm(zy_step *s, zy_comm *comm);
+
+/* Runs one step at learning rate lr; *loss is the mean token loss over the step's micro-batches
+ * (of every rank), *grad_norm the global gradient norm before clipping. Advances s->step. Fails
+ * (runtime: a retry from a checkpoint may help) on a non-finite loss or norm when
+ * cfg.stop_on_nonfinite, when next_batch fails or a collective fails. */
 int step_run(zy_step *s, const zy_step_hooks *hooks, float lr, double *loss, double *grad_norm);
 
 #endif

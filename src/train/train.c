@@ -4,6 +4,7 @@
  * resumed run continues bit for bit. */
 #include "train/train.h"
 #include "base/err.h"
+#include "base/crc32c.h"
 #include "base/fileio.h"
 #include "base/timer.h"
 #include "data/tokenizer.h"
@@ -13,6 +14,9 @@
 #include "model/model.h"
 #include "train/batches.h"
 #include "train/metrics.h"
+#include "dist/comm_nccl.h"
+#include "dist/env.h"
+#include "dist/rdv.h"
 #include "train/step.h"
 
 #include <cjson/cJSON.h>
@@ -28,20 +32,60 @@ typedef struct {
     zy_ctx ctx;
     zy_step st; /* model, activations, optimizer, balancing; st.step = steps completed */
     zy_batches *train, *val;
-    zy_metrics *metrics;
+    zy_metrics *metrics; /* rank 0 only (NULL elsewhere) */
+    zy_comm comm;        /* the data-parallel ranks (world 1: this process alone) */
+    dist_rdv rdv;        /* GPU ranks: the rendezvous NCCL's id travels through (outlives comm) */
+    int have_comm, have_rdv;
     double tokens_seen;
     char ckpt_root[ZY_PATH_MAX + 16];
     float *params_host; /* [table.total] host copy of the weights for checkpoints (CUDA only) */
 } trainer;
 
-/* device "auto" takes GPU 0 when one is visible, else the CPU; "cuda" insists on a GPU. */
-static int setup_device(trainer *tr) {
+/* The longest any collective may wait for a peer before the run fails (a dead or stuck rank). */
+#define TRAIN_COMM_TIMEOUT_S 300.0
+
+/* device "auto" takes a GPU when one is visible, else the CPU; "cuda" insists on a GPU. A rank
+ * takes the GPU of its local rank; CPU ranks on one host share its cores (threads: the cores over
+ * the ranks of the host unless the config sets them). */
+static int setup_device(trainer *tr, const dist_env *e) {
     const char *dev = tr->cfg->device;
-    if (tr->cfg->threads > 0) omp_set_num_threads(tr->cfg->threads);
+    const int local = e->local_rank >= 0 ? e->local_rank : 0;
     if (!strcmp(dev, "cuda") || (!strcmp(dev, "auto") && ops_cuda_device_count() > 0))
-        return ops_ctx_init_cuda_opts(&tr->ctx, 0, &tr->cfg->cuda);
+        return ops_ctx_init_cuda_opts(&tr->ctx, local, &tr->cfg->cuda);
+    int threads = tr->cfg->threads;
+    if (threads == 0 && e->world > 1) {
+        const int per_host = e->local_world > 0 ? e->local_world : e->world;
+        threads = omp_get_num_procs() / per_host > 0 ? omp_get_num_procs() / per_host : 1;
+    }
+    if (threads > 0) omp_set_num_threads(threads);
     ops_ctx_init_cpu(&tr->ctx, omp_get_max_threads());
     return ZY_OK;
+}
+
+/* The communicator of the launcher's ranks: CPU ranks talk over MPI, GPU ranks over NCCL. */
+static int setup_comm(trainer *tr, const dist_env *e) {
+    if (e->world == 1) {
+        comm_init_single(&tr->comm);
+    } else if (tr->ctx.device == ZY_DEV_CPU) {
+        ZY_TRY(comm_init_mpi(&tr->comm, TRAIN_COMM_TIMEOUT_S));
+        if (tr->comm.world != e->world || tr->comm.rank != e->rank)
+            return zy_fail("MPI sees rank %d of %d but the launcher's variables (%s) say %d of %d",
+                           tr->comm.rank, tr->comm.world, e->source, e->rank, e->world);
+    } else { /* GPU ranks: NCCL, its id passed through the TCP rendezvous at MASTER_ADDR */
+        ZY_TRY(dist_rdv_init(&tr->rdv, e->rank, e->world, e->master_addr, e->master_port,
+                             TRAIN_COMM_TIMEOUT_S));
+        tr->have_rdv = 1;
+        ZY_TRY(comm_init_nccl(&tr->comm, &tr->rdv, tr->ctx.gpu, TRAIN_COMM_TIMEOUT_S));
+        /* the step's collectives start after the ops queued on the context's stream */
+        comm_nccl_order_after(&tr->comm, ops_stream(&tr->ctx));
+    }
+    tr->have_comm = 1;
+    step_set_comm(&tr->st, &tr->comm);
+    return ZY_OK;
+}
+
+static int is_main_rank(const trainer *tr) {
+    return tr->comm.rank == 0;
 }
 
 /* The weights readable on the host: the model's own buffer on the CPU, a fresh copy on a GPU. */
@@ -64,6 +108,21 @@ static void add_state_items(zy_st_write_item *items, int *n, const zy_state_tens
         items[*n].data = st[i].data;
         (*n)++;
     }
+}
+
+/* Replicated state must stay identical on every rank (the same reduced gradients, the same
+ * update): checked at every checkpoint by comparing each rank's CRC-32C of the weights, so a
+ * silent divergence (a nondeterministic kernel, a bit flip) is caught instead of saved. */
+static int check_replicas(trainer *tr) {
+    const float *p = params_on_host(tr);
+    int64_t crc[2];
+    crc[0] = zy_crc32c(0, p, tr->st.model.table.total * sizeof *p);
+    crc[1] = -crc[0];
+    ZY_TRY(comm_all_reduce(&tr->comm, crc, 2, ZY_COMM_I64, ZY_COMM_MAX));
+    if (crc[0] != -crc[1])
+        return zy_fail_runtime("step %lld: the ranks' weights differ (replicated state diverged)",
+                               (long long)tr->st.step);
+    return ZY_OK;
 }
 
 static int save_checkpoint(trainer *tr) {
@@ -95,7 +154,10 @@ static int save_checkpoint(trainer *tr) {
                          .tokenizer_path = tr->cfg->tokenizer[0] ? tr->cfg->tokenizer : NULL};
     char dir[4096];
     int rc = ckpt_save(tr->ckpt_root, tr->st.step, &c, tr->cfg->keep_checkpoints, dir, sizeof dir);
-    if (rc == ZY_OK) printf("checkpoint: %s\n", dir);
+    if (rc == ZY_OK && tr->comm.world > 1)
+        printf("checkpoint: %s (weights identical on all %d ranks)\n", dir, tr->comm.world);
+    else if (rc == ZY_OK)
+        printf("checkpoint: %s\n", dir);
     free(json);
     free(items);
     free(so);
@@ -170,6 +232,7 @@ static int evaluate(trainer *tr, int64_t batches, double *loss, int64_t *tokens)
     batches_close(tr->val);
     tr->val = NULL;
     ZY_TRY(batches_open(&tr->val, c, 1, c->seed + 1000003));
+    ZY_TRY(batches_set_slice(tr->val, tr->comm.rank, tr->comm.world));
     ZY_TRY(check_vocab(tr->val, "validation", tr->st.model.cfg.vocab_size));
     double sum = 0;
     int64_t count = 0;
@@ -177,6 +240,10 @@ static int evaluate(trainer *tr, int64_t batches, double *loss, int64_t *tokens)
         ZY_TRY(batches_next(tr->val, tr->st.ids, tr->st.targets));
         sum += model_forward(&tr->st.model, &tr->st.acts, tr->st.ids, tr->st.targets);
         count += tr->st.acts.count;
+    }
+    if (tr->comm.world > 1) { /* every rank read its rows of the same batches */
+        ZY_TRY(comm_all_reduce(&tr->comm, &sum, 1, ZY_COMM_F64, ZY_COMM_SUM));
+        ZY_TRY(comm_all_reduce(&tr->comm, &count, 1, ZY_COMM_I64, ZY_COMM_SUM));
     }
     *loss = count ? sum / (double)count : NAN;
     if (tokens) *tokens = count;
@@ -192,6 +259,7 @@ static void log_step(trainer *tr, double loss, double gnorm, float lr, double to
     metrics_scalar(m, "lr", tr->st.step, lr);
     metrics_scalar(m, "tokens_per_s", tr->st.step, tok_s);
     metrics_scalar(m, "tokens_seen", tr->st.step, tr->tokens_seen);
+    metrics_scalar(m, "world_size", tr->st.step, tr->comm.world);
     for (int l = 0; l < mc->num_hidden_layers; l++) {
         zy_load_summary s;
         balance_load_summary(tr->st.step_counts + (size_t)l * E1, E, &s);
@@ -254,7 +322,13 @@ static void print_samples(trainer *tr) {
 static int trainer_init(trainer *tr, const zy_train_config *c) {
     memset(tr, 0, sizeof *tr);
     tr->cfg = c;
-    ZY_TRY(setup_device(tr));
+    dist_env e;
+    ZY_TRY(dist_env_from_environ(&e));
+    if (c->batch_size % e.world)
+        return zy_fail("batch_size %d (the global batch) cannot be split over %d ranks: make it "
+                       "a multiple of %d",
+                       c->batch_size, e.world, e.world);
+    ZY_TRY(setup_device(tr, &e));
     zy_config mc = c->model;
     if (c->tokenizer[0]) { /* the model's special ids follow the tokenizer it is trained with */
         zy_tokenizer *tok;
@@ -269,7 +343,8 @@ static int trainer_init(trainer *tr, const zy_train_config *c) {
             return zy_fail("%s has %d ids but the model's vocab_size is %d", c->tokenizer, nv,
                            mc.vocab_size);
     }
-    ZY_TRY(step_init_model(&tr->st, &tr->ctx, &mc, c->batch_size, c->seq_len, 1));
+    ZY_TRY(step_init_model(&tr->st, &tr->ctx, &mc, c->batch_size / e.world, c->seq_len, 1));
+    ZY_TRY(setup_comm(tr, &e));
     if (c->init_from[0])
         ZY_TRY(hf_load_model(&tr->st.model, c->init_from, ZY_SKIP_BIAS_HF));
     else
@@ -281,6 +356,7 @@ static int trainer_init(trainer *tr, const zy_train_config *c) {
                          .stop_on_nonfinite = 1};
     ZY_TRY(step_init_training(&tr->st, &sc, &c->optim, &c->balance));
     ZY_TRY(batches_open(&tr->train, c, 0, c->seed));
+    ZY_TRY(batches_set_slice(tr->train, tr->comm.rank, tr->comm.world));
     ZY_TRY(check_vocab(tr->train, "training", c->model.vocab_size));
     snprintf(tr->ckpt_root, sizeof tr->ckpt_root, "%s/checkpoints", c->out_dir);
     return ZY_OK;
@@ -292,6 +368,8 @@ static void trainer_free(trainer *tr) {
     batches_close(tr->val);
     step_free(&tr->st);
     free(tr->params_host);
+    if (tr->have_comm) comm_free(&tr->comm);
+    if (tr->have_rdv) dist_rdv_free(&tr->rdv);
     ops_ctx_free(&tr->ctx);
 }
 
@@ -349,20 +427,28 @@ int train_run(const zy_train_config *c, const zy_train_opts *o) {
             printf("resume: no checkpoint under %s; starting fresh\n", tr.ckpt_root);
         }
     }
-    if (rc == ZY_OK) rc = zy_mkdirs(c->out_dir);
-    if (rc == ZY_OK && o->config_json) {
+    /* rank 0 speaks for the run: the console, metrics, plots and (the state being replicated)
+     * checkpoints; the other ranks' stdout goes nowhere, their errors still reach stderr */
+    const int main_rank = rc == ZY_OK ? is_main_rank(&tr) : 1;
+    if (!main_rank && !freopen("/dev/null", "w", stdout))
+        rc = zy_fail_runtime("rank %d: cannot silence stdout", tr.comm.rank);
+    if (rc == ZY_OK && main_rank) rc = zy_mkdirs(c->out_dir);
+    if (rc == ZY_OK && main_rank && o->config_json) {
         char path[4096];
         rc = zy_path_join(path, sizeof path, c->out_dir, "train_config.json");
         if (rc == ZY_OK) rc = zy_write_file_atomic(path, o->config_json, strlen(o->config_json));
     }
-    if (rc == ZY_OK) rc = metrics_open(&tr.metrics, c->out_dir);
+    if (rc == ZY_OK && main_rank) rc = metrics_open(&tr.metrics, c->out_dir);
     if (rc != ZY_OK) {
         trainer_free(&tr);
         return ZY_ERR;
     }
     zy_param_counts k = model_count_params(&c->model);
     char device_desc[64];
-    if (tr.ctx.device == ZY_DEV_CUDA)
+    if (tr.comm.world > 1)
+        snprintf(device_desc, sizeof device_desc, "%d %s ranks (%s), data parallel", tr.comm.world,
+                 tr.ctx.device == ZY_DEV_CUDA ? "GPU" : "CPU", tr.comm.b->name);
+    else if (tr.ctx.device == ZY_DEV_CUDA)
         snprintf(device_desc, sizeof device_desc, "GPU %d, bf16 activations", tr.ctx.gpu);
     else
         snprintf(device_desc, sizeof device_desc, "CPU, %d threads", tr.ctx.num_threads);
@@ -377,10 +463,8 @@ int train_run(const zy_train_config *c, const zy_train_opts *o) {
     stop_signals_catch(old_handlers);
     if (tr.st.step == 0 && c->eval_interval > 0) {
         rc = evaluate(&tr, c->eval_batches, &last_val, NULL);
-        if (rc == ZY_OK) {
-            metrics_scalar(tr.metrics, "val_loss", 0, last_val);
-            printf("step 0 | val loss %.4f\n", last_val);
-        }
+        if (rc == ZY_OK && tr.metrics) metrics_scalar(tr.metrics, "val_loss", 0, last_val);
+        if (rc == ZY_OK) printf("step 0 | val loss %.4f\n", last_val);
     }
     while (rc == ZY_OK && tr.st.step < c->steps) {
         float lr = schedule_lr(&c->schedule, tr.st.step);
@@ -392,7 +476,7 @@ int train_run(const zy_train_config *c, const zy_train_opts *o) {
         ran++;
         double dt = zy_now() - t0;
         double tok_s = (double)c->batch_size * c->seq_len * c->grad_accum / dt;
-        log_step(&tr, loss, gnorm, lr, tok_s);
+        if (tr.metrics) log_step(&tr, loss, gnorm, lr, tok_s);
         if (tr.st.step % c->log_interval == 0 || tr.st.step == c->steps) {
             char line[256];
             double elapsed = zy_now() - t_start;
@@ -409,30 +493,36 @@ int train_run(const zy_train_config *c, const zy_train_opts *o) {
                    gnorm, worst.max_frac, worst.min_frac, worst.skip_frac);
             fflush(stdout);
         }
-        const int signalled = stop_signal != 0;
+        int64_t asked = stop_signal; /* a signal to any rank stops them all at this step */
+        if (tr.comm.world > 1 &&
+            (rc = comm_all_reduce(&tr.comm, &asked, 1, ZY_COMM_I64, ZY_COMM_MAX)) != ZY_OK)
+            break;
+        const int signalled = asked != 0;
         const int stopping =
             (signalled || (o->stop_after > 0 && ran >= o->stop_after)) && tr.st.step < c->steps;
         if (!signalled && c->eval_interval > 0 &&
             (tr.st.step % c->eval_interval == 0 || tr.st.step == c->steps)) {
             rc = evaluate(&tr, c->eval_batches, &last_val, NULL);
             if (rc != ZY_OK) break;
-            metrics_scalar(tr.metrics, "val_loss", tr.st.step, last_val);
+            if (tr.metrics) metrics_scalar(tr.metrics, "val_loss", tr.st.step, last_val);
             printf("step %lld | val loss %.4f | val ppl %.2f\n", (long long)tr.st.step, last_val,
                    exp(last_val));
         }
-        metrics_flush(tr.metrics);
-        if ((c->checkpoint_interval > 0 && tr.st.step % c->checkpoint_interval == 0) ||
-            tr.st.step == c->steps || stopping)
-            rc = save_checkpoint(&tr);
+        if (tr.metrics) metrics_flush(tr.metrics);
+        const int checkpoint =
+            (c->checkpoint_interval > 0 && tr.st.step % c->checkpoint_interval == 0) ||
+            tr.st.step == c->steps || stopping;
+        if (checkpoint && tr.comm.world > 1) rc = check_replicas(&tr);
+        if (rc == ZY_OK && checkpoint && main_rank) rc = save_checkpoint(&tr);
         if (stopping && rc == ZY_OK) {
             printf("stopped on request (%s) at step %lld after its checkpoint\n",
-                   signalled ? strsignal(stop_signal) : "--stop-after", (long long)tr.st.step);
+                   signalled ? strsignal((int)asked) : "--stop-after", (long long)tr.st.step);
             stopped = 1;
             break;
         }
     }
     stop_signals_restore(old_handlers);
-    if (rc == ZY_OK) {
+    if (rc == ZY_OK && tr.metrics) {
         metrics_flush(tr.metrics);
         char png[4096];
         if (zy_path_join(png, sizeof png, c->out_dir, "loss.png") == ZY_OK &&
@@ -452,7 +542,9 @@ int train_eval(const zy_train_config *c, const char *model_dir, zy_skip_bias_rul
     trainer tr;
     memset(&tr, 0, sizeof tr);
     tr.cfg = c;
-    int rc = setup_device(&tr);
+    comm_init_single(&tr.comm); /* eval runs in one process */
+    const dist_env alone = {.rank = 0, .world = 1, .local_rank = 0, .local_world = 1};
+    int rc = setup_device(&tr, &alone);
     if (rc == ZY_OK) rc = step_init_model(&tr.st, &tr.ctx, &c->model, c->batch_size, c->seq_len, 0);
     if (rc == ZY_OK) rc = hf_load_model(&tr.st.model, model_dir, rule);
     if (rc == ZY_OK) rc = step_init_acts(&tr.st);

@@ -84,6 +84,10 @@ void cuda_ops_sync(zy_ctx *ctx) {
     ZY_CUDA_CHECK(cudaStreamSynchronize(cuda_stream(ctx)));
 }
 
+void *cuda_ops_stream(zy_ctx *ctx) {
+    return (void *)cuda_stream(ctx);
+}
+
 void *cuda_ws(zy_ctx *ctx, size_t bytes) {
     cuda_state *s = cuda_st(ctx);
     if (bytes > s->ws_bytes) {

@@ -1,0 +1,277 @@
+/* Data-parallel training on CPU ranks over MPI, end to end through the CLI (`mpirun -n N zayac
+ * train`): 1, 2 and 4 ranks train on the same tokens in the same order, so their loss curves agree
+ * to reduction-order noise; a 2-rank run repeats bit for bit and resumes exactly; the weights stay
+ * identical on every rank (checked by the trainer at each checkpoint); a global batch the ranks
+ * cannot split is bad input; a rank that dies ends the job. Skips without MPI or mpirun. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "base/err.h"
+#include "base/fileio.h"
+#include "base/rng.h"
+#include "base/timer.h"
+#include "dist/comm.h"
+#include "spawn_util.h"
+
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char tmp[64];
+static const char *bin;
+static const char *mpirun = "/usr/bin/mpirun";
+
+static void path(char *buf, size_t n, const char *name) {
+    snprintf(buf, n, "%s/%s", tmp, name);
+}
+
+static int have_mpi(void) {
+    return comm_have_mpi() && access(mpirun, X_OK) == 0;
+}
+
+/* `mpirun -n N zayac train --config CFG --out OUT extra...` (N = 1: plain zayac train). */
+static run_result train(int n, const char *out, const char *const *extra) {
+    char cfg[256], nranks[16];
+    path(cfg, sizeof cfg, "train.json");
+    snprintf(nranks, sizeof nranks, "%d", n);
+    const char *args[40];
+    int k = 0;
+    if (n > 1) {
+        args[k++] = "--oversubscribe";
+        args[k++] = "-n";
+        args[k++] = nranks;
+        args[k++] = bin;
+    }
+    args[k++] = "train";
+    args[k++] = "--config";
+    args[k++] = cfg;
+    args[k++] = "--out";
+    args[k++] = out;
+    for (; extra && *extra; extra++) args[k++] = *extra;
+    args[k] = NULL;
+    return spawn_capture(n > 1 ? mpirun : bin, tmp, args);
+}
+
+static void train_ok(int n, const char *run, const char *const *extra) {
+    char out[256];
+    path(out, sizeof out, run);
+    run_result r = train(n, out, extra);
+    if (r.code != 0) fail_msg("%d ranks: exit %d\n%s\n%s", n, r.code, r.out, r.err);
+    if (n > 1 && !strstr(r.out, "weights identical on all"))
+        fail_msg("%d ranks: no replica check in:\n%s", n, r.out);
+    result_free(&r);
+}
+
+/* The losses of a run's metrics.jsonl (one row per step), and its world_size column. */
+static int losses(const char *run, double *loss, int max, int *world) {
+    char p[512], *text;
+    snprintf(p, sizeof p, "%s/%s/metrics.jsonl", tmp, run);
+    if (zy_read_file(p, &text, NULL) != ZY_OK) fail_msg("%s", zy_errmsg());
+    int n = 0;
+    *world = -1;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        const char *l = strstr(line, "\"loss\":"), *w = strstr(line, "\"world_size\":");
+        if (!l) continue;
+        if (!w) fail_msg("a step row without world_size: %s", line);
+        if (n < max) loss[n++] = strtod(l + 7, NULL);
+        *world = atoi(w + 13);
+    }
+    free(text);
+    return n;
+}
+
+static void write_corpus(void) {
+    static const char *words[] = {"the", "cat", "sat",  "on",   "a",    "mat",   "and",   "dog",
+                                  "ran", "far", "away", "from", "home", "while", "birds", "sang"};
+    char p[256];
+    path(p, sizeof p, "corpus.txt");
+    FILE *f = fopen(p, "w");
+    assert_non_null(f);
+    zy_rng r = zy_rng_init(11, 0);
+    for (int doc = 0; doc < 160; doc++) {
+        int n = 20 + (int)zy_rng_below(&r, 40);
+        for (int i = 0; i < n; i++)
+            fprintf(f, "%s%s", words[zy_rng_below(&r, 16)], i + 1 < n ? " " : ".\n\n");
+    }
+    fclose(f);
+}
+
+static const char *config_json =
+    "{\"model\": {\"model_type\": \"zaya\", \"vocab_size\": 320, \"hidden_size\": 32,"
+    " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,"
+    " \"head_dim\": 32, \"num_experts\": 3, \"moe_intermediate_size\": 16,"
+    " \"router_hidden_size\": 8, \"max_position_embeddings\": 64},"
+    " \"tokenizer\": \"%s/tok.json\", \"data\": \"%s/data\", \"batch_size\": 4, \"seq_len\": 16,"
+    " \"grad_accum\": 2, \"steps\": 8, \"eval_interval\": 4, \"eval_batches\": 2,"
+    " \"checkpoint_interval\": 4, \"log_interval\": 1, \"seed\": 5, \"device\": \"cpu\","
+    " \"optimizer\": {\"name\": \"muon\", \"lr\": 0.01}, \"schedule\": {\"warmup\": 2}}";
+
+static int setup(void **state) {
+    (void)state;
+    bin = getenv("ZAYAC_BIN");
+    if (!bin) bin = "build/zayac";
+    /* Open MPI refuses root unless told (CI runs as root) */
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+    snprintf(tmp, sizeof tmp, "/tmp/zy_dp_XXXXXX");
+    assert_non_null(mkdtemp(tmp));
+    if (!have_mpi()) return 0;
+    write_corpus();
+    char corpus[256], tok[256], data[256], cfg[256], text[2048];
+    path(corpus, sizeof corpus, "corpus.txt");
+    path(tok, sizeof tok, "tok.json");
+    path(data, sizeof data, "data");
+    const char *t[] = {"tokenizer", "train", "--input", corpus, "--vocab-size",
+                       "320",       "--out", tok,       NULL};
+    run_result r = spawn_capture(bin, tmp, t);
+    assert_int_equal(r.code, 0);
+    result_free(&r);
+    const char *d[] = {"data",  "prepare", "--tokenizer",    tok,   "--input", corpus,
+                       "--out", data,      "--val-fraction", "0.1", NULL};
+    r = spawn_capture(bin, tmp, d);
+    assert_int_equal(r.code, 0);
+    result_free(&r);
+    path(cfg, sizeof cfg, "train.json");
+    snprintf(text, sizeof text, config_json, tmp, tmp);
+    assert_int_equal(zy_write_file_atomic(cfg, text, strlen(text)), ZY_OK);
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    zy_remove_tree(tmp);
+    return 0;
+}
+
+/* 1, 2 and 4 ranks read the same global batches: the same loss curve up to the order in which
+ * the ranks' gradient sums are added. */
+static void test_ranks_match_one(void **state) {
+    (void)state;
+    if (!have_mpi()) skip();
+    enum { STEPS = 8 };
+    double loss[3][STEPS];
+    const int ranks[3] = {1, 2, 4};
+    for (int i = 0; i < 3; i++) {
+        char run[32];
+        snprintf(run, sizeof run, "w%d", ranks[i]);
+        train_ok(ranks[i], run, NULL);
+        int world;
+        assert_int_equal(losses(run, loss[i], STEPS, &world), STEPS);
+        assert_int_equal(world, ranks[i]);
+    }
+    double worst = 0;
+    for (int i = 1; i < 3; i++)
+        for (int s = 0; s < STEPS; s++) {
+            double rel = fabs(loss[i][s] - loss[0][s]) / fabs(loss[0][s]);
+            if (rel > worst) worst = rel;
+        }
+    print_message("1 rank: loss %.6f -> %.6f; worst relative difference of 2 and 4 ranks: %.3g\n",
+                  loss[0][0], loss[0][STEPS - 1], worst);
+    assert_true(worst <= 1e-4);
+    assert_true(loss[0][STEPS - 1] < loss[0][0]); /* it trained */
+}
+
+/* The same 2-rank run twice: the same bits; and stopped at step 4 + resumed on 2 ranks: the same
+ * bits as straight through. */
+static void test_two_ranks_repeat_and_resume_exactly(void **state) {
+    (void)state;
+    if (!have_mpi()) skip();
+    train_ok(2, "a", NULL);
+    train_ok(2, "b", NULL);
+    char out_c[256];
+    path(out_c, sizeof out_c, "c");
+    run_result r = train(2, out_c, (const char *const[]){"--stop-after", "4", NULL});
+    if (r.code != 3) fail_msg("--stop-after on 2 ranks: exit %d\n%s\n%s", r.code, r.out, r.err);
+    result_free(&r);
+    train_ok(2, "c", (const char *const[]){"--resume", NULL});
+    double la[8], lc[8];
+    int w;
+    assert_int_equal(losses("a", la, 8, &w), 8);
+    assert_int_equal(losses("c", lc, 8, &w), 8);
+    assert_memory_equal(la, lc, sizeof la);
+    double lb[8];
+    assert_int_equal(losses("b", lb, 8, &w), 8);
+    assert_memory_equal(la, lb, sizeof la);
+    const char *ck = "checkpoints/step_000000008/model.safetensors";
+    char pa[512], pb[512], pc[512];
+    snprintf(pa, sizeof pa, "%s/a/%s", tmp, ck);
+    snprintf(pb, sizeof pb, "%s/b/%s", tmp, ck);
+    snprintf(pc, sizeof pc, "%s/c/%s", tmp, ck);
+    zy_mmap wa, wb, wc;
+    assert_int_equal(zy_mmap_open(&wa, pa), ZY_OK);
+    assert_int_equal(zy_mmap_open(&wb, pb), ZY_OK);
+    assert_int_equal(zy_mmap_open(&wc, pc), ZY_OK);
+    assert_int_equal(wa.size, wb.size);
+    assert_int_equal(wa.size, wc.size);
+    assert_memory_equal(wa.data, wb.data, wa.size);
+    assert_memory_equal(wa.data, wc.data, wa.size);
+    zy_mmap_close(&wa);
+    zy_mmap_close(&wb);
+    zy_mmap_close(&wc);
+}
+
+/* A global batch of 4 sequences cannot be split over 3 ranks: bad input, exit 2, naming the fix. */
+static void test_batch_must_divide(void **state) {
+    (void)state;
+    if (!have_mpi()) skip();
+    char out[256];
+    path(out, sizeof out, "three");
+    run_result r = train(3, out, NULL);
+    if (r.code != 2 || !strstr(r.err, "multiple of 3"))
+        fail_msg("3 ranks, batch 4: exit %d\n%s", r.code, r.err);
+    result_free(&r);
+}
+
+/* A rank killed in the middle of training ends the whole job (no rank waits forever). */
+static void test_dead_rank_ends_the_job(void **state) {
+    (void)state;
+    if (!have_mpi()) skip();
+    char out[256], marker[300];
+    path(out, sizeof out, "dead");
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) { /* the job: long enough to be killed mid-way */
+        int fd = open("/dev/null", O_WRONLY);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        execl(mpirun, mpirun, "--oversubscribe", "-n", "2", bin, "train", "--config",
+              (snprintf(marker, sizeof marker, "%s/train.json", tmp), marker), "--out", out,
+              "--steps", "100000", "--set", "eval_interval=0", "--set", "checkpoint_interval=0",
+              (char *)NULL);
+        _exit(127);
+    }
+    char metrics[512];
+    snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", out);
+    for (int i = 0; i < 600 && !zy_path_exists(metrics); i++) usleep(100000);
+    assert_true(zy_path_exists(metrics));
+    /* kill one rank (not mpirun): the newest zayac process whose arguments name this run */
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "pkill -9 -n -f '^%s train .*%s'", bin, out);
+    assert_int_equal(system(cmd), 0);
+    double t0 = zy_now();
+    int status;
+    pid_t done = 0;
+    while ((done = waitpid(pid, &status, WNOHANG)) == 0 && zy_now() - t0 < 60) usleep(100000);
+    if (done == 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        fail_msg("the job still ran 60 s after a rank died");
+    }
+    print_message("job ended %.1f s after a rank was killed, status 0x%x\n", zy_now() - t0, status);
+    assert_true(!WIFEXITED(status) || WEXITSTATUS(status) != 0);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ranks_match_one),
+        cmocka_unit_test(test_two_ranks_repeat_and_resume_exactly),
+        cmocka_unit_test(test_batch_must_divide),
+        cmocka_unit_test(test_dead_rank_ends_the_job),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
