@@ -1,5 +1,6 @@
 # zayac build. `make` builds build/zayac and build/libzayac.a; `make test` builds and runs the tests.
 #   CUDA=0|1   build the CUDA code (default: 1 when nvcc is on PATH). The CPU build needs no CUDA.
+#   MPI=0|1    build the MPI communicator for CPU ranks (default: 1 when mpicc is on PATH; Open MPI)
 #   SAN=1      AddressSanitizer + UndefinedBehaviorSanitizer (tests in CI run this way)
 #   BUILD=dir  build folder (default build, or build-san with SAN=1)
 #   DEPS_ROOT  a folder with Debian packages unpacked by `dpkg -x` (used on the GPU machine)
@@ -7,6 +8,8 @@ CC       ?= gcc
 NVCC     ?= nvcc
 CUDA_HOME ?= /usr/local/cuda
 CUDA     ?= $(if $(shell command -v $(NVCC) 2>/dev/null),1,0)
+MPICC    ?= mpicc
+MPI      ?= $(if $(shell command -v $(MPICC) 2>/dev/null),1,0)
 SAN      ?= 0
 BUILD    ?= $(if $(filter 1,$(SAN)),build-san,build)
 WERROR   ?= 0
@@ -48,6 +51,12 @@ LDFLAGS  += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64
 LDLIBS   += -lnccl -lcublasLt -lcublas -lcudart_static -ldl -lrt -lstdc++
 endif
 
+# MPI: gcc with the flags the wrapper would add; without it src/dist/nompi.c stubs the backend.
+ifeq ($(MPI),1)
+CFLAGS   += -DZY_HAVE_MPI $(shell $(MPICC) --showme:compile)
+LDLIBS   += $(shell $(MPICC) --showme:link)
+endif
+
 OBJ      := $(SRC_C:%.c=$(BUILD)/%.o) $(SRC_CU:%.cu=$(BUILD)/%.cu.o)
 LIB      := $(BUILD)/libzayac.a
 TOOL_SRC := $(sort $(wildcard tools/*.c))
@@ -56,10 +65,10 @@ TEST_SRC := $(sort $(wildcard tests/test_*.c))
 TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
 # The build's configuration, kept in $(BUILD)/config.stamp and rewritten only when it changes:
-# every object depends on it, so switching CUDA=0/1, SAN, DEPS_ROOT or the flags in one build folder
-# rebuilds everything, and a repeated identical make does nothing.
+# every object depends on it, so switching CUDA=0/1, MPI=0/1, SAN, DEPS_ROOT or the flags in one
+# build folder rebuilds everything, and a repeated identical make does nothing.
 CONFIG_STAMP := $(BUILD)/config.stamp
-CONFIG_TEXT  := CC=$(CC) NVCC=$(NVCC) CUDA=$(CUDA) SAN=$(SAN) DEPS_ROOT=$(DEPS_ROOT) \
+CONFIG_TEXT  := CC=$(CC) NVCC=$(NVCC) CUDA=$(CUDA) MPI=$(MPI) SAN=$(SAN) DEPS_ROOT=$(DEPS_ROOT) \
                 CFLAGS=$(CFLAGS) NVFLAGS=$(NVFLAGS) LDFLAGS=$(LDFLAGS) LDLIBS=$(LDLIBS)
 # What `zayac --version` prints: git describe of this checkout, else a fixed string. Only
 # tools/cmd_version.c sees it (through its own stamp), so a new commit recompiles that file alone.

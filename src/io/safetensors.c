@@ -42,23 +42,6 @@ size_t safetensors_dtype_size(zy_st_dtype dt) {
 
 /* ---- scalar conversions ---- */
 
-uint16_t zy_f32_to_bf16(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u); /* quiet NaN */
-    /* Adding 0x7fff plus the lowest kept bit rounds to nearest, ties to even; a carry into the
-     * exponent is the correct result (up to inf). */
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-float zy_bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float x;
-    memcpy(&x, &u, 4);
-    return x;
-}
-
 uint16_t zy_f32_to_f16(float x) {
     uint32_t u;
     memcpy(&u, &x, 4);

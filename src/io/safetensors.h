@@ -8,6 +8,7 @@
 #ifndef ZY_SAFETENSORS_H
 #define ZY_SAFETENSORS_H
 
+#include "base/bf16.h"
 #include "base/fileio.h"
 
 #include <stddef.h>
@@ -101,10 +102,7 @@ typedef struct {
 int safetensors_write(const char *path, const zy_st_write_item *items, int n_items,
                       const char *const *meta, int n_meta);
 
-/* fp32 -> bf16 bits, round to nearest even (NaN stays a quiet NaN). */
-uint16_t zy_f32_to_bf16(float x);
-/* bf16 bits -> fp32 (exact). */
-float zy_bf16_to_f32(uint16_t h);
+/* zy_f32_to_bf16 and zy_bf16_to_f32: base/bf16.h (included above). */
 /* fp32 -> IEEE half bits, round to nearest even (overflow to inf, subnormals kept). */
 uint16_t zy_f32_to_f16(float x);
 /* IEEE half bits -> fp32 (exact). */
