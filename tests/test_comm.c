@@ -313,6 +313,8 @@ static int child_failure(int die) {
         }
         if (comm_all_reduce(&c, buf, n, ZY_COMM_F32, ZY_COMM_SUM) != ZY_OK) {
             fprintf(stderr, "%s\n", zy_errmsg());
+            /* its messages are still in flight: the communicator refuses any further call */
+            if (comm_barrier(&c) != ZY_OK) fprintf(stderr, "then %s\n", zy_errmsg());
             exit(ZY_EXIT_RUNTIME);
         }
     }
@@ -399,11 +401,13 @@ static void test_mpi_rank_dies(void **state) {
     check_failure("--mpi-die", "rank 1: exiting on purpose");
 }
 
-/* A rank that hangs: its peer's wait times out (2 s) with an error naming it. */
+/* A rank that hangs: its peer's wait times out (2 s) with an error naming it, after which the
+ * peer's communicator refuses further calls. */
 static void test_mpi_rank_hangs(void **state) {
     (void)state;
     check_failure("--mpi-hang", "comm_all_reduce (mpi, rank 0 of 2): no answer within 2 s from "
-                                "rank 1 (stuck or dead)");
+                                "rank 1 (stuck or dead)\nthen comm_barrier (mpi, rank 0 of 2): an "
+                                "earlier operation failed with messages in flight");
 }
 
 /* Without MPI in the build, comm_init_mpi is a bad-input error saying what to install. */
