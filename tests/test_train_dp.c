@@ -13,6 +13,7 @@
 #include "base/rng.h"
 #include "base/timer.h"
 #include "dist/comm.h"
+#include "mpi_test_util.h"
 #include "spawn_util.h"
 
 #include <math.h>
@@ -24,14 +25,14 @@
 
 static char tmp[64];
 static const char *bin;
-static const char *mpirun = "/usr/bin/mpirun";
+static char mpirun[512];
 
 static void path(char *buf, size_t n, const char *name) {
     snprintf(buf, n, "%s/%s", tmp, name);
 }
 
 static int have_mpi(void) {
-    return comm_have_mpi() && access(mpirun, X_OK) == 0;
+    return comm_have_mpi() && mpirun[0];
 }
 
 /* `mpirun -n N zayac train --config CFG --out OUT extra...` (N = 1: plain zayac train). */
@@ -115,9 +116,8 @@ static int setup(void **state) {
     (void)state;
     bin = getenv("ZAYAC_BIN");
     if (!bin) bin = "build/zayac";
-    /* Open MPI refuses root unless told (CI runs as root) */
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+    mpi_test_env(); /* root and sanitizer settings mpirun and its ranks need */
+    if (!mpi_test_find_mpirun(mpirun, sizeof mpirun)) mpirun[0] = 0;
     snprintf(tmp, sizeof tmp, "/tmp/zy_dp_XXXXXX");
     assert_non_null(mkdtemp(tmp));
     if (!have_mpi()) return 0;
