@@ -266,12 +266,61 @@ static void test_dead_rank_ends_the_job(void **state) {
     assert_true(!WIFEXITED(status) || WEXITSTATUS(status) != 0);
 }
 
+/* A rank that stops answering (SIGSTOP: alive but stuck) makes the other fail once
+ * dist.timeout_s passes, with a message naming the silent rank and the step; the job ends. */
+static void test_stuck_rank_times_out(void **state) {
+    (void)state;
+    if (!have_mpi()) skip();
+    char out[256], cfg[300], err[300];
+    path(out, sizeof out, "stuck");
+    path(cfg, sizeof cfg, "train.json");
+    path(err, sizeof err, "stuck_stderr.txt");
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int fd = open("/dev/null", O_WRONLY), fe = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 1);
+        dup2(fe, 2);
+        execl(mpirun, mpirun, "--oversubscribe", "-n", "2", bin, "train", "--config", cfg, "--out",
+              out, "--steps", "100000", "--set", "eval_interval=0", "--set",
+              "checkpoint_interval=0", "--set", "dist.timeout_s=5", (char *)NULL);
+        _exit(127);
+    }
+    char metrics[512];
+    snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", out);
+    for (int i = 0; i < 600 && !zy_path_exists(metrics); i++) usleep(100000);
+    assert_true(zy_path_exists(metrics));
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "pkill -STOP -n -f '^%s train .*%s'", bin, out);
+    assert_int_equal(system(cmd), 0);
+    double t0 = zy_now();
+    int status;
+    pid_t done = 0;
+    while ((done = waitpid(pid, &status, WNOHANG)) == 0 && zy_now() - t0 < 60) usleep(100000);
+    if (done == 0) {
+        snprintf(cmd, sizeof cmd, "pkill -9 -f '%s'", out);
+        if (system(cmd)) {
+        }
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        fail_msg("the job still ran 60 s after a rank stopped answering");
+    }
+    char *text;
+    assert_int_equal(zy_read_file(err, &text, NULL), ZY_OK);
+    print_message("job ended %.1f s after a rank stopped; status 0x%x\n", zy_now() - t0, status);
+    if (!strstr(text, "from rank 1") || !strstr(text, "step "))
+        fail_msg("no message naming the stuck rank and the step:\n%s", text);
+    free(text);
+    assert_true(!WIFEXITED(status) || WEXITSTATUS(status) != 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ranks_match_one),
         cmocka_unit_test(test_two_ranks_repeat_and_resume_exactly),
         cmocka_unit_test(test_batch_must_divide),
         cmocka_unit_test(test_dead_rank_ends_the_job),
+        cmocka_unit_test(test_stuck_rank_times_out),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -214,5 +214,8 @@ const zy_setting zy_settings[] = {
         TEXT(ZY_EXPERT_STREAMS_DEFAULT), "CUDA streams the expert GEMMs share"),
     BOOL("cuda.expert_chunk", cuda.expert_chunk, "false",
          "run the expert GEMMs by 256-row blocks in one batched call"),
+    NUM("dist.timeout_s", ZY_SET_FLOAT, dist_timeout_s, 1, 86400, "300",
+        "data parallel: longest wait for another rank before the run fails (a dead or stuck "
+        "rank); covers rank 0's checkpoint writes"),
 };
 const int zy_settings_count = (int)(sizeof zy_settings / sizeof zy_settings[0]);

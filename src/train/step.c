@@ -114,8 +114,7 @@ int step_run(zy_step *s, const zy_step_hooks *hooks, float lr, double *loss, dou
     *grad_norm = clip_grad_norm(s->ctx, &m->table, m->grads, s->cfg.grad_clip);
     phase_end(hooks, ZY_PHASE_CLIP);
     if (s->cfg.stop_on_nonfinite && (!isfinite(*loss) || !isfinite(*grad_norm)))
-        return zy_fail_runtime("step %lld: loss %g, gradient norm %g: training diverged",
-                               (long long)s->step + 1, *loss, *grad_norm);
+        return zy_fail_runtime("loss %g, gradient norm %g: training diverged", *loss, *grad_norm);
     optim_step(&s->opt, &m->table, m->params, m->grads, lr);
     if (!s->opt.compute_copy) model_sync_compute_weights(m);
     phase_end(hooks, ZY_PHASE_OPTIM);

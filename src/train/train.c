@@ -41,9 +41,6 @@ typedef struct {
     float *params_host; /* [table.total] host copy of the weights for checkpoints (CUDA only) */
 } trainer;
 
-/* The longest any collective may wait for a peer before the run fails (a dead or stuck rank). */
-#define TRAIN_COMM_TIMEOUT_S 300.0
-
 /* device "auto" takes a GPU when one is visible, else the CPU; "cuda" insists on a GPU. A rank
  * takes the GPU of its local rank; CPU ranks on one host share its cores (threads: the cores over
  * the ranks of the host unless the config sets them). */
@@ -67,15 +64,15 @@ static int setup_comm(trainer *tr, const dist_env *e) {
     if (e->world == 1) {
         comm_init_single(&tr->comm);
     } else if (tr->ctx.device == ZY_DEV_CPU) {
-        ZY_TRY(comm_init_mpi(&tr->comm, TRAIN_COMM_TIMEOUT_S));
+        ZY_TRY(comm_init_mpi(&tr->comm, tr->cfg->dist_timeout_s));
         if (tr->comm.world != e->world || tr->comm.rank != e->rank)
             return zy_fail("MPI sees rank %d of %d but the launcher's variables (%s) say %d of %d",
                            tr->comm.rank, tr->comm.world, e->source, e->rank, e->world);
     } else { /* GPU ranks: NCCL, its id passed through the TCP rendezvous at MASTER_ADDR */
         ZY_TRY(dist_rdv_init(&tr->rdv, e->rank, e->world, e->master_addr, e->master_port,
-                             TRAIN_COMM_TIMEOUT_S));
+                             tr->cfg->dist_timeout_s));
         tr->have_rdv = 1;
-        ZY_TRY(comm_init_nccl(&tr->comm, &tr->rdv, tr->ctx.gpu, TRAIN_COMM_TIMEOUT_S));
+        ZY_TRY(comm_init_nccl(&tr->comm, &tr->rdv, tr->ctx.gpu, tr->cfg->dist_timeout_s));
         /* the step's collectives start after the ops queued on the context's stream */
         comm_nccl_order_after(&tr->comm, ops_stream(&tr->ctx));
     }
@@ -471,7 +468,10 @@ int train_run(const zy_train_config *c, const zy_train_opts *o) {
         double t0 = zy_now(), loss, gnorm;
         zy_step_hooks hooks = {.next_batch = next_train_batch, .user = &tr};
         rc = step_run(&tr.st, &hooks, lr, &loss, &gnorm);
-        if (rc != ZY_OK) break;
+        if (rc != ZY_OK) {
+            zy_fail_ctx("step %lld", (long long)tr.st.step + 1);
+            break;
+        }
         tr.tokens_seen += (double)c->batch_size * c->seq_len * c->grad_accum;
         ran++;
         double dt = zy_now() - t0;

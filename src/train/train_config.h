@@ -47,7 +47,8 @@ typedef struct {
     int n_prompts;
     int sample_tokens;
     float sample_temperature, sample_top_p;
-    zy_cuda_opts cuda; /* how a CUDA context runs the expert GEMMs (ops_ctx_init_cuda_opts) */
+    zy_cuda_opts cuda;    /* how a CUDA context runs the expert GEMMs (ops_ctx_init_cuda_opts) */
+    float dist_timeout_s; /* data parallel: the longest wait for a peer (dist/comm.h) */
 } zy_train_config;
 
 /* Fills defaults (tiny model, AdamW+Muon, cosine schedule, ...): the table's. */
