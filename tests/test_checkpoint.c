@@ -110,7 +110,12 @@ static void data_build(ckpt_data *d, long long step) {
     if (zy_read_file(fixture, &tok, &n) != ZY_OK) fail_msg("%s", zy_errmsg());
     assert_int_equal(zy_write_file_atomic(d->tokenizer, tok, n), ZY_OK);
     free(tok);
-    d->content = (zy_ckpt_content){&d->cfg, &d->table, d->params, d->items, 3, d->state_json, NULL};
+    d->content = (zy_ckpt_content){.config = &d->cfg,
+                                   .table = &d->table,
+                                   .params = d->params,
+                                   .state = d->items,
+                                   .n_state = 3,
+                                   .state_json = d->state_json};
 }
 
 static void data_free(ckpt_data *d) {

@@ -13,6 +13,7 @@
 #include "base/rng.h"
 #include "base/timer.h"
 #include "dist/comm.h"
+#include "io/safetensors.h"
 #include "mpi_test_util.h"
 #include "spawn_util.h"
 
@@ -215,6 +216,66 @@ static void test_two_ranks_repeat_and_resume_exactly(void **state) {
     zy_mmap_close(&wc);
 }
 
+/* Optimizer state floats of a training-state file, and whether it holds name. */
+static size_t state_floats(const char *path) {
+    zy_safetensors f;
+    if (safetensors_open(&f, path) != ZY_OK) fail_msg("%s", zy_errmsg());
+    size_t n = 0;
+    for (int i = 0; i < f.count; i++)
+        if (strncmp(f.tensors[i].name, "balance", 7)) n += f.tensors[i].numel;
+    safetensors_close(&f);
+    return n;
+}
+
+/* ZeRO-1: on 2 ranks each rank keeps the optimizer state of its own tensors (the checkpoint holds
+ * rank 0's file and rank 1's shard, about half each, together the whole 1-rank state), and a
+ * checkpoint written by 2 ranks resumes on 1 and on 4 ranks (state found by global name) on the
+ * curve of the uninterrupted run. */
+static void test_zero1_shards_and_reshapes(void **state) {
+    (void)state;
+    if (!have_mpi()) skip();
+    train_ok(1, "z_one", NULL);
+    train_ok(2, "z_two", NULL);
+    char p0[512], p1[512], pall[512];
+    snprintf(p0, sizeof p0, "%s/z_two/checkpoints/step_000000008/train_state.safetensors", tmp);
+    snprintf(p1, sizeof p1, "%s/z_two/checkpoints/step_000000008/train_state.rank_1.safetensors",
+             tmp);
+    snprintf(pall, sizeof pall, "%s/z_one/checkpoints/step_000000008/train_state.safetensors", tmp);
+    const size_t s0 = state_floats(p0), s1 = state_floats(p1), all = state_floats(pall);
+    print_message("optimizer state floats: 1 rank %zu; 2 ranks %zu + %zu\n", all, s0, s1);
+    assert_int_equal(s0 + s1, all);
+    assert_true(s0 > all / 4 && s1 > all / 4); /* both ranks hold a real share */
+    /* stop 2 ranks at step 4, then go on from that checkpoint on 1 rank and on 4 ranks */
+    char out[256];
+    path(out, sizeof out, "z_stop");
+    run_result r = train(2, out, (const char *const[]){"--stop-after", "4", NULL});
+    if (r.code != 3) fail_msg("--stop-after on 2 ranks: exit %d\n%s", r.code, r.err);
+    result_free(&r);
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "cp -r %s/z_stop %s/z_on1 && cp -r %s/z_stop %s/z_on4", tmp, tmp, tmp,
+             tmp);
+    assert_int_equal(system(cmd), 0);
+    train_ok(1, "z_on1", (const char *const[]){"--resume", NULL});
+    train_ok(4, "z_on4", (const char *const[]){"--resume", NULL});
+    double straight[8], on1[8], on4[8];
+    int w;
+    assert_int_equal(losses("z_two", straight, 8, &w), 8);
+    assert_int_equal(losses("z_on1", on1, 8, &w), 8);
+    assert_int_equal(w, 1);
+    assert_int_equal(losses("z_on4", on4, 8, &w), 8);
+    assert_int_equal(w, 4);
+    double worst = 0;
+    for (int i = 0; i < 8; i++) {
+        double a = fabs(on1[i] - straight[i]) / straight[i],
+               b = fabs(on4[i] - straight[i]) / straight[i];
+        if (a > worst) worst = a;
+        if (b > worst) worst = b;
+    }
+    print_message("2 -> 1 and 2 -> 4 ranks at step 4: worst relative loss difference %.3g\n",
+                  worst);
+    assert_true(worst <= 1e-4);
+}
+
 /* A global batch of 4 sequences cannot be split over 3 ranks: bad input, exit 2, naming the fix. */
 static void test_batch_must_divide(void **state) {
     (void)state;
@@ -318,6 +379,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ranks_match_one),
         cmocka_unit_test(test_two_ranks_repeat_and_resume_exactly),
+        cmocka_unit_test(test_zero1_shards_and_reshapes),
         cmocka_unit_test(test_batch_must_divide),
         cmocka_unit_test(test_dead_rank_ends_the_job),
         cmocka_unit_test(test_stuck_rank_times_out),

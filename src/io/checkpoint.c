@@ -19,6 +19,7 @@
 #define STEP_PREFIX "step_"
 #define TMP_PREFIX  ".tmp_step_"
 #define MAX_FILES   8
+#define MAX_EXTRA   4096 /* training-state shards of other ranks */
 
 /* Test hook: ZAYAC_CKPT_CRASH_AFTER=<file> kills the process right after writing that file, so
  * tests can show that a save interrupted at any point leaves earlier checkpoints usable. */
@@ -155,7 +156,9 @@ int ckpt_save(const char *root, long long step, const zy_ckpt_content *c, int ke
     snprintf(name, sizeof name, STEP_PREFIX "%09lld", step);
     ZY_TRY(zy_path_join(final, sizeof final, root, name));
     ZY_TRY(zy_mkdirs(tmp));
-    const char *files[MAX_FILES];
+    if (c->n_extra < 0 || c->n_extra > MAX_EXTRA)
+        return zy_fail("%s: %d extra checkpoint files (at most %d)", root, c->n_extra, MAX_EXTRA);
+    const char **files = zy_calloc(MAX_FILES + (size_t)c->n_extra, sizeof *files);
     int nf = 0;
     int rc = config_save(c->config, tmp);
     files[nf++] = "config.json";
@@ -188,7 +191,16 @@ int ckpt_save(const char *root, long long step, const zy_ckpt_content *c, int ke
         tok_free(tok);
         files[nf++] = "tokenizer_config.json";
     }
+    for (int i = 0; rc == ZY_OK && i < c->n_extra; i++) {
+        const char *base = strrchr(c->extra_files[i], '/');
+        base = base ? base + 1 : c->extra_files[i];
+        rc = zy_path_join(path, sizeof path, tmp, base);
+        if (rc == ZY_OK && rename(c->extra_files[i], path) != 0)
+            rc = zy_fail_runtime("moving %s into %s: %s", c->extra_files[i], tmp, strerror(errno));
+        files[nf++] = base;
+    }
     if (rc == ZY_OK) rc = write_manifest(tmp, step, files, nf);
+    free(files);
     maybe_crash("manifest.json");
     if (rc == ZY_OK) rc = zy_fsync_path(tmp);
     if (rc == ZY_OK) rc = install(tmp, final, root);

@@ -22,6 +22,10 @@ typedef struct {
     int n_state;
     const char *state_json;     /* JSON text: step, RNGs, loader position, ... */
     const char *tokenizer_path; /* copied in as tokenizer.json when not NULL */
+    /* files other ranks wrote (their shards of the training state, fsynced): moved into the
+     * folder under their base names and listed in the manifest like the rest */
+    const char *const *extra_files;
+    int n_extra;
 } zy_ckpt_content;
 
 /* Saves checkpoint `step` (>= 0) under root, then keeps only the newest keep_last (0 = all) of the

@@ -97,7 +97,17 @@ static int on_cuda(const zy_ctx *ctx) {
     return 1;
 }
 
+size_t optim_state_floats(const zy_optim_config *cfg, const zy_param *p) {
+    if (p->kind == ZY_PARAM_BUFFER) return 0;
+    return (size_t)p->numel * (p->kind == ZY_PARAM_MATRIX && cfg->use_muon ? 1 : 2);
+}
+
 int optim_init(zy_optim *opt, zy_ctx *ctx, const zy_optim_config *cfg, const zy_param_table *t) {
+    return optim_init_owned(opt, ctx, cfg, t, 0, t->count);
+}
+
+int optim_init_owned(zy_optim *opt, zy_ctx *ctx, const zy_optim_config *cfg,
+                     const zy_param_table *t, int first, int last) {
     memset(opt, 0, sizeof *opt);
     ZY_CHECK(ctx != NULL);
     ZY_TRY(optim_config_check(cfg));
@@ -108,8 +118,8 @@ int optim_init(zy_optim *opt, zy_ctx *ctx, const zy_optim_config *cfg, const zy_
     opt->state_off = zy_calloc((size_t)(t->count ? t->count : 1), sizeof *opt->state_off);
     for (int i = 0; i < t->count; i++) {
         const zy_param *p = &t->items[i];
-        if (p->kind == ZY_PARAM_BUFFER) {
-            opt->method[i] = ZY_OPT_SKIP;
+        if (p->kind == ZY_PARAM_BUFFER || i < first || i >= last) {
+            opt->method[i] = ZY_OPT_SKIP; /* a buffer, or another rank's tensor (ZeRO-1) */
         } else if (p->kind == ZY_PARAM_MATRIX && cfg->use_muon) {
             ZY_CHECKF(p->ndim >= 2, "%s: a matrix parameter needs >= 2 dims", p->name);
             opt->method[i] = ZY_OPT_MUON;

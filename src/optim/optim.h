@@ -94,6 +94,13 @@ int optim_config_check(const zy_optim_config *c);
 /* Plans the optimiser for a table and allocates zeroed state in ctx's memory (CPU or CUDA; ctx
  * must outlive opt); ZY_ERR on a bad config. */
 int optim_init(zy_optim *opt, zy_ctx *ctx, const zy_optim_config *cfg, const zy_param_table *t);
+/* ZeRO-1: the optimizer of table entries [first, last) only (state for them, updates of them);
+ * the others are left alone as buffers are. */
+int optim_init_owned(zy_optim *opt, zy_ctx *ctx, const zy_optim_config *cfg,
+                     const zy_param_table *t, int first, int last);
+/* The optimizer state floats entry i needs under cfg (AdamW 2 per element, Muon 1, buffers 0):
+ * the cost ZeRO-1 balances over ranks. */
+size_t optim_state_floats(const zy_optim_config *cfg, const zy_param *p);
 /* Releases the state (safe after a failed init). */
 void optim_free(zy_optim *opt);
 /* One step: step += 1, then every non-buffer tensor of params is updated from grads (both laid out

@@ -36,13 +36,42 @@ int step_init_acts(zy_step *s) {
     return ZY_OK;
 }
 
+static int world_of(const zy_step *s) {
+    return s->comm ? s->comm->world : 1;
+}
+
+/* ZeRO-1 ownership: contiguous ranges of table entries, cut where the running optimizer state
+ * passes each rank's equal share (whole tensors: Newton-Schulz needs whole matrices). */
+static void split_owners(zy_step *s, const zy_optim_config *oc) {
+    const zy_param_table *t = &s->model.table;
+    const int W = world_of(s);
+    s->owner_bound = zy_calloc((size_t)W + 1, sizeof *s->owner_bound);
+    size_t total = 0, run = 0;
+    for (int i = 0; i < t->count; i++) total += optim_state_floats(oc, &t->items[i]);
+    int r = 1;
+    for (int i = 0; i < t->count && r < W; i++) {
+        run += optim_state_floats(oc, &t->items[i]);
+        while (r < W && run * (size_t)W >= total * (size_t)r) s->owner_bound[r++] = i + 1;
+    }
+    for (; r <= W; r++) s->owner_bound[r] = t->count;
+}
+
+void step_owned(const zy_step *s, int *first, int *last) {
+    const int r = s->comm ? s->comm->rank : 0;
+    *first = s->owner_bound ? s->owner_bound[r] : 0;
+    *last = s->owner_bound ? s->owner_bound[r + 1] : s->model.table.count;
+}
+
 int step_init_training(zy_step *s, const zy_step_config *cfg, const zy_optim_config *oc,
                        const zy_balance_config *bc) {
     const int L = s->model.cfg.num_hidden_layers, E = s->model.cfg.num_experts;
     if (cfg->grad_accum < 1)
         return zy_fail("grad_accum must be at least 1, got %d", cfg->grad_accum);
     s->cfg = *cfg;
-    ZY_TRY(optim_init(&s->opt, s->ctx, oc, &s->model.table));
+    if (world_of(s) > 1) split_owners(s, oc);
+    int first, last;
+    step_owned(s, &first, &last);
+    ZY_TRY(optim_init_owned(&s->opt, s->ctx, oc, &s->model.table, first, last));
     s->have_opt = 1;
     optim_set_compute_copy(&s->opt, s->model.cparams); /* bf16 weights refreshed by the update */
     ZY_TRY(balance_init(&s->bal, bc, L, E));
@@ -57,6 +86,7 @@ void step_free(zy_step *s) {
     free(s->counts);
     free(s->step_counts);
     free(s->biases);
+    free(s->owner_bound);
     if (s->have_bal) balance_free(&s->bal);
     if (s->have_opt) optim_free(&s->opt);
     if (s->have_acts) acts_free(&s->acts, &s->model);
@@ -68,8 +98,19 @@ void step_set_comm(zy_step *s, zy_comm *comm) {
     s->comm = comm;
 }
 
-static int world_of(const zy_step *s) {
-    return s->comm ? s->comm->world : 1;
+/* ZeRO-1: each rank's updated tensors go to every rank (fp32 master weights; the bf16 compute
+ * copy is then cast from them, the same bits on every rank). */
+static int share_updates(zy_step *s) {
+    zy_model *m = &s->model;
+    const zy_param_table *t = &m->table;
+    for (int r = 0; r < s->comm->world; r++) {
+        const int a = s->owner_bound[r], b = s->owner_bound[r + 1];
+        if (a == b) continue;
+        const size_t lo = t->items[a].offset, hi = b < t->count ? t->items[b].offset : t->total;
+        ZY_TRY(comm_broadcast(s->comm, m->params + lo, hi - lo, ZY_COMM_F32, r));
+    }
+    model_sync_compute_weights(m);
+    return ZY_OK;
 }
 
 /* The sums over ranks, in one place and a fixed order: gradients, loss, routed counts. */
@@ -116,7 +157,10 @@ int step_run(zy_step *s, const zy_step_hooks *hooks, float lr, double *loss, dou
     if (s->cfg.stop_on_nonfinite && (!isfinite(*loss) || !isfinite(*grad_norm)))
         return zy_fail_runtime("loss %g, gradient norm %g: training diverged", *loss, *grad_norm);
     optim_step(&s->opt, &m->table, m->params, m->grads, lr);
-    if (!s->opt.compute_copy) model_sync_compute_weights(m);
+    if (world_of(s) > 1)
+        ZY_TRY(share_updates(s));
+    else if (!s->opt.compute_copy)
+        model_sync_compute_weights(m);
     phase_end(hooks, ZY_PHASE_OPTIM);
     if (s->cfg.balance) balance_step(&s->bal, s->ctx, s->biases, s->step_counts);
     phase_end(hooks, ZY_PHASE_BALANCE);

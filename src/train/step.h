@@ -62,6 +62,7 @@ typedef struct {
     int32_t *ids, *targets;        /* [B, T] host: the micro-batch the next forward reads */
     int64_t *counts, *step_counts; /* [L, E+1] routed counts: of a micro-batch, of the step */
     int64_t step;                  /* optimizer steps completed */
+    int *owner_bound; /* [world + 1] ZeRO-1: rank r owns table entries [bound[r], bound[r+1]) */
     int have_model, have_acts, have_opt, have_bal;
 } zy_step;
 
@@ -76,10 +77,15 @@ int step_init_training(zy_step *s, const zy_step_config *cfg, const zy_optim_con
 /* Releases everything (safe after a failed init). */
 void step_free(zy_step *s);
 
-/* Data parallel over comm's ranks (NULL or world 1: none): every rank holds the whole model and
- * optimizer state; after the micro-batches the gradients, the loss and the routed counts are
- * summed over ranks, so every rank computes the same norm, update and balancing step. */
+/* Data parallel over comm's ranks (NULL or world 1: none), set before step_init_training: every
+ * rank holds the whole model; after the micro-batches the gradients, the loss and the routed
+ * counts are summed over ranks, so every rank computes the same norm and balancing step. ZeRO-1:
+ * the optimizer state is split by whole tensors in contiguous ranges balanced by state size; each
+ * rank updates the tensors it owns and then broadcasts them, so every rank ends the step with the
+ * same weights. */
 void step_set_comm(zy_step *s, zy_comm *comm);
+/* The table entries [*first, *last) this rank's optimizer owns (all of them without ranks). */
+void step_owned(const zy_step *s, int *first, int *last);
 
 /* Runs one step at learning rate lr; *loss is the mean token loss over the step's micro-batches
  * (of every rank), *grad_norm the global gradient norm before clipping. Advances s->step. Fails
