@@ -127,6 +127,39 @@ static int run(const char *cmd) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+/* Two hosts' launchers (here both on this one): node 0 and node 1 of 2, 2 ranks each, make ranks
+ * 0..3 of a world of 4 with local ranks 0..1; --nnodes without the rendezvous address is refused.
+ */
+static void test_two_nodes(void **state) {
+    (void)state;
+    const char *bin = getenv("ZAYAC_BIN");
+    if (!bin) skip();
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "(%s launch -n 2 --nnodes 2 --node-rank 0 --master-addr 127.0.0.1 --master-port 4777 "
+             "-- sh -c 'echo $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE > %s/node.$RANK' & "
+             "%s launch -n 2 --nnodes 2 --node-rank 1 --master-addr 127.0.0.1 --master-port 4777 "
+             "-- sh -c 'echo $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE > %s/node.$RANK'; "
+             "wait)",
+             bin, dir, bin, dir);
+    assert_int_equal(run(cmd), 0);
+    for (int r = 0; r < 4; r++) {
+        char path[128], want[64], *text;
+        snprintf(path, sizeof path, "%s/node.%d", dir, r);
+        assert_int_equal(zy_read_file(path, &text, NULL), ZY_OK);
+        snprintf(want, sizeof want, "%d 4 %d 2\n", r, r % 2);
+        assert_string_equal(text, want);
+        free(text);
+    }
+    snprintf(cmd, sizeof cmd, "%s launch -n 2 --nnodes 2 --node-rank 0 -- true 2>/dev/null", bin);
+    assert_int_equal(run(cmd), 2);
+    snprintf(cmd, sizeof cmd,
+             "%s launch -n 2 --nnodes 2 --node-rank 2 --master-addr h --master-port 1 -- true "
+             "2>/dev/null",
+             bin);
+    assert_int_equal(run(cmd), 2);
+}
+
 static void test_cli(void **state) {
     (void)state;
     const char *bin = getenv("ZAYAC_BIN");
@@ -154,6 +187,7 @@ static void test_cli(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rank_variables),
+        cmocka_unit_test(test_two_nodes),
         cmocka_unit_test(test_failing_rank_stops_the_others),
         cmocka_unit_test(test_killed_rank_reports_its_signal),
         cmocka_unit_test(test_rank_ignoring_sigterm_is_killed_after_grace),

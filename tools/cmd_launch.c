@@ -20,15 +20,21 @@ static void on_signal(int sig) {
 }
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: zayac launch -n N [--port P] [--addr A] [--grace S] -- COMMAND [ARGS...]\n"
-               "  -n, --nprocs N   ranks to start (one per GPU)\n"
-               "  --port P         rendezvous port for MASTER_PORT (default: a free port)\n"
-               "  --addr A         MASTER_ADDR (default 127.0.0.1)\n"
-               "  --grace S        seconds between SIGTERM and SIGKILL when stopping ranks "
-               "(default 5)\n"
-               "  --cpu            CPU ranks: run the command under Open MPI's mpirun -n N\n"
-               "When a rank exits with an error the others are stopped and its exit code is "
-               "returned.\n");
+    fprintf(f,
+            "usage: zayac launch -n N [--nnodes H --node-rank I --master-addr A --master-port P] "
+            "[--grace S] [--cpu] -- COMMAND [ARGS...]\n"
+            "  -n, --nprocs N   ranks to start (one per GPU)\n"
+            "  --nnodes H       hosts of the job (each runs zayac launch; world = H * N)\n"
+            "  --node-rank I    this host's index, 0..H-1 (its ranks: I*N .. I*N+N-1)\n"
+            "  --master-port P  rendezvous port for MASTER_PORT (default: a free port; "
+            "required with --nnodes)\n"
+            "  --master-addr A  MASTER_ADDR: node 0's address (default 127.0.0.1; required with "
+            "--nnodes)\n"
+            "  --grace S        seconds between SIGTERM and SIGKILL when stopping ranks "
+            "(default 5)\n"
+            "  --cpu            CPU ranks: run the command under Open MPI's mpirun -n N\n"
+            "When a rank exits with an error the others are stopped and its exit code is "
+            "returned.\n");
 }
 
 static int parse_int(const char *name, const char *v, long lo, long hi, long *out) {
@@ -93,13 +99,19 @@ int cmd_launch(int argc, char **argv) {
         if (!strcmp(a, "-n") || !strcmp(a, "--nprocs")) {
             rc = parse_int(a, val, 1, 4096, &v);
             o.nprocs = (int)v;
-        } else if (!strcmp(a, "--port")) {
+        } else if (!strcmp(a, "--nnodes")) {
+            rc = parse_int(a, val, 1, 65536, &v);
+            o.nnodes = (int)v;
+        } else if (!strcmp(a, "--node-rank")) {
+            rc = parse_int(a, val, 0, 65535, &v);
+            o.node_rank = (int)v;
+        } else if (!strcmp(a, "--port") || !strcmp(a, "--master-port")) {
             rc = parse_int(a, val, 1, 65535, &v);
             o.master_port = (int)v;
         } else if (!strcmp(a, "--grace")) {
             rc = parse_int(a, val, 1, 3600, &v);
             o.grace_s = (double)v;
-        } else if (!strcmp(a, "--addr")) {
+        } else if (!strcmp(a, "--addr") || !strcmp(a, "--master-addr")) {
             rc = val ? ZY_OK : zy_fail("--addr needs a value");
             o.master_addr = val;
         } else {

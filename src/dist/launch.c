@@ -39,11 +39,13 @@ static void set_int_env(const char *name, int v) {
 }
 
 /* In the child: sets the rank variables and replaces the process with argv. */
-static void exec_rank(char *const argv[], int rank, int n, const char *addr, int port) {
+static void exec_rank(char *const argv[], int local, int n, int node_rank, int nnodes,
+                      const char *addr, int port) {
     setpgid(0, 0);
+    const int rank = node_rank * n + local;
     set_int_env("RANK", rank);
-    set_int_env("WORLD_SIZE", n);
-    set_int_env("LOCAL_RANK", rank);
+    set_int_env("WORLD_SIZE", nnodes * n);
+    set_int_env("LOCAL_RANK", local);
     set_int_env("LOCAL_WORLD_SIZE", n);
     set_int_env("MASTER_PORT", port);
     setenv("MASTER_ADDR", addr, 1);
@@ -68,6 +70,14 @@ int dist_launch(const dist_launch_opts *o, char *const argv[], int *exit_code) {
     int n = o->nprocs;
     if (n < 1) return zy_fail("launch: the number of ranks must be at least 1, got %d", n);
     if (!argv || !argv[0]) return zy_fail("launch: no command to run");
+    const int nnodes = o->nnodes > 1 ? o->nnodes : 1;
+    if (o->node_rank < 0 || o->node_rank >= nnodes)
+        return zy_fail("launch: --node-rank %d is not in 0..%d (--nnodes %d)", o->node_rank,
+                       nnodes - 1, nnodes);
+    if (nnodes > 1 && (o->master_port == 0 || !o->master_addr))
+        return zy_fail("launch: --nnodes %d needs --master-addr (node 0's address) and "
+                       "--master-port, the same on every node",
+                       nnodes);
     const char *addr = o->master_addr ? o->master_addr : "127.0.0.1";
     int port = o->master_port;
     if (port == 0) ZY_TRY(dist_free_port(&port));
@@ -86,7 +96,7 @@ int dist_launch(const dist_launch_opts *o, char *const argv[], int *exit_code) {
             free(pids), free(alive);
             return zy_fail_runtime("launch: fork for rank %d: %s", r, strerror(e));
         }
-        if (pid == 0) exec_rank(argv, r, n, addr, port);
+        if (pid == 0) exec_rank(argv, r, n, o->node_rank, nnodes, addr, port);
         setpgid(pid, pid); /* also in the child: whichever runs first */
         pids[r] = pid;
         alive[r] = 1;

@@ -12,7 +12,9 @@ extern "C" {
 #endif
 
 typedef struct {
-    int nprocs;                         /* ranks to start */
+    int nprocs;                         /* ranks to start on this host */
+    int nnodes;                         /* hosts of the job (0 or 1: this one alone) */
+    int node_rank;                      /* this host's index: its ranks are node_rank*nprocs + i */
     const char *master_addr;            /* NULL: 127.0.0.1 */
     int master_port;                    /* 0: a free port chosen here */
     double grace_s;                     /* SIGTERM to SIGKILL delay when stopping ranks */
@@ -20,7 +22,9 @@ typedef struct {
     FILE *log;                          /* progress and failure lines; NULL: silent */
 } dist_launch_opts;
 
-/* Runs argv (argv[0] found on PATH) as nprocs ranks and waits. *exit_code is 0 when every rank
+/* Runs argv (argv[0] found on PATH) as nprocs ranks and waits. Several hosts: each runs the
+ * launcher with the same nnodes, nprocs, master_addr (node 0's) and master_port, and its own
+ * node_rank; the job's world is nnodes * nprocs. *exit_code is 0 when every rank
  * exited 0, else the code of the first rank that failed (128+N for signal N), and 128+N when the
  * caller's stop_signal asked for N. Returns ZY_ERR only when the ranks could not be started. */
 int dist_launch(const dist_launch_opts *o, char *const argv[], int *exit_code);
