@@ -288,54 +288,15 @@ static void test_batch_must_divide(void **state) {
     result_free(&r);
 }
 
-/* A rank killed in the middle of training ends the whole job (no rank waits forever). */
-static void test_dead_rank_ends_the_job(void **state) {
-    (void)state;
-    if (!have_mpi()) skip();
-    char out[256], marker[300];
-    path(out, sizeof out, "dead");
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) { /* the job: long enough to be killed mid-way */
-        int fd = open("/dev/null", O_WRONLY);
-        dup2(fd, 1);
-        dup2(fd, 2);
-        execl(mpirun, mpirun, "--oversubscribe", "-n", "2", bin, "train", "--config",
-              (snprintf(marker, sizeof marker, "%s/train.json", tmp), marker), "--out", out,
-              "--steps", "100000", "--set", "eval_interval=0", "--set", "checkpoint_interval=0",
-              (char *)NULL);
-        _exit(127);
-    }
-    char metrics[512];
-    snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", out);
-    for (int i = 0; i < 600 && !zy_path_exists(metrics); i++) usleep(100000);
-    assert_true(zy_path_exists(metrics));
-    /* kill one rank (not mpirun): the newest zayac process whose arguments name this run */
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "pkill -9 -n -f '^%s train .*%s'", bin, out);
-    assert_int_equal(system(cmd), 0);
-    double t0 = zy_now();
-    int status;
-    pid_t done = 0;
-    while ((done = waitpid(pid, &status, WNOHANG)) == 0 && zy_now() - t0 < 60) usleep(100000);
-    if (done == 0) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &status, 0);
-        fail_msg("the job still ran 60 s after a rank died");
-    }
-    print_message("job ended %.1f s after a rank was killed, status 0x%x\n", zy_now() - t0, status);
-    assert_true(!WIFEXITED(status) || WEXITSTATUS(status) != 0);
-}
-
-/* A rank that stops answering (SIGSTOP: alive but stuck) makes the other fail once
- * dist.timeout_s passes, with a message naming the silent rank and the step; the job ends. */
-static void test_stuck_rank_times_out(void **state) {
-    (void)state;
-    if (!have_mpi()) skip();
-    char out[256], cfg[300], err[300];
-    path(out, sizeof out, "stuck");
+/* A long 2-rank job in the background (stdout dropped, stderr to err): waits until it trains,
+ * then sends `sig` to one rank (not mpirun: the newest zayac process whose arguments name this
+ * run) and waits at most 60 s for the job to end. Returns the job's status; *took the seconds. */
+static int disturb_job(const char *run, const char *timeout, const char *sig, const char *err,
+                       double *took) {
+    char out[256], cfg[300], set_timeout[64];
+    path(out, sizeof out, run);
     path(cfg, sizeof cfg, "train.json");
-    path(err, sizeof err, "stuck_stderr.txt");
+    snprintf(set_timeout, sizeof set_timeout, "dist.timeout_s=%s", timeout);
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
@@ -344,15 +305,14 @@ static void test_stuck_rank_times_out(void **state) {
         dup2(fe, 2);
         execl(mpirun, mpirun, "--oversubscribe", "-n", "2", bin, "train", "--config", cfg, "--out",
               out, "--steps", "100000", "--set", "eval_interval=0", "--set",
-              "checkpoint_interval=0", "--set", "dist.timeout_s=5", (char *)NULL);
+              "checkpoint_interval=0", "--set", set_timeout, (char *)NULL);
         _exit(127);
     }
-    char metrics[512];
+    char metrics[512], cmd[800];
     snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", out);
     for (int i = 0; i < 600 && !zy_path_exists(metrics); i++) usleep(100000);
     assert_true(zy_path_exists(metrics));
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "pkill -STOP -n -f '^%s train .*%s'", bin, out);
+    snprintf(cmd, sizeof cmd, "pkill -%s -n -f '^%s train .*%s'", sig, bin, out);
     assert_int_equal(system(cmd), 0);
     double t0 = zy_now();
     int status;
@@ -360,15 +320,38 @@ static void test_stuck_rank_times_out(void **state) {
     while ((done = waitpid(pid, &status, WNOHANG)) == 0 && zy_now() - t0 < 60) usleep(100000);
     if (done == 0) {
         snprintf(cmd, sizeof cmd, "pkill -9 -f '%s'", out);
-        if (system(cmd)) {
-        }
+        assert_true(system(cmd) >= 0);
         kill(pid, SIGKILL);
         waitpid(pid, &status, 0);
-        fail_msg("the job still ran 60 s after a rank stopped answering");
+        fail_msg("the job still ran 60 s after a rank got SIG%s", sig);
     }
-    char *text;
+    *took = zy_now() - t0;
+    return status;
+}
+
+/* A rank killed in the middle of training ends the whole job (no rank waits forever). */
+static void test_dead_rank_ends_the_job(void **state) {
+    (void)state;
+    if (!have_mpi()) skip();
+    char err[300];
+    path(err, sizeof err, "dead_stderr.txt");
+    double took;
+    int status = disturb_job("dead", "300", "KILL", err, &took);
+    print_message("job ended %.1f s after a rank was killed, status 0x%x\n", took, status);
+    assert_true(!WIFEXITED(status) || WEXITSTATUS(status) != 0);
+}
+
+/* A rank that stops answering (SIGSTOP: alive but stuck) makes the other fail once
+ * dist.timeout_s passes, with a message naming the silent rank and the step; the job ends. */
+static void test_stuck_rank_times_out(void **state) {
+    (void)state;
+    if (!have_mpi()) skip();
+    char err[300], *text;
+    path(err, sizeof err, "stuck_stderr.txt");
+    double took;
+    int status = disturb_job("stuck", "5", "STOP", err, &took);
+    print_message("job ended %.1f s after a rank stopped; status 0x%x\n", took, status);
     assert_int_equal(zy_read_file(err, &text, NULL), ZY_OK);
-    print_message("job ended %.1f s after a rank stopped; status 0x%x\n", zy_now() - t0, status);
     if (!strstr(text, "from rank 1") || !strstr(text, "step "))
         fail_msg("no message naming the stuck rank and the step:\n%s", text);
     free(text);
