@@ -13,7 +13,8 @@
  *                   received in rank order (the data volume of a ring: (W-1)/W of the buffer);
  *   all_reduce:     reduce_scatter on W near-equal blocks of each chunk, then all_gather;
  *   all_gather, all_to_all: each rank sends its blocks to every other rank directly;
- *   broadcast, barrier: MPI_Ibcast / MPI_Ibarrier (moving bytes: any algorithm gives the same).
+ *   broadcast: point to point from the root (so a deadline names the rank that did not take
+ *   part); barrier: MPI_Ibarrier.
  * Each operation completes before it returns. Waits poll with a deadline (timeout_s): a peer that
  * does not answer in time is an error naming it. A rank that dies under mpirun makes mpirun end
  * the whole job (its other ranks are killed), so peers never wait for a dead rank's deadline.
@@ -295,14 +296,28 @@ static int mpi_all_to_all(zy_comm *c, const void *send, void *recv, size_t n_per
     return mpi_move(c, send, recv, n_per_rank, t, 0);
 }
 
+/* Point to point from the root (not MPI_Ibcast), so a rank that does not take its part is named
+ * by the deadline's error: the root names who did not receive, the others name the root. */
 static int mpi_broadcast(zy_comm *c, void *buf, size_t n, zy_comm_dtype t, int root) {
     mpi_state *s = c->impl;
     size_t bytes = n * comm_dtype_size(t);
     for (size_t p = 0; p < bytes; p += COMM_MPI_CHUNK) {
         int m = (int)(bytes - p < COMM_MPI_CHUNK ? bytes - p : COMM_MPI_CHUNK);
+        unsigned char *chunk = (unsigned char *)buf + p;
         ZY_TRY(mpi_begin(c));
-        ZY_MPI_TRY(MPI_Ibcast((unsigned char *)buf + p, m, MPI_BYTE, root, s->comm, &s->reqs[0]));
-        ZY_TRY(mpi_wait(c, 1));
+        if (c->rank == root) {
+            for (int q = 0; q < c->world; q++) {
+                if (q == root) continue;
+                s->peer[2 * q + 1] = q;
+                ZY_MPI_TRY(
+                    MPI_Isend(chunk, m, MPI_BYTE, q, TAG_COLL, s->comm, &s->reqs[2 * q + 1]));
+            }
+        } else {
+            s->peer[2 * root] = root;
+            s->expect[2 * root] = (size_t)m;
+            ZY_MPI_TRY(MPI_Irecv(chunk, m, MPI_BYTE, root, TAG_COLL, s->comm, &s->reqs[2 * root]));
+        }
+        ZY_TRY(mpi_wait(c, 2 * c->world));
     }
     return ZY_OK;
 }
