@@ -15,6 +15,7 @@
 #include "dist/comm.h"
 #include "io/safetensors.h"
 #include "mpi_test_util.h"
+#include "corpus_util.h"
 #include "spawn_util.h"
 
 #include <math.h>
@@ -87,20 +88,21 @@ static int losses(const char *run, double *loss, int max, int *world) {
     return n;
 }
 
+/* Complete rows of a running job's metrics.jsonl (0 while it does not exist). */
+static int rows_written(const char *run) {
+    char p[512], *text;
+    snprintf(p, sizeof p, "%s/%s/metrics.jsonl", tmp, run);
+    if (zy_read_file(p, &text, NULL) != ZY_OK) return 0;
+    int n = 0;
+    for (const char *c = text; *c; c++) n += *c == '\n';
+    free(text);
+    return n;
+}
+
 static void write_corpus(void) {
-    static const char *words[] = {"the", "cat", "sat",  "on",   "a",    "mat",   "and",   "dog",
-                                  "ran", "far", "away", "from", "home", "while", "birds", "sang"};
     char p[256];
     path(p, sizeof p, "corpus.txt");
-    FILE *f = fopen(p, "w");
-    assert_non_null(f);
-    zy_rng r = zy_rng_init(11, 0);
-    for (int doc = 0; doc < 160; doc++) {
-        int n = 20 + (int)zy_rng_below(&r, 40);
-        for (int i = 0; i < n; i++)
-            fprintf(f, "%s%s", words[zy_rng_below(&r, 16)], i + 1 < n ? " " : ".\n\n");
-    }
-    fclose(f);
+    assert_int_equal(corpus_write(p, 11, 160, 16), 0);
 }
 
 static const char *config_json =
@@ -308,10 +310,10 @@ static int disturb_job(const char *run, const char *timeout, const char *sig, co
               "checkpoint_interval=0", "--set", set_timeout, (char *)NULL);
         _exit(127);
     }
-    char metrics[512], cmd[800];
-    snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", out);
-    for (int i = 0; i < 600 && !zy_path_exists(metrics); i++) usleep(100000);
-    assert_true(zy_path_exists(metrics));
+    /* disturb the training loop, not the start-up: wait for two finished steps */
+    for (int i = 0; i < 600 && rows_written(run) < 2; i++) usleep(100000);
+    assert_true(rows_written(run) >= 2);
+    char cmd[800];
     snprintf(cmd, sizeof cmd, "pkill -%s -n -f '^%s train .*%s'", sig, bin, out);
     assert_int_equal(system(cmd), 0);
     double t0 = zy_now();

@@ -13,6 +13,7 @@
 #include "base/fileio.h"
 #include "base/rng.h"
 #include "ops/ops.h"
+#include "corpus_util.h"
 #include "spawn_util.h"
 
 #include <math.h>
@@ -48,22 +49,9 @@ static void path(char *buf, size_t n, const char *name) {
 
 /* A deterministic corpus of sentences from a small vocabulary (documents split by blank lines). */
 static void write_corpus(void) {
-    static const char *words[] = {"the",   "cat",   "sat",   "on",   "a",      "mat",
-                                  "and",   "dog",   "ran",   "far",  "away",   "from",
-                                  "home",  "while", "birds", "sang", "softly", "in",
-                                  "trees", "near",  "river", "bank", "at",     "dawn"};
-    const int nw = (int)(sizeof words / sizeof words[0]);
     char p[256];
     path(p, sizeof p, "corpus.txt");
-    FILE *f = fopen(p, "w");
-    assert_non_null(f);
-    zy_rng r = zy_rng_init(7, 0);
-    for (int doc = 0; doc < 200; doc++) {
-        int n = 20 + (int)zy_rng_below(&r, 40);
-        for (int i = 0; i < n; i++)
-            fprintf(f, "%s%s", words[zy_rng_below(&r, (uint64_t)nw)], i + 1 < n ? " " : ".\n\n");
-    }
-    fclose(f);
+    assert_int_equal(corpus_write(p, 7, 200, 24), 0);
 }
 
 static const char *config_json =
