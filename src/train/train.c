@@ -320,7 +320,9 @@ int train_run(const zy_train_config *c, const zy_train_opts *o) {
         if (rc == ZY_OK && tr.metrics) metrics_scalar(tr.metrics, "val_loss", 0, last_val);
         if (rc == ZY_OK) printf("step 0 | val loss %.4f\n", last_val);
     }
+    long long failed_after = -1; /* the step the loop's bookkeeping is working on */
     while (rc == ZY_OK && tr.st.step < c->steps) {
+        failed_after = -1;
         float lr = schedule_lr(&c->schedule, tr.st.step);
         double t0 = zy_now(), loss, gnorm;
         zy_step_hooks hooks = {.next_batch = next_train_batch, .user = &tr};
@@ -329,6 +331,7 @@ int train_run(const zy_train_config *c, const zy_train_opts *o) {
             zy_fail_ctx("step %lld", (long long)tr.st.step + 1);
             break;
         }
+        failed_after = tr.st.step; /* what fails from here on names the step it follows */
         tr.tokens_seen += (double)c->batch_size * c->seq_len * c->grad_accum;
         ran++;
         double dt = zy_now() - t0;
@@ -379,6 +382,7 @@ int train_run(const zy_train_config *c, const zy_train_opts *o) {
         }
     }
     stop_signals_restore(old_handlers);
+    if (rc != ZY_OK && failed_after >= 0) zy_fail_ctx("after step %lld", failed_after);
     if (rc == ZY_OK && tr.metrics) {
         metrics_flush(tr.metrics);
         char png[4096];
