@@ -186,6 +186,24 @@ static void check_reduce_scatter(zy_comm *c, zy_comm_dtype t, zy_comm_op op, siz
     free(send), free(recv);
 }
 
+/* reduce to root: the root holds the reduction (the bits all_reduce gives), the others keep their
+ * values; with the communicator deferred (comm_defer) the same once comm_complete returns. */
+static void check_reduce(zy_comm *c, zy_comm_dtype t, zy_comm_op op, size_t n, int root,
+                         int deferred) {
+    uint64_t seed = 7 + 16 * n + 4 * t + op;
+    void *buf = zy_malloc(n * comm_dtype_size(t) + 1);
+    fill(buf, t, seed, c->rank, 0, n);
+    CALL(c, comm_defer(c, deferred));
+    CALL(c, comm_reduce(c, buf, n, t, op, root));
+    CALL(c, comm_complete(c));
+    CALL(c, comm_defer(c, 0));
+    if (c->rank == root)
+        EXPECT_ELEMENTS(c, "reduce at the root", t, buf, n, reduced(t, op, seed, c->world, i));
+    else
+        EXPECT_ELEMENTS(c, "reduce off the root", t, buf, n, value(t, seed, c->rank, i));
+    free(buf);
+}
+
 /* in_place: send is recv + rank * npr. */
 static void check_all_gather(zy_comm *c, zy_comm_dtype t, size_t npr, int in_place) {
     uint64_t seed = 3 + 16 * npr + t;
@@ -268,6 +286,9 @@ static int child_main(void) {
                 check_all_reduce(&c, (zy_comm_dtype)t, (zy_comm_op)op, sizes[k]);
             for (size_t k = 0; k < sizeof per_rank / sizeof *per_rank; k++)
                 check_reduce_scatter(&c, (zy_comm_dtype)t, (zy_comm_op)op, per_rank[k], 0);
+            for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++)
+                check_reduce(&c, (zy_comm_dtype)t, (zy_comm_op)op, sizes[k], (int)k % c.world,
+                             (int)k % 2);
         }
         for (size_t k = 0; k < sizeof per_rank / sizeof *per_rank; k++) {
             check_all_gather(&c, (zy_comm_dtype)t, per_rank[k], 0);
@@ -448,6 +469,10 @@ static void test_single(void **state) {
         assert_memory_equal(b, keep, n * e);
         assert_int_equal(comm_all_gather(&c, a, a, n, (zy_comm_dtype)t), ZY_OK); /* in place */
         assert_memory_equal(a, keep, n * e);
+        assert_int_equal(comm_defer(&c, 1), ZY_OK);
+        assert_int_equal(comm_reduce(&c, a, n, (zy_comm_dtype)t, ZY_COMM_SUM, 0), ZY_OK);
+        assert_int_equal(comm_defer(&c, 0), ZY_OK);
+        assert_memory_equal(a, keep, n * e);
         free(a), free(b), free(keep);
     }
     assert_int_equal(comm_barrier(&c), ZY_OK);
@@ -459,6 +484,8 @@ static void test_single(void **state) {
     assert_non_null(strstr(zy_errmsg(), "peer 1 is not a rank of the world"));
     assert_int_equal(comm_broadcast(&c, &x, 1, ZY_COMM_F32, -1), ZY_ERR);
     assert_non_null(strstr(zy_errmsg(), "root -1 is not a rank"));
+    assert_int_equal(comm_reduce(&c, &x, 1, ZY_COMM_F32, ZY_COMM_SUM, 1), ZY_ERR);
+    assert_non_null(strstr(zy_errmsg(), "comm_reduce (single, rank 0 of 1): root 1 is not a rank"));
     assert_int_equal(comm_dtype_size(ZY_COMM_BF16), 2);
     assert_int_equal(comm_dtype_size(ZY_COMM_I64), 8);
     comm_free(&c);

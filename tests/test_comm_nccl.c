@@ -182,7 +182,8 @@ typedef struct {
 
 static const size_t rnd_sizes[2] = {1031, (1u << 20) + 3};
 
-/* Every reduction of one type and operation: all_reduce and reduce_scatter. */
+/* Every reduction of one type and operation: all_reduce, reduce_scatter and reduce (to the last
+ * rank, deferred: queued, then completed by comm_complete). */
 static int check_reductions(zy_comm *c, zy_comm_dtype t, zy_comm_op op, size_t n) {
     int r = c->rank, w = c->world;
     size_t all = n * (size_t)w;
@@ -209,6 +210,17 @@ static int check_reductions(zy_comm *c, zy_comm_dtype t, zy_comm_op op, size_t n
     if (rc == ZY_OK) rc = expect(name, t, rs, want + (size_t)r * n, n);
     cudaFree(d);
     cudaFree(rs);
+    d = NULL;
+    /* reduce: the root holds the reduction, the others their own values */
+    const int root = w - 1;
+    name = op == ZY_COMM_SUM ? "reduce sum" : "reduce max";
+    if (rc == ZY_OK) rc = dev_buf(t, in, n, &d);
+    if (rc == ZY_OK) rc = comm_defer(c, 1);
+    if (rc == ZY_OK) rc = comm_reduce(c, d, n, t, op, root);
+    if (rc == ZY_OK) rc = comm_complete(c);
+    if (rc == ZY_OK) rc = comm_defer(c, 0);
+    if (rc == ZY_OK) rc = expect(name, t, d, r == root ? want : in, n);
+    cudaFree(d);
     free(in);
     free(want);
     return rc;

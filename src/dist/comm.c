@@ -65,6 +65,13 @@ int comm_reduce_scatter(zy_comm *c, const void *send, void *recv, size_t n_per_r
                : comm_ctx(c, "reduce_scatter");
 }
 
+int comm_reduce(zy_comm *c, void *buf, size_t n, zy_comm_dtype t, zy_comm_op op, int root) {
+    comm_check_args(c, buf, n, t);
+    comm_check_op(op);
+    ZY_TRY(comm_check_rank(c, "reduce", "root", root, 1));
+    return c->b->reduce(c, buf, n, t, op, root) == ZY_OK ? ZY_OK : comm_ctx(c, "reduce");
+}
+
 int comm_all_gather(zy_comm *c, const void *send, void *recv, size_t n_per_rank, zy_comm_dtype t) {
     comm_check_args(c, send, n_per_rank, t);
     comm_check_args(c, recv, n_per_rank, t);
@@ -102,6 +109,19 @@ int comm_barrier(zy_comm *c) {
     return c->b->barrier(c) == ZY_OK ? ZY_OK : comm_ctx(c, "barrier");
 }
 
+int comm_complete(zy_comm *c) {
+    ZY_CHECK(c && c->b);
+    if (!c->b->complete) return ZY_OK;
+    return c->b->complete(c) == ZY_OK ? ZY_OK : comm_ctx(c, "complete");
+}
+
+int comm_defer(zy_comm *c, int on) {
+    ZY_CHECK(c && c->b);
+    int rc = on ? ZY_OK : comm_complete(c);
+    c->deferred = on;
+    return rc;
+}
+
 void comm_free(zy_comm *c) {
     if (!c || !c->b) return;
     if (c->b->free) c->b->free(c);
@@ -122,6 +142,11 @@ static int single_all_reduce(zy_comm *c, void *buf, size_t n, zy_comm_dtype t, z
 static int single_reduce_scatter(zy_comm *c, const void *send, void *recv, size_t n_per_rank,
                                  zy_comm_dtype t, zy_comm_op op) {
     single_copy(recv, send, n_per_rank, t);
+    return ZY_OK;
+}
+
+static int single_reduce(zy_comm *c, void *buf, size_t n, zy_comm_dtype t, zy_comm_op op,
+                         int root) {
     return ZY_OK;
 }
 
@@ -152,6 +177,7 @@ static const zy_comm_backend single_backend = {
     .name = "single",
     .all_reduce = single_all_reduce,
     .reduce_scatter = single_reduce_scatter,
+    .reduce = single_reduce,
     .all_gather = single_move,
     .broadcast = single_broadcast,
     .send = single_send,

@@ -36,17 +36,21 @@ typedef struct {
     int (*all_reduce)(zy_comm *c, void *buf, size_t n, zy_comm_dtype t, zy_comm_op op);
     int (*reduce_scatter)(zy_comm *c, const void *send, void *recv, size_t n_per_rank,
                           zy_comm_dtype t, zy_comm_op op);
+    int (*reduce)(zy_comm *c, void *buf, size_t n, zy_comm_dtype t, zy_comm_op op, int root);
     int (*all_gather)(zy_comm *c, const void *send, void *recv, size_t n_per_rank, zy_comm_dtype t);
     int (*broadcast)(zy_comm *c, void *buf, size_t n, zy_comm_dtype t, int root);
     int (*send)(zy_comm *c, const void *buf, size_t n, zy_comm_dtype t, int peer);
     int (*recv)(zy_comm *c, void *buf, size_t n, zy_comm_dtype t, int peer);
     int (*all_to_all)(zy_comm *c, const void *send, void *recv, size_t n_per_rank, zy_comm_dtype t);
     int (*barrier)(zy_comm *c);
+    /* completes the operations queued while deferred (NULL: the backend never defers) */
+    int (*complete)(zy_comm *c);
     void (*free)(zy_comm *c);
 } zy_comm_backend;
 
 struct zy_comm {
     int rank, world;
+    int deferred; /* comm_defer: operations may return once queued (see comm_defer) */
     const zy_comm_backend *b;
     void *impl; /* the backend's state */
 };
@@ -67,12 +71,27 @@ void comm_free(zy_comm *c);
 int comm_all_reduce(zy_comm *c, void *buf, size_t n, zy_comm_dtype t, zy_comm_op op);
 int comm_reduce_scatter(zy_comm *c, const void *send, void *recv, size_t n_per_rank,
                         zy_comm_dtype t, zy_comm_op op);
+/* reduce: root's buf becomes the reduction of every rank's buf (the other ranks' buf is left as it
+ * was). Uneven shards: the reduce-scatter of a buffer whose parts have different owners is one
+ * reduce per part, each to its owner (ZeRO-1 with whole-tensor ownership); the bytes each rank
+ * sends over all parts are those of one reduce-scatter. The root's result has the bits
+ * all_reduce would give every rank. */
+int comm_reduce(zy_comm *c, void *buf, size_t n, zy_comm_dtype t, zy_comm_op op, int root);
 int comm_all_gather(zy_comm *c, const void *send, void *recv, size_t n_per_rank, zy_comm_dtype t);
 int comm_broadcast(zy_comm *c, void *buf, size_t n, zy_comm_dtype t, int root);
 int comm_send(zy_comm *c, const void *buf, size_t n, zy_comm_dtype t, int peer);
 int comm_recv(zy_comm *c, void *buf, size_t n, zy_comm_dtype t, int peer);
 int comm_all_to_all(zy_comm *c, const void *send, void *recv, size_t n_per_rank, zy_comm_dtype t);
 int comm_barrier(zy_comm *c);
+/* Deferred completion, so communication overlaps the work queued after it (the gradient buckets
+ * reduced while the backward goes on): after comm_defer(c, 1) an operation may return once it is
+ * queued on the device, before it has run; its buffers must stay untouched (on any stream) until
+ * comm_complete(c) returns, which waits for every operation queued since, with the
+ * communicator's deadline. comm_defer(c, 0) completes what is pending and ends the mode. The
+ * host backends (single, mpi) complete each operation before returning: for them it changes
+ * nothing. An error of a deferred operation is reported by comm_complete. */
+int comm_defer(zy_comm *c, int on);
+int comm_complete(zy_comm *c);
 /* Bytes of one element. */
 size_t comm_dtype_size(zy_comm_dtype t);
 

@@ -12,6 +12,7 @@
  *   reduce_scatter: each rank sends every other rank that rank's block, then folds the blocks it
  *                   received in rank order (the data volume of a ring: (W-1)/W of the buffer);
  *   all_reduce:     reduce_scatter on W near-equal blocks of each chunk, then all_gather;
+ *   reduce:         every other rank sends the root its values, which the root folds;
  *   all_gather, all_to_all: each rank sends its blocks to every other rank directly;
  *   broadcast: point to point from the root (so a deadline names the rank that did not take
  *   part); barrier: MPI_Ibarrier.
@@ -150,12 +151,14 @@ static int mpi_wait(zy_comm *c, int n) {
 }
 
 /* One exchange with every other rank q: sends s->sc[q] bytes at s->sp[q], receives s->rc[q]
- * bytes into s->rp[q], waits for all. This rank's own entries are left to the caller. */
+ * bytes into s->rp[q], waits for all. This rank's own entries are left to the caller. A pair with
+ * nothing to move either way exchanges no message (both sides see the same two sizes: what one
+ * sends the other receives), so a reduce waits only for its root. */
 static int mpi_exchange(zy_comm *c) {
     mpi_state *s = c->impl;
     ZY_TRY(mpi_begin(c));
     for (int q = 0; q < c->world; q++) {
-        if (q == c->rank) continue;
+        if (q == c->rank || (s->sc[q] == 0 && s->rc[q] == 0)) continue;
         s->peer[2 * q] = s->peer[2 * q + 1] = q;
         s->expect[2 * q] = s->rc[q];
         ZY_MPI_TRY(
@@ -233,6 +236,29 @@ static int mpi_reduce_scatter(zy_comm *c, const void *send, void *recv, size_t n
             s->sc[q] = m * e;
         }
         ZY_TRY(mpi_reduce_step(c, m * e, t, op, (unsigned char *)recv + p * e));
+    }
+    return ZY_OK;
+}
+
+/* reduce: by chunks, every other rank sends its values to the root, which folds them in rank
+ * order (the fold all_reduce uses: the same bits). */
+static int mpi_reduce(zy_comm *c, void *buf, size_t n, zy_comm_dtype t, zy_comm_op op, int root) {
+    mpi_state *s = c->impl;
+    const int me = c->rank, w = c->world;
+    size_t e = comm_dtype_size(t), k = COMM_MPI_CHUNK / e;
+    unsigned char *b = buf;
+    for (size_t p = 0; p < n; p += k) {
+        size_t m = (n - p < k ? n - p : k) * e;
+        for (int q = 0; q < w; q++) {
+            s->sp[q] = b + p * e;
+            s->sc[q] = q == root ? m : 0;
+            s->rp[q] = s->blocks + (size_t)q * COMM_MPI_CHUNK;
+            s->rc[q] = me == root ? m : 0;
+        }
+        ZY_TRY(mpi_exchange(c));
+        if (me != root) continue;
+        for (int q = 0; q < w; q++) s->blk[q] = q == me ? b + p * e : s->rp[q];
+        mpi_fold(b + p * e, s->blk, w, m / e, t, op);
     }
     return ZY_OK;
 }
@@ -375,6 +401,7 @@ static const zy_comm_backend mpi_backend = {
     .name = "mpi",
     .all_reduce = mpi_all_reduce,
     .reduce_scatter = mpi_reduce_scatter,
+    .reduce = mpi_reduce,
     .all_gather = mpi_all_gather,
     .broadcast = mpi_broadcast,
     .send = mpi_send,

@@ -26,11 +26,14 @@ typedef struct {
     cudaEvent_t done;   /* recorded after an operation, waited for by the host */
     float *one;         /* [1] device: the barrier's all-reduce */
     int broken;         /* an operation failed and the communicator was aborted */
+    int pending;        /* operations queued under comm_defer and not yet waited for */
+    char last[160];     /* the last of them, for messages */
 } nccl_impl;
 
 typedef enum {
     OP_ALL_REDUCE,
     OP_REDUCE_SCATTER,
+    OP_REDUCE,
     OP_ALL_GATHER,
     OP_BROADCAST,
     OP_SEND,
@@ -86,6 +89,9 @@ static void describe(const op_args *a, char *buf, size_t len) {
         break;
     case OP_REDUCE_SCATTER:
         snprintf(end, left, " per rank (%s)", a->op == ZY_COMM_MAX ? "max" : "sum");
+        break;
+    case OP_REDUCE:
+        snprintf(end, left, " to rank %d (%s)", a->peer, a->op == ZY_COMM_MAX ? "max" : "sum");
         break;
     case OP_ALL_GATHER:
     case OP_ALL_TO_ALL:
@@ -145,6 +151,10 @@ static int op_queue(dist_comm *d, const op_args *a) {
     case OP_REDUCE_SCATTER:
         ZY_NCCL_COMM_TRY(d, ncclReduceScatter(a->send, a->recv, a->n, dt, nccl_op(a->op), comm, s));
         return ZY_OK;
+    case OP_REDUCE:
+        ZY_NCCL_COMM_TRY(d,
+                         ncclReduce(a->send, a->recv, a->n, dt, nccl_op(a->op), a->peer, comm, s));
+        return ZY_OK;
     case OP_ALL_GATHER:
         ZY_NCCL_COMM_TRY(d, ncclAllGather(a->send, a->recv, a->n, dt, comm, s));
         return ZY_OK;
@@ -165,17 +175,26 @@ static int op_queue(dist_comm *d, const op_args *a) {
     return ZY_ERR;
 }
 
-/* Waits until the operation has completed on the device (the synchronous version). The
- * asynchronous variant goes here: record `done`, make the consumer's stream wait for it
- * (cudaStreamWaitEvent) and hand the event back, to be waited for with the guarded wait later. */
+/* Waits until the operation, and every one queued before it on the communicator's stream, has
+ * completed on the device (guarded: NCCL errors, dead peers and the deadline are polled). */
 static int op_end(nccl_impl *m, const char *what) {
     ZY_CUDA_TRY(cudaEventRecord(m->done, (cudaStream_t)m->dc.stream));
-    return dist_comm_wait_event(&m->dc, m->done, what);
+    int rc = dist_comm_wait_event(&m->dc, m->done, what);
+    if (rc == ZY_OK) m->pending = 0;
+    return rc;
 }
 
-/* Runs one operation to completion; on failure aborts the communicator (stopping kernels that wait
- * for a peer), so later calls fail at once. The dispatch (comm.c) names the operation, backend and
- * rank in front of the error; here it gets the size and type. */
+/* An operation failed: abort the communicator (stopping kernels that wait for a peer), so later
+ * calls fail at once. */
+static int op_failed(nccl_impl *m) {
+    dist_comm_abort(&m->dc);
+    m->broken = 1;
+    return ZY_ERR;
+}
+
+/* Runs one operation to completion, or only queues it while the communicator is deferred
+ * (comm_defer: nccl_complete waits). The dispatch (comm.c) names the operation, backend and rank
+ * in front of the error; here it gets the size and type. */
 static int op_run(zy_comm *c, const op_args *a) {
     nccl_impl *m = impl_of(c);
     if (m->broken)
@@ -186,11 +205,24 @@ static int op_run(zy_comm *c, const op_args *a) {
     int rc = op_begin(m) == ZY_OK && op_queue(&m->dc, a) == ZY_OK
                  ? ZY_OK
                  : zy_fail_ctx("queueing %s", what);
+    if (rc == ZY_OK && c->deferred) {
+        m->pending++;
+        snprintf(m->last, sizeof m->last, "%s", what);
+        return ZY_OK;
+    }
     if (rc == ZY_OK) rc = op_end(m, what);
-    if (rc == ZY_OK) return ZY_OK;
-    dist_comm_abort(&m->dc);
-    m->broken = 1;
-    return ZY_ERR;
+    return rc == ZY_OK ? ZY_OK : op_failed(m);
+}
+
+/* Waits for the operations queued under comm_defer. */
+static int nccl_complete(zy_comm *c) {
+    nccl_impl *m = impl_of(c);
+    if (m->broken)
+        return zy_fail_runtime("the NCCL communicator was aborted after an earlier error");
+    if (!m->pending) return ZY_OK;
+    char what[224];
+    snprintf(what, sizeof what, "%d deferred operations (the last: %s)", m->pending, m->last);
+    return op_end(m, what) == ZY_OK ? ZY_OK : op_failed(m);
 }
 
 static op_args args(op_kind kind, const char *name, const void *send, void *recv, size_t n,
@@ -211,6 +243,13 @@ static int nccl_reduce_scatter(zy_comm *c, const void *send, void *recv, size_t 
                                zy_comm_dtype t, zy_comm_op op) {
     op_args a = args(OP_REDUCE_SCATTER, "reduce_scatter", send, recv, n_per_rank, t);
     a.op = op;
+    return op_run(c, &a);
+}
+
+static int nccl_reduce(zy_comm *c, void *buf, size_t n, zy_comm_dtype t, zy_comm_op op, int root) {
+    op_args a = args(OP_REDUCE, "reduce", buf, buf, n, t);
+    a.op = op;
+    a.peer = root;
     return op_run(c, &a);
 }
 
@@ -265,9 +304,10 @@ static void nccl_free(zy_comm *c) {
     c->impl = NULL;
 }
 
+/* Positional (C++17 has no designated initializers): the order of zy_comm_backend's fields. */
 static const zy_comm_backend nccl_backend = {
-    "nccl",    nccl_all_reduce, nccl_reduce_scatter, nccl_all_gather, nccl_broadcast,
-    nccl_send, nccl_recv,       nccl_all_to_all,     nccl_barrier,    nccl_free,
+    "nccl",    nccl_all_reduce, nccl_reduce_scatter, nccl_reduce,  nccl_all_gather, nccl_broadcast,
+    nccl_send, nccl_recv,       nccl_all_to_all,     nccl_barrier, nccl_complete,   nccl_free,
 };
 
 /* The watchdog's report of a blocking NCCL call that does not return or of a peer that died

@@ -124,7 +124,13 @@ static void layer_backward(zy_model *mo, zy_acts *a, int l) {
     ops_matmul(ctx, a->dx, a->dvd, wc->wvd, N, D, half, 0, 0, 1.0f, 1.0f);
 }
 
-/* The backward from dlogits (in a->logits) down to the embedding. */
+static void grads_ready(zy_model *m, int layer) {
+    if (m->grads_ready) m->grads_ready(m->grads_ready_user, layer);
+}
+
+/* The backward from dlogits (in a->logits) down to the embedding. Layer l's gradients are final
+ * once layer l-1's backward has run: that writes layer l's input-norm weight gradient (the norm
+ * reading layer l-1's output). */
 static void backward_from_dlogits(zy_model *m, zy_acts *a) {
     ZY_CHECKF(m->grads != NULL, "model built without gradients");
     zy_ctx *ctx = m->ctx;
@@ -133,13 +139,18 @@ static void backward_from_dlogits(zy_model *m, zy_acts *a) {
     const float gb = m->grad_beta; /* the head's product comes before embed_bwd's sums */
     ops_matmul_f32(ctx, m->g.emb, a->logits, a->xf, V, D, N, 1, 0, 1.0f, gb); /* tied head */
     ops_matmul(ctx, a->dx, a->logits, m->wc.emb, N, D, V, 0, 0, 1.0f, 0.0f);
-    for (int l = c->num_hidden_layers - 1; l >= 0; l--) layer_backward(m, a, l);
+    for (int l = c->num_hidden_layers - 1; l >= 0; l--) {
+        layer_backward(m, a, l);
+        if (l + 1 < c->num_hidden_layers) grads_ready(m, l + 1);
+    }
     /* layer 0's input norm reads the embedding's output */
     const zy_layer_acts *x0 = &a->layers[0];
     ops_rmsnorm_bwd(ctx, a->dh, m->g.layers[0].ln_in, a->dx, x0->h_in, ZY_DTYPE_F32,
                     m->w.layers[0].ln_in, x0->rstd_a, N, D, 1);
     ops_embed_bwd(ctx, m->g.emb, m->g.in_bias, m->g.in_scale, a->dh, m->w.emb, a->ids, m->w.in_bias,
                   m->w.in_scale, N, D, c->pad_token_id);
+    grads_ready(m, 0);
+    grads_ready(m, -1);
     m->grad_beta = 1.0f; /* every GEMM-written gradient holds a value now: accumulate */
 }
 

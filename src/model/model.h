@@ -72,6 +72,13 @@ typedef struct {
     float grad_beta;
     size_t (*zero_ranges)[2]; /* [nzero] {first element, count} cleared by model_zero_grads */
     int nzero;
+    /* Called by the backward as soon as gradients are final, so they can be communicated while
+     * the rest of the backward runs: grads_ready(user, l) once every gradient of layer l's table
+     * entries (zy_param.layer == l) is, for l from the top layer down to 0, then
+     * grads_ready(user, -1) for the global entries (embedding, final norm) at the end. The work
+     * it describes is queued on ctx's stream, not necessarily done. NULL: not called. */
+    void (*grads_ready)(void *user, int layer);
+    void *grads_ready_user;
 } zy_model;
 
 /* Builds the HF parameter table of a config into t (t is initialised here). */

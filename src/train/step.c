@@ -2,6 +2,7 @@
 #include "train/step.h"
 #include "base/err.h"
 #include "optim/clip.h"
+#include "train/zero1.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -40,26 +41,13 @@ static int world_of(const zy_step *s) {
     return s->comm ? s->comm->world : 1;
 }
 
-/* ZeRO-1 ownership: contiguous ranges of table entries, cut where the running optimizer state
- * passes each rank's equal share (whole tensors: Newton-Schulz needs whole matrices). */
-static void split_owners(zy_step *s, const zy_optim_config *oc) {
-    const zy_param_table *t = &s->model.table;
-    const int W = world_of(s);
-    s->owner_bound = zy_calloc((size_t)W + 1, sizeof *s->owner_bound);
-    size_t total = 0, run = 0;
-    for (int i = 0; i < t->count; i++) total += optim_state_floats(oc, &t->items[i]);
-    int r = 1;
-    for (int i = 0; i < t->count && r < W; i++) {
-        run += optim_state_floats(oc, &t->items[i]);
-        while (r < W && run * (size_t)W >= total * (size_t)r) s->owner_bound[r++] = i + 1;
-    }
-    for (; r <= W; r++) s->owner_bound[r] = t->count;
-}
-
 void step_owned(const zy_step *s, int *first, int *last) {
-    const int r = s->comm ? s->comm->rank : 0;
-    *first = s->owner_bound ? s->owner_bound[r] : 0;
-    *last = s->owner_bound ? s->owner_bound[r + 1] : s->model.table.count;
+    if (s->have_zero) {
+        zero1_owned(&s->zero, first, last);
+        return;
+    }
+    *first = 0;
+    *last = s->model.table.count;
 }
 
 int step_init_training(zy_step *s, const zy_step_config *cfg, const zy_optim_config *oc,
@@ -68,7 +56,10 @@ int step_init_training(zy_step *s, const zy_step_config *cfg, const zy_optim_con
     if (cfg->grad_accum < 1)
         return zy_fail("grad_accum must be at least 1, got %d", cfg->grad_accum);
     s->cfg = *cfg;
-    if (world_of(s) > 1) split_owners(s, oc);
+    if (world_of(s) > 1) {
+        zero1_init(&s->zero, s->comm, &s->model, oc);
+        s->have_zero = 1;
+    }
     int first, last;
     step_owned(s, &first, &last);
     ZY_TRY(optim_init_owned(&s->opt, s->ctx, oc, &s->model.table, first, last));
@@ -86,7 +77,7 @@ void step_free(zy_step *s) {
     free(s->counts);
     free(s->step_counts);
     free(s->biases);
-    free(s->owner_bound);
+    if (s->have_zero) zero1_free(&s->zero);
     if (s->have_bal) balance_free(&s->bal);
     if (s->have_opt) optim_free(&s->opt);
     if (s->have_acts) acts_free(&s->acts, &s->model);
@@ -98,28 +89,32 @@ void step_set_comm(zy_step *s, zy_comm *comm) {
     s->comm = comm;
 }
 
-/* ZeRO-1: each rank's updated tensors go to every rank (fp32 master weights; the bf16 compute
- * copy is then cast from them, the same bits on every rank). */
-static int share_updates(zy_step *s) {
-    zy_model *m = &s->model;
-    const zy_param_table *t = &m->table;
-    for (int r = 0; r < s->comm->world; r++) {
-        const int a = s->owner_bound[r], b = s->owner_bound[r + 1];
-        if (a == b) continue;
-        const size_t lo = t->items[a].offset, hi = b < t->count ? t->items[b].offset : t->total;
-        ZY_TRY(comm_broadcast(s->comm, m->params + lo, hi - lo, ZY_COMM_F32, r));
-    }
-    model_sync_compute_weights(m);
-    return ZY_OK;
-}
-
-/* The sums over ranks, in one place and a fixed order: gradients, loss, routed counts. */
+/* The sums over ranks of the loss and the routed counts (the gradients went to their owners during
+ * the backward), in a fixed order. */
 static int reduce_over_ranks(zy_step *s, double *loss_sum) {
     zy_model *m = &s->model;
     const size_t LE1 = (size_t)m->cfg.num_hidden_layers * (m->cfg.num_experts + 1);
-    ZY_TRY(comm_all_reduce(s->comm, m->grads, m->table.total, ZY_COMM_F32, ZY_COMM_SUM));
     ZY_TRY(comm_all_reduce(s->comm, loss_sum, 1, ZY_COMM_F64, ZY_COMM_SUM));
     return comm_all_reduce(s->comm, s->step_counts, LE1, ZY_COMM_I64, ZY_COMM_SUM);
+}
+
+/* Global-norm clipping; with ranks over the owned gradients (each owner holds its sums). */
+static int clip(zy_step *s, double *norm) {
+    zy_model *m = &s->model;
+    if (!s->have_zero) {
+        *norm = clip_grad_norm(s->ctx, &m->table, m->grads, s->cfg.grad_clip);
+        return ZY_OK;
+    }
+    double sumsq;
+    ZY_TRY(zero1_grad_sumsq(&s->zero, &sumsq));
+    *norm = sqrt(sumsq);
+    const float f = clip_factor(*norm, s->cfg.grad_clip);
+    if (f < 1.0f) zero1_scale_grads(&s->zero, f);
+    return ZY_OK;
+}
+
+int step_weights_whole(zy_step *s) {
+    return s->have_zero ? zero1_gather_masters(&s->zero) : ZY_OK;
 }
 
 static void phase_end(const zy_step_hooks *h, zy_step_phase p) {
@@ -138,27 +133,31 @@ int step_run(zy_step *s, const zy_step_hooks *hooks, float lr, double *loss, dou
     double sum = 0;
     for (int micro = 0; micro < s->cfg.grad_accum; micro++) {
         if (hooks && hooks->next_batch) ZY_TRY(hooks->next_batch(hooks->user, s->ids, s->targets));
+        /* the last micro-batch's backward completes each gradient: reduce them as it goes */
+        const int reduce = s->have_zero && micro == s->cfg.grad_accum - 1;
+        if (reduce) zero1_reduce_in_backward(&s->zero);
         if (timed) {
             sum += model_forward(m, &s->acts, s->ids, s->targets);
             phase_end(hooks, ZY_PHASE_FORWARD);
             model_backward(m, &s->acts, (float)(1.0 / tokens));
-            phase_end(hooks, ZY_PHASE_BACKWARD);
         } else {
             sum += model_forward_backward(m, &s->acts, s->ids, s->targets, (float)(1.0 / tokens));
         }
+        if (reduce) ZY_TRY(zero1_grads_done(&s->zero));
+        if (timed) phase_end(hooks, ZY_PHASE_BACKWARD);
         model_route_counts(m, &s->acts, s->counts);
         for (int i = 0; i < LE1; i++) s->step_counts[i] += s->counts[i];
         phase_end(hooks, ZY_PHASE_ROUTE);
     }
     if (world_of(s) > 1) ZY_TRY(reduce_over_ranks(s, &sum));
     *loss = sum / tokens;
-    *grad_norm = clip_grad_norm(s->ctx, &m->table, m->grads, s->cfg.grad_clip);
+    ZY_TRY(clip(s, grad_norm));
     phase_end(hooks, ZY_PHASE_CLIP);
     if (s->cfg.stop_on_nonfinite && (!isfinite(*loss) || !isfinite(*grad_norm)))
         return zy_fail_runtime("loss %g, gradient norm %g: training diverged", *loss, *grad_norm);
     optim_step(&s->opt, &m->table, m->params, m->grads, lr);
-    if (world_of(s) > 1)
-        ZY_TRY(share_updates(s));
+    if (s->have_zero)
+        ZY_TRY(zero1_share_weights(&s->zero));
     else if (!s->opt.compute_copy)
         model_sync_compute_weights(m);
     phase_end(hooks, ZY_PHASE_OPTIM);

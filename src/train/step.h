@@ -14,6 +14,7 @@
 #include "model/model.h"
 #include "optim/balance.h"
 #include "optim/optim.h"
+#include "train/zero1.h"
 
 #include <stdint.h>
 
@@ -62,8 +63,8 @@ typedef struct {
     int32_t *ids, *targets;        /* [B, T] host: the micro-batch the next forward reads */
     int64_t *counts, *step_counts; /* [L, E+1] routed counts: of a micro-batch, of the step */
     int64_t step;                  /* optimizer steps completed */
-    int *owner_bound; /* [world + 1] ZeRO-1: rank r owns table entries [bound[r], bound[r+1]) */
-    int have_model, have_acts, have_opt, have_bal;
+    zy_zero1 zero;                 /* ZeRO-1 over comm's ranks (train/zero1.h), when have_zero */
+    int have_model, have_acts, have_opt, have_bal, have_zero;
 } zy_step;
 
 /* Creates the model of config mc on ctx (weights not initialised: the caller draws or loads them)
@@ -78,14 +79,20 @@ int step_init_training(zy_step *s, const zy_step_config *cfg, const zy_optim_con
 void step_free(zy_step *s);
 
 /* Data parallel over comm's ranks (NULL or world 1: none), set before step_init_training: every
- * rank holds the whole model; after the micro-batches the gradients, the loss and the routed
- * counts are summed over ranks, so every rank computes the same norm and balancing step. ZeRO-1:
- * the optimizer state is split by whole tensors in contiguous ranges balanced by state size; each
- * rank updates the tensors it owns and then broadcasts them, so every rank ends the step with the
- * same weights. */
+ * rank holds the whole model and runs its share of the batch. ZeRO-1 (train/zero1.h): the
+ * optimizer state is split by whole tensors in contiguous ranges balanced by state size; the last
+ * micro-batch's backward reduces each layer's gradients to their owners as soon as they are final
+ * (overlapping the rest of the backward on a GPU); the loss and the routed counts are summed over
+ * ranks, so every rank computes the same norm and balancing step; each rank updates the tensors
+ * it owns and sends them to the others, so every rank ends the step with the same weights. */
 void step_set_comm(zy_step *s, zy_comm *comm);
 /* The table entries [*first, *last) this rank's optimizer owns (all of them without ranks). */
 void step_owned(const zy_step *s, int *first, int *last);
+
+/* Makes model.params (the fp32 master weights) whole on every rank: after a data-parallel step on
+ * GPUs only the compute copy of other ranks' matrices is current (train/zero1.h). Collective; call
+ * before reading model.params (a checkpoint, the replica check). */
+int step_weights_whole(zy_step *s);
 
 /* Runs one step at learning rate lr; *loss is the mean token loss over the step's micro-batches
  * (of every rank), *grad_norm the global gradient norm before clipping. Advances s->step. Fails

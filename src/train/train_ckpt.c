@@ -40,6 +40,7 @@ static void add_state_items(zy_st_write_item *items, int *n, const zy_state_tens
  * update): checked at every checkpoint by comparing each rank's CRC-32C of the weights, so a
  * silent divergence (a nondeterministic kernel, a bit flip) is caught instead of saved. */
 int trainer_check_replicas(trainer *tr) {
+    ZY_TRY(step_weights_whole(&tr->st));
     const float *p = params_on_host(tr);
     int64_t crc[2];
     crc[0] = zy_crc32c(0, p, tr->st.model.table.total * sizeof *p);
@@ -92,7 +93,8 @@ static int save_checkpoint_rank0(trainer *tr);
 
 /* Collective over the ranks (one rank: just rank 0's save). */
 int trainer_save_checkpoint(trainer *tr) {
-    optim_state_to_host(&tr->st.opt); /* the moments' host mirror (itself on the CPU) */
+    ZY_TRY(step_weights_whole(&tr->st)); /* collective: before the ranks part ways */
+    optim_state_to_host(&tr->st.opt);    /* the moments' host mirror (itself on the CPU) */
     if (tr->comm.world == 1) return save_checkpoint_rank0(tr);
     int rc = tr->comm.rank > 0 ? write_state_shard(tr) : ZY_OK;
     rc = all_ok(tr, rc, "writing its checkpoint shard");

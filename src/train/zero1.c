@@ -1,0 +1,154 @@
+/* ZeRO-1 for the training step (see zero1.h). */
+#include "train/zero1.h"
+#include "base/err.h"
+#include "optim/clip.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void zero1_init(zy_zero1 *z, zy_comm *comm, zy_model *m, const zy_optim_config *oc) {
+    memset(z, 0, sizeof *z);
+    z->comm = comm;
+    z->m = m;
+    const zy_param_table *t = &m->table;
+    const int W = comm->world;
+    z->bound = zy_calloc((size_t)W + 1, sizeof *z->bound);
+    z->owner = zy_calloc((size_t)t->count + 1, sizeof *z->owner);
+    z->ready_at = zy_calloc((size_t)t->count + 1, sizeof *z->ready_at);
+    size_t total = 0, run = 0;
+    for (int i = 0; i < t->count; i++) total += optim_state_floats(oc, &t->items[i]);
+    int r = 1;
+    for (int i = 0; i < t->count && r < W; i++) {
+        run += optim_state_floats(oc, &t->items[i]);
+        while (r < W && run * (size_t)W >= total * (size_t)r) z->bound[r++] = i + 1;
+    }
+    for (; r <= W; r++) z->bound[r] = t->count;
+    for (int q = 0; q < W; q++)
+        for (int i = z->bound[q]; i < z->bound[q + 1]; i++) z->owner[i] = q;
+    for (int i = 0; i < t->count; i++) z->ready_at[i] = t->items[i].layer; /* -1: global */
+}
+
+void zero1_free(zy_zero1 *z) {
+    free(z->bound);
+    free(z->owner);
+    free(z->ready_at);
+    memset(z, 0, sizeof *z);
+}
+
+void zero1_owned(const zy_zero1 *z, int *first, int *last) {
+    *first = z->bound[z->comm->rank];
+    *last = z->bound[z->comm->rank + 1];
+}
+
+/* The floats of entries [a, b): from the first one's offset to the end of the last one (the
+ * alignment padding between them included: one message instead of one per tensor). */
+static size_t span_floats(const zy_param_table *t, int a, int b) {
+    return t->items[b - 1].offset + t->items[b - 1].numel - t->items[a].offset;
+}
+
+/* m->grads_ready: reduces every run of consecutive entries that became final at `layer` and
+ * share an owner, to that owner. */
+static void reduce_bucket(void *user, int layer) {
+    zy_zero1 *z = user;
+    const zy_param_table *t = &z->m->table;
+    for (int a = 0; a < t->count && !z->failed;) {
+        if (z->ready_at[a] != layer) {
+            a++;
+            continue;
+        }
+        int b = a + 1;
+        while (b < t->count && z->ready_at[b] == layer && z->owner[b] == z->owner[a]) b++;
+        float *g = z->m->grads + t->items[a].offset;
+        if (comm_reduce(z->comm, g, span_floats(t, a, b), ZY_COMM_F32, ZY_COMM_SUM, z->owner[a]) !=
+            ZY_OK)
+            z->failed = 1;
+        a = b;
+    }
+}
+
+void zero1_reduce_in_backward(zy_zero1 *z) {
+    z->failed = comm_defer(z->comm, 1) != ZY_OK;
+    z->m->grads_ready = reduce_bucket;
+    z->m->grads_ready_user = z;
+}
+
+int zero1_grads_done(zy_zero1 *z) {
+    z->m->grads_ready = NULL;
+    z->m->grads_ready_user = NULL;
+    /* the reduces read the gradients on the communicator's stream: wait before anything else
+     * touches them */
+    const int rc = comm_defer(z->comm, 0);
+    if (z->failed) return zy_fail_ctx("reducing the gradients to their owners");
+    return rc;
+}
+
+/* The table entries this rank owns, as a table of their own (offsets into the whole buffer). */
+static zy_param_table owned_view(const zy_zero1 *z) {
+    zy_param_table v = z->m->table;
+    int first, last;
+    zero1_owned(z, &first, &last);
+    v.items += first;
+    v.count = last - first;
+    return v;
+}
+
+int zero1_grad_sumsq(zy_zero1 *z, double *sumsq) {
+    const zy_param_table v = owned_view(z);
+    *sumsq = v.count ? clip_grad_sumsq(z->m->ctx, &v, z->m->grads) : 0.0;
+    return comm_all_reduce(z->comm, sumsq, 1, ZY_COMM_F64, ZY_COMM_SUM);
+}
+
+void zero1_scale_grads(zy_zero1 *z, float scale) {
+    const zy_param_table v = owned_view(z);
+    if (v.count) clip_scale_grads(z->m->ctx, &v, z->m->grads, scale);
+}
+
+/* Broadcasts from each owner the runs of its entries that pick() selects, from the fp32 masters
+ * (compute 0) or the compute copy (compute 1: activation dtype). */
+static int broadcast_owned(zy_zero1 *z, int (*pick)(const zy_param *), int compute) {
+    zy_model *m = z->m;
+    const zy_param_table *t = &m->table;
+    const size_t esize = compute ? ops_act_size(m->ctx) : sizeof(float);
+    const zy_comm_dtype dt = esize == 2 ? ZY_COMM_BF16 : ZY_COMM_F32;
+    unsigned char *base = compute ? (unsigned char *)m->cparams : (unsigned char *)m->params;
+    for (int a = 0; a < t->count;) {
+        if (!pick(&t->items[a])) {
+            a++;
+            continue;
+        }
+        int b = a + 1;
+        while (b < t->count && pick(&t->items[b]) && z->owner[b] == z->owner[a]) b++;
+        ZY_TRY(comm_broadcast(z->comm, base + t->items[a].offset * esize, span_floats(t, a, b), dt,
+                              z->owner[a]));
+        a = b;
+    }
+    return ZY_OK;
+}
+
+static int any_entry(const zy_param *p) {
+    return 1;
+}
+
+static int is_matrix(const zy_param *p) {
+    return p->kind == ZY_PARAM_MATRIX;
+}
+
+static int not_matrix(const zy_param *p) {
+    return p->kind != ZY_PARAM_MATRIX;
+}
+
+int zero1_share_weights(zy_zero1 *z) {
+    if (!z->m->cparams) return broadcast_owned(z, any_entry, 0); /* CPU: fp32 is what computes */
+    /* the optimizer wrote the owned entries' compute copy with their update */
+    ZY_TRY(broadcast_owned(z, is_matrix, 1));
+    ZY_TRY(broadcast_owned(z, not_matrix, 0));
+    z->stale = 1;
+    return ZY_OK;
+}
+
+int zero1_gather_masters(zy_zero1 *z) {
+    if (!z->stale) return ZY_OK;
+    ZY_TRY(broadcast_owned(z, is_matrix, 0));
+    z->stale = 0;
+    return ZY_OK;
+}

@@ -1,0 +1,63 @@
+/* ZeRO-1 for the training step (train/step.h): which rank owns which tensors, the gradient
+ * buckets reduced to their owners while the backward runs, and the owners' updated weights sent
+ * back to every rank.
+ *
+ * Ownership is by whole tensors (Newton-Schulz needs whole matrices): rank r owns the table entries
+ * [bound[r], bound[r+1]), contiguous ranges cut where the running optimizer state passes each
+ * rank's equal share. Each rank keeps the optimizer moments of its entries only and updates only
+ * them (optim_init_owned).
+ *
+ * Gradients: a bucket is the entries whose gradients one grads_ready call of the backward
+ * (model.h) declares final, i.e. one layer (or the global tensors at the end). Each bucket is
+ * reduced to its owners right then: one comm_reduce per (bucket, owner) run of entries, queued on
+ * the communicator while the backward goes on (comm_defer: NCCL overlaps it with the next layers'
+ * backward; the host backends complete it at once). Summed over the buckets, each rank sends the
+ * bytes of one reduce-scatter of the gradients, without a padded copy of them. After the
+ * backward an owner's gradients hold the sums over ranks; the others' are left partial, and
+ * nothing reads them: the norm is summed over owned entries, then over ranks.
+ *
+ * Weights: after the update each owner broadcasts its entries. On a GPU only what the compute
+ * reads goes: the bf16 compute copy of the matrices (the GEMMs read nothing else of them) and the
+ * fp32 values of the rest (embedding, norms, biases), about half the bytes of the fp32 masters.
+ * The fp32 masters of other ranks' matrices are then stale until zero1_gather_masters (before
+ * a checkpoint or any other reader of m->params). On the CPU the fp32 weights are the compute
+ * weights: all of them go. */
+#ifndef ZY_TRAIN_ZERO1_H
+#define ZY_TRAIN_ZERO1_H
+
+#include "dist/comm.h"
+#include "model/model.h"
+#include "optim/optim.h"
+
+typedef struct {
+    zy_comm *comm;
+    zy_model *m;
+    int *bound;    /* [world + 1] rank r owns table entries [bound[r], bound[r+1]) */
+    int *owner;    /* [count] the owning rank of each entry */
+    int *ready_at; /* [count] the grads_ready layer after which the entry's gradient is final */
+    int failed;    /* a bucket's reduce failed: the error is in zy_errmsg */
+    int stale;     /* other ranks' fp32 matrices are stale (a GPU share since the last gather) */
+} zy_zero1;
+
+/* Splits the table of m over comm's ranks by optimizer state size (oc decides it per tensor). */
+void zero1_init(zy_zero1 *z, zy_comm *comm, zy_model *m, const zy_optim_config *oc);
+void zero1_free(zy_zero1 *z);
+/* This rank's entries [*first, *last). */
+void zero1_owned(const zy_zero1 *z, int *first, int *last);
+
+/* Makes the next backward reduce its gradient buckets to their owners as they become final
+ * (installs m->grads_ready and defers the communicator); zero1_grads_done after it. */
+void zero1_reduce_in_backward(zy_zero1 *z);
+/* Waits for the buckets, removes the hook; fails (runtime) if a reduce failed. */
+int zero1_grads_done(zy_zero1 *z);
+/* The squared L2 norm of the whole gradient: this rank's owned entries summed, then over ranks. */
+int zero1_grad_sumsq(zy_zero1 *z, double *sumsq);
+/* Scales the owned gradients (clipping; the others are not read). */
+void zero1_scale_grads(zy_zero1 *z, float scale);
+/* After the optimizer step: every owner's updated weights to every rank (see the file comment). */
+int zero1_share_weights(zy_zero1 *z);
+/* Makes m->params (the fp32 masters) whole on every rank: nothing unless a GPU share left some
+ * stale. Collective. */
+int zero1_gather_masters(zy_zero1 *z);
+
+#endif
