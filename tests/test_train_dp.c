@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "base/err.h"
+#include <cjson/cJSON.h>
 #include "base/fileio.h"
 #include "base/rng.h"
 #include "base/timer.h"
@@ -384,12 +385,68 @@ static void test_stuck_rank_times_out(void **state) {
     assert_true(!WIFEXITED(status) || WEXITSTATUS(status) != 0);
 }
 
+/* A number from a bench train JSON file: top-level key, or "memory.key". */
+static double json_number(const char *file, const char *key) {
+    char *text;
+    if (zy_read_file(file, &text, NULL) != ZY_OK) fail_msg("%s", zy_errmsg());
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    assert_non_null(j);
+    const char *dot = strchr(key, '.');
+    char group[64] = "";
+    if (dot) snprintf(group, sizeof group, "%.*s", (int)(dot - key), key);
+    cJSON *o = dot ? cJSON_GetObjectItem(j, group) : j;
+    cJSON *v = o ? cJSON_GetObjectItem(o, dot ? dot + 1 : key) : NULL;
+    if (!cJSON_IsNumber(v)) fail_msg("%s: no number %s", file, key);
+    double x = v->valuedouble;
+    cJSON_Delete(j);
+    return x;
+}
+
+/* `zayac bench train -n 2` runs itself as two ranks (here CPU ranks over MPI): one report, the
+ * tokens of both ranks, and ZeRO-1's optimizer state split between them (AdamW: the two shares
+ * add up to the one-rank state exactly; the larger is well under the whole). */
+static void test_bench_train_ranks(void **state) {
+    (void)state;
+    if (!have_mpi()) skip();
+    char one[256], two[256];
+    path(one, sizeof one, "bench1.json");
+    path(two, sizeof two, "bench2.json");
+    const char *common[] = {"--preset", "tiny",  "--device", "cpu",     "--batch",
+                            "2",        "--seq", "32",       "--steps", "2",
+                            "--warmup", "1",     "--optim",  "adamw",   NULL};
+    const char *args[40];
+    for (int n = 1; n <= 2; n++) {
+        int k = 0;
+        args[k++] = "bench", args[k++] = "train";
+        if (n == 2) args[k++] = "-n", args[k++] = "2";
+        for (const char **c = common; *c; c++) args[k++] = *c;
+        args[k++] = "--json", args[k++] = n == 1 ? one : two, args[k] = NULL;
+        run_result r = spawn_capture(bin, tmp, args);
+        if (r.code != 0) fail_msg("bench train -n %d: exit %d\n%s\n%s", n, r.code, r.out, r.err);
+        int reports = 0;
+        for (const char *p = r.out; (p = strstr(p, "# zayac bench train")); p++) reports++;
+        assert_int_equal(reports, 1); /* rank 0 alone reports */
+        result_free(&r);
+    }
+    assert_true(json_number(two, "world_size") == 2);
+    assert_true(json_number(two, "tokens_per_step") == 2 * json_number(one, "tokens_per_step"));
+    const double whole = json_number(one, "memory.optimizer_bytes");
+    const double all = json_number(two, "memory.optimizer_bytes_all_ranks");
+    const double largest = json_number(two, "memory.optimizer_bytes");
+    print_message("AdamW state: 1 rank %.0f bytes; 2 ranks %.0f in all, the larger share %.0f\n",
+                  whole, all, largest);
+    assert_true(all == whole);
+    assert_true(largest < 0.75 * whole);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ranks_match_one),
         cmocka_unit_test(test_two_ranks_repeat_and_resume_exactly),
         cmocka_unit_test(test_zero1_shards_and_reshapes),
         cmocka_unit_test(test_batch_must_divide),
+        cmocka_unit_test(test_bench_train_ranks),
         cmocka_unit_test(test_dead_rank_ends_the_job),
         cmocka_unit_test(test_stuck_rank_times_out),
     };

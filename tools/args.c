@@ -33,7 +33,7 @@ int args_parse(int argc, char **argv, zy_opt *opts, const char **positional, int
             if (npos) *npos = np;
             continue;
         }
-        if (a[1] != '-') return zy_fail("unknown option '%s'", a);
+        /* a short option (-n) is one a command lists by that name */
         const char *eq = strchr(a, '=');
         size_t len = eq ? (size_t)(eq - a) : strlen(a);
         zy_opt *o = NULL;

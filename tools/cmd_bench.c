@@ -4,6 +4,7 @@
  */
 #include "args.h"
 #include "base/err.h"
+#include "base/fileio.h"
 #include "bench/coll.h"
 #include "bench/gemm.h"
 #include "bench/membw.h"
@@ -14,6 +15,7 @@
 #include "dist/rdv.h"
 #include "model_cli.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -525,8 +527,42 @@ static int train_parse(const zy_opt *opts, bench_train_opts *o) {
     return bench_train_check(o);
 }
 
+/* `bench train -n N` outside a launcher: runs itself as N ranks, `zayac launch -n N [--cpu] --
+ * zayac bench train ARGS` without the -n. Returns only on failure. */
+static int train_relaunch(int argc, char **argv, const char *n, int cpu) {
+    char self[4096];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (len <= 0) {
+        zy_fail_errno("/proc/self/exe", "cannot find this zayac to launch it as ranks", errno);
+        return cli_error("bench train");
+    }
+    self[len] = 0;
+    char **args = zy_calloc((size_t)argc + 12, sizeof *args);
+    int k = 0;
+    args[k++] = self, args[k++] = "launch", args[k++] = "-n", args[k++] = (char *)n;
+    if (cpu) args[k++] = "--cpu";
+    args[k++] = "--", args[k++] = self, args[k++] = "bench";
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "-n")) {
+            i++; /* and its value */
+            continue;
+        }
+        args[k++] = argv[i];
+    }
+    args[k] = NULL;
+    fflush(stdout);
+    execv(self, args);
+    zy_fail_errno(self, "cannot run zayac launch", errno);
+    free(args);
+    return cli_error("bench train");
+}
+
 static int bench_train(int argc, char **argv) {
     zy_opt opts[] = {
+        {"-n", 1,
+         "data-parallel ranks: runs under zayac launch (GPUs; CPU ranks over MPI); "
+         "--batch is per rank",
+         NULL},
         {"--config", 1, "model config.json (HF) to benchmark", NULL},
         {"--preset", 1, "model preset: tiny, bench-small or zaya1-base", NULL},
         {"--device", 1, "cpu, cuda or cuda:N (default: cuda when a GPU is visible)", NULL},
@@ -552,12 +588,23 @@ static int bench_train(int argc, char **argv) {
     bench_train_opts o;
     bench_train_opts_default(&o);
     if (train_parse(opts, &o) != ZY_OK) return cli_error("bench train");
+    long long ranks;
+    if (args_int_in(opts, "-n", 1, 1, 4096, &ranks) != ZY_OK) return cli_error("bench train");
+    dist_env env;
+    if (dist_env_from_environ(&env) != ZY_OK) return cli_error("bench train");
+    if (ranks > 1 && env.world == 1)
+        return train_relaunch(argc, argv, args_get(opts, "-n"), o.device == ZY_DEV_CPU);
+    if (ranks > 1 && env.world != ranks) {
+        zy_fail("-n %lld inside a launcher that started %d ranks (leave -n out under a launcher)",
+                ranks, env.world);
+        return cli_error("bench train");
+    }
     o.progress = stdout;
     bench_train_result r;
     int code = 0;
     if (bench_train_run(&o, &r) != ZY_OK) {
         code = cli_error("bench train");
-    } else {
+    } else if (r.rank == 0) {
         bench_train_print(stdout, &o, &r);
         const char *json = args_get(opts, "--json");
         if (json && bench_train_write(json, &o, &r) != ZY_OK)

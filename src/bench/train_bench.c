@@ -9,6 +9,7 @@
 #include "base/rng.h"
 #include "base/timer.h"
 #include "bench/gemm.h"
+#include "train/ranks.h"
 #include "train/step.h"
 
 #include <cjson/cJSON.h>
@@ -18,10 +19,11 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#define GIB           (1024.0 * 1024.0 * 1024.0)
-#define BT_GRAD_CLIP  1.0f /* train_config's default */
-#define BT_MAX_TOKENS (1 << 24)
-#define BT_PROF_MAX   128
+#define GIB               (1024.0 * 1024.0 * 1024.0)
+#define BT_GRAD_CLIP      1.0f /* train_config's default */
+#define BT_MAX_TOKENS     (1 << 24)
+#define BT_PROF_MAX       128
+#define BT_DIST_TIMEOUT_S 300.0 /* train's dist.timeout_s default */
 
 void bench_train_opts_default(bench_train_opts *o) {
     memset(o, 0, sizeof *o);
@@ -77,16 +79,19 @@ double bench_train_flops_per_token(const zy_config *c, int T) {
 typedef struct {
     const bench_train_opts *o;
     zy_ctx ctx;
-    zy_step st; /* the training step's state: model, activations, optimizer, balancing */
+    zy_step st;     /* the training step's state: model, activations, optimizer, balancing */
+    zy_ranks ranks; /* the data-parallel ranks (world 1 without a launcher) */
     int have_ctx;
 } bt_state;
 
-/* Synthetic batch number `step` into the step's buffers: x[b] = T+1 random ids, ids[b] = x[b][:T],
- * targets = x[b][1:]. Its own seed, so it never replays the weights' streams (seed, tensor
- * index). */
+/* Synthetic batch number `step` of this rank into the step's buffers: x[b] = T+1 random ids,
+ * ids[b] = x[b][:T], targets = x[b][1:]. Its own seed, so it never replays the weights' streams
+ * (seed, tensor index); each rank its own stream. */
 static void bt_batch(bt_state *s, int64_t step) {
     const int B = s->o->batch, T = s->o->seq, V = s->o->model.vocab_size;
-    zy_rng r = zy_rng_init(s->o->seed ^ 0xda7a5eedda7a5eedull, (uint64_t)step);
+    const zy_comm *c = &s->ranks.comm;
+    zy_rng r =
+        zy_rng_init(s->o->seed ^ 0xda7a5eedda7a5eedull, (uint64_t)(step * c->world + c->rank));
     for (int b = 0; b < B; b++) {
         int32_t prev = (int32_t)zy_rng_below(&r, (uint64_t)V);
         for (int t = 0; t < T; t++) {
@@ -120,13 +125,11 @@ static void bt_phase_end(void *user, zy_step_phase p) {
 
 /* One training step on the batch already in the buffers; phase_ms (when not NULL) accumulates
  * each phase's wall time. A non-finite loss or norm does not stop it (the caller counts them), so
- * every step costs the same. */
-static void bt_step(bt_state *s, double *loss, double *gnorm, double *phase_ms) {
+ * every step costs the same; only a collective can fail (a rank died). */
+static int bt_step(bt_state *s, double *loss, double *gnorm, double *phase_ms) {
     bt_phase_timer pt = {s, phase_ms ? bt_clock(s) : 0.0, phase_ms};
     zy_step_hooks hooks = {.phase_end = phase_ms ? bt_phase_end : NULL, .user = &pt};
-    /* no batch source, stop_on_nonfinite 0: step_run cannot fail */
-    int rc = step_run(&s->st, &hooks, s->o->lr, loss, gnorm);
-    ZY_CHECKF(rc == ZY_OK, "%s", zy_errmsg());
+    return step_run(&s->st, &hooks, s->o->lr, loss, gnorm);
 }
 
 /* Device bytes in use (total - free) on CUDA; 0 on the CPU. */
@@ -141,7 +144,8 @@ static int bt_used(const bt_state *s, double *used, double *total) {
     return ZY_OK;
 }
 
-static int bt_init(bt_state *s, const bench_train_opts *o, bench_train_result *r) {
+static int bt_init(bt_state *s, const bench_train_opts *o, const dist_env *e,
+                   bench_train_result *r) {
     memset(s, 0, sizeof *s);
     s->o = o;
     if (o->device == ZY_DEV_CUDA) {
@@ -151,8 +155,10 @@ static int bt_init(bt_state *s, const bench_train_opts *o, bench_train_result *r
         ops_ctx_init_cpu(&s->ctx, o->threads);
     }
     s->have_ctx = 1;
+    ZY_TRY(ranks_connect(&s->ranks, e, &s->ctx, BT_DIST_TIMEOUT_S));
     double u0, u1;
     ZY_TRY(step_init_model(&s->st, &s->ctx, &o->model, o->batch, o->seq, 1));
+    step_set_comm(&s->st, &s->ranks.comm);
     model_init_weights(&s->st.model, o->seed);
     ZY_TRY(bt_used(s, &u0, NULL));
     ZY_TRY(step_init_acts(&s->st));
@@ -169,13 +175,23 @@ static int bt_init(bt_state *s, const bench_train_opts *o, bench_train_result *r
     const zy_optim *opt = &s->st.opt;
     r->params_bytes = (double)s->st.model.table.total * sizeof(float);
     r->grads_bytes = r->params_bytes;
-    r->optim_bytes =
+    /* this rank's optimizer: the moments of the tensors it owns and its Newton-Schulz workspace */
+    double ob[3];
+    ob[0] = ob[2] =
         (double)(2 * opt->adam_total + opt->muon_total + opt->work_floats) * sizeof(float);
+    ob[1] = -ob[0];
+    zy_comm *c = &s->ranks.comm;
+    ZY_TRY(comm_all_reduce(c, ob, 2, ZY_COMM_F64, ZY_COMM_MAX));
+    ZY_TRY(comm_all_reduce(c, ob + 2, 1, ZY_COMM_F64, ZY_COMM_SUM));
+    r->optim_bytes = ob[0];
+    r->optim_bytes_min = -ob[1];
+    r->optim_bytes_all = ob[2];
     return ZY_OK;
 }
 
 static void bt_free(bt_state *s) {
     step_free(&s->st);
+    ranks_free(&s->ranks);
     if (s->have_ctx) ops_ctx_free(&s->ctx);
     memset(s, 0, sizeof *s);
 }
@@ -250,7 +266,7 @@ static int bt_timed(bt_state *s, bench_train_result *r, double used0) {
         double loss, gnorm;
         bt_batch(s, i);
         double t0 = bt_clock(s);
-        bt_step(s, &loss, &gnorm, NULL);
+        ZY_TRY(bt_step(s, &loss, &gnorm, NULL));
         double ms = (bt_clock(s) - t0) * 1e3;
         if (i == 0) r->loss_first = loss;
         r->loss_last = loss;
@@ -270,6 +286,8 @@ static int bt_timed(bt_state *s, bench_train_result *r, double used0) {
             bt_progress(o, "step", i - o->warmup + 1, o->steps, ms, loss);
         }
     }
+    /* a step lasts as long as its slowest rank */
+    ZY_TRY(comm_all_reduce(&s->ranks.comm, r->step_ms, (size_t)o->steps, ZY_COMM_F64, ZY_COMM_MAX));
     double sum = 0;
     r->step_ms_min = INFINITY;
     r->step_ms_max = 0;
@@ -281,7 +299,7 @@ static int bt_timed(bt_state *s, bench_train_result *r, double used0) {
     r->step_ms_mean = sum / o->steps;
     r->tokens_per_s = (double)r->tokens_per_step / (r->step_ms_mean * 1e-3);
     r->model_tflops = r->flops_per_token * r->tokens_per_s / 1e12;
-    r->mfu = r->peak_tflops > 0 ? r->model_tflops / r->peak_tflops : NAN;
+    r->mfu = r->peak_tflops > 0 ? r->model_tflops / (r->peak_tflops * r->world) : NAN;
     if (o->device == ZY_DEV_CUDA) {
         /* zayac allocates everything up front, so after the warm-up this is the peak */
         double used;
@@ -293,11 +311,12 @@ static int bt_timed(bt_state *s, bench_train_result *r, double used0) {
         getrusage(RUSAGE_SELF, &ru);
         r->mem_gib = (double)ru.ru_maxrss * 1024.0 / GIB; /* Linux: kilobytes */
     }
-    return ZY_OK;
+    return comm_all_reduce(&s->ranks.comm, &r->mem_gib, 1, ZY_COMM_F64, ZY_COMM_MAX);
 }
 
-/* One extra step with the op profiler on: the per-op breakdown and the phases. */
-static void bt_profiled(bt_state *s, bench_train_result *r) {
+/* One extra step with the op profiler on: the per-op breakdown and the phases (this rank's), and
+ * every rank's optimizer phase. */
+static int bt_profiled(bt_state *s, bench_train_result *r) {
     const bench_train_opts *o = s->o;
     double loss, gnorm;
     bt_batch(s, (int64_t)o->warmup + o->steps);
@@ -305,8 +324,11 @@ static void bt_profiled(bt_state *s, bench_train_result *r) {
     ops_prof_reset(&s->ctx);
     s->ctx.prof = 1;
     double t0 = bt_clock(s);
-    bt_step(s, &loss, &gnorm, r->phase_ms);
+    ZY_TRY(bt_step(s, &loss, &gnorm, r->phase_ms));
     r->prof_step_ms = (bt_clock(s) - t0) * 1e3;
+    r->optim_ms_rank = zy_calloc((size_t)r->world, sizeof *r->optim_ms_rank);
+    ZY_TRY(comm_all_gather(&s->ranks.comm, &r->phase_ms[ZY_PHASE_OPTIM], r->optim_ms_rank, 1,
+                           ZY_COMM_F64));
     s->ctx.prof = 0;
     zy_op_time t[BT_PROF_MAX];
     int n = ops_prof_read(&s->ctx, t, BT_PROF_MAX);
@@ -322,15 +344,35 @@ static void bt_profiled(bt_state *s, bench_train_result *r) {
         fprintf(o->progress, "profiled step: %.2f ms, loss %.4f\n", r->prof_step_ms, loss);
         fflush(o->progress);
     }
+    return ZY_OK;
 }
 
-int bench_train_run(const bench_train_opts *o, bench_train_result *r) {
+/* Under a launcher each rank takes its own GPU (its local rank) or its share of the host's cores,
+ * and only rank 0 reports progress. */
+static void bt_rank_opts(bench_train_opts *o, const dist_env *e) {
+    if (e->world == 1) return;
+    if (o->device == ZY_DEV_CUDA) o->gpu = ranks_local_gpu(e);
+    const int per_host = e->local_world > 0 ? e->local_world : e->world;
+    if (o->device == ZY_DEV_CPU && o->threads == 0)
+        o->threads = omp_get_num_procs() / per_host > 0 ? omp_get_num_procs() / per_host : 1;
+    if (e->rank != 0) o->progress = NULL;
+}
+
+int bench_train_run(const bench_train_opts *opts, bench_train_result *r) {
     memset(r, 0, sizeof *r);
     r->peak_tflops = r->mfu = r->device_used_gib = r->acts_bytes = r->prof_step_ms = NAN;
     r->loss_first = r->loss_last = NAN;
+    r->world = 1;
     bench_machine_host(&r->machine);
-    ZY_TRY(bench_train_check(o));
-    r->tokens_per_step = (int64_t)o->batch * o->seq;
+    ZY_TRY(bench_train_check(opts));
+    dist_env e;
+    ZY_TRY(dist_env_from_environ(&e));
+    bench_train_opts local = *opts;
+    const bench_train_opts *o = &local;
+    bt_rank_opts(&local, &e);
+    r->world = e.world;
+    r->rank = e.rank;
+    r->tokens_per_step = (int64_t)o->batch * o->seq * e.world; /* of every rank */
     r->flops_per_token = bench_train_flops_per_token(&o->model, o->seq);
     r->counts = model_count_params(&o->model);
     if (o->peak_tflops > 0) r->peak_tflops = o->peak_tflops;
@@ -354,9 +396,9 @@ int bench_train_run(const bench_train_opts *o, bench_train_result *r) {
         used0 = (double)(tot - fr);
     }
     bt_state s;
-    int rc = bt_init(&s, o, r);
+    int rc = bt_init(&s, o, &e, r);
     if (rc == ZY_OK) rc = bt_timed(&s, r, used0);
-    if (rc == ZY_OK && o->profile) bt_profiled(&s, r);
+    if (rc == ZY_OK && o->profile) rc = bt_profiled(&s, r);
     bt_free(&s);
     return rc;
 }
@@ -364,8 +406,10 @@ int bench_train_run(const bench_train_opts *o, bench_train_result *r) {
 void bench_train_result_free(bench_train_result *r) {
     free(r->step_ms);
     free(r->ops);
+    free(r->optim_ms_rank);
     r->step_ms = NULL;
     r->ops = NULL;
+    r->optim_ms_rank = NULL;
     r->nsteps = r->nops = 0;
 }
 
@@ -397,11 +441,19 @@ void bench_train_print(FILE *f, const bench_train_opts *o, const bench_train_res
             r->counts.total / 1e6, r->counts.active_no_embed / 1e6);
     fprintf(f, "  %-16s %.2f ms mean, %.2f median, %.2f min, %.2f max\n", "step time",
             r->step_ms_mean, median_ms(r), r->step_ms_min, r->step_ms_max);
-    fprintf(f, "  %-16s %.0f\n", "tokens/s", r->tokens_per_s);
+    if (r->world > 1)
+        fprintf(f,
+                "  %-16s %d data-parallel (batch per rank %d; a step lasts as long as its "
+                "slowest rank)\n",
+                "ranks", r->world, o->batch);
+    fprintf(f, "  %-16s %.0f", "tokens/s", r->tokens_per_s);
+    if (r->world > 1) fprintf(f, " (%.0f per rank)", r->tokens_per_s / r->world);
+    fprintf(f, "\n");
     fprintf(f, "  %-16s %.2f (%.3f GFLOP per token)\n", "model TFLOP/s", r->model_tflops,
             r->flops_per_token / 1e9);
     if (isfinite(r->mfu))
-        fprintf(f, "  %-16s %.1f%% of %.1f TFLOP/s (%s)\n", "MFU", 100 * r->mfu, r->peak_tflops,
+        fprintf(f, "  %-16s %.1f%% of %.1f TFLOP/s%s (%s)\n", "MFU", 100 * r->mfu, r->peak_tflops,
+                r->world > 1 ? " per rank" : "",
                 r->peak_measured ? "measured bf16 8192^3 GEMM" : "--peak-tflops");
     else
         fprintf(f, "  %-16s n/a (no measured peak on the CPU; --peak-tflops N sets one)\n", "MFU");
@@ -414,6 +466,11 @@ void bench_train_print(FILE *f, const bench_train_opts *o, const bench_train_res
             r->params_bytes / GIB, r->grads_bytes / GIB, r->optim_bytes / GIB);
     if (isfinite(r->acts_bytes)) fprintf(f, ", activations %.3f GiB", r->acts_bytes / GIB);
     fprintf(f, "\n");
+    if (r->world > 1)
+        fprintf(f,
+                "  %-16s optimizer per rank %.3f to %.3f GiB of %.3f GiB over all ranks "
+                "(ZeRO-1: each its tensors' share)\n",
+                "", r->optim_bytes_min / GIB, r->optim_bytes / GIB, r->optim_bytes_all / GIB);
     fprintf(f, "  %-16s %.4f first step, %.4f last%s\n", "loss", r->loss_first, r->loss_last,
             r->nonfinite_steps ? " (some steps NOT FINITE)" : "");
     if (r->nsteps > 0)
@@ -427,6 +484,11 @@ void bench_train_print(FILE *f, const bench_train_opts *o, const bench_train_res
         fprintf(f, " %s %.2f%s", step_phase_name(p), r->phase_ms[p],
                 p + 1 < ZY_STEP_NPHASES ? " |" : "");
     fprintf(f, " ms\n");
+    if (r->world > 1 && r->optim_ms_rank) {
+        fprintf(f, "  optimizer phase per rank (ms):");
+        for (int q = 0; q < r->world; q++) fprintf(f, " %.2f", r->optim_ms_rank[q]);
+        fprintf(f, "\n");
+    }
     fprintf(f, "  %-20s %7s %10s %6s\n", "op", "calls", "ms/step", "%");
     double sum = 0;
     for (int i = 0; i < r->nops; i++) {
@@ -450,7 +512,8 @@ cJSON *bench_train_to_json(const bench_train_opts *o, const bench_train_result *
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "config", o->model_name);
     cJSON_AddStringToObject(j, "device", device_name(o));
-    cJSON_AddNumberToObject(j, "batch", o->batch);
+    cJSON_AddNumberToObject(j, "world_size", r->world);
+    cJSON_AddNumberToObject(j, "batch", o->batch); /* per rank */
     cJSON_AddNumberToObject(j, "seq", o->seq);
     cJSON_AddNumberToObject(j, "tokens_per_step", (double)r->tokens_per_step);
     cJSON_AddNumberToObject(j, "steps", o->steps);
@@ -469,6 +532,7 @@ cJSON *bench_train_to_json(const bench_train_opts *o, const bench_train_result *
     for (int i = 0; i < r->nsteps; i++)
         cJSON_AddItemToArray(all, cJSON_CreateNumber(r->step_ms[i]));
     add_num_or_null(j, "tokens_per_s", r->tokens_per_s);
+    add_num_or_null(j, "tokens_per_s_per_rank", r->tokens_per_s / r->world);
     add_num_or_null(j, "flops_per_token", r->flops_per_token);
     add_num_or_null(j, "model_tflops", r->model_tflops);
     add_num_or_null(j, "mfu", r->mfu);
@@ -485,7 +549,9 @@ cJSON *bench_train_to_json(const bench_train_opts *o, const bench_train_result *
     add_num_or_null(mem, "device_used_gib", r->device_used_gib);
     add_num_or_null(mem, "params_bytes", r->params_bytes);
     add_num_or_null(mem, "grads_bytes", r->grads_bytes);
-    add_num_or_null(mem, "optimizer_bytes", r->optim_bytes);
+    add_num_or_null(mem, "optimizer_bytes", r->optim_bytes); /* the largest rank's */
+    add_num_or_null(mem, "optimizer_bytes_min_rank", r->optim_bytes_min);
+    add_num_or_null(mem, "optimizer_bytes_all_ranks", r->optim_bytes_all);
     add_num_or_null(mem, "activations_bytes", r->acts_bytes);
     cJSON *pc = cJSON_AddObjectToObject(j, "params");
     cJSON_AddNumberToObject(pc, "total", (double)r->counts.total);
@@ -495,6 +561,11 @@ cJSON *bench_train_to_json(const bench_train_opts *o, const bench_train_result *
     add_num_or_null(lo, "first", r->loss_first);
     add_num_or_null(lo, "last", r->loss_last);
     cJSON_AddNumberToObject(lo, "nonfinite_steps", r->nonfinite_steps);
+    if (r->optim_ms_rank) {
+        cJSON *om = cJSON_AddArrayToObject(j, "optimizer_ms_per_rank");
+        for (int q = 0; q < r->world; q++)
+            cJSON_AddItemToArray(om, cJSON_CreateNumber(r->optim_ms_rank[q]));
+    }
     cJSON *el = cJSON_AddObjectToObject(j, "expert_load");
     cJSON_AddNumberToObject(el, "busiest_over_mean", r->load_ratio_mean);
     cJSON_AddNumberToObject(el, "busiest_over_mean_worst", r->load_ratio_max);

@@ -50,7 +50,8 @@ typedef struct {
 } bench_train_op;
 
 typedef struct {
-    int64_t tokens_per_step; /* B * T */
+    int world, rank;         /* data-parallel ranks (under zayac launch / mpirun), this one */
+    int64_t tokens_per_step; /* B * T * world: --batch is per rank */
     double *step_ms;         /* [steps] each timed step */
     int nsteps;
     double step_ms_mean, step_ms_min, step_ms_max;
@@ -62,7 +63,11 @@ typedef struct {
     double mfu;             /* model_tflops / peak_tflops; NaN when the peak is unknown */
     double mem_gib; /* CUDA: device memory this process added, after warm-up; CPU: peak RSS */
     double device_used_gib; /* CUDA: all used memory of the device after warm-up; NaN on the CPU */
-    double params_bytes, grads_bytes, optim_bytes; /* from the structures */
+    double params_bytes, grads_bytes; /* from the structures (every rank holds them whole) */
+    /* optimizer state (moments + Newton-Schulz workspace): the largest and smallest of one rank,
+     * the sum over ranks (ZeRO-1: each rank holds its tensors' share) */
+    double optim_bytes, optim_bytes_min, optim_bytes_all;
+    double *optim_ms_rank;  /* [world] the optimizer phase of each rank's profiled step, or NULL */
     double acts_bytes;      /* CUDA: measured around acts_init; NaN on the CPU (not recorded) */
     zy_param_counts counts; /* model_count_params */
     double loss_first, loss_last; /* mean token loss of the first warm-up/timed and last step */

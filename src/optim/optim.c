@@ -102,6 +102,23 @@ size_t optim_state_floats(const zy_optim_config *cfg, const zy_param *p) {
     return (size_t)p->numel * (p->kind == ZY_PARAM_MATRIX && cfg->use_muon ? 1 : 2);
 }
 
+/* Bytes an update moves per element: AdamW reads weight, gradient and two moments and writes three
+ * of them plus the bf16 copy; Muon's elementwise passes (momentum, normalisation, apply) about
+ * as much without the second moment. */
+#define ADAMW_BYTES_PER_ELEMENT 30.0
+#define MUON_BYTES_PER_ELEMENT  20.0
+double optim_update_cost(const zy_optim_config *cfg, const zy_param *p, double flops_per_byte) {
+    if (p->kind == ZY_PARAM_BUFFER) return 0;
+    if (!(p->kind == ZY_PARAM_MATRIX && cfg->use_muon)) return p->numel * ADAMW_BYTES_PER_ELEMENT;
+    int64_t r, c, n;
+    matrix_dims(p, &r, &c, &n);
+    /* one iteration on the Gram side s = min(r, c), l = max: A = X X^T (2 s^2 l), B = bA + cA^2
+     * (2 s^3), X' = aX + B X (2 s^2 l) */
+    const double s = (double)(r < c ? r : c), l = (double)(r < c ? c : r);
+    const double flops = (double)n * cfg->muon_ns_steps * (4 * s * s * l + 2 * s * s * s);
+    return p->numel * MUON_BYTES_PER_ELEMENT + flops / flops_per_byte;
+}
+
 int optim_init(zy_optim *opt, zy_ctx *ctx, const zy_optim_config *cfg, const zy_param_table *t) {
     return optim_init_owned(opt, ctx, cfg, t, 0, t->count);
 }

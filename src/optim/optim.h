@@ -98,9 +98,19 @@ int optim_init(zy_optim *opt, zy_ctx *ctx, const zy_optim_config *cfg, const zy_
  * the others are left alone as buffers are. */
 int optim_init_owned(zy_optim *opt, zy_ctx *ctx, const zy_optim_config *cfg,
                      const zy_param_table *t, int first, int last);
-/* The optimizer state floats entry i needs under cfg (AdamW 2 per element, Muon 1, buffers 0):
- * the cost ZeRO-1 balances over ranks. */
+/* The optimizer state floats entry i needs under cfg (AdamW 2 per element, Muon 1, buffers 0). */
 size_t optim_state_floats(const zy_optim_config *cfg, const zy_param *p);
+/* The time one update of p takes, relative to other tensors, in bytes of memory traffic: its
+ * elementwise passes plus, for a Muon matrix, its Newton-Schulz FLOPs (each expert's matrix
+ * separately) at flops_per_byte, the device's Newton-Schulz FLOP rate over its memory bandwidth
+ * (OPTIM_NS_FLOPS_PER_BYTE_*). ZeRO-1 splits the tensors over ranks by it. */
+double optim_update_cost(const zy_optim_config *cfg, const zy_param *p, double flops_per_byte);
+/* Hopper: bf16 GEMMs at ~990 TFLOP/s over 3.35 TB/s is ~300, at Newton-Schulz's GEMM efficiency
+ * (mid-sized products, ~2/3) ~200. CPU (OpenBLAS sgemm over DRAM bandwidth): ~20, measured with
+ * `zayac bench train -n 2 --device cpu --preset tiny --optim muon --profile` on a 2-core machine,
+ * where it makes the two ranks' optimizer phases equal (27 and 26 ms; 200 gave 24 and 65). */
+#define OPTIM_NS_FLOPS_PER_BYTE_GPU 200.0
+#define OPTIM_NS_FLOPS_PER_BYTE_CPU 20.0
 /* Releases the state (safe after a failed init). */
 void optim_free(zy_optim *opt);
 /* One step: step += 1, then every non-buffer tensor of params is updated from grads (both laid out

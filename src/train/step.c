@@ -8,8 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const phase_names[ZY_STEP_NPHASES] = {
-    "zero_grads", "forward", "backward", "route_counts", "clip", "optimizer", "balance"};
+static const char *const phase_names[ZY_STEP_NPHASES] = {"zero_grads",    "forward", "backward",
+                                                         "route_counts",  "clip",    "optimizer",
+                                                         "share_weights", "balance"};
 
 const char *step_phase_name(zy_step_phase p) {
     return p >= 0 && p < ZY_STEP_NPHASES ? phase_names[p] : "?";
@@ -156,11 +157,10 @@ int step_run(zy_step *s, const zy_step_hooks *hooks, float lr, double *loss, dou
     if (s->cfg.stop_on_nonfinite && (!isfinite(*loss) || !isfinite(*grad_norm)))
         return zy_fail_runtime("loss %g, gradient norm %g: training diverged", *loss, *grad_norm);
     optim_step(&s->opt, &m->table, m->params, m->grads, lr);
-    if (s->have_zero)
-        ZY_TRY(zero1_share_weights(&s->zero));
-    else if (!s->opt.compute_copy)
-        model_sync_compute_weights(m);
+    if (!s->have_zero && !s->opt.compute_copy) model_sync_compute_weights(m);
     phase_end(hooks, ZY_PHASE_OPTIM);
+    if (s->have_zero) ZY_TRY(zero1_share_weights(&s->zero));
+    phase_end(hooks, ZY_PHASE_SHARE);
     if (s->cfg.balance) balance_step(&s->bal, s->ctx, s->biases, s->step_counts);
     phase_end(hooks, ZY_PHASE_BALANCE);
     s->step++;

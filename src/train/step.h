@@ -35,10 +35,12 @@ typedef enum {
     ZY_PHASE_ROUTE, /* routed counts */
     ZY_PHASE_CLIP,
     ZY_PHASE_OPTIM, /* optimizer update and the bf16 weight refresh */
+    ZY_PHASE_SHARE, /* ZeRO-1: the owners' updated weights to every rank (empty on one rank) */
     ZY_PHASE_BALANCE,
     ZY_STEP_NPHASES
 } zy_step_phase;
-/* "zero_grads", "forward", "backward", "route_counts", "clip", "optimizer", "balance". */
+/* "zero_grads", "forward", "backward", "route_counts", "clip", "optimizer", "share_weights",
+ * "balance". */
 const char *step_phase_name(zy_step_phase p);
 
 typedef struct {

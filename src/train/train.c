@@ -13,9 +13,7 @@
 #include "model/model.h"
 #include "train/batches.h"
 #include "train/metrics.h"
-#include "dist/comm_nccl.h"
 #include "dist/env.h"
-#include "dist/rdv.h"
 #include "train/step.h"
 #include "train/trainer.h"
 
@@ -33,7 +31,7 @@
  * the ranks of the host unless the config sets them). */
 static int setup_device(trainer *tr, const dist_env *e) {
     const char *dev = tr->cfg->device;
-    const int local = e->local_rank >= 0 ? e->local_rank : 0;
+    const int local = ranks_local_gpu(e);
     if (!strcmp(dev, "cuda") || (!strcmp(dev, "auto") && ops_cuda_device_count() > 0))
         return ops_ctx_init_cuda_opts(&tr->ctx, local, &tr->cfg->cuda);
     int threads = tr->cfg->threads;
@@ -46,30 +44,15 @@ static int setup_device(trainer *tr, const dist_env *e) {
     return ZY_OK;
 }
 
-/* The communicator of the launcher's ranks: CPU ranks talk over MPI, GPU ranks over NCCL. */
+/* The communicator of the launcher's ranks (train/ranks.h). */
 static int setup_comm(trainer *tr, const dist_env *e) {
-    if (e->world == 1) {
-        comm_init_single(&tr->comm);
-    } else if (tr->ctx.device == ZY_DEV_CPU) {
-        ZY_TRY(comm_init_mpi(&tr->comm, tr->cfg->dist_timeout_s));
-        if (tr->comm.world != e->world || tr->comm.rank != e->rank)
-            return zy_fail("MPI sees rank %d of %d but the launcher's variables (%s) say %d of %d",
-                           tr->comm.rank, tr->comm.world, e->source, e->rank, e->world);
-    } else { /* GPU ranks: NCCL, its id passed through the TCP rendezvous at MASTER_ADDR */
-        ZY_TRY(dist_rdv_init(&tr->rdv, e->rank, e->world, e->master_addr, e->master_port,
-                             tr->cfg->dist_timeout_s));
-        tr->have_rdv = 1;
-        ZY_TRY(comm_init_nccl(&tr->comm, &tr->rdv, tr->ctx.gpu, tr->cfg->dist_timeout_s));
-        /* the step's collectives start after the ops queued on the context's stream */
-        comm_nccl_order_after(&tr->comm, ops_stream(&tr->ctx));
-    }
-    tr->have_comm = 1;
-    step_set_comm(&tr->st, &tr->comm);
+    ZY_TRY(ranks_connect(&tr->ranks, e, &tr->ctx, tr->cfg->dist_timeout_s));
+    step_set_comm(&tr->st, &tr->ranks.comm);
     return ZY_OK;
 }
 
 static int is_main_rank(const trainer *tr) {
-    return tr->comm.rank == 0;
+    return tr->ranks.comm.rank == 0;
 }
 
 /* Bad input: data whose token ids the model's embedding does not have. */
@@ -86,7 +69,7 @@ static int evaluate(trainer *tr, int64_t batches, double *loss, int64_t *tokens)
     batches_close(tr->val);
     tr->val = NULL;
     ZY_TRY(batches_open(&tr->val, c, 1, c->seed + 1000003));
-    ZY_TRY(batches_set_slice(tr->val, tr->comm.rank, tr->comm.world));
+    ZY_TRY(batches_set_slice(tr->val, tr->ranks.comm.rank, tr->ranks.comm.world));
     ZY_TRY(check_vocab(tr->val, "validation", tr->st.model.cfg.vocab_size));
     double sum = 0;
     int64_t count = 0;
@@ -95,9 +78,9 @@ static int evaluate(trainer *tr, int64_t batches, double *loss, int64_t *tokens)
         sum += model_forward(&tr->st.model, &tr->st.acts, tr->st.ids, tr->st.targets);
         count += tr->st.acts.count;
     }
-    if (tr->comm.world > 1) { /* every rank read its rows of the same batches */
-        ZY_TRY(comm_all_reduce(&tr->comm, &sum, 1, ZY_COMM_F64, ZY_COMM_SUM));
-        ZY_TRY(comm_all_reduce(&tr->comm, &count, 1, ZY_COMM_I64, ZY_COMM_SUM));
+    if (tr->ranks.comm.world > 1) { /* every rank read its rows of the same batches */
+        ZY_TRY(comm_all_reduce(&tr->ranks.comm, &sum, 1, ZY_COMM_F64, ZY_COMM_SUM));
+        ZY_TRY(comm_all_reduce(&tr->ranks.comm, &count, 1, ZY_COMM_I64, ZY_COMM_SUM));
     }
     *loss = count ? sum / (double)count : NAN;
     if (tokens) *tokens = count;
@@ -113,7 +96,7 @@ static void log_step(trainer *tr, double loss, double gnorm, float lr, double to
     metrics_scalar(m, "lr", tr->st.step, lr);
     metrics_scalar(m, "tokens_per_s", tr->st.step, tok_s);
     metrics_scalar(m, "tokens_seen", tr->st.step, tr->tokens_seen);
-    metrics_scalar(m, "world_size", tr->st.step, tr->comm.world);
+    metrics_scalar(m, "world_size", tr->st.step, tr->ranks.comm.world);
     for (int l = 0; l < mc->num_hidden_layers; l++) {
         zy_load_summary s;
         balance_load_summary(tr->st.step_counts + (size_t)l * E1, E, &s);
@@ -210,7 +193,7 @@ static int trainer_init(trainer *tr, const zy_train_config *c) {
                          .stop_on_nonfinite = 1};
     ZY_TRY(step_init_training(&tr->st, &sc, &c->optim, &c->balance));
     ZY_TRY(batches_open(&tr->train, c, 0, c->seed));
-    ZY_TRY(batches_set_slice(tr->train, tr->comm.rank, tr->comm.world));
+    ZY_TRY(batches_set_slice(tr->train, tr->ranks.comm.rank, tr->ranks.comm.world));
     ZY_TRY(check_vocab(tr->train, "training", c->model.vocab_size));
     snprintf(tr->ckpt_root, sizeof tr->ckpt_root, "%s/checkpoints", c->out_dir);
     return ZY_OK;
@@ -222,8 +205,7 @@ static void trainer_free(trainer *tr) {
     batches_close(tr->val);
     step_free(&tr->st);
     free(tr->params_host);
-    if (tr->have_comm) comm_free(&tr->comm);
-    if (tr->have_rdv) dist_rdv_free(&tr->rdv);
+    ranks_free(&tr->ranks);
     ops_ctx_free(&tr->ctx);
 }
 
@@ -285,7 +267,7 @@ int train_run(const zy_train_config *c, const zy_train_opts *o) {
      * checkpoints; the other ranks' stdout goes nowhere, their errors still reach stderr */
     const int main_rank = rc == ZY_OK ? is_main_rank(&tr) : 1;
     if (!main_rank && !freopen("/dev/null", "w", stdout))
-        rc = zy_fail_runtime("rank %d: cannot silence stdout", tr.comm.rank);
+        rc = zy_fail_runtime("rank %d: cannot silence stdout", tr.ranks.comm.rank);
     if (rc == ZY_OK && main_rank) rc = zy_mkdirs(c->out_dir);
     if (rc == ZY_OK && main_rank && o->config_json) {
         char path[4096];
@@ -299,9 +281,10 @@ int train_run(const zy_train_config *c, const zy_train_opts *o) {
     }
     zy_param_counts k = model_count_params(&c->model);
     char device_desc[64];
-    if (tr.comm.world > 1)
-        snprintf(device_desc, sizeof device_desc, "%d %s ranks (%s), data parallel", tr.comm.world,
-                 tr.ctx.device == ZY_DEV_CUDA ? "GPU" : "CPU", tr.comm.b->name);
+    if (tr.ranks.comm.world > 1)
+        snprintf(device_desc, sizeof device_desc, "%d %s ranks (%s), data parallel",
+                 tr.ranks.comm.world, tr.ctx.device == ZY_DEV_CUDA ? "GPU" : "CPU",
+                 tr.ranks.comm.b->name);
     else if (tr.ctx.device == ZY_DEV_CUDA)
         snprintf(device_desc, sizeof device_desc, "GPU %d, bf16 activations", tr.ctx.gpu);
     else
@@ -354,8 +337,8 @@ int train_run(const zy_train_config *c, const zy_train_opts *o) {
             fflush(stdout);
         }
         int64_t asked = stop_signal; /* a signal to any rank stops them all at this step */
-        if (tr.comm.world > 1 &&
-            (rc = comm_all_reduce(&tr.comm, &asked, 1, ZY_COMM_I64, ZY_COMM_MAX)) != ZY_OK)
+        if (tr.ranks.comm.world > 1 &&
+            (rc = comm_all_reduce(&tr.ranks.comm, &asked, 1, ZY_COMM_I64, ZY_COMM_MAX)) != ZY_OK)
             break;
         const int signalled = asked != 0;
         const int stopping =
@@ -372,7 +355,7 @@ int train_run(const zy_train_config *c, const zy_train_opts *o) {
         const int checkpoint =
             (c->checkpoint_interval > 0 && tr.st.step % c->checkpoint_interval == 0) ||
             tr.st.step == c->steps || stopping;
-        if (checkpoint && tr.comm.world > 1) rc = trainer_check_replicas(&tr);
+        if (checkpoint && tr.ranks.comm.world > 1) rc = trainer_check_replicas(&tr);
         if (rc == ZY_OK && checkpoint) rc = trainer_save_checkpoint(&tr); /* collective */
         if (stopping && rc == ZY_OK) {
             printf("stopped on request (%s) at step %lld after its checkpoint\n",
@@ -403,7 +386,7 @@ int train_eval(const zy_train_config *c, const char *model_dir, zy_skip_bias_rul
     trainer tr;
     memset(&tr, 0, sizeof tr);
     tr.cfg = c;
-    comm_init_single(&tr.comm); /* eval runs in one process */
+    comm_init_single(&tr.ranks.comm); /* eval runs in one process */
     const dist_env alone = {.rank = 0, .world = 1, .local_rank = 0, .local_world = 1};
     int rc = setup_device(&tr, &alone);
     if (rc == ZY_OK) rc = step_init_model(&tr.st, &tr.ctx, &c->model, c->batch_size, c->seq_len, 0);

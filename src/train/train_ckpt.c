@@ -45,7 +45,7 @@ int trainer_check_replicas(trainer *tr) {
     int64_t crc[2];
     crc[0] = zy_crc32c(0, p, tr->st.model.table.total * sizeof *p);
     crc[1] = -crc[0];
-    ZY_TRY(comm_all_reduce(&tr->comm, crc, 2, ZY_COMM_I64, ZY_COMM_MAX));
+    ZY_TRY(comm_all_reduce(&tr->ranks.comm, crc, 2, ZY_COMM_I64, ZY_COMM_MAX));
     if (crc[0] != -crc[1])
         return zy_fail_runtime("step %lld: the ranks' weights differ (replicated state diverged)",
                                (long long)tr->st.step);
@@ -63,7 +63,7 @@ static void shard_path(const trainer *tr, int rank, char *buf, size_t n) {
 
 static int write_state_shard(trainer *tr) {
     char path[ZY_PATH_MAX + 128];
-    shard_path(tr, tr->comm.rank, path, sizeof path);
+    shard_path(tr, tr->ranks.comm.rank, path, sizeof path);
     char *slash = strrchr(path, '/');
     *slash = 0;
     int rc = zy_mkdirs(path);
@@ -83,7 +83,7 @@ static int write_state_shard(trainer *tr) {
 /* Every rank's status in; ZY_OK only when all are ZY_OK (a failed rank's error stays its own). */
 static int all_ok(trainer *tr, int rc, const char *what) {
     int64_t failed = rc != ZY_OK;
-    if (comm_all_reduce(&tr->comm, &failed, 1, ZY_COMM_I64, ZY_COMM_MAX) != ZY_OK) return ZY_ERR;
+    if (comm_all_reduce(&tr->ranks.comm, &failed, 1, ZY_COMM_I64, ZY_COMM_MAX) != ZY_OK) return ZY_ERR;
     if (failed && rc == ZY_OK)
         return zy_fail_runtime("step %lld: another rank failed %s", (long long)tr->st.step, what);
     return rc;
@@ -95,10 +95,10 @@ static int save_checkpoint_rank0(trainer *tr);
 int trainer_save_checkpoint(trainer *tr) {
     ZY_TRY(step_weights_whole(&tr->st)); /* collective: before the ranks part ways */
     optim_state_to_host(&tr->st.opt);    /* the moments' host mirror (itself on the CPU) */
-    if (tr->comm.world == 1) return save_checkpoint_rank0(tr);
-    int rc = tr->comm.rank > 0 ? write_state_shard(tr) : ZY_OK;
+    if (tr->ranks.comm.world == 1) return save_checkpoint_rank0(tr);
+    int rc = tr->ranks.comm.rank > 0 ? write_state_shard(tr) : ZY_OK;
     rc = all_ok(tr, rc, "writing its checkpoint shard");
-    if (rc == ZY_OK && tr->comm.rank == 0) rc = save_checkpoint_rank0(tr);
+    if (rc == ZY_OK && tr->ranks.comm.rank == 0) rc = save_checkpoint_rank0(tr);
     return all_ok(tr, rc, "committing the checkpoint");
 }
 
@@ -121,7 +121,7 @@ static int save_checkpoint_rank0(trainer *tr) {
     free(loader);
     char *json = cJSON_Print(st);
     cJSON_Delete(st);
-    const int W = tr->comm.world;
+    const int W = tr->ranks.comm.world;
     char **shards = zy_calloc((size_t)W, sizeof *shards);
     for (int r = 1; r < W; r++) {
         shards[r - 1] = zy_malloc(ZY_PATH_MAX + 128);
@@ -145,8 +145,8 @@ static int save_checkpoint_rank0(trainer *tr) {
     }
     for (int r = 0; r < W; r++) free(shards[r]);
     free(shards);
-    if (rc == ZY_OK && tr->comm.world > 1)
-        printf("checkpoint: %s (weights identical on all %d ranks)\n", dir, tr->comm.world);
+    if (rc == ZY_OK && tr->ranks.comm.world > 1)
+        printf("checkpoint: %s (weights identical on all %d ranks)\n", dir, tr->ranks.comm.world);
     else if (rc == ZY_OK)
         printf("checkpoint: %s\n", dir);
     free(json);

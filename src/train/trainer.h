@@ -3,8 +3,7 @@
 #ifndef ZY_TRAINER_H
 #define ZY_TRAINER_H
 
-#include "dist/comm.h"
-#include "dist/rdv.h"
+#include "train/ranks.h"
 #include "train/batches.h"
 #include "train/metrics.h"
 #include "train/step.h"
@@ -16,9 +15,7 @@ typedef struct {
     zy_step st; /* model, activations, optimizer, balancing; st.step = steps completed */
     zy_batches *train, *val;
     zy_metrics *metrics; /* rank 0 only (NULL elsewhere) */
-    zy_comm comm;        /* the data-parallel ranks (world 1: this process alone) */
-    dist_rdv rdv;        /* GPU ranks: the rendezvous NCCL's id travels through (outlives comm) */
-    int have_comm, have_rdv;
+    zy_ranks ranks;      /* the data-parallel ranks (world 1: this process alone) */
     double tokens_seen;
     char ckpt_root[ZY_PATH_MAX + 16];
     float *params_host; /* [table.total] host copy of the weights for checkpoints (CUDA only) */

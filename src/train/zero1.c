@@ -15,12 +15,14 @@ void zero1_init(zy_zero1 *z, zy_comm *comm, zy_model *m, const zy_optim_config *
     z->bound = zy_calloc((size_t)W + 1, sizeof *z->bound);
     z->owner = zy_calloc((size_t)t->count + 1, sizeof *z->owner);
     z->ready_at = zy_calloc((size_t)t->count + 1, sizeof *z->ready_at);
-    size_t total = 0, run = 0;
-    for (int i = 0; i < t->count; i++) total += optim_state_floats(oc, &t->items[i]);
+    const double fpb =
+        m->ctx->device == ZY_DEV_CUDA ? OPTIM_NS_FLOPS_PER_BYTE_GPU : OPTIM_NS_FLOPS_PER_BYTE_CPU;
+    double total = 0, run = 0;
+    for (int i = 0; i < t->count; i++) total += optim_update_cost(oc, &t->items[i], fpb);
     int r = 1;
     for (int i = 0; i < t->count && r < W; i++) {
-        run += optim_state_floats(oc, &t->items[i]);
-        while (r < W && run * (size_t)W >= total * (size_t)r) z->bound[r++] = i + 1;
+        run += optim_update_cost(oc, &t->items[i], fpb);
+        while (r < W && run * W >= total * r) z->bound[r++] = i + 1;
     }
     for (; r <= W; r++) z->bound[r] = t->count;
     for (int q = 0; q < W; q++)

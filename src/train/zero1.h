@@ -2,10 +2,12 @@
  * buckets reduced to their owners while the backward runs, and the owners' updated weights sent
  * back to every rank.
  *
- * Ownership is by whole tensors (Newton-Schulz needs whole matrices): rank r owns the table entries
- * [bound[r], bound[r+1]), contiguous ranges cut where the running optimizer state passes each
- * rank's equal share. Each rank keeps the optimizer moments of its entries only and updates only
- * them (optim_init_owned).
+ * Ownership is by whole tensors (Newton-Schulz needs whole matrices, so none is split and no
+ * matrix crosses ranks): rank r owns the table entries [bound[r], bound[r+1]), contiguous ranges
+ * cut where the running update cost (optim_update_cost: elementwise traffic plus Newton-Schulz
+ * FLOPs) passes each rank's equal share, so the ranks' optimizer phases take about as long. Each
+ * rank keeps the optimizer moments of its entries only and updates only them
+ * (optim_init_owned).
  *
  * Gradients: a bucket is the entries whose gradients one grads_ready call of the backward
  * (model.h) declares final, i.e. one layer (or the global tensors at the end). Each bucket is
@@ -39,7 +41,7 @@ typedef struct {
     int stale;     /* other ranks' fp32 matrices are stale (a GPU share since the last gather) */
 } zy_zero1;
 
-/* Splits the table of m over comm's ranks by optimizer state size (oc decides it per tensor). */
+/* Splits the table of m over comm's ranks by update cost (oc decides it per tensor). */
 void zero1_init(zy_zero1 *z, zy_comm *comm, zy_model *m, const zy_optim_config *oc);
 void zero1_free(zy_zero1 *z);
 /* This rank's entries [*first, *last). */
