@@ -83,7 +83,8 @@ static int write_state_shard(trainer *tr) {
 /* Every rank's status in; ZY_OK only when all are ZY_OK (a failed rank's error stays its own). */
 static int all_ok(trainer *tr, int rc, const char *what) {
     int64_t failed = rc != ZY_OK;
-    if (comm_all_reduce(&tr->ranks.comm, &failed, 1, ZY_COMM_I64, ZY_COMM_MAX) != ZY_OK) return ZY_ERR;
+    if (comm_all_reduce(&tr->ranks.comm, &failed, 1, ZY_COMM_I64, ZY_COMM_MAX) != ZY_OK)
+        return ZY_ERR;
     if (failed && rc == ZY_OK)
         return zy_fail_runtime("step %lld: another rank failed %s", (long long)tr->st.step, what);
     return rc;
