@@ -11,10 +11,12 @@
 #include "base/timer.h"
 #include "dist/launch.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static char dir[64];
@@ -92,9 +94,9 @@ static void test_rank_ignoring_sigterm_is_killed_after_grace(void **state) {
     double t;
     /* rank 0 fails after 0.5 s, once rank 1 surely ignores SIGTERM; rank 1 then needs SIGKILL,
      * which comes after the 1 s grace */
-    int code = launch_sh(2, "if [ $RANK = 0 ]; then sleep 0.5; exit 3; fi; trap '' TERM; sleep 20",
+    int code = launch_sh(2, "if [ $RANK = 0 ]; then sleep 0.5; exit 4; fi; trap '' TERM; sleep 20",
                          1, NULL, &t);
-    assert_int_equal(code, 3);
+    assert_int_equal(code, 4);
     assert_true(t >= 1.4 && t < 8);
 }
 
@@ -104,6 +106,50 @@ static void test_stop_request_stops_all(void **state) {
     double t;
     assert_int_equal(launch_sh(2, "sleep 20", 5, &stop, &t), 128 + SIGTERM);
     assert_true(t < 10);
+}
+
+static volatile sig_atomic_t late_stop;
+
+/* The launcher's signal handler, 0.5 s after the ranks started (they have set their traps). */
+static void *raise_stop_later(void *arg) {
+    (void)arg;
+    struct timespec ts = {0, 500 * 1000000L};
+    nanosleep(&ts, NULL);
+    late_stop = SIGTERM;
+    return NULL;
+}
+
+/* The launcher's stop signal reaches every rank, which (like zayac train) finish, save and exit 3:
+ * none is killed for it, and the launcher exits 3. */
+static void test_stop_request_lets_ranks_save(void **state) {
+    (void)state;
+    late_stop = 0;
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, raise_stop_later, NULL), 0);
+    char script[512];
+    snprintf(script, sizeof script,
+             "trap 'sleep 1; touch %s/saved.$RANK; exit 3' TERM; sleep 20 & wait", dir);
+    double t;
+    assert_int_equal(launch_sh(2, script, 0.2, &late_stop, &t), 3);
+    pthread_join(th, NULL);
+    assert_true(t >= 1.4 && t < 10);
+    for (int r = 0; r < 2; r++) {
+        char path[128];
+        snprintf(path, sizeof path, "%s/saved.%d", dir, r);
+        assert_true(zy_path_exists(path));
+    }
+}
+
+/* A rank that stops on request (exit 3) is not a failure: the others go on to their own stop. */
+static void test_rank_stopping_first_is_not_a_failure(void **state) {
+    (void)state;
+    char script[512];
+    snprintf(script, sizeof script,
+             "if [ $RANK = 1 ]; then sleep 1; touch %s/late.$RANK; fi; exit 3", dir);
+    assert_int_equal(launch_sh(2, script, 0.2, NULL, NULL), 3);
+    char path[128];
+    snprintf(path, sizeof path, "%s/late.1", dir);
+    assert_true(zy_path_exists(path));
 }
 
 static void test_success_and_missing_program(void **state) {
@@ -192,6 +238,8 @@ int main(void) {
         cmocka_unit_test(test_killed_rank_reports_its_signal),
         cmocka_unit_test(test_rank_ignoring_sigterm_is_killed_after_grace),
         cmocka_unit_test(test_stop_request_stops_all),
+        cmocka_unit_test(test_stop_request_lets_ranks_save),
+        cmocka_unit_test(test_rank_stopping_first_is_not_a_failure),
         cmocka_unit_test(test_success_and_missing_program),
         cmocka_unit_test(test_cli),
     };

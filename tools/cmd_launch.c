@@ -30,11 +30,12 @@ static void usage(FILE *f) {
             "required with --nnodes)\n"
             "  --master-addr A  MASTER_ADDR: node 0's address (default 127.0.0.1; required with "
             "--nnodes)\n"
-            "  --grace S        seconds between SIGTERM and SIGKILL when stopping ranks "
-            "(default 5)\n"
+            "  --grace S        seconds between SIGTERM and SIGKILL when stopping the ranks after "
+            "one failed (default 5)\n"
             "  --cpu            CPU ranks: run the command under Open MPI's mpirun -n N\n"
             "When a rank exits with an error the others are stopped and its exit code is "
-            "returned.\n");
+            "returned.\nSIGTERM or SIGINT to the launcher goes to every rank (zayac train saves "
+            "and exits 3; then so does the launcher); a second one kills them.\n");
 }
 
 static int parse_int(const char *name, const char *v, long lo, long hi, long *out) {

@@ -102,7 +102,9 @@ int dist_launch(const dist_launch_opts *o, char *const argv[], int *exit_code) {
         alive[r] = 1;
     }
 
-    int nalive = n, failed_rank = -1, code = 0;
+    /* A rank that exits 3 stopped on request after a checkpoint (a signal or --stop-after the
+     * ranks agreed on): not a failure, the others stop at the same step. */
+    int nalive = n, failed_rank = -1, code = 0, stopped = 0, forwarded = 0;
     double kill_at = 0;
     while (nalive > 0) {
         int progressed = 0;
@@ -115,6 +117,10 @@ int dist_launch(const dist_launch_opts *o, char *const argv[], int *exit_code) {
             nalive--;
             progressed = 1;
             int c = w < 0 ? 1 : status_code(st);
+            if (c == LAUNCH_EXIT_STOPPED && w > 0 && WIFEXITED(st)) {
+                stopped = 1;
+                continue;
+            }
             if (c != 0 && failed_rank < 0) {
                 failed_rank = r;
                 code = c;
@@ -130,14 +136,24 @@ int dist_launch(const dist_launch_opts *o, char *const argv[], int *exit_code) {
                 kill_at = zy_now() + grace;
             }
         }
-        if (o->stop_signal && *o->stop_signal && failed_rank < 0 && kill_at == 0) {
-            code = 128 + (int)*o->stop_signal;
-            failed_rank = n; /* none of the ranks: the launcher was asked to stop */
-            if (o->log)
-                fprintf(o->log, "zayac launch: stopping %d rank(s) on signal %d\n", nalive,
-                        (int)*o->stop_signal);
-            signal_groups(pids, alive, n, SIGTERM);
-            kill_at = zy_now() + grace;
+        /* The launcher's own stop signal (preemption, Ctrl-C) goes to every rank, which finish
+         * their step, save together and exit 3; a second signal kills them. */
+        if (o->stop_signal && *o->stop_signal) {
+            const int sig = (int)*o->stop_signal;
+            *o->stop_signal = 0;
+            if (!forwarded) {
+                if (o->log)
+                    fprintf(o->log,
+                            "zayac launch: signal %d: passing it to %d rank(s), which save and "
+                            "stop (a second signal kills them)\n",
+                            sig, nalive);
+                signal_groups(pids, alive, n, sig);
+                forwarded = 1;
+            } else {
+                if (o->log) fprintf(o->log, "zayac launch: second signal: killing the ranks\n");
+                signal_groups(pids, alive, n, SIGKILL);
+                if (failed_rank < 0) failed_rank = n, code = 128 + sig;
+            }
         }
         if (kill_at > 0 && zy_now() > kill_at) {
             signal_groups(pids, alive, n, SIGKILL);
@@ -148,6 +164,7 @@ int dist_launch(const dist_launch_opts *o, char *const argv[], int *exit_code) {
             nanosleep(&ts, NULL);
         }
     }
+    if (failed_rank < 0 && stopped) code = LAUNCH_EXIT_STOPPED;
     free(pids);
     free(alive);
     *exit_code = code;

@@ -22,11 +22,18 @@ typedef struct {
     FILE *log;                          /* progress and failure lines; NULL: silent */
 } dist_launch_opts;
 
+/* The exit status of a rank that stopped on request after writing a checkpoint (the README's
+ * exit status contract: 3). */
+#define LAUNCH_EXIT_STOPPED 3
+
 /* Runs argv (argv[0] found on PATH) as nprocs ranks and waits. Several hosts: each runs the
  * launcher with the same nnodes, nprocs, master_addr (node 0's) and master_port, and its own
- * node_rank; the job's world is nnodes * nprocs. *exit_code is 0 when every rank
- * exited 0, else the code of the first rank that failed (128+N for signal N), and 128+N when the
- * caller's stop_signal asked for N. Returns ZY_ERR only when the ranks could not be started. */
+ * node_rank; the job's world is nnodes * nprocs. When a rank fails (an exit status other than 0
+ * and 3, or a signal) the others get SIGTERM, then SIGKILL after grace_s. The caller's
+ * stop_signal (set by its handler; cleared here) is passed on to every rank, which then stop
+ * after a checkpoint (exit 3); a second one kills them. *exit_code is the code of the first rank
+ * that failed (128+N for signal N), else 3 when ranks stopped on request, else 0; 128+N when a
+ * second signal N killed them. Returns ZY_ERR only when the ranks could not be started. */
 int dist_launch(const dist_launch_opts *o, char *const argv[], int *exit_code);
 /* A TCP port that is free on this host right now (bind to port 0 and read it back). */
 int dist_free_port(int *port);

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Data parallel on the GPUs of one host, in one call (a 2-GPU kind of the device tool):
+#   1. the NCCL communicator's tests over every GPU (each NCCL algorithm: default, Ring, Tree);
+#   2. `zayac bench train -n 1` and `-n N` side by side (bench-small; AdamW and Muon; then
+#      zaya1-base's widths with 4 layers, AdamW): tokens/s per GPU, MFU, memory, optimizer per rank;
+#   3. `zayac launch -n N -- zayac train` against one GPU on real text (bench-small widths, the
+#      same global batch): the two loss curves, and a stop at the middle + --resume on N GPUs
+#      against the uninterrupted N-GPU run (bit for bit).
+# Usage (from the zayac root; DATA holds tokenizer.json and data/ from `zayac data prepare`):
+#   DEBS=.ext/debs DATA=.ext/dpdata bash scripts/gpu_dp_check.sh
+# Files land in $OUT: summary.txt (the results), build.log, comm_*.log, bench_*.{txt,json},
+# train_*/ (metrics.jsonl, loss.png) and curves.txt.
+set -u
+export PATH=/usr/local/cuda/bin:$PATH
+export NCCL_NVLS_ENABLE=0 # NVLink multicast stays off on the lent machines
+OUT=${OUT:-/tmp/gpu_dp_out}
+DATA=${DATA:-.ext/dpdata}
+mkdir -p "$OUT"
+note() { echo "$*" | tee -a "$OUT/summary.txt"; }
+. "$(dirname "$0")/gpu_deps.sh"
+N=$(nvidia-smi -L | wc -l)
+note "$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1) x $N"
+nvidia-smi topo -m >"$OUT/topo.txt" 2>&1
+t0=$(date +%s)
+make -j"$(nproc)" DEPS_ROOT="$DEPS_ROOT" CUDA=1 all build/tests/test_comm_nccl >"$OUT/build.log" 2>&1 ||
+    { grep -E "error" "$OUT/build.log" | head -20 | tee -a "$OUT/summary.txt"; note "build FAILED"; exit 1; }
+note "build done ($(($(date +%s) - t0)) s)"
+Z=$PWD/build/zayac
+
+# 1. the communicator
+for algo in default Ring Tree; do
+    env_algo=()
+    [ "$algo" != default ] && env_algo=(NCCL_ALGO=$algo)
+    env "${env_algo[@]}" timeout 180 build/tests/test_comm_nccl >"$OUT/comm_$algo.log" 2>&1
+    note "test_comm_nccl NCCL_ALGO=$algo rc=$?: $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/comm_$algo.log" | tr '\n' ' ')"
+done
+
+# 2. bench train, 1 GPU and N GPUs (--batch is per GPU)
+python3 - "$OUT/base4.json" <<'EOF'
+import json, sys
+c = json.load(open("configs/zaya1-base.json"))
+c["num_hidden_layers"] = 4
+c["layer_types"] = c["layer_types"][:4]
+json.dump(c, open(sys.argv[1], "w"), indent=1)
+EOF
+note "| model | optim | GPUs | batch/GPU x seq | ms/step | tokens/s | tokens/s per GPU | per GPU vs 1 | MFU | optimizer GiB per rank (max) | device GiB |"
+note "|---|---|---|---|---|---|---|---|---|---|---|"
+bench() { # model-args label optim batch seq n
+    local f="$OUT/bench_$2_$3_n$6"
+    timeout 300 $Z bench train -n "$6" $1 --batch "$4" --seq "$5" --optim "$3" --steps 10 --warmup 3 \
+        --peak-tflops 989 --profile --json "$f.json" >"$f.txt" 2>&1 || { note "| $2 | $3 | $6 | failed: $(tail -2 "$f.txt" | tr '\n' ' ') |"; return; }
+    python3 - "$f.json" "$OUT/bench_$2_$3_n1.json" "$2" "$3" "$6" "$4" "$5" <<'EOF' | tee -a "$OUT/summary.txt"
+import json, sys
+j = json.load(open(sys.argv[1]))
+one = json.load(open(sys.argv[2]))
+per = j["tokens_per_s"] / j["world_size"]
+ratio = per / one["tokens_per_s"]
+m = j["memory"]
+print("| %s | %s | %s | %s x %s | %.1f | %.0f | %.0f | %.3f | %.1f%% | %.2f | %.1f |" % (
+    sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6], sys.argv[7], j["step_ms"]["mean"],
+    j["tokens_per_s"], per, ratio, 100 * j["mfu"], m["optimizer_bytes"] / 2**30, j["mem_gib"]))
+EOF
+}
+for optim in adamw muon; do
+    for n in 1 "$N"; do bench "--preset bench-small" bench-small "$optim" 8 2048 "$n"; done
+done
+for n in 1 "$N"; do bench "--config $OUT/base4.json" base-4layers adamw 2 4096 "$n"; done
+for f in "$OUT"/bench_*_n"$N".txt; do
+    note "$(basename "$f"): $(grep -E 'optimizer phase per rank|share_weights' "$f" | tr '\n' ' ')"
+done
+
+# 3. training on text: 1 GPU against N GPUs (global batch 16 x 1024), then stop + resume on N
+cat >"$OUT/train.json" <<EOF
+{"model": "bench-small", "tokenizer": "$PWD/$DATA/tokenizer.json",
+ "data": [{"path": "$PWD/$DATA/data", "weight": 1.0}], "batch_size": 16, "seq_len": 1024,
+ "steps": 40, "optimizer": {"name": "muon", "lr": 0.003}, "schedule": {"kind": "cosine", "warmup": 5},
+ "eval_interval": 0, "checkpoint_interval": 20, "log_interval": 10, "seed": 1, "device": "cuda",
+ "samples": {"prompts": [], "tokens": 0}}
+EOF
+train() { # name launcher-args... -- extra train args
+    local name=$1
+    shift
+    timeout 240 "$@" >"$OUT/train_$name.txt" 2>&1
+    note "train $name rc=$?: $(grep -E '^done|stopped|error|fatal' "$OUT/train_$name.txt" | head -3 | tr '\n' ' ')"
+}
+train one $Z train --config "$OUT/train.json" --out "$OUT/train_one"
+train dp $Z launch -n "$N" -- $Z train --config "$OUT/train.json" --out "$OUT/train_dp"
+train dp_stop $Z launch -n "$N" -- $Z train --config "$OUT/train.json" --out "$OUT/train_dp_resume" --stop-after 20
+train dp_resume $Z launch -n "$N" -- $Z train --config "$OUT/train.json" --out "$OUT/train_dp_resume" --resume
+python3 - "$OUT" <<'EOF' | tee "$OUT/curves.txt" | tee -a "$OUT/summary.txt"
+import json, sys
+def rows(run):
+    out = {}
+    try:
+        for line in open("%s/train_%s/metrics.jsonl" % (sys.argv[1], run)):
+            r = json.loads(line)
+            if "loss" in r and "step" in r: out[r["step"]] = (r["loss"], r.get("grad_norm"), r.get("world_size"))
+    except OSError as e:
+        print("no metrics for", run, e)
+    return out
+one, dp, res = rows("one"), rows("dp"), rows("dp_resume")
+steps = sorted(set(one) & set(dp))
+if steps:
+    worst = max(abs(dp[s][0] - one[s][0]) / abs(one[s][0]) for s in steps)
+    print("1 GPU vs N GPUs: %d steps, loss %.4f -> %.4f (1 GPU), %.4f -> %.4f (N), worst relative loss difference %.2e" % (
+        len(steps), one[steps[0]][0], one[steps[-1]][0], dp[steps[0]][0], dp[steps[-1]][0], worst))
+    for s in steps[::5]:
+        print("  step %3d  1 GPU %.5f  N GPUs %.5f  (world_size %s)" % (s, one[s][0], dp[s][0], dp[s][2]))
+both = sorted(set(dp) & set(res))
+if both:
+    same = all(dp[s][0] == res[s][0] for s in both)
+    print("N GPUs stopped at 20 and resumed vs uninterrupted: %d steps, bit-identical losses: %s" % (len(both), same))
+EOF
+note "total $(($(date +%s) - t0)) s"
