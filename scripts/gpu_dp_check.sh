@@ -74,8 +74,7 @@ cat >"$OUT/train.json" <<EOF
 {"model": "bench-small", "tokenizer": "$PWD/$DATA/tokenizer.json",
  "data": [{"path": "$PWD/$DATA/data", "weight": 1.0}], "batch_size": 16, "seq_len": 1024,
  "steps": 40, "optimizer": {"name": "muon", "lr": 0.003}, "schedule": {"kind": "cosine", "warmup": 5},
- "eval_interval": 0, "checkpoint_interval": 20, "log_interval": 10, "seed": 1, "device": "cuda",
- "samples": {"prompts": [], "tokens": 0}}
+ "eval_interval": 0, "checkpoint_interval": 20, "log_interval": 10, "seed": 1, "device": "cuda"}
 EOF
 train() { # name launcher-args... -- extra train args
     local name=$1
