@@ -7,7 +7,10 @@
 #      same global batch): the two loss curves, and a stop at the middle + --resume on N GPUs
 #      against the uninterrupted N-GPU run (bit for bit).
 # Usage (from the zayac root; DATA holds tokenizer.json and data/ from `zayac data prepare`):
-#   DEBS=.ext/debs DATA=.ext/dpdata bash scripts/gpu_dp_check.sh
+#   DEBS=.ext/debs DATA=.ext/dpdata [ALGOS="default Ring Tree"] [ONE_GPU=1] [BASE=1] \
+#       bash scripts/gpu_dp_check.sh
+# ONE_GPU=0 skips the 1-GPU benchmark baselines, BASE=0 the zaya1-base widths. The summary and
+# the tails of failed runs' logs are printed at the end.
 # Files land in $OUT: summary.txt (the results), build.log, comm_*.log, bench_*.{txt,json},
 # train_*/ (metrics.jsonl, loss.png) and curves.txt.
 set -u
@@ -28,7 +31,7 @@ note "build done ($(($(date +%s) - t0)) s)"
 Z=$PWD/build/zayac
 
 # 1. the communicator
-for algo in default Ring Tree; do
+for algo in ${ALGOS:-default Ring Tree}; do
     env_algo=()
     [ "$algo" != default ] && env_algo=(NCCL_ALGO=$algo)
     env "${env_algo[@]}" timeout 180 build/tests/test_comm_nccl >"$OUT/comm_$algo.log" 2>&1
@@ -50,21 +53,24 @@ bench() { # model-args label optim batch seq n
     timeout 300 $Z bench train -n "$6" $1 --batch "$4" --seq "$5" --optim "$3" --steps 10 --warmup 3 \
         --peak-tflops 989 --profile --json "$f.json" >"$f.txt" 2>&1 || { note "| $2 | $3 | $6 | failed: $(tail -2 "$f.txt" | tr '\n' ' ') |"; return; }
     python3 - "$f.json" "$OUT/bench_$2_$3_n1.json" "$2" "$3" "$6" "$4" "$5" <<'EOF' | tee -a "$OUT/summary.txt"
-import json, sys
+import json, os, sys
 j = json.load(open(sys.argv[1]))
-one = json.load(open(sys.argv[2]))
 per = j["tokens_per_s"] / j["world_size"]
-ratio = per / one["tokens_per_s"]
+ratio = per / json.load(open(sys.argv[2]))["tokens_per_s"] if os.path.exists(sys.argv[2]) else float("nan")
 m = j["memory"]
 print("| %s | %s | %s | %s x %s | %.1f | %.0f | %.0f | %.3f | %.1f%% | %.2f | %.1f |" % (
     sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6], sys.argv[7], j["step_ms"]["mean"],
     j["tokens_per_s"], per, ratio, 100 * j["mfu"], m["optimizer_bytes"] / 2**30, j["mem_gib"]))
 EOF
 }
+counts="$N"
+[ "${ONE_GPU:-1}" = 1 ] && counts="1 $N"
 for optim in adamw muon; do
-    for n in 1 "$N"; do bench "--preset bench-small" bench-small "$optim" 8 2048 "$n"; done
+    for n in $counts; do bench "--preset bench-small" bench-small "$optim" 8 2048 "$n"; done
 done
-for n in 1 "$N"; do bench "--config $OUT/base4.json" base-4layers adamw 2 4096 "$n"; done
+if [ "${BASE:-1}" = 1 ]; then
+    for n in $counts; do bench "--config $OUT/base4.json" base-4layers adamw 2 4096 "$n"; done
+fi
 for f in "$OUT"/bench_*_n"$N".txt; do
     note "$(basename "$f"): $(grep -E 'optimizer phase per rank|share_weights' "$f" | tr '\n' ' ')"
 done
@@ -111,3 +117,8 @@ if both:
     print("N GPUs stopped at 20 and resumed vs uninterrupted: %d steps, bit-identical losses: %s" % (len(both), same))
 EOF
 note "total $(($(date +%s) - t0)) s"
+for f in "$OUT"/comm_*.log "$OUT"/bench_*.txt "$OUT"/train_*.txt; do
+    grep -qE "FAILED|fatal|error|rc=[1-9]" "$f" 2>/dev/null || continue
+    echo "=== $(basename "$f") (tail)"
+    grep -vE "^\[ +(RUN|OK) +\]" "$f" | tail -25
+done

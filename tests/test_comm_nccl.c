@@ -363,6 +363,16 @@ static int play_all(zy_comm *c, rank_arg *a) {
         for (int s = 0; s < 2; s++) ZY_TRY(check_random_sum(c, t, rnd_sizes[s], &a->ident[k][s]));
     }
     ZY_TRY(check_order_after(c));
+    /* host buffers (the step's scalars and counts) are staged through device memory */
+    double h[3] = {c->rank + 1.0, 2.0 * c->rank, -1.0};
+    int64_t counts[2] = {c->rank, 5};
+    ZY_TRY(comm_all_reduce(c, h, 3, ZY_COMM_F64, ZY_COMM_SUM));
+    ZY_TRY(comm_all_reduce(c, counts, 2, ZY_COMM_I64, ZY_COMM_MAX));
+    const double w = c->world;
+    if (h[0] != w * (w + 1) / 2 || h[1] != w * (w - 1) || h[2] != -w || counts[0] != c->world - 1 ||
+        counts[1] != 5)
+        return zy_fail_runtime("host all_reduce: %g %g %g %lld %lld", h[0], h[1], h[2],
+                               (long long)counts[0], (long long)counts[1]);
     /* nothing to move: a no-op, not an NCCL error */
     ZY_TRY(comm_all_reduce(c, NULL, 0, ZY_COMM_F32, ZY_COMM_SUM));
     return comm_barrier(c);

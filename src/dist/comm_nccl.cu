@@ -27,6 +27,8 @@ typedef struct {
     float *one;         /* [1] device: the barrier's all-reduce */
     int broken;         /* an operation failed and the communicator was aborted */
     int pending;        /* operations queued under comm_defer and not yet waited for */
+    void *stage;        /* device copy of host buffers (grows to the largest seen) */
+    size_t stage_bytes;
     char last[160];     /* the last of them, for messages */
 } nccl_impl;
 
@@ -195,6 +197,64 @@ static int op_failed(nccl_impl *m) {
 /* Runs one operation to completion, or only queues it while the communicator is deferred
  * (comm_defer: nccl_complete waits). The dispatch (comm.c) names the operation, backend and rank
  * in front of the error; here it gets the size and type. */
+/* 1 when p is host memory (not a device or managed allocation CUDA knows). */
+static int is_host(const void *p) {
+    cudaPointerAttributes at;
+    if (!p) return 0;
+    if (cudaPointerGetAttributes(&at, p) != cudaSuccess) {
+        cudaGetLastError(); /* older runtimes: an unknown pointer is an error, and host memory */
+        return 1;
+    }
+    return at.type == cudaMemoryTypeHost || at.type == cudaMemoryTypeUnregistered;
+}
+
+/* Elements of the operation's send and receive buffers (per-rank counts times the world where
+ * the buffer holds every rank's block). */
+static void buffer_counts(const op_args *a, int world, size_t *send, size_t *recv) {
+    const size_t all = a->n * (size_t)world;
+    *send = a->kind == OP_REDUCE_SCATTER || a->kind == OP_ALL_TO_ALL ? all : a->n;
+    *recv = a->kind == OP_ALL_GATHER || a->kind == OP_ALL_TO_ALL ? all : a->n;
+}
+
+static int stage_grow(nccl_impl *m, size_t bytes) {
+    if (bytes <= m->stage_bytes) return ZY_OK;
+    if (m->stage) ZY_CUDA_TRY(cudaFree(m->stage));
+    m->stage = NULL;
+    m->stage_bytes = 0;
+    ZY_CUDA_TRY(cudaMalloc(&m->stage, bytes));
+    m->stage_bytes = bytes;
+    return ZY_OK;
+}
+
+/* The operation on host buffers (the step's scalars and counts: small): copied to the staging
+ * buffer on the communicator's stream, run there, copied back, completed before returning (also
+ * when deferred: the host buffers must be final when the call returns). */
+static int op_run_staged(zy_comm *c, const op_args *a, const char *what) {
+    nccl_impl *m = impl_of(c);
+    cudaStream_t st = (cudaStream_t)m->dc.stream;
+    const size_t e = comm_dtype_size(a->t);
+    size_t ns, nr;
+    buffer_counts(a, c->world, &ns, &nr);
+    const int in_place = a->send == a->recv;
+    ZY_TRY(stage_grow(m, (ns + (in_place ? 0 : nr)) * e + 256));
+    op_args d = *a;
+    char *base = (char *)m->stage;
+    d.send = a->send ? base : NULL;
+    d.recv = a->recv ? (in_place ? base : base + ((ns * e + 255) / 256) * 256) : NULL;
+    if (a->send)
+        ZY_CUDA_TRY(cudaMemcpyAsync((void *)d.send, a->send, ns * e, cudaMemcpyHostToDevice, st));
+    if (a->recv && !in_place && a->kind != OP_RECV) /* out of place: receive over a copy */
+        ZY_CUDA_TRY(cudaMemcpyAsync(d.recv, a->recv, nr * e, cudaMemcpyHostToDevice, st));
+    if (op_begin(m) != ZY_OK || op_queue(&m->dc, &d) != ZY_OK)
+        return zy_fail_ctx("queueing %s", what);
+    if (a->recv) ZY_CUDA_TRY(cudaMemcpyAsync(a->recv, d.recv, nr * e, cudaMemcpyDeviceToHost, st));
+    return op_end(m, what);
+}
+
+/* Runs one operation to completion, or only queues it while the communicator is deferred
+ * (comm_defer: nccl_complete waits). Host buffers are staged through device memory. The
+ * dispatch (comm.c) names the operation, backend and rank in front of the error; here it gets the
+ * size and type. */
 static int op_run(zy_comm *c, const op_args *a) {
     nccl_impl *m = impl_of(c);
     if (m->broken)
@@ -202,6 +262,10 @@ static int op_run(zy_comm *c, const op_args *a) {
     if (a->n == 0) return ZY_OK; /* nothing to move; NCCL versions differ on empty calls */
     char what[160];
     describe(a, what, sizeof what);
+    const int host = is_host(a->send) || is_host(a->recv);
+    if (host && is_host(a->send) != is_host(a->recv) && a->send && a->recv)
+        return zy_fail("%s: one buffer in host and one in device memory", what);
+    if (host) return op_run_staged(c, a, what) == ZY_OK ? ZY_OK : op_failed(m);
     int rc = op_begin(m) == ZY_OK && op_queue(&m->dc, a) == ZY_OK
                  ? ZY_OK
                  : zy_fail_ctx("queueing %s", what);
@@ -298,6 +362,7 @@ static void nccl_free(zy_comm *c) {
     if (m->ready) ZY_CUDA_NOTE(st, cudaEventDestroy(m->ready));
     if (m->done) ZY_CUDA_NOTE(st, cudaEventDestroy(m->done));
     if (m->one) ZY_CUDA_NOTE(st, cudaFree(m->one));
+    if (m->stage) ZY_CUDA_NOTE(st, cudaFree(m->stage));
     if (st != ZY_OK) /* nothing to return it to: said, as the other warnings are */
         fprintf(stderr, "warning: releasing the NCCL communicator: %s\n", zy_errmsg());
     free(m);

@@ -1,4 +1,6 @@
-/* The communicator's NCCL backend (comm.h): every operation on device buffers of this rank's GPU.
+/* The communicator's NCCL backend (comm.h): every operation on buffers of this rank's GPU, or on
+ * host buffers, which are staged through device memory and completed before the call returns
+ * (meant for the small values a step reduces: a loss, token and expert counts, a norm).
  *
  * The stream rule. Operations run on the communicator's own stream (dist/nccl_comm.h). Each one
  * starts after all the work queued before the call on one stream, the stream it is ordered after
