@@ -34,7 +34,7 @@ Z=$PWD/build/zayac
 for algo in ${ALGOS:-default Ring Tree}; do
     env_algo=()
     [ "$algo" != default ] && env_algo=(NCCL_ALGO=$algo)
-    env "${env_algo[@]}" timeout 180 build/tests/test_comm_nccl >"$OUT/comm_$algo.log" 2>&1
+    env "${env_algo[@]}" timeout 90 build/tests/test_comm_nccl >"$OUT/comm_$algo.log" 2>&1
     note "test_comm_nccl NCCL_ALGO=$algo rc=$?: $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/comm_$algo.log" | tr '\n' ' ')"
 done
 
@@ -50,7 +50,7 @@ note "| model | optim | GPUs | batch/GPU x seq | ms/step | tokens/s | tokens/s p
 note "|---|---|---|---|---|---|---|---|---|---|---|"
 bench() { # model-args label optim batch seq n
     local f="$OUT/bench_$2_$3_n$6"
-    timeout 300 $Z bench train -n "$6" $1 --batch "$4" --seq "$5" --optim "$3" --steps 10 --warmup 3 \
+    timeout 120 $Z bench train -n "$6" $1 --batch "$4" --seq "$5" --optim "$3" --steps 10 --warmup 3 \
         --peak-tflops 989 --profile --json "$f.json" >"$f.txt" 2>&1 || { note "| $2 | $3 | $6 | failed: $(tail -2 "$f.txt" | tr '\n' ' ') |"; return; }
     python3 - "$f.json" "$OUT/bench_$2_$3_n1.json" "$2" "$3" "$6" "$4" "$5" <<'EOF' | tee -a "$OUT/summary.txt"
 import json, os, sys
@@ -80,12 +80,13 @@ cat >"$OUT/train.json" <<EOF
 {"model": "bench-small", "tokenizer": "$PWD/$DATA/tokenizer.json",
  "data": [{"path": "$PWD/$DATA/data", "weight": 1.0}], "batch_size": 16, "seq_len": 1024,
  "steps": 40, "optimizer": {"name": "muon", "lr": 0.003}, "schedule": {"kind": "cosine", "warmup": 5},
- "eval_interval": 0, "checkpoint_interval": 20, "log_interval": 10, "seed": 1, "device": "cuda"}
+ "eval_interval": 0, "checkpoint_interval": 20, "log_interval": 10, "seed": 1, "device": "cuda",
+ "dist": {"timeout_s": 60}}
 EOF
 train() { # name launcher-args... -- extra train args
     local name=$1
     shift
-    timeout 240 "$@" >"$OUT/train_$name.txt" 2>&1
+    timeout 120 "$@" >"$OUT/train_$name.txt" 2>&1
     note "train $name rc=$?: $(grep -E '^done|stopped|error|fatal' "$OUT/train_$name.txt" | head -3 | tr '\n' ' ')"
 }
 train one $Z train --config "$OUT/train.json" --out "$OUT/train_one"
