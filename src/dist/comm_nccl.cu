@@ -29,7 +29,7 @@ typedef struct {
     int pending;        /* operations queued under comm_defer and not yet waited for */
     void *stage;        /* device copy of host buffers (grows to the largest seen) */
     size_t stage_bytes;
-    char last[160];     /* the last of them, for messages */
+    char last[160]; /* the last of them, for messages */
 } nccl_impl;
 
 typedef enum {

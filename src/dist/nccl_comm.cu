@@ -131,6 +131,9 @@ void dist_comm_abort(dist_comm *c) {
 int dist_comm_free(dist_comm *c) {
     int st = ZY_OK;
     if (c->nccl) {
+        /* Tearing down is not collective: a peer done first may exit while this one finalizes,
+         * which is not a crash. From here only the deadline is watched. */
+        c->wd.rdv = NULL;
         dist_watchdog_enter(&c->wd, "ncclCommFinalize");
         ncclResult_t r = ncclCommFinalize(nccl_of(c));
         dist_watchdog_leave(&c->wd);

@@ -16,11 +16,12 @@ static void *watch(void *p) {
         __atomic_load(&w->busy_since, &since, __ATOMIC_ACQUIRE);
         if (since <= 0) continue;
         const char *what = w->what ? w->what : "a blocking call";
+        dist_rdv *rdv = w->rdv; /* once: the owner may clear it (teardown) */
         char msg[1200];
         if (zy_now() - since > w->timeout_s) {
             snprintf(msg, sizeof msg, "%s did not return within %.0f s (a peer is stuck or gone)",
                      what, w->timeout_s);
-        } else if (w->rdv && dist_rdv_check_peers(w->rdv) != ZY_OK) {
+        } else if (rdv && dist_rdv_check_peers(rdv) != ZY_OK) {
             snprintf(msg, sizeof msg, "during %s: %s", what, zy_errmsg());
         } else {
             continue;

@@ -24,7 +24,7 @@ typedef struct {
     const char *volatile what;  /* the guarded call, for the message */
     volatile int fired;         /* the callback was called */
     double timeout_s;
-    dist_rdv *rdv; /* polled for dead peers while a call is guarded; may be NULL */
+    dist_rdv *volatile rdv; /* polled for dead peers while a call is guarded; may be NULL */
     dist_stuck_fn fn;
     void *ctx;
 } dist_watchdog;

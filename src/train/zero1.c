@@ -106,8 +106,10 @@ void zero1_scale_grads(zy_zero1 *z, float scale) {
 }
 
 /* Broadcasts from each owner the runs of its entries that pick() selects, from the fp32 masters
- * (compute 0) or the compute copy (compute 1: activation dtype). */
-static int broadcast_owned(zy_zero1 *z, int (*pick)(const zy_param *), int compute) {
+ * (compute 0) or the compute copy (compute 1: activation dtype). recast: after an fp32 broadcast
+ * the receivers refresh their compute copy of the run from it (the owner's optimizer did its own).
+ */
+static int broadcast_owned(zy_zero1 *z, int (*pick)(const zy_param *), int compute, int recast) {
     zy_model *m = z->m;
     const zy_param_table *t = &m->table;
     const size_t esize = compute ? ops_act_size(m->ctx) : sizeof(float);
@@ -120,8 +122,11 @@ static int broadcast_owned(zy_zero1 *z, int (*pick)(const zy_param *), int compu
         }
         int b = a + 1;
         while (b < t->count && pick(&t->items[b]) && z->owner[b] == z->owner[a]) b++;
-        ZY_TRY(comm_broadcast(z->comm, base + t->items[a].offset * esize, span_floats(t, a, b), dt,
-                              z->owner[a]));
+        const size_t off = t->items[a].offset, n = span_floats(t, a, b);
+        ZY_TRY(comm_broadcast(z->comm, base + off * esize, n, dt, z->owner[a]));
+        if (recast && m->cparams && z->owner[a] != z->comm->rank)
+            ops_cast_to_act(m->ctx, (char *)m->cparams + off * ops_act_size(m->ctx),
+                            m->params + off, n);
         a = b;
     }
     return ZY_OK;
@@ -140,17 +145,19 @@ static int not_matrix(const zy_param *p) {
 }
 
 int zero1_share_weights(zy_zero1 *z) {
-    if (!z->m->cparams) return broadcast_owned(z, any_entry, 0); /* CPU: fp32 is what computes */
-    /* the optimizer wrote the owned entries' compute copy with their update */
-    ZY_TRY(broadcast_owned(z, is_matrix, 1));
-    ZY_TRY(broadcast_owned(z, not_matrix, 0));
+    if (!z->m->cparams) return broadcast_owned(z, any_entry, 0, 0); /* fp32 is what computes */
+    /* the optimizer wrote the owned entries' compute copy with their update; the rest is read in
+     * fp32 by the kernels, and the embedding in both (the lookup in fp32, the tied head's GEMM in
+     * the compute dtype): the receivers cast it */
+    ZY_TRY(broadcast_owned(z, is_matrix, 1, 0));
+    ZY_TRY(broadcast_owned(z, not_matrix, 0, 1));
     z->stale = 1;
     return ZY_OK;
 }
 
 int zero1_gather_masters(zy_zero1 *z) {
     if (!z->stale) return ZY_OK;
-    ZY_TRY(broadcast_owned(z, is_matrix, 0));
+    ZY_TRY(broadcast_owned(z, is_matrix, 0, 0));
     z->stale = 0;
     return ZY_OK;
 }

@@ -20,7 +20,9 @@
  *
  * Weights: after the update each owner broadcasts its entries. On a GPU only what the compute
  * reads goes: the bf16 compute copy of the matrices (the GEMMs read nothing else of them) and the
- * fp32 values of the rest (embedding, norms, biases), about half the bytes of the fp32 masters.
+ * fp32 values of the rest (embedding, norms, biases), about half the bytes of the fp32 masters;
+ * the receivers cast the latter into their compute copy (the tied head's GEMM reads the
+ * embedding's).
  * The fp32 masters of other ranks' matrices are then stale until zero1_gather_masters (before
  * a checkpoint or any other reader of m->params). On the CPU the fp32 weights are the compute
  * weights: all of them go. */

@@ -1,0 +1,156 @@
+/* ZeRO-1's weight sharing (train/zero1.h) on CPU ranks, with a compute copy attached as a GPU
+ * model has one: after zero1_share_weights every rank's compute copy holds each owner's values
+ * (matrices sent as compute copies, the rest sent in fp32 and cast by the receivers, the
+ * embedding too, which the tied head reads from the compute copy), its fp32 non-matrix weights
+ * are the owner's, and zero1_gather_masters makes every fp32 weight the owner's. The first 2-GPU
+ * run trained with a stale head on rank 1 because the embedding was sent in fp32 only. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "base/err.h"
+#include "base/fileio.h"
+#include "base/timer.h"
+#include "dist/comm.h"
+#include "model/config.h"
+#include "model/model.h"
+#include "mpi_test_util.h"
+#include "optim/optim.h"
+#include "spawn_util.h"
+#include "train/zero1.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Rank r's value of element j: distinct per rank, exact in fp32. */
+static float value(int r, size_t j) {
+    return (float)(r * 4096 + (int)(j % 4093)) * 0.25f;
+}
+
+static int child_main(void) {
+    zy_comm c;
+    if (comm_init_mpi(&c, 60) != ZY_OK) {
+        fprintf(stderr, "%s\n", zy_errmsg());
+        return 1;
+    }
+    zy_ctx ctx;
+    ops_ctx_init_cpu(&ctx, 1);
+    zy_config cfg;
+    zy_model m;
+    if (config_preset_builtin(&cfg, "tiny") != ZY_OK || model_init(&m, &cfg, &ctx, 1) != ZY_OK) {
+        fprintf(stderr, "%s\n", zy_errmsg());
+        return 1;
+    }
+    const zy_param_table *t = &m.table;
+    float *compute = zy_malloc(t->total * sizeof *compute); /* as a GPU model's cparams */
+    m.cparams = compute;
+    zy_optim_config oc;
+    optim_config_default(&oc);
+    oc.use_muon = 1;
+    zy_zero1 z;
+    zero1_init(&z, &c, &m, &oc);
+    int first, last, failures = 0;
+    zero1_owned(&z, &first, &last);
+    /* every rank's own values; the compute copy holds the owned entries only (the optimizer
+     * writes those), garbage elsewhere */
+    for (size_t j = 0; j < t->total; j++) m.params[j] = value(c.rank, j), compute[j] = -1.0f;
+    for (int i = first; i < last; i++)
+        for (size_t j = t->items[i].offset; j < t->items[i].offset + t->items[i].numel; j++)
+            compute[j] = m.params[j];
+    if (zero1_share_weights(&z) != ZY_OK) {
+        fprintf(stderr, "rank %d: share: %s\n", c.rank, zy_errmsg());
+        return 1;
+    }
+    int kinds_seen[5] = {0};
+    for (int i = 0; i < t->count; i++) {
+        const zy_param *p = &t->items[i];
+        const int owner = z.owner[i], matrix = p->kind == ZY_PARAM_MATRIX;
+        kinds_seen[p->kind] += owner != c.rank;
+        for (size_t j = p->offset; j < p->offset + p->numel; j++) {
+            const float want_fp32 = matrix ? value(c.rank, j) : value(owner, j);
+            if (compute[j] != value(owner, j) || m.params[j] != want_fp32) {
+                fprintf(stderr, "rank %d: %s (owner %d) element %zu: compute %g, fp32 %g\n", c.rank,
+                        p->name, owner, j - p->offset, compute[j], m.params[j]);
+                failures++;
+                break;
+            }
+        }
+    }
+    if (zero1_gather_masters(&z) != ZY_OK) {
+        fprintf(stderr, "rank %d: gather: %s\n", c.rank, zy_errmsg());
+        return 1;
+    }
+    for (int i = 0; i < t->count; i++) {
+        const zy_param *p = &t->items[i];
+        for (size_t j = p->offset; j < p->offset + p->numel; j++)
+            if (m.params[j] != value(z.owner[i], j)) {
+                fprintf(stderr, "rank %d: after the gather %s (owner %d) holds %g\n", c.rank,
+                        p->name, z.owner[i], m.params[j]);
+                failures++;
+                break;
+            }
+    }
+    /* the case at hand: another rank's matrices and embedding reach this one */
+    if (!kinds_seen[ZY_PARAM_MATRIX] && !kinds_seen[ZY_PARAM_EMBED] && c.rank == c.world - 1) {
+        fprintf(stderr, "rank %d received neither matrices nor the embedding\n", c.rank);
+        failures++;
+    }
+    if (failures == 0 && c.rank == 0)
+        printf("zero1 share on %d ranks: every compute copy and master is its owner's\n", c.world);
+    zero1_free(&z);
+    m.cparams = NULL;
+    free(compute);
+    model_free(&m);
+    comm_free(&c);
+    return failures ? 1 : 0;
+}
+
+static char dir[64], self[4096], mpirun[4096];
+
+static int setup(void **state) {
+    (void)state;
+    snprintf(dir, sizeof dir, "/tmp/zy_zero1_XXXXXX");
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0 || !mkdtemp(dir)) return -1;
+    self[n] = 0;
+    mpi_test_env();
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    return zy_remove_tree(dir) == ZY_OK ? 0 : -1;
+}
+
+static void run_ranks(int n) {
+    if (!comm_have_mpi() || !mpi_test_find_mpirun(mpirun, sizeof mpirun)) skip();
+    char np[16];
+    snprintf(np, sizeof np, "%d", n);
+    const char *args[] = {"-k", "5", "120", mpirun,        "--oversubscribe",
+                          "-n", np,  self,  "--mpi-child", NULL};
+    run_result r = spawn_capture("/usr/bin/timeout", dir, args);
+    if (r.code != 0) fail_msg("%d ranks: exit %d\n%s\n%s", n, r.code, r.out, r.err);
+    result_free(&r);
+}
+
+static void test_share_two_ranks(void **state) {
+    (void)state;
+    run_ranks(2);
+}
+
+static void test_share_three_ranks(void **state) {
+    (void)state;
+    run_ranks(3);
+}
+
+int main(int argc, char **argv) {
+    if (argc == 2 && strcmp(argv[1], "--mpi-child") == 0) return child_main();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_share_two_ranks),
+        cmocka_unit_test(test_share_three_ranks),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
