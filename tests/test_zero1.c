@@ -113,11 +113,7 @@ static char dir[64], self[4096], mpirun[4096];
 static int setup(void **state) {
     (void)state;
     snprintf(dir, sizeof dir, "/tmp/zy_zero1_XXXXXX");
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0 || !mkdtemp(dir)) return -1;
-    self[n] = 0;
-    mpi_test_env();
-    return 0;
+    return mpi_test_self_setup(self, sizeof self, dir);
 }
 
 static int teardown(void **state) {

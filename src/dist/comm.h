@@ -2,8 +2,8 @@
  * backends: `single` (world size 1: every collective is the identity, so a plain run pays nothing),
  * `mpi` (CPU ranks over Open MPI: how every distributed path is tested on a machine without GPUs)
  * and `nccl` (CUDA ranks; buffers are device memory; dist/nccl_comm.h underneath). Buffers live
- * where the backend's ranks compute: host memory for single and mpi, device memory for nccl (which also takes host memory
- * for small values, staged through the device).
+ * where the backend's ranks compute: host memory for single and mpi, device memory for nccl (which
+ * also takes host memory for small values, staged through the device).
  *
  * Every call is collective over all ranks (send/recv: over the pair) and returns ZY_OK, or ZY_ERR
  * with a runtime error (zy_fail_runtime) naming the operation, the peer or rank when known: a dead
