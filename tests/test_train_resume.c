@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include "base/crc32c.h"
 #include "base/err.h"
 #include "io/safetensors.h"
 #include "base/fileio.h"
@@ -16,6 +17,7 @@
 #include "corpus_util.h"
 #include "spawn_util.h"
 
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -235,6 +237,119 @@ static void test_resume_skips_corrupt(void **state) {
     result_free(&r);
 }
 
+static int metrics_lines(const char *out);
+
+/* `zayac train ARGS` expected to fail with bad input (2) saying `want` on stderr. */
+static void run_refused(const char *want, const char *const *args) {
+    run_result r = spawn_capture(bin, tmp, args);
+    if (r.code != 2 || !strstr(r.err, want))
+        fail_msg("expected exit 2 saying '%s', got %d:\n%s\n%s", want, r.code, r.out, r.err);
+    result_free(&r);
+}
+#define RUN_REFUSED(want, ...) run_refused(want, (const char *const[]){__VA_ARGS__, NULL})
+
+/* Entries of a folder whose names start with prefix. */
+static int entries_named(const char *dir, const char *prefix) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "ls -A %s | grep -c '^%s' > %s/count.txt", dir, prefix, tmp);
+    if (system(cmd) < 0) return -1;
+    char p[256], *text;
+    path(p, sizeof p, "count.txt");
+    if (zy_read_file(p, &text, NULL) != ZY_OK) return -1;
+    int n = atoi(text);
+    free(text);
+    return n;
+}
+
+/* A fresh run into a folder that holds one is refused unless --overwrite, which removes the old
+ * checkpoints (renamed aside, then deleted: nothing half-deleted stays) and metrics; a folder left
+ * renamed aside by a crash is removed by the next save. */
+static void test_out_dir_holds_a_run(void **state) {
+    (void)state;
+    char cfg[256], out[256], ck[300], aside[400];
+    path(cfg, sizeof cfg, "train_cpu.json");
+    path(out, sizeof out, "g");
+    RUN_STOPPED("train", "--config", cfg, "--out", out, "--stop-after", "4");
+    const int before = metrics_lines(out); /* 4 steps and the validations */
+    RUN_REFUSED("--overwrite", "train", "--config", cfg, "--out", out, "--stop-after", "1");
+    RUN_REFUSED("give one", "train", "--config", cfg, "--out", out, "--resume", "--overwrite");
+    snprintf(ck, sizeof ck, "%s/checkpoints", out);
+    snprintf(aside, sizeof aside, "%s/.deleting_step_000000002.99", ck);
+    assert_int_equal(zy_mkdirs(aside), ZY_OK); /* as a crash mid-delete leaves it */
+    RUN_STOPPED("train", "--config", cfg, "--out", out, "--overwrite", "--stop-after", "1");
+    assert_int_equal(entries_named(ck, "step_"), 1); /* step 1 only: step 4 went */
+    assert_int_equal(entries_named(ck, "\\."), 0);   /* nothing aside, nothing temporary */
+    assert_true(before >= 5 && metrics_lines(out) <= 2); /* step 1 (and its validation) alone */
+}
+
+/* --resume where checkpoints exist but none verifies is an error listing why, not a fresh start. */
+static void test_resume_with_none_verifying(void **state) {
+    (void)state;
+    char cfg[256], out[256], p[512];
+    path(cfg, sizeof cfg, "train_cpu.json");
+    path(out, sizeof out, "n");
+    RUN_STOPPED("train", "--config", cfg, "--out", out, "--stop-after", "4");
+    snprintf(p, sizeof p, "%s/checkpoints/step_000000004/model.safetensors", out);
+    FILE *f = fopen(p, "r+b");
+    assert_non_null(f);
+    fseek(f, -3, SEEK_END);
+    fputc('x', f);
+    fclose(f);
+    RUN_REFUSED("none of the 1 checkpoints", "train", "--config", cfg, "--out", out, "--resume");
+    RUN_REFUSED("model.safetensors is corrupt", "train", "--config", cfg, "--out", out, "--resume");
+}
+
+/* Rewrites key of a checkpoint's state.json to value and fixes the manifest's size and CRC of
+ * the file, as a careless hand edit would (the manifest alone would catch a plain edit). */
+static void edit_state(const char *dir, const char *key, double value) {
+    char p[512], *text;
+    snprintf(p, sizeof p, "%s/state.json", dir);
+    assert_int_equal(zy_read_file(p, &text, NULL), ZY_OK);
+    cJSON *st = cJSON_Parse(text);
+    free(text);
+    assert_non_null(st);
+    cJSON_ReplaceItemInObject(st, key, cJSON_CreateNumber(value));
+    char *out = cJSON_PrintUnformatted(st);
+    cJSON_Delete(st);
+    assert_int_equal(zy_write_file_atomic(p, out, strlen(out)), ZY_OK);
+    char crc[16];
+    snprintf(crc, sizeof crc, "%08x", zy_crc32c(0, out, strlen(out)));
+    const double bytes = (double)strlen(out);
+    free(out);
+    snprintf(p, sizeof p, "%s/manifest.json", dir);
+    assert_int_equal(zy_read_file(p, &text, NULL), ZY_OK);
+    cJSON *m = cJSON_Parse(text);
+    free(text);
+    cJSON *f;
+    cJSON_ArrayForEach(f, cJSON_GetObjectItem(m, "files")) {
+        if (strcmp(cJSON_GetObjectItem(f, "name")->valuestring, "state.json")) continue;
+        cJSON_ReplaceItemInObject(f, "bytes", cJSON_CreateNumber(bytes));
+        cJSON_ReplaceItemInObject(f, "crc32c", cJSON_CreateString(crc));
+    }
+    out = cJSON_PrintUnformatted(m);
+    cJSON_Delete(m);
+    assert_int_equal(zy_write_file_atomic(p, out, strlen(out)), ZY_OK);
+    free(out);
+}
+
+/* state.json's counters are checked: the step against its folder, the others against the step. */
+static void test_state_json_checked(void **state) {
+    (void)state;
+    char cfg[256], out[256], dir[400];
+    path(cfg, sizeof cfg, "train_cpu.json");
+    path(out, sizeof out, "s");
+    RUN_STOPPED("train", "--config", cfg, "--out", out, "--stop-after", "4");
+    snprintf(dir, sizeof dir, "%s/checkpoints/step_000000004", out);
+    edit_state(dir, "step", 5);
+    RUN_REFUSED("\"step\" is 5 but the folder is step 4", "train", "--config", cfg, "--out", out,
+                "--resume");
+    edit_state(dir, "step", 4);
+    edit_state(dir, "optimizer_step", -3);
+    RUN_REFUSED("\"optimizer_step\" is -3", "train", "--config", cfg, "--out", out, "--resume");
+    edit_state(dir, "optimizer_step", 4);
+    RUN_STOPPED("train", "--config", cfg, "--out", out, "--resume", "--stop-after", "1");
+}
+
 /* Lines in a run's metrics.jsonl (0 while it does not exist). */
 static int metrics_lines(const char *out) {
     char p[512], *text;
@@ -341,6 +456,9 @@ int main(void) {
         cmocka_unit_test(test_attention_dropout_refused),
         cmocka_unit_test(test_resume_is_exact),
         cmocka_unit_test(test_resume_skips_corrupt),
+        cmocka_unit_test(test_out_dir_holds_a_run),
+        cmocka_unit_test(test_resume_with_none_verifying),
+        cmocka_unit_test(test_state_json_checked),
         cmocka_unit_test(test_sigterm_checkpoints_and_exits_3),
         cmocka_unit_test(test_resume_is_exact_gpu),
         cmocka_unit_test(test_gpu_tracks_cpu),

@@ -72,6 +72,8 @@ int cmd_train(int argc, char **argv) {
         {"--device", 1, "auto, cpu or cuda", NULL},
         {"--seed", 1, "seed for init, data order and sampling", NULL},
         {"--resume", 0, "continue from the newest complete checkpoint in the output folder", NULL},
+        {"--overwrite", 0,
+         "start afresh in an output folder that holds a run (its checkpoints are removed)", NULL},
         {"--stop-after", 1, "stop (with a checkpoint) after N steps of this run", NULL},
         {"--print-config", 0, "print the resolved config (every default) as JSON; train nothing",
          NULL},
@@ -98,6 +100,9 @@ int cmd_train(int argc, char **argv) {
     const int n_sets = n_over;
     if (rc == ZY_OK) rc = flag_overrides(opts, over, owned, &n_over);
     if (rc == ZY_OK) rc = args_int_in(opts, "--stop-after", 0, 0, (long long)1e15, &stop_after);
+    if (rc == ZY_OK && args_get(opts, "--resume") && args_get(opts, "--overwrite"))
+        rc = zy_fail("--resume continues the run in the output folder, --overwrite starts over: "
+                     "give one");
     zy_train_config *c = zy_malloc(sizeof *c);
     char *json = NULL;
     if (rc == ZY_OK) rc = train_config_build(c, args_get(opts, "--config"), over, n_over, &json);
@@ -106,6 +111,7 @@ int cmd_train(int argc, char **argv) {
         printf("%s\n", json);
     } else if (rc == ZY_OK) {
         zy_train_opts o = {.resume = args_get(opts, "--resume") != NULL,
+                           .overwrite = args_get(opts, "--overwrite") != NULL,
                            .stop_after = stop_after,
                            .config_json = json};
         rc = train_run(c, &o);

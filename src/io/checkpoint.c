@@ -18,6 +18,7 @@
 
 #define STEP_PREFIX "step_"
 #define TMP_PREFIX  ".tmp_step_"
+#define DEL_PREFIX  ".deleting_" /* a folder renamed aside to be removed */
 #define MAX_FILES   8
 #define MAX_EXTRA   4096 /* training-state shards of other ranks */
 
@@ -114,13 +115,16 @@ static int list_steps(const char *root, long long **steps, int *n) {
     return ZY_OK;
 }
 
-/* Removes temporary folders left by saves that died. */
+/* Removes temporary folders left by saves that died and folders a removal renamed aside but did
+ * not finish deleting. */
 static void remove_stale_tmp(const char *root) {
     DIR *d = opendir(root);
     if (!d) return;
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
-        if (strncmp(e->d_name, TMP_PREFIX, strlen(TMP_PREFIX)) != 0) continue;
+        if (strncmp(e->d_name, TMP_PREFIX, strlen(TMP_PREFIX)) != 0 &&
+            strncmp(e->d_name, DEL_PREFIX, strlen(DEL_PREFIX)) != 0)
+            continue;
         char path[4096];
         if (zy_path_join(path, sizeof path, root, e->d_name) == ZY_OK) zy_remove_tree(path);
     }
@@ -142,6 +146,20 @@ static int install(const char *tmp, const char *final, const char *root) {
     if (rename(tmp, final) != 0)
         return zy_fail_runtime("%s: cannot rename to %s: %s", tmp, final, strerror(errno));
     return zy_fsync_path(root);
+}
+
+/* Removes root/name atomically for a reader: first renamed aside (one step: the name is gone, so
+ * no half-deleted checkpoint is ever listed or resumed from), then deleted; a crash during the
+ * deletion leaves only the renamed folder, which the next save removes. */
+static int remove_aside(const char *root, const char *name) {
+    char from[4096], to[4096], aside[128];
+    snprintf(aside, sizeof aside, DEL_PREFIX "%.64s.%d", name, (int)getpid());
+    ZY_TRY(zy_path_join(from, sizeof from, root, name));
+    ZY_TRY(zy_path_join(to, sizeof to, root, aside));
+    if (rename(from, to) != 0)
+        return zy_fail_runtime("%s: cannot rename aside to %s: %s", from, to, strerror(errno));
+    ZY_TRY(zy_fsync_path(root));
+    return zy_remove_tree(to);
 }
 
 int ckpt_save(const char *root, long long step, const zy_ckpt_content *c, int keep_last,
@@ -220,7 +238,8 @@ int ckpt_save(const char *root, long long step, const zy_ckpt_content *c, int ke
         for (int i = 0; i < count; i++) {
             if (steps[i] > step || kept++ < keep_last) continue;
             snprintf(name, sizeof name, STEP_PREFIX "%09lld", steps[i]);
-            if (zy_path_join(path, sizeof path, root, name) == ZY_OK) zy_remove_tree(path);
+            if (remove_aside(root, name) != ZY_OK)
+                fprintf(stderr, "warning: pruning an old checkpoint: %s\n", zy_errmsg());
         }
         free(steps);
     }
@@ -284,6 +303,34 @@ int ckpt_verify(const char *dir) {
     }
     cJSON_Delete(root);
     return rc;
+}
+
+int ckpt_list(const char *root, long long *newest) {
+    long long *steps;
+    int count;
+    ZY_TRY(list_steps(root, &steps, &count));
+    if (newest) *newest = count ? steps[0] : -1;
+    free(steps);
+    return count;
+}
+
+int ckpt_remove_all(const char *root) {
+    long long *steps;
+    int count, rc = ZY_OK;
+    ZY_TRY(list_steps(root, &steps, &count));
+    for (int i = 0; i < count && rc == ZY_OK; i++) {
+        char name[64];
+        snprintf(name, sizeof name, STEP_PREFIX "%09lld", steps[i]);
+        rc = remove_aside(root, name);
+    }
+    free(steps);
+    if (rc == ZY_OK) remove_stale_tmp(root);
+    return rc;
+}
+
+long long ckpt_step_of(const char *dir) {
+    const char *base = strrchr(dir, '/');
+    return parse_step_name(base ? base + 1 : dir);
 }
 
 int ckpt_find_latest(const char *root, zy_ckpt_found *f) {

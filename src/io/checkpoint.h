@@ -4,7 +4,8 @@
  *                        state.json (step, RNGs, loader position, ...), tokenizer.json (if any),
  *                        manifest.json (every file's size and CRC-32C; written last).
  * A save writes ROOT/.tmp_step_..., fsyncs every file and the folder, renames it into place and
- * fsyncs ROOT; a crash at any point leaves the previous checkpoints untouched. */
+ * fsyncs ROOT; a crash at any point leaves the previous checkpoints untouched. Pruning renames a
+ * folder aside (ROOT/.deleting_...) before deleting it; the next save removes what a crash left. */
 #ifndef ZY_CHECKPOINT_H
 #define ZY_CHECKPOINT_H
 
@@ -47,5 +48,13 @@ typedef struct {
 
 /* Finds the newest checkpoint under root that verifies; skips (and reports in f) corrupt ones. */
 int ckpt_find_latest(const char *root, zy_ckpt_found *f);
+/* The number of step folders under root (complete or not; 0 without root), the newest step into
+ * *newest (-1 when none; may be NULL). */
+int ckpt_list(const char *root, long long *newest);
+/* Removes every checkpoint under root, each renamed aside before it is deleted (so none is ever
+ * half there under its name). */
+int ckpt_remove_all(const char *root);
+/* The step a checkpoint folder's name says (.../step_000001234 -> 1234), -1 for another name. */
+long long ckpt_step_of(const char *dir);
 
 #endif

@@ -17,6 +17,7 @@
 #include "train/step.h"
 #include "train/trainer.h"
 
+#include <errno.h>
 #include <math.h>
 #include <omp.h>
 #include <signal.h>
@@ -238,6 +239,47 @@ static int next_train_batch(void *user, int32_t *ids, int32_t *targets) {
     return batches_next(((trainer *)user)->train, ids, targets);
 }
 
+/* A fresh run may not mix with an earlier one in the same out_dir (its checkpoints would be
+ * pruned among the new ones, --resume would pick the wrong run): it needs --overwrite, which
+ * removes the old checkpoints (each renamed aside first) and metrics. Rank 0 removes; the others
+ * only check. */
+static int claim_out_dir(trainer *tr, int overwrite) {
+    long long newest;
+    char metrics[4096];
+    ZY_TRY(zy_path_join(metrics, sizeof metrics, tr->cfg->out_dir, "metrics.jsonl"));
+    const int n = ckpt_list(tr->ckpt_root, &newest), has_metrics = zy_path_exists(metrics);
+    if (n == 0 && !has_metrics) return ZY_OK;
+    char what[128];
+    if (n > 0)
+        snprintf(what, sizeof what, "%d checkpoint%s (newest: step %lld)", n, n == 1 ? "" : "s",
+                 newest);
+    else
+        snprintf(what, sizeof what, "metrics.jsonl");
+    if (!overwrite)
+        return zy_fail("%s holds a run (%s): --resume continues it, --overwrite starts over "
+                       "(removing it)",
+                       tr->cfg->out_dir, what);
+    if (!is_main_rank(tr)) return ZY_OK;
+    printf("--overwrite: removing the run in %s (%s)\n", tr->cfg->out_dir, what);
+    ZY_TRY(ckpt_remove_all(tr->ckpt_root));
+    if (has_metrics && remove(metrics) != 0) return zy_fail_errno(metrics, "cannot remove", errno);
+    return ZY_OK;
+}
+
+/* --resume where checkpoints exist but none verifies: starting afresh would silently throw the
+ * run away, so it is an error listing why each was refused. */
+static int none_verifies(const char *root, const zy_ckpt_found *f) {
+    char why[2600] = "";
+    size_t k = 0;
+    for (int i = 0; i < f->n_skipped && i < 4 && k < sizeof why; i++)
+        k += (size_t)snprintf(why + k, sizeof why - k, "\n  %s", f->skipped[i]);
+    if (f->n_skipped > 4 && k < sizeof why)
+        snprintf(why + k, sizeof why - k, "\n  (and %d more)", f->n_skipped - 4);
+    return zy_fail("--resume: none of the %d checkpoints under %s verifies (--overwrite starts "
+                   "over):%s",
+                   f->n_skipped, root, why);
+}
+
 int train_run(const zy_train_config *c, const zy_train_opts *o) {
     /* transformers applies attention_dropout while training; zayac has no dropout, so a config
      * asking for it would train a different model than it says */
@@ -248,11 +290,14 @@ int train_run(const zy_train_config *c, const zy_train_opts *o) {
             c->model_desc, c->model.attention_dropout);
     trainer tr;
     int rc = trainer_init(&tr, c);
+    if (rc == ZY_OK && !o->resume) rc = claim_out_dir(&tr, o->overwrite);
     if (rc == ZY_OK && o->resume) {
         zy_ckpt_found found;
         rc = ckpt_find_latest(tr.ckpt_root, &found);
         for (int i = 0; rc == ZY_OK && i < found.n_skipped && i < 4; i++)
             printf("resume: skipping a corrupt checkpoint: %s\n", found.skipped[i]);
+        if (rc == ZY_OK && !found.dir[0] && found.n_skipped > 0)
+            rc = none_verifies(tr.ckpt_root, &found);
         if (rc == ZY_OK && found.dir[0]) {
             rc = trainer_resume_from(&tr, found.dir);
             if (rc == ZY_OK)

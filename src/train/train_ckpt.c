@@ -10,6 +10,7 @@
 #include "io/safetensors.h"
 
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -191,10 +192,34 @@ static int open_state_files(const char *dir, zy_safetensors *f, int max, int *nf
     return ZY_OK;
 }
 
-static int json_int(const cJSON *o, const char *key, const char *source, int64_t *out) {
+/* A counter of state.json: an integer in [lo, hi]. */
+static int json_int(const cJSON *o, const char *key, const char *source, int64_t lo, int64_t hi,
+                    int64_t *out) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     if (!cJSON_IsNumber(v)) return zy_fail("%s: missing or non-numeric \"%s\"", source, key);
-    *out = (int64_t)v->valuedouble;
+    const double x = v->valuedouble;
+    if (!(x >= (double)lo && x <= (double)hi) || x != floor(x))
+        return zy_fail("%s: \"%s\" is %.17g; expected an integer in [%lld, %lld]", source, key, x,
+                       (long long)lo, (long long)hi);
+    *out = (int64_t)x;
+    return ZY_OK;
+}
+
+/* The step, optimizer and balancing counters of state.json: the step is the folder's, the
+ * others no larger (each counts steps that ran). */
+static int read_counters(trainer *tr, const cJSON *st, const char *dir, const char *path,
+                         int64_t *opt_step, int64_t *bal_step) {
+    const int64_t most = (int64_t)1 << 53, folder = ckpt_step_of(dir);
+    ZY_TRY(json_int(st, "step", path, 0, most, &tr->st.step));
+    if (folder >= 0 && tr->st.step != folder)
+        return zy_fail("%s: \"step\" is %lld but the folder is step %lld", path,
+                       (long long)tr->st.step, (long long)folder);
+    ZY_TRY(json_int(st, "optimizer_step", path, 0, tr->st.step, opt_step));
+    ZY_TRY(json_int(st, "balance_step", path, 0, tr->st.step, bal_step));
+    const cJSON *tok = cJSON_GetObjectItemCaseSensitive(st, "tokens_seen");
+    tr->tokens_seen = cJSON_IsNumber(tok) ? tok->valuedouble : 0;
+    if (!(tr->tokens_seen >= 0 && tr->tokens_seen < 1e21))
+        return zy_fail("%s: \"tokens_seen\" is %g; expected a count >= 0", path, tr->tokens_seen);
     return ZY_OK;
 }
 
@@ -222,11 +247,7 @@ int trainer_resume_from(trainer *tr, const char *dir) {
     free(text);
     if (!st) return zy_fail("%s: not valid JSON", path);
     int64_t opt_step = 0, bal_step = 0;
-    rc = json_int(st, "step", path, &tr->st.step);
-    if (rc == ZY_OK) rc = json_int(st, "optimizer_step", path, &opt_step);
-    if (rc == ZY_OK) rc = json_int(st, "balance_step", path, &bal_step);
-    const cJSON *tok = cJSON_GetObjectItemCaseSensitive(st, "tokens_seen");
-    tr->tokens_seen = cJSON_IsNumber(tok) ? tok->valuedouble : 0;
+    rc = read_counters(tr, st, dir, path, &opt_step, &bal_step);
     const cJSON *loader = cJSON_GetObjectItemCaseSensitive(st, "train_loader");
     if (rc == ZY_OK && !loader) rc = zy_fail("%s: missing \"train_loader\"", path);
     if (rc == ZY_OK) {
