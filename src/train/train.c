@@ -241,9 +241,9 @@ static int next_train_batch(void *user, int32_t *ids, int32_t *targets) {
 
 /* A fresh run may not mix with an earlier one in the same out_dir (its checkpoints would be
  * pruned among the new ones, --resume would pick the wrong run): it needs --overwrite, which
- * removes the old checkpoints (each renamed aside first) and metrics. Rank 0 removes; the others
- * only check. */
-static int claim_out_dir(trainer *tr, int overwrite) {
+ * removes the old checkpoints (each renamed aside first) and metrics. Rank 0 decides (before any
+ * rank writes there) and the others follow. */
+static int claim_out_dir_rank0(trainer *tr, int overwrite) {
     long long newest;
     char metrics[4096];
     ZY_TRY(zy_path_join(metrics, sizeof metrics, tr->cfg->out_dir, "metrics.jsonl"));
@@ -259,11 +259,21 @@ static int claim_out_dir(trainer *tr, int overwrite) {
         return zy_fail("%s holds a run (%s): --resume continues it, --overwrite starts over "
                        "(removing it)",
                        tr->cfg->out_dir, what);
-    if (!is_main_rank(tr)) return ZY_OK;
     printf("--overwrite: removing the run in %s (%s)\n", tr->cfg->out_dir, what);
     ZY_TRY(ckpt_remove_all(tr->ckpt_root));
     if (has_metrics && remove(metrics) != 0) return zy_fail_errno(metrics, "cannot remove", errno);
     return ZY_OK;
+}
+
+static int claim_out_dir(trainer *tr, int overwrite) {
+    int rc = is_main_rank(tr) ? claim_out_dir_rank0(tr, overwrite) : ZY_OK;
+    if (tr->ranks.comm.world == 1) return rc;
+    int64_t refused = rc != ZY_OK;
+    ZY_TRY(comm_all_reduce(&tr->ranks.comm, &refused, 1, ZY_COMM_I64, ZY_COMM_MAX));
+    if (refused && rc == ZY_OK)
+        return zy_fail("%s: rank 0 refused a fresh run there (its message says why)",
+                       tr->cfg->out_dir);
+    return rc;
 }
 
 /* --resume where checkpoints exist but none verifies: starting afresh would silently throw the
