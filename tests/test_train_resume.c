@@ -277,8 +277,8 @@ static void test_out_dir_holds_a_run(void **state) {
     snprintf(aside, sizeof aside, "%s/.deleting_step_000000002.99", ck);
     assert_int_equal(zy_mkdirs(aside), ZY_OK); /* as a crash mid-delete leaves it */
     RUN_STOPPED("train", "--config", cfg, "--out", out, "--overwrite", "--stop-after", "1");
-    assert_int_equal(entries_named(ck, "step_"), 1); /* step 1 only: step 4 went */
-    assert_int_equal(entries_named(ck, "\\."), 0);   /* nothing aside, nothing temporary */
+    assert_int_equal(entries_named(ck, "step_"), 1);     /* step 1 only: step 4 went */
+    assert_int_equal(entries_named(ck, "\\."), 0);       /* nothing aside, nothing temporary */
     assert_true(before >= 5 && metrics_lines(out) <= 2); /* step 1 (and its validation) alone */
 }
 
