@@ -333,6 +333,71 @@ static void test_ranks_refuse_a_used_out_dir(void **state) {
     result_free(&r);
 }
 
+/* Preemption under the launcher: SIGTERM to `zayac launch --cpu -n 2` reaches both ranks, which
+ * finish their step, save together and exit 3 (so does the launcher); --resume on 2 ranks then
+ * continues bit for bit: every loss equals the uninterrupted run's. */
+static void test_launcher_sigterm_saves_and_resumes_exactly(void **state) {
+    (void)state;
+    if (!have_mpi()) skip();
+    enum { STEPS = 30 };
+    char cfg[300], out[256];
+    path(cfg, sizeof cfg, "train.json");
+    const char *common[] = {"--set", "schedule.kind=constant", "--set", "eval_interval=0",
+                            "--set", "checkpoint_interval=0",  NULL};
+    const char *args[40];
+    int k = 0;
+    args[k++] = "--steps", args[k++] = "30";
+    for (const char **c = common; *c; c++) args[k++] = *c;
+    args[k] = NULL;
+    path(out, sizeof out, "pre_straight");
+    run_result r = train(2, out, args);
+    if (r.code != 0) fail_msg("uninterrupted run: exit %d\n%s", r.code, r.err);
+    result_free(&r);
+    path(out, sizeof out, "pre_stop");
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int fd = open("/dev/null", O_WRONLY);
+        dup2(fd, 1);
+        execl(bin, bin, "launch", "--cpu", "-n", "2", "--", bin, "train", "--config", cfg, "--out",
+              out, "--steps", "100000", "--set", "schedule.kind=constant", "--set",
+              "eval_interval=0", "--set", "checkpoint_interval=0", (char *)NULL);
+        _exit(127);
+    }
+    for (int i = 0; i < 600 && rows_written("pre_stop") < 2; i++) usleep(100000);
+    assert_true(rows_written("pre_stop") >= 2);
+    kill(pid, SIGTERM);
+    int status;
+    double t0 = zy_now();
+    pid_t done = 0;
+    while ((done = waitpid(pid, &status, WNOHANG)) == 0 && zy_now() - t0 < 60) usleep(100000);
+    if (done == 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        fail_msg("the launcher still ran 60 s after SIGTERM");
+    }
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 3);
+    const int stopped_at = rows_written("pre_stop");
+    assert_true(stopped_at < STEPS);
+    k = 0;
+    args[k++] = "--steps", args[k++] = "30", args[k++] = "--resume";
+    for (const char **c = common; *c; c++) args[k++] = *c;
+    args[k] = NULL;
+    r = train(2, out, args);
+    if (r.code != 0) fail_msg("resume after the launcher's SIGTERM: exit %d\n%s", r.code, r.err);
+    result_free(&r);
+    double straight[STEPS], resumed[STEPS];
+    int w;
+    assert_int_equal(losses("pre_straight", straight, STEPS, &w), STEPS);
+    assert_int_equal(losses("pre_stop", resumed, STEPS, &w), STEPS);
+    print_message("SIGTERM to the launcher: stopped after step %d, exit 3; resumed to %d\n",
+                  stopped_at, STEPS);
+    for (int i = 0; i < STEPS; i++)
+        if (straight[i] != resumed[i])
+            fail_msg("step %d: %.17g resumed, %.17g uninterrupted", i + 1, resumed[i], straight[i]);
+}
+
 /* A long 2-rank job in the background (stdout dropped, stderr to err): waits until it trains,
  * then sends `sig` to one rank (not mpirun: the newest zayac process whose arguments name this
  * run) and waits at most 60 s for the job to end. Returns the job's status; *took the seconds. */
@@ -469,6 +534,7 @@ int main(void) {
         cmocka_unit_test(test_zero1_shards_and_reshapes),
         cmocka_unit_test(test_batch_must_divide),
         cmocka_unit_test(test_ranks_refuse_a_used_out_dir),
+        cmocka_unit_test(test_launcher_sigterm_saves_and_resumes_exactly),
         cmocka_unit_test(test_bench_train_ranks),
         cmocka_unit_test(test_dead_rank_ends_the_job),
         cmocka_unit_test(test_stuck_rank_times_out),

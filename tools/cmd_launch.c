@@ -7,11 +7,15 @@
 #include "cmds.h"
 #include "dist/launch.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 static volatile sig_atomic_t stop_signal = 0;
 
@@ -32,7 +36,8 @@ static void usage(FILE *f) {
             "--nnodes)\n"
             "  --grace S        seconds between SIGTERM and SIGKILL when stopping the ranks after "
             "one failed (default 5)\n"
-            "  --cpu            CPU ranks: run the command under Open MPI's mpirun -n N\n"
+            "  --cpu            CPU ranks: run the command under Open MPI's mpirun -n N (a stop "
+            "signal goes to the ranks, not to mpirun)\n"
             "When a rank exits with an error the others are stopped and its exit code is "
             "returned.\nSIGTERM or SIGINT to the launcher goes to every rank (zayac train saves "
             "and exits 3; then so does the launcher); a second one kills them.\n");
@@ -51,6 +56,33 @@ static int parse_int(const char *name, const char *v, long lo, long hi, long *ou
 /* CPU ranks are MPI ranks: replace this process with `mpirun --oversubscribe -n N CMD...` (its exit
  * status is the job's; signals reach the ranks through it). As root, Open MPI also wants
  * OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 in the environment. */
+/* Sends sig to the processes whose parent is `parent` (mpirun's ranks on this host: Open MPI
+ * forks them itself), from /proc/N/stat ("pid (comm) state ppid ..."). */
+static void signal_children(pid_t parent, int sig) {
+    DIR *d = opendir("/proc");
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
+        char path[300], buf[512];
+        snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        size_t k = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[k] = 0;
+        const char *close = strrchr(buf, ')'); /* the command name may hold spaces */
+        int ppid = 0;
+        char state;
+        if (close && sscanf(close + 1, " %c %d", &state, &ppid) == 2 && ppid == parent)
+            kill((pid_t)atoi(e->d_name), sig);
+    }
+    closedir(d);
+}
+
+/* CPU ranks: the command under `mpirun -n N`, as a child. A stop signal to the launcher goes to
+ * the ranks themselves, not to mpirun (which would kill them moments later): they finish their
+ * step, save together and exit 3, which mpirun then returns. A second signal kills mpirun. */
 static int launch_mpi(int n, char **cmd) {
     char nprocs[16];
     snprintf(nprocs, sizeof nprocs, "%d", n);
@@ -63,13 +95,43 @@ static int launch_mpi(int n, char **cmd) {
     args[3] = nprocs;
     memcpy(args + 4, cmd, (size_t)count * sizeof *args);
     fflush(NULL);
-    execvp("mpirun", args);
-    fprintf(stderr,
-            "zayac launch: CPU ranks run under Open MPI's mpirun, which cannot be started "
-            "(%s): install openmpi-bin\n",
-            strerror(errno));
+    pid_t pid = fork();
+    if (pid == 0) {
+        execvp("mpirun", args);
+        fprintf(stderr,
+                "zayac launch: CPU ranks run under Open MPI's mpirun, which cannot be started "
+                "(%s): install openmpi-bin\n",
+                strerror(errno));
+        _exit(2);
+    }
     free(args);
-    return 2;
+    if (pid < 0) {
+        fprintf(stderr, "zayac launch: fork: %s\n", strerror(errno));
+        return 1;
+    }
+    int forwarded = 0, st;
+    for (;;) {
+        pid_t w = waitpid(pid, &st, WNOHANG);
+        if (w == pid) break;
+        if (w < 0 && errno != EINTR) return 1;
+        if (stop_signal) {
+            const int sig = (int)stop_signal;
+            stop_signal = 0;
+            fprintf(stderr,
+                    forwarded ? "zayac launch: second signal: killing mpirun\n"
+                              : "zayac launch: signal %d: passing it to the ranks, which save and "
+                                "stop (a second signal kills them)\n",
+                    sig);
+            if (forwarded)
+                kill(pid, SIGKILL);
+            else
+                signal_children(pid, sig);
+            forwarded = 1;
+        }
+        struct timespec ts = {0, 10 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
 int cmd_launch(int argc, char **argv) {
@@ -131,12 +193,12 @@ int cmd_launch(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
-    if (cpu) return launch_mpi(o.nprocs, argv + i);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    if (cpu) return launch_mpi(o.nprocs, argv + i);
     int code;
     if (dist_launch(&o, argv + i, &code) != ZY_OK) return cli_error("launch");
     return code; /* the first failed rank's status, so a supervisor sees what the rank said */
