@@ -9,6 +9,7 @@
 
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -123,33 +124,66 @@ static int load_merges(const char *path, const cJSON *merges, zy_tokenizer *t) {
     return ZY_OK;
 }
 
+/* The added tokens. Their ids are given as HF gives them, whatever the file lists: a content
+ * already in the vocabulary (or added before) keeps that id, the others take the next ids after
+ * the model's vocabulary (its token count), in file order. A listed id that differs is warned
+ * about, as HF does. */
 static int load_added(const char *path, const cJSON *added, zy_tokenizer *t) {
     if (!added || cJSON_IsNull(added)) return ZY_OK;
     if (!cJSON_IsArray(added)) return zy_fail("%s: added_tokens should be an array", path);
-    int i = 0;
-    for (const cJSON *it = added->child; it; it = it->next, i++) {
+    int64_t next_id = (int64_t)t->vocab.count;
+    zy_strmap seen; /* content -> index into t->added */
+    strmap_init(&seen);
+    int i = 0, rc = ZY_OK;
+    for (const cJSON *it = added->child; it && rc == ZY_OK; it = it->next, i++) {
         const cJSON *id = get(it, "id"), *content = get(it, "content");
         if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble > 2147483647.0 ||
-            !cJSON_IsString(content))
-            return zy_fail("%s: added_tokens[%d] needs an integer \"id\" and a \"content\"", path,
-                           i);
+            !cJSON_IsString(content)) {
+            rc = zy_fail("%s: added_tokens[%d] needs an integer \"id\" and a \"content\"", path, i);
+            break;
+        }
         zy_added_token a = {0};
         a.content = content->valuestring;
         a.len = strlen(a.content);
-        a.id = (int32_t)id->valuedouble;
         int special, lstrip, rstrip, single_word, normalized;
-        ZY_TRY(get_bool(path, it, "added_tokens[]", "special", 0, &special));
-        ZY_TRY(get_bool(path, it, "added_tokens[]", "lstrip", 0, &lstrip));
-        ZY_TRY(get_bool(path, it, "added_tokens[]", "rstrip", 0, &rstrip));
-        ZY_TRY(get_bool(path, it, "added_tokens[]", "single_word", 0, &single_word));
-        ZY_TRY(get_bool(path, it, "added_tokens[]", "normalized", !special, &normalized));
+        if (get_bool(path, it, "added_tokens[]", "special", 0, &special) != ZY_OK ||
+            get_bool(path, it, "added_tokens[]", "lstrip", 0, &lstrip) != ZY_OK ||
+            get_bool(path, it, "added_tokens[]", "rstrip", 0, &rstrip) != ZY_OK ||
+            get_bool(path, it, "added_tokens[]", "single_word", 0, &single_word) != ZY_OK ||
+            get_bool(path, it, "added_tokens[]", "normalized", !special, &normalized) != ZY_OK) {
+            rc = ZY_ERR;
+            break;
+        }
         a.special = (uint8_t)special, a.lstrip = (uint8_t)lstrip, a.rstrip = (uint8_t)rstrip;
         a.single_word = (uint8_t)single_word, a.normalized = (uint8_t)normalized;
         if (a.len == 0) continue; /* HF ignores empty added tokens */
-        ZY_TRY(tok_set_token(t, a.id, a.content, a.len, TOKF_ADDED | (special ? TOKF_SPECIAL : 0)));
+        int64_t v;
+        if (strmap_get(&seen, a.content, a.len, &v))
+            a.id = t->added[v].id;
+        else if (strmap_get(&t->vocab, a.content, a.len, &v))
+            a.id = (int32_t)v;
+        else
+            a.id = (int32_t)next_id++;
+        if (a.id != (int32_t)id->valuedouble)
+            fprintf(stderr,
+                    "warning: %s: added token '%.40s' is listed with id %d; HF gives it %d, "
+                    "and so does zayac\n",
+                    path, a.content, (int)id->valuedouble, a.id);
+        rc = tok_set_token(t, a.id, a.content, a.len, TOKF_ADDED | (special ? TOKF_SPECIAL : 0));
+        if (rc != ZY_OK) break;
+        if (strmap_get(&seen, a.content, a.len, &v)) { /* the same content again: the last wins */
+            if (!a.special) t->flags[a.id] &= (uint8_t)~TOKF_SPECIAL;
+            free(t->added[v].content);
+            t->added[v] = a;
+            t->added[v].content = zy_strdup(a.content);
+            t->added[v].match = t->added[v].content, t->added[v].match_len = a.len;
+            continue;
+        }
+        *strmap_put(&seen, a.content, a.len, t->n_added, NULL) = t->n_added;
         tok_push_added(t, &a);
     }
-    return ZY_OK;
+    strmap_free(&seen);
+    return rc;
 }
 
 static int load_root(const char *path, const cJSON *root, zy_tokenizer *t) {

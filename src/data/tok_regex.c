@@ -7,6 +7,7 @@
 
 #include <ctype.h>
 #include <pcre2.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -110,6 +111,11 @@ int tok_regex_translate(const char *pat, char **out) {
                 puts_(&b, "}");
                 i += 6;
                 continue;
+            } else if (strchr("xoN", n) && pat[i + 2] == '{' && strchr(pat + i, '}')) {
+                size_t k = (size_t)(strchr(pat + i, '}') - (pat + i)) + 1; /* \x{..} whole */
+                put(&b, pat + i, k);
+                i += k;
+                continue;
             } else {
                 put(&b, pat + i, 2); /* \S inside a class, \d, \r, \n, \x.., escaped symbols */
             }
@@ -149,10 +155,30 @@ int tok_regex_translate(const char *pat, char **out) {
                 continue;
             }
         }
-        if (c == '{' && pat[i + 1] == ',') { /* {,n} is {0,n} in Oniguruma */
-            put(&b, "{0,", 3);
-            i += 2;
-            continue;
+        if (c == '{' && (isdigit((unsigned char)pat[i + 1]) || pat[i + 1] == ',')) {
+            /* an interval: {,m} is {0,m}; a '+' after one is not possessive in Oniguruma but
+             * repeats it: (x{n,m})+, which is x{n,} when n < m */
+            char *end;
+            long lo = pat[i + 1] == ',' ? 0 : strtol(pat + i + 1, &end, 10);
+            const char *q = pat[i + 1] == ',' ? pat + i + 1 : end;
+            const char *close = strchr(q, '}');
+            if (close && (*q == '}' || *q == ',')) {
+                long hi = *q == '}' ? lo : (q[1] == '}' ? -1 : strtol(q + 1, &end, 10));
+                if (close[1] == '+') {
+                    if (hi >= 0 && hi <= lo && lo > 1)
+                        return unsupported(&b, pat, "an exact interval followed by '+'");
+                    char r[48];
+                    snprintf(r, sizeof r, "{%ld,}", lo);
+                    puts_(&b, r);
+                    i = (size_t)(close - pat) + 2;
+                    continue;
+                }
+                if (pat[i + 1] == ',') {
+                    put(&b, "{0", 2);
+                    i++;
+                    continue;
+                }
+            }
         }
         put(&b, &c, 1);
         i++;
