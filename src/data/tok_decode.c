@@ -198,7 +198,7 @@ int tok_decode_tokens(const zy_tokenizer *t, const char *const *tokens, const si
     char *buf = zy_malloc(total + 1), *p = buf;
     for (size_t i = 0; i < a.n; i++) {
         if (i && !t->has_decoder) *p++ = ' '; /* HF joins with spaces when there is no decoder */
-        memcpy(p, sl_at(&a, i), a.len[i]);
+        if (a.len[i]) memcpy(p, sl_at(&a, i), a.len[i]); /* an empty list has no buffer */
         p += a.len[i];
     }
     *p = 0;
