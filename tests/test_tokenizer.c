@@ -336,7 +336,7 @@ static void test_train_matches_recount(void **state) {
     zy_pretok p;
     zy_pretok_matcher m;
     assert_int_equal(pretok_init(&p, NULL), ZY_OK);
-    pretok_matcher_init(&m, &p);
+    pretok_matcher_init(&m);
     assert_int_equal(pretok_split(&p, &m, text, n, ref_add_piece, &ws), ZY_OK);
     pretok_matcher_free(&m);
     pretok_free(&p);

@@ -1,10 +1,10 @@
-/* zayac tokenizer: train a byte-level BPE tokenizer, encode and decode with one, show one. */
+/* zayac tokenizer: train a byte-level BPE tokenizer, encode and decode with any BPE tokenizer.json
+ * zayac reads, show one. */
 #include "args.h"
 #include "base/err.h"
 #include "base/fileio.h"
 #include "base/timer.h"
 #include "cmds.h"
-#include "data/pretok.h"
 #include "data/tokenizer.h"
 
 #include <errno.h>
@@ -102,23 +102,9 @@ static int cmd_train_tok(int argc, char **argv) {
 
 static int print_piece(const char *piece, size_t len, void *ctx) {
     (void)ctx;
-    char *s = malloc(2 * len + 1);
-    bytelevel_encode((const uint8_t *)piece, len, s);
-    printf("%s\n", s);
-    free(s);
+    fwrite(piece, 1, len, stdout);
+    putchar('\n');
     return 0;
-}
-
-/* The GPT-2 pattern's pieces of a text, for checking the split against HF's. */
-static int print_pieces(const char *text, size_t len) {
-    zy_pretok p;
-    zy_pretok_matcher m;
-    ZY_TRY(pretok_init(&p, NULL));
-    pretok_matcher_init(&m, &p);
-    int rc = pretok_split(&p, &m, text, len, print_piece, NULL);
-    pretok_matcher_free(&m);
-    pretok_free(&p);
-    return rc;
 }
 
 static int cmd_encode(int argc, char **argv) {
@@ -128,7 +114,7 @@ static int cmd_encode(int argc, char **argv) {
         {"--input", 1, "file whose bytes to encode", NULL},
         {"--special-tokens", 0, "match added tokens in the text (as HF encode)", NULL},
         {"--bench", 0, "print throughput instead of ids", NULL},
-        {"--pieces", 0, "print the pre-tokenizer's pieces (byte-level), one a line", NULL},
+        {"--pieces", 0, "print the pieces the pre-tokenizers make (before BPE), one a line", NULL},
         {"--help", 0, "this help", NULL},
         {NULL, 0, NULL, NULL}};
     const char *syn = "--tokenizer T (--text S | --input F) [--special-tokens] [--bench|--pieces]";
@@ -153,7 +139,8 @@ static int cmd_encode(int argc, char **argv) {
         len = m.size;
     }
     if (args_get(opts, "--pieces")) {
-        int rc = print_pieces(text, len);
+        int flags = args_get(opts, "--special-tokens") ? TOK_SPECIAL : 0;
+        int rc = tok_pieces(t, text, len, flags, print_piece, NULL);
         zy_mmap_close(&m);
         tok_free(t);
         return rc == ZY_OK ? 0 : cli_error("tokenizer encode");
@@ -245,7 +232,9 @@ static int cmd_info_tok(int argc, char **argv) {
     }
     zy_tokenizer *t;
     if (tok_load(&t, args_get(opts, "--tokenizer")) != ZY_OK) return cli_error("tokenizer info");
-    printf("ids %d, merges %d\n", tok_vocab_size(t), tok_n_merges(t));
+    char desc[1024];
+    tok_describe(t, desc, sizeof desc);
+    printf("ids %d, merges %d\n%s\n", tok_vocab_size(t), tok_n_merges(t), desc);
     int32_t sp[3] = {tok_bos_id(t), tok_eos_id(t), tok_pad_id(t)};
     const char *names[3] = {"bos", "eos", "pad"};
     for (int i = 0; i < 3; i++)

@@ -19,7 +19,7 @@ struct zy_bpe_trainer {
 zy_bpe_trainer *bpe_trainer_new(void) {
     zy_bpe_trainer *tr = zy_calloc(1, sizeof *tr);
     ZY_CHECK(pretok_init(&tr->pretok, NULL) == ZY_OK); /* the built-in pattern always compiles */
-    pretok_matcher_init(&tr->m, &tr->pretok);
+    pretok_matcher_init(&tr->m);
     strmap_init(&tr->words);
     return tr;
 }
@@ -363,14 +363,14 @@ int bpe_trainer_finish(zy_bpe_trainer *tr, int32_t vocab_size, const char *const
     strmap_free(&names);
 
     zy_tokenizer *t = tok_alloc("<trained tokenizer>");
-    t->add_prefix_space = 0;
-    int rc = ZY_OK;
+    int rc = tok_use_gpt2_pipeline(t);
     for (int32_t id = 0; id < toks.n && rc == ZY_OK; id++) {
         int flags = TOKF_MODEL | (id < n_specials ? TOKF_ADDED | TOKF_SPECIAL : 0);
         rc = tok_set_token(t, id, toks.text[id], strlen(toks.text[id]), flags);
     }
     for (int i = 0; i < n_specials; i++) {
-        zy_added_token a = {(char *)specials[i], strlen(specials[i]), i, 1, 0, 0, 0, 0};
+        zy_added_token a = {
+            .content = (char *)specials[i], .len = strlen(specials[i]), .id = i, .special = 1};
         tok_push_added(t, &a);
     }
     for (int32_t r = 0; r < n_merges; r++)

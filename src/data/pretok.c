@@ -2,6 +2,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "data/pretok.h"
 #include "base/err.h"
+#include "data/tok_internal.h"
 
 #include <pcre2.h>
 #include <pthread.h>
@@ -12,11 +13,6 @@
 #if PCRE2_MAJOR < 10 || (PCRE2_MAJOR == 10 && PCRE2_MINOR < 34)
 #error "zayac needs PCRE2 10.34 or newer (matching on invalid UTF-8)"
 #endif
-
-/* Unicode White_Space, the \s of the pattern as HF runs it. */
-#define WS                                                                                         \
-    "\\t\\n\\x{0B}\\f\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}"       \
-    "\\x{202F}\\x{205F}\\x{3000}"
 
 /* A growable string. */
 typedef struct {
@@ -120,21 +116,33 @@ static void class_body(sbuf *out, const char *base, const uint32_t (*rs)[2], int
     free(excess.s);
 }
 
-static char *gpt2_pattern, *word_pattern;
-static pthread_once_t gpt2_once = PTHREAD_ONCE_INIT, word_once = PTHREAD_ONCE_INIT;
+static char *gpt2_pattern, *word_pattern, *letter_class, *number_class;
+static pthread_once_t gpt2_once = PTHREAD_ONCE_INIT, word_once = PTHREAD_ONCE_INIT,
+                      class_once = PTHREAD_ONCE_INIT;
 
-static void build_gpt2_pattern(void) {
-    sbuf L = {0}, N = {0}, p = {0};
+static void build_classes(void) {
+    sbuf L = {0}, N = {0};
     class_body(&L, "\\p{L}", zy_gpt2_letters, zy_gpt2_n_letters);
     class_body(&N, "\\p{N}", zy_gpt2_digits, zy_gpt2_n_digits);
-    const char *parts[] = {
-        "'s|'t|'re|'ve|'m|'ll|'d| ?[",        L.s, "]+| ?[", N.s, "]+| ?[^" WS, L.s, N.s,
-        "]+|[" WS "]+(?![^" WS "])|[" WS "]+"};
-    for (size_t i = 0; i < sizeof parts / sizeof *parts; i++)
-        sb_add(&p, parts[i], strlen(parts[i]));
-    free(L.s);
-    free(N.s);
-    gpt2_pattern = p.s;
+    letter_class = L.s;
+    number_class = N.s;
+}
+
+const char *pretok_letter_class(void) {
+    pthread_once(&class_once, build_classes);
+    return letter_class;
+}
+
+const char *pretok_number_class(void) {
+    pthread_once(&class_once, build_classes);
+    return number_class;
+}
+
+static void build_gpt2_pattern(void) {
+    /* written as HF has it; the translation gives \p{L}, \p{N} and \s HF's meaning */
+    static const char hf[] =
+        "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+    ZY_CHECK(tok_regex_translate(hf, &gpt2_pattern) == ZY_OK);
 }
 
 const char *pretok_gpt2_pattern(void) {
@@ -165,9 +173,13 @@ int pretok_init(zy_pretok *p, const char *pattern) {
     if (!pattern) pattern = pretok_gpt2_pattern();
     int err;
     PCRE2_SIZE off;
-    pcre2_code *code =
-        pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED,
-                      PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err, &off, NULL);
+    pcre2_compile_context *cc = pcre2_compile_context_create(NULL);
+    ZY_CHECK(cc);
+    pcre2_set_newline(cc, PCRE2_NEWLINE_LF);
+    pcre2_code *code = pcre2_compile(
+        (PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED,
+        PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | PCRE2_MULTILINE, &err, &off, cc);
+    pcre2_compile_context_free(cc);
     if (!code) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(err, msg, sizeof msg);
@@ -184,8 +196,9 @@ void pretok_free(zy_pretok *p) {
     p->code = NULL;
 }
 
-void pretok_matcher_init(zy_pretok_matcher *m, const zy_pretok *p) {
-    m->md = pcre2_match_data_create_from_pattern((pcre2_code *)p->code, NULL);
+void pretok_matcher_init(zy_pretok_matcher *m) {
+    /* group 0 is all we read: a pattern with more groups fills what fits (rc 0) */
+    m->md = pcre2_match_data_create(1, NULL);
     m->mctx = pcre2_match_context_create(NULL);
     /* long runs of one character class backtrack through the lookahead: give JIT room */
     m->stack = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, NULL);
@@ -209,7 +222,7 @@ int pretok_split(const zy_pretok *p, zy_pretok_matcher *m, const char *text, siz
         int rc =
             pcre2_match(code, (PCRE2_SPTR)text, len, pos, 0, md, (pcre2_match_context *)m->mctx);
         if (rc == PCRE2_ERROR_NOMATCH) break;
-        if (rc < 0) {
+        if (rc < 0) { /* 0: groups beyond the ovector, group 0 is set */
             PCRE2_UCHAR msg[256];
             pcre2_get_error_message(rc, msg, sizeof msg);
             return zy_fail("pre-tokenizer: PCRE2 match failed at byte %zu: %s", pos,

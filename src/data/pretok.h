@@ -8,12 +8,21 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* The GPT-2 pattern as HF runs it (with Oniguruma), written for PCRE2, built once per process:
+/* HF's GPT-2 split pattern, as its tokenizer.json-free ByteLevel pre-tokenizer runs it with
+ * Oniguruma:
  *   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
- * \s is spelled out as Unicode White_Space (what Oniguruma's \s means; PCRE2's would add U+180E),
- * and \p{L} / \p{N} get the code points HF treats as letters / digits that this PCRE2's Unicode
- * tables lack (unicode_gpt2.c, measured from HF). */
+ * rewritten for PCRE2 by tok_regex_translate, built once per process. */
 const char *pretok_gpt2_pattern(void);
+
+/* The inside of a character class (no brackets) for what HF's regex engine calls a letter
+ * (\p{L}) / a number (\p{N}): PCRE2's class plus the code points this PCRE2's Unicode tables
+ * lack (unicode_gpt2.c, measured from HF). Built once per process. */
+const char *pretok_letter_class(void);
+const char *pretok_number_class(void);
+/* Unicode White_Space as a class inside (what Oniguruma's \s means; PCRE2's would add U+180E). */
+#define PRETOK_SPACE_CLASS                                                                         \
+    "\\t\\n\\x{0B}\\f\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}"       \
+    "\\x{202F}\\x{205F}\\x{3000}"
 
 /* "^[...]": a word character as HF's single_word rule for added tokens sees it (Rust's \\w). */
 const char *pretok_word_pattern(void);
@@ -37,11 +46,12 @@ typedef struct {
     void *stack; /* pcre2_jit_stack_8 * */
 } zy_pretok_matcher;
 
-/* Compiles a split pattern (NULL: the GPT-2 pattern) with UTF, UCP and invalid-UTF-8 matching. */
+/* Compiles a PCRE2 pattern (NULL: the GPT-2 pattern) with UTF, UCP, invalid-UTF-8 matching and
+ * Oniguruma's line rules (^ and $ at every \n, . not matching \n). */
 int pretok_init(zy_pretok *p, const char *pattern);
 void pretok_free(zy_pretok *p);
-/* Per-thread match state for a compiled pattern. */
-void pretok_matcher_init(zy_pretok_matcher *m, const zy_pretok *p);
+/* Per-thread match state, good for any compiled pattern. */
+void pretok_matcher_init(zy_pretok_matcher *m);
 void pretok_matcher_free(zy_pretok_matcher *m);
 
 /* Called for each piece, in order; returns 0 to go on, nonzero to stop with an error. */

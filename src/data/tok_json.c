@@ -1,13 +1,15 @@
-/* Reading and writing Hugging Face tokenizer.json for byte-level BPE (see tokenizer.h). Anything
- * that would make HF encode differently from zayac (another model type, a normalizer, another
- * pre-tokenizer, dropout, subword prefixes, byte fallback) is refused with an error naming the
- * file; the post-processor is ignored because zayac never adds tokens around a text. */
+/* Reading and writing Hugging Face tokenizer.json for BPE models (see tokenizer.h): the model,
+ * its vocabulary and merges, the added tokens; the normalizer, pre-tokenizer and decoder are read
+ * by tok_json_pipeline.c. Anything that would make HF encode differently from zayac (another model
+ * type, dropout, subword prefixes, a component zayac lacks) is refused with an error naming the
+ * file; the post-processor is not applied because zayac never adds tokens around a text. */
 #include "data/tok_internal.h"
 #include "base/err.h"
 #include "base/fileio.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,27 +38,14 @@ static int is_unset(const cJSON *v) {
 
 static int check_model_options(const char *path, const cJSON *model, zy_tokenizer *t) {
     static const char *const unsupported[] = {"dropout", "continuing_subword_prefix",
-                                              "end_of_word_suffix", "byte_fallback"};
+                                              "end_of_word_suffix"};
     for (size_t i = 0; i < sizeof unsupported / sizeof *unsupported; i++)
         if (!is_unset(get(model, unsupported[i])))
-            return zy_fail("%s: model.%s is set; zayac supports byte-level BPE without it", path,
+            return zy_fail("%s: model.%s is set; zayac supports BPE without it", path,
                            unsupported[i]);
     ZY_TRY(get_bool(path, model, "model", "fuse_unk", 0, &t->fuse_unk));
     ZY_TRY(get_bool(path, model, "model", "ignore_merges", 0, &t->ignore_merges));
-    return ZY_OK;
-}
-
-static int check_byte_level(const char *path, const cJSON *pre, zy_tokenizer *t) {
-    if (!pre || cJSON_IsNull(pre))
-        return zy_fail("%s: pre_tokenizer is null; expected the ByteLevel pre-tokenizer", path);
-    const cJSON *type = get(pre, "type");
-    if (!cJSON_IsString(type) || strcmp(type->valuestring, "ByteLevel") != 0)
-        return zy_fail("%s: pre_tokenizer type is \"%s\"; zayac reads byte-level BPE "
-                       "(pre_tokenizer \"ByteLevel\")",
-                       path, cJSON_IsString(type) ? type->valuestring : "?");
-    ZY_TRY(get_bool(path, pre, "pre_tokenizer", "add_prefix_space", 1, &t->add_prefix_space));
-    ZY_TRY(get_bool(path, pre, "pre_tokenizer", "trim_offsets", 1, &t->trim_offsets));
-    ZY_TRY(get_bool(path, pre, "pre_tokenizer", "use_regex", 1, &t->use_regex));
+    ZY_TRY(get_bool(path, model, "model", "byte_fallback", 0, &t->byte_fallback));
     return ZY_OK;
 }
 
@@ -135,33 +124,66 @@ static int load_merges(const char *path, const cJSON *merges, zy_tokenizer *t) {
     return ZY_OK;
 }
 
+/* The added tokens. Their ids are given as HF gives them, whatever the file lists: a content
+ * already in the vocabulary (or added before) keeps that id, the others take the next ids after
+ * the model's vocabulary (its token count), in file order. A listed id that differs is warned
+ * about, as HF does. */
 static int load_added(const char *path, const cJSON *added, zy_tokenizer *t) {
     if (!added || cJSON_IsNull(added)) return ZY_OK;
     if (!cJSON_IsArray(added)) return zy_fail("%s: added_tokens should be an array", path);
-    int i = 0;
-    for (const cJSON *it = added->child; it; it = it->next, i++) {
+    int64_t next_id = (int64_t)t->vocab.count;
+    zy_strmap seen; /* content -> index into t->added */
+    strmap_init(&seen);
+    int i = 0, rc = ZY_OK;
+    for (const cJSON *it = added->child; it && rc == ZY_OK; it = it->next, i++) {
         const cJSON *id = get(it, "id"), *content = get(it, "content");
         if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble > 2147483647.0 ||
-            !cJSON_IsString(content))
-            return zy_fail("%s: added_tokens[%d] needs an integer \"id\" and a \"content\"", path,
-                           i);
+            !cJSON_IsString(content)) {
+            rc = zy_fail("%s: added_tokens[%d] needs an integer \"id\" and a \"content\"", path, i);
+            break;
+        }
         zy_added_token a = {0};
         a.content = content->valuestring;
         a.len = strlen(a.content);
-        a.id = (int32_t)id->valuedouble;
         int special, lstrip, rstrip, single_word, normalized;
-        ZY_TRY(get_bool(path, it, "added_tokens[]", "special", 0, &special));
-        ZY_TRY(get_bool(path, it, "added_tokens[]", "lstrip", 0, &lstrip));
-        ZY_TRY(get_bool(path, it, "added_tokens[]", "rstrip", 0, &rstrip));
-        ZY_TRY(get_bool(path, it, "added_tokens[]", "single_word", 0, &single_word));
-        ZY_TRY(get_bool(path, it, "added_tokens[]", "normalized", !special, &normalized));
+        if (get_bool(path, it, "added_tokens[]", "special", 0, &special) != ZY_OK ||
+            get_bool(path, it, "added_tokens[]", "lstrip", 0, &lstrip) != ZY_OK ||
+            get_bool(path, it, "added_tokens[]", "rstrip", 0, &rstrip) != ZY_OK ||
+            get_bool(path, it, "added_tokens[]", "single_word", 0, &single_word) != ZY_OK ||
+            get_bool(path, it, "added_tokens[]", "normalized", !special, &normalized) != ZY_OK) {
+            rc = ZY_ERR;
+            break;
+        }
         a.special = (uint8_t)special, a.lstrip = (uint8_t)lstrip, a.rstrip = (uint8_t)rstrip;
         a.single_word = (uint8_t)single_word, a.normalized = (uint8_t)normalized;
         if (a.len == 0) continue; /* HF ignores empty added tokens */
-        ZY_TRY(tok_set_token(t, a.id, a.content, a.len, TOKF_ADDED | (special ? TOKF_SPECIAL : 0)));
+        int64_t v;
+        if (strmap_get(&seen, a.content, a.len, &v))
+            a.id = t->added[v].id;
+        else if (strmap_get(&t->vocab, a.content, a.len, &v))
+            a.id = (int32_t)v;
+        else
+            a.id = (int32_t)next_id++;
+        if (a.id != (int32_t)id->valuedouble)
+            fprintf(stderr,
+                    "warning: %s: added token '%.40s' is listed with id %d; HF gives it %d, "
+                    "and so does zayac\n",
+                    path, a.content, (int)id->valuedouble, a.id);
+        rc = tok_set_token(t, a.id, a.content, a.len, TOKF_ADDED | (special ? TOKF_SPECIAL : 0));
+        if (rc != ZY_OK) break;
+        if (strmap_get(&seen, a.content, a.len, &v)) { /* the same content again: the last wins */
+            if (!a.special) t->flags[a.id] &= (uint8_t)~TOKF_SPECIAL;
+            free(t->added[v].content);
+            t->added[v] = a;
+            t->added[v].content = zy_strdup(a.content);
+            t->added[v].match = t->added[v].content, t->added[v].match_len = a.len;
+            continue;
+        }
+        *strmap_put(&seen, a.content, a.len, t->n_added, NULL) = t->n_added;
         tok_push_added(t, &a);
     }
-    return ZY_OK;
+    strmap_free(&seen);
+    return rc;
 }
 
 static int load_root(const char *path, const cJSON *root, zy_tokenizer *t) {
@@ -177,15 +199,11 @@ static int load_root(const char *path, const cJSON *root, zy_tokenizer *t) {
                        path, type->valuestring);
     if (!type && !get(model, "merges"))
         return zy_fail("%s: model has no \"type\" and no merges; expected a BPE model", path);
-    const cJSON *norm = get(root, "normalizer");
-    if (norm && !cJSON_IsNull(norm))
-        return zy_fail("%s: has a normalizer; zayac reads byte-level BPE without one", path);
-    ZY_TRY(check_byte_level(path, get(root, "pre_tokenizer"), t));
-    const cJSON *dec = get(root, "decoder"), *dtype = dec ? get(dec, "type") : NULL;
-    if (dec && !cJSON_IsNull(dec) &&
-        !(cJSON_IsString(dtype) && strcmp(dtype->valuestring, "ByteLevel") == 0))
-        return zy_fail("%s: decoder type is \"%s\"; expected ByteLevel", path,
-                       cJSON_IsString(dtype) ? dtype->valuestring : "?");
+    ZY_TRY(tok_parse_normalizer(path, get(root, "normalizer"), t));
+    ZY_TRY(tok_parse_pre_tokenizer(path, get(root, "pre_tokenizer"), t));
+    ZY_TRY(tok_parse_decoder(path, get(root, "decoder"), t));
+    const cJSON *post = get(root, "post_processor"), *ptype = post ? get(post, "type") : NULL;
+    if (cJSON_IsString(ptype)) t->post_processor = zy_strdup(ptype->valuestring);
     ZY_TRY(check_model_options(path, model, t));
     ZY_TRY(load_vocab(path, get(model, "vocab"), t));
     ZY_TRY(load_merges(path, get(model, "merges"), t));
@@ -195,6 +213,8 @@ static int load_root(const char *path, const cJSON *root, zy_tokenizer *t) {
         int64_t v;
         if (strmap_get(&t->vocab, unk->valuestring, strlen(unk->valuestring), &v))
             t->unk_id = (int32_t)v;
+        else /* HF fails only when an unknown character needs it: so does zayac */
+            t->unk_missing = zy_strdup(unk->valuestring);
     }
     return ZY_OK;
 }
@@ -211,8 +231,9 @@ int tok_load(zy_tokenizer **out, const char *path) {
         free(buf);
         return zy_fail("%s: not valid JSON (parse error near byte %zu)", path, at);
     }
-    free(buf);
     zy_tokenizer *t = tok_alloc(path);
+    t->source = buf; /* written back as it is by tok_save */
+    t->source_len = len;
     int rc = load_root(path, root, t);
     cJSON_Delete(root);
     if (rc == ZY_OK && t->n_ids == 0) rc = zy_fail("%s: the vocabulary is empty", path);
@@ -241,7 +262,9 @@ static int cmp_added_id(const void *a, const void *b) {
     return (x->id > y->id) - (x->id < y->id);
 }
 
-int tok_save(const zy_tokenizer *t, const char *path) {
+/* A trained tokenizer's file: GPT-2's pipeline (tok_use_gpt2_pipeline), as HF writes one. */
+static int save_trained(const zy_tokenizer *t, const char *path) {
+    int add_prefix_space = t->n_pres ? t->pres[0].add_prefix_space : 0;
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "version", "1.0");
     cJSON_AddNullToObject(root, "truncation");
@@ -264,8 +287,7 @@ int tok_save(const zy_tokenizer *t, const char *path) {
     }
     free(sorted);
     cJSON_AddNullToObject(root, "normalizer");
-    cJSON_AddItemToObject(root, "pre_tokenizer",
-                          byte_level_obj(t->add_prefix_space, t->trim_offsets, t->use_regex));
+    cJSON_AddItemToObject(root, "pre_tokenizer", byte_level_obj(add_prefix_space, 1, 1));
     /* as HF writes for GPT-2 style: offsets only, no tokens added */
     cJSON_AddItemToObject(root, "post_processor", byte_level_obj(1, 0, 1));
     cJSON_AddItemToObject(root, "decoder", byte_level_obj(1, 1, 1));
@@ -279,7 +301,7 @@ int tok_save(const zy_tokenizer *t, const char *path) {
     cJSON_AddNullToObject(model, "continuing_subword_prefix");
     cJSON_AddNullToObject(model, "end_of_word_suffix");
     cJSON_AddBoolToObject(model, "fuse_unk", t->fuse_unk);
-    cJSON_AddBoolToObject(model, "byte_fallback", 0);
+    cJSON_AddBoolToObject(model, "byte_fallback", t->byte_fallback);
     cJSON_AddBoolToObject(model, "ignore_merges", t->ignore_merges);
     cJSON *vocab = cJSON_AddObjectToObject(model, "vocab");
     for (int32_t id = 0; id < t->n_ids; id++)
@@ -299,6 +321,13 @@ int tok_save(const zy_tokenizer *t, const char *path) {
     return rc;
 }
 
+int tok_save(const zy_tokenizer *t, const char *path) {
+    /* a loaded file is written back whole: its post-processor, padding and any field zayac does
+     * not read stay as they were */
+    if (t->source) return zy_write_file_atomic(path, t->source, t->source_len);
+    return save_trained(t, path);
+}
+
 int tok_save_hf_config(const zy_tokenizer *t, const char *path, int model_max_length) {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "tokenizer_class", "PreTrainedTokenizerFast");
@@ -307,7 +336,9 @@ int tok_save_hf_config(const zy_tokenizer *t, const char *path, int model_max_le
     for (int i = 0; i < 3; i++)
         if (ids[i] >= 0 && t->text[ids[i]])
             cJSON_AddStringToObject(root, names[i], t->text[ids[i]]);
-    cJSON_AddBoolToObject(root, "add_prefix_space", t->add_prefix_space);
+    /* only for a lone ByteLevel pre-tokenizer: transformers may rebuild others to apply it */
+    if (t->n_pres == 1 && t->pres[0].kind == TOKP_BYTELEVEL)
+        cJSON_AddBoolToObject(root, "add_prefix_space", t->pres[0].add_prefix_space);
     cJSON_AddBoolToObject(root, "clean_up_tokenization_spaces", 0);
     if (model_max_length > 0) cJSON_AddNumberToObject(root, "model_max_length", model_max_length);
     char *s = cJSON_Print(root);

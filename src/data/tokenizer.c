@@ -1,7 +1,9 @@
-/* The tokenizer's tables, encoding and decoding (see tokenizer.h). Encoding follows HF exactly:
- * added tokens are cut out first (when asked), each remaining segment gets the optional prefix
- * space, the split pattern cuts it into pieces, and each piece's bytes are merged by BPE, always
- * taking the lowest-ranked adjacent pair (leftmost on ties), as HF's priority queue does. */
+/* The tokenizer's tables, BPE and encoding (see tokenizer.h and tok_internal.h for the order HF
+ * encodes in). BPE follows HF exactly: a piece starts as its characters (each a vocabulary token,
+ * else its bytes' "<0xXX>" tokens with byte_fallback, else unk), then the lowest-ranked adjacent
+ * pair is merged (leftmost on ties) until none is left, as HF's priority queue does. Pieces that
+ * come from a ByteLevel pre-tokenizer stay raw bytes until BPE, so the word cache is keyed by them.
+ */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "data/tok_internal.h"
 #include "base/err.h"
@@ -18,6 +20,8 @@ const char *const TOK_DEFAULT_SPECIALS[3] = {"<|bos|>", "<|eos|>", "<|pad|>"};
 #define CACHE_MAX_PIECE 256
 /* The word cache is emptied when it holds this many ids. */
 #define CACHE_MAX_IDS (1u << 23)
+/* Code points below this find their one-character token by table, the rest by the vocab map. */
+#define CHAR_TABLE 0x10000
 
 void ids_reserve(zy_ids *v, size_t n) {
     if (v->n + n <= v->cap) return;
@@ -45,8 +49,6 @@ zy_tokenizer *tok_alloc(const char *origin) {
     strmap_init(&t->vocab);
     u64map_init(&t->merge_map);
     t->unk_id = t->bos_id = t->eos_id = t->pad_id = -1;
-    t->use_regex = 1;
-    t->trim_offsets = 1;
     return t;
 }
 
@@ -54,19 +56,27 @@ void tok_free(zy_tokenizer *t) {
     if (!t) return;
     for (int32_t i = 0; i < t->n_ids; i++) {
         free(t->text[i]);
-        free(t->bytes[i]);
+        free(t->dec_text[i]);
     }
     free(t->text);
-    free(t->bytes);
-    free(t->bytes_len);
+    free(t->dec_text);
     free(t->flags);
+    free(t->char_id);
     strmap_free(&t->vocab);
     free(t->merges);
     u64map_free(&t->merge_map);
-    for (int i = 0; i < t->n_added; i++) free(t->added[i].content);
+    for (int i = 0; i < t->n_added; i++) {
+        if (t->added[i].match != t->added[i].content) free(t->added[i].match);
+        free(t->added[i].content);
+    }
     free(t->added);
-    if (t->pretok.code) pretok_free(&t->pretok);
+    tok_trie_free(&t->trie[0]);
+    tok_trie_free(&t->trie[1]);
+    tok_pipeline_free(t);
     if (t->word_re.code) pretok_free(&t->word_re);
+    free(t->unk_missing);
+    free(t->post_processor);
+    free(t->source);
     free(t->origin);
     free(t);
 }
@@ -74,12 +84,10 @@ void tok_free(zy_tokenizer *t) {
 static void grow_ids(zy_tokenizer *t, int32_t n) {
     if (n <= t->n_ids) return;
     t->text = zy_realloc(t->text, (size_t)n * sizeof *t->text);
-    t->bytes = zy_realloc(t->bytes, (size_t)n * sizeof *t->bytes);
-    t->bytes_len = zy_realloc(t->bytes_len, (size_t)n * sizeof *t->bytes_len);
+    t->dec_text = zy_realloc(t->dec_text, (size_t)n * sizeof *t->dec_text);
     t->flags = zy_realloc(t->flags, (size_t)n);
     for (int32_t i = t->n_ids; i < n; i++) {
-        t->text[i] = t->bytes[i] = NULL;
-        t->bytes_len[i] = 0;
+        t->text[i] = t->dec_text[i] = NULL;
         t->flags[i] = 0;
     }
     t->n_ids = n;
@@ -94,16 +102,12 @@ int tok_set_token(zy_tokenizer *t, int32_t id, const char *text, size_t len, int
         return zy_fail("%s: id %d is given to two vocabulary tokens ('%.40s' and '%.40s')",
                        t->origin, id, t->text[id], text);
     if (flags & TOKF_MODEL) *strmap_put(&t->vocab, text, len, id, NULL) = id; /* last one wins */
-    /* an added token's text is what its id decodes to, as in HF (added vocabulary first) */
+    /* an added token's text is what its id decodes from, as in HF (added vocabulary first) */
     if (!t->text[id] || (flags & TOKF_ADDED)) {
         free(t->text[id]);
-        free(t->bytes[id]);
         t->text[id] = zy_malloc(len + 1);
         memcpy(t->text[id], text, len);
         t->text[id][len] = 0;
-        t->bytes[id] = zy_malloc(len + 1);
-        t->bytes_len[id] = (uint32_t)bytelevel_decode(text, len, (uint8_t *)t->bytes[id]);
-        t->bytes[id][t->bytes_len[id]] = 0;
     }
     t->flags[id] |= (uint8_t)flags;
     return ZY_OK;
@@ -130,6 +134,21 @@ void tok_push_added(zy_tokenizer *t, const zy_added_token *a) {
     d->content = zy_malloc(a->len + 1);
     memcpy(d->content, a->content, a->len);
     d->content[a->len] = 0;
+    d->match = d->content;
+    d->match_len = d->len;
+}
+
+int tok_use_gpt2_pipeline(zy_tokenizer *t) {
+    tok_pipeline_free(t);
+    t->pres = zy_calloc(1, sizeof *t->pres);
+    t->pres[0].kind = TOKP_BYTELEVEL;
+    t->pres[0].use_regex = 1;
+    t->n_pres = 1;
+    t->decs = zy_calloc(1, sizeof *t->decs);
+    t->decs[0].kind = TOKD_BYTELEVEL;
+    t->n_decs = 1;
+    t->has_decoder = 1;
+    return pretok_init(&t->pres[0].pat.re, NULL);
 }
 
 int32_t tok_token_id(const zy_tokenizer *t, const char *text) {
@@ -149,26 +168,62 @@ static int32_t first_present(const zy_tokenizer *t, const char *const *names) {
     return -1;
 }
 
+/* The matched form of normalized added tokens (HF matches them after the normalizers) and the
+ * string their ids decode from. */
+static int normalize_added(zy_tokenizer *t) {
+    if (!t->n_norms) return ZY_OK;
+    tok_work w;
+    tok_work_init(&w, t);
+    int rc = ZY_OK;
+    for (int i = 0; i < t->n_added && rc == ZY_OK; i++) {
+        zy_added_token *a = &t->added[i];
+        const char *s;
+        size_t n;
+        if (!a->normalized) continue;
+        rc = tok_normalize(t, &w, a->content, a->len, &s, &n);
+        if (rc != ZY_OK || (n == a->len && !memcmp(s, a->content, n))) continue;
+        a->match = zy_malloc(n + 1);
+        memcpy(a->match, s, n);
+        a->match[n] = 0;
+        a->match_len = n;
+        free(t->dec_text[a->id]);
+        t->dec_text[a->id] = zy_strdup(a->match);
+    }
+    tok_work_free(&w);
+    return rc == ZY_OK ? ZY_OK : zy_fail_ctx("%s: normalizing the added tokens", t->origin);
+}
+
 int tok_finalize(zy_tokenizer *t) {
+    t->char_id = zy_realloc(t->char_id, CHAR_TABLE * sizeof *t->char_id);
+    for (uint32_t c = 0; c < CHAR_TABLE; c++) t->char_id[c] = -1;
+    for (size_t i = 0; i < t->vocab.cap; i++) {
+        const zy_strmap_slot *sl = &t->vocab.slots[i];
+        uint32_t cp;
+        if (!sl->hash) continue;
+        const uint8_t *k = (const uint8_t *)strmap_key(&t->vocab, sl);
+        if (utf8_decode(k, sl->keylen, &cp) == (int)sl->keylen && cp < CHAR_TABLE)
+            t->char_id[cp] = (int32_t)sl->value;
+    }
     for (int b = 0; b < 256; b++) {
-        char s[4];
-        uint8_t byte = (uint8_t)b;
-        size_t n = bytelevel_encode(&byte, 1, s);
+        char name[8];
         int64_t v;
-        t->byte_id[b] = strmap_get(&t->vocab, s, n, &v) ? (int32_t)v : -1;
+        snprintf(name, sizeof name, "<0x%02X>", b);
+        t->fallback_id[b] =
+            t->byte_fallback && strmap_get(&t->vocab, name, 6, &v) ? (int32_t)v : -1;
     }
     for (int32_t r = 0; r < t->n_merges; r++) {
         uint64_t key = (uint64_t)(uint32_t)t->merges[r][0] << 32 | (uint32_t)t->merges[r][1];
         u64map_set(&t->merge_map, key, (uint64_t)r << 32 | (uint32_t)t->merges[r][2]);
     }
-    memset(t->added_first, 0, sizeof t->added_first);
+    ZY_TRY(normalize_added(t));
+    tok_build_tries(t);
     int need_word_re = 0;
     t->n_plain_added = 0;
     for (int i = 0; i < t->n_added; i++) {
-        if (t->added[i].len) t->added_first[(uint8_t)t->added[i].content[0]] = 1;
         t->n_plain_added += !t->added[i].special;
         need_word_re |= t->added[i].single_word;
     }
+    t->model_bytes = t->n_pres > 0 && t->pres[t->n_pres - 1].kind == TOKP_BYTELEVEL;
     static const char *const eos[] = {"<|eos|>", "<|endoftext|>", "<|end_of_text|>",
                                       "</s>",    "<eos>",         NULL};
     static const char *const bos[] = {"<|bos|>", "<|startoftext|>", "<|begin_of_text|>",
@@ -179,8 +234,8 @@ int tok_finalize(zy_tokenizer *t) {
     t->pad_id = first_present(t, pad);
     if (t->bos_id < 0) t->bos_id = t->eos_id;
     if (t->pad_id < 0) t->pad_id = t->eos_id;
-    if (pretok_init(&t->pretok, NULL) != ZY_OK) return zy_fail_ctx("%s", t->origin);
-    if (need_word_re && pretok_init(&t->word_re, pretok_word_pattern()) != ZY_OK)
+    if (need_word_re && !t->word_re.code &&
+        pretok_init(&t->word_re, pretok_word_pattern()) != ZY_OK)
         return zy_fail_ctx("%s", t->origin);
     return ZY_OK;
 }
@@ -205,12 +260,6 @@ const char *tok_token_text(const zy_tokenizer *t, int32_t id) {
     return id >= 0 && id < t->n_ids ? t->text[id] : NULL;
 }
 
-const char *tok_token_bytes(const zy_tokenizer *t, int32_t id, size_t *len) {
-    if (id < 0 || id >= t->n_ids || !t->text[id]) return NULL;
-    if (len) *len = t->bytes_len[id];
-    return t->bytes[id];
-}
-
 int tok_is_special(const zy_tokenizer *t, int32_t id) {
     return id >= 0 && id < t->n_ids && (t->flags[id] & TOKF_SPECIAL);
 }
@@ -224,49 +273,39 @@ typedef struct {
 
 struct tok_encoder {
     const zy_tokenizer *t;
-    zy_pretok_matcher m;
-    zy_strmap cache; /* piece bytes -> offset into cache_ids of (count, ids...) */
+    tok_work work;
+    zy_strmap cache; /* piece -> offset into cache_ids of (count, ids...) */
     zy_ids cache_ids;
-    zy_ids *out;                /* where pieces' ids go during a split */
+    zy_ids *out;                /* where pieces' ids go */
     int32_t *sym, *next, *prev; /* [cap] the symbols of the piece being merged */
-    merge_cand *heap;           /* [cap] */
+    merge_cand *heap;           /* [2 cap] */
     size_t cap;
-    char *tmp; /* byte-level strings of pieces */
-    size_t tmp_cap;
-    char *pfx; /* a segment with its prefix space */
-    size_t pfx_cap;
-    int flags; /* of the encode call in progress */
+    tok_buf tmp;          /* byte-level strings of pieces */
+    int flags;            /* of the encode call in progress */
+    int match_added;      /* whether that call looks for added tokens */
+    pretok_piece_fn sink; /* tok_pieces: pieces go here instead of BPE */
+    void *sink_ctx;
 };
 
 tok_encoder *tok_encoder_new(const zy_tokenizer *t) {
     tok_encoder *e = zy_calloc(1, sizeof *e);
     e->t = t;
-    pretok_matcher_init(&e->m, &t->pretok);
+    tok_work_init(&e->work, t);
     strmap_init(&e->cache);
     return e;
 }
 
 void tok_encoder_free(tok_encoder *e) {
     if (!e) return;
-    pretok_matcher_free(&e->m);
+    tok_work_free(&e->work);
     strmap_free(&e->cache);
     ids_free(&e->cache_ids);
     free(e->sym);
     free(e->next);
     free(e->prev);
     free(e->heap);
-    free(e->tmp);
-    free(e->pfx);
+    free(e->tmp.s);
     free(e);
-}
-
-static char *tmp_buf(tok_encoder *e, size_t n) {
-    if (n > e->tmp_cap) {
-        e->tmp_cap = n < 4096 ? 4096 : n;
-        free(e->tmp);
-        e->tmp = zy_malloc(e->tmp_cap);
-    }
-    return e->tmp;
 }
 
 static void heap_push(merge_cand *h, size_t *n, merge_cand c) {
@@ -306,38 +345,75 @@ static void try_pair(const zy_tokenizer *t, merge_cand *h, size_t *n, int32_t po
     }
 }
 
-/* BPE on one piece's bytes; appends its ids to out. */
-static void bpe_piece(tok_encoder *e, const uint8_t *p, size_t n, zy_ids *out) {
+/* The model token of one character (n bytes at s), or -1. */
+static int32_t char_token(const zy_tokenizer *t, const char *s, size_t n, uint32_t cp, int valid) {
+    if (valid && cp < CHAR_TABLE) return t->char_id[cp];
+    int64_t v;
+    return strmap_get(&t->vocab, s, n, &v) ? (int32_t)v : -1;
+}
+
+/* A piece's first symbols, as HF's merge_word makes them: each character's token, else (with
+ * byte_fallback) its bytes' tokens when all exist, else unk (consecutive unknowns fused with
+ * fuse_unk; a pending unk is written when the next known character comes, or at the end).
+ * Returns the count in e->sym, or -1 when unk is needed but missing from the vocabulary. */
+static int32_t first_symbols(tok_encoder *e, const char *s, size_t n) {
     const zy_tokenizer *t = e->t;
+    int32_t k = 0;
+    int unk_pending = 0;
+    for (size_t i = 0; i < n;) {
+        uint32_t cp = 0;
+        int l = utf8_decode((const uint8_t *)s + i, n - i, &cp), valid = l > 0;
+        size_t cl = valid ? (size_t)l : 1; /* a byte that is not UTF-8 counts as a character */
+        int32_t id = char_token(t, s + i, cl, cp, valid);
+        if (id >= 0) {
+            if (unk_pending) e->sym[k++] = t->unk_id, unk_pending = 0;
+            e->sym[k++] = id;
+        } else {
+            int all = t->byte_fallback;
+            for (size_t b = 0; all && b < cl; b++) all = t->fallback_id[(uint8_t)s[i + b]] >= 0;
+            if (all) {
+                for (size_t b = 0; b < cl; b++) e->sym[k++] = t->fallback_id[(uint8_t)s[i + b]];
+            } else if (t->unk_id >= 0) {
+                if (unk_pending && !t->fuse_unk) e->sym[k++] = t->unk_id;
+                unk_pending = 1;
+            } else if (t->unk_missing) {
+                return -1;
+            } /* else dropped: HF without an unk_token */
+        }
+        i += cl;
+    }
+    if (unk_pending) e->sym[k++] = t->unk_id;
+    return k;
+}
+
+/* BPE on one piece (raw bytes when the pieces come from ByteLevel); appends its ids to out. */
+static int bpe_piece(tok_encoder *e, const char *p, size_t n, zy_ids *out) {
+    const zy_tokenizer *t = e->t;
+    if (t->model_bytes) { /* the byte-level string the vocabulary is written in */
+        char *s = tok_buf_reserve(&e->tmp, 2 * n + 1);
+        n = bytelevel_encode((const uint8_t *)p, n, s);
+        p = s;
+    }
     if (t->ignore_merges) { /* a piece that is itself a token is emitted whole */
-        char *s = tmp_buf(e, 2 * n + 1);
-        size_t sl = bytelevel_encode(p, n, s);
         int64_t v;
-        if (strmap_get(&t->vocab, s, sl, &v)) {
+        if (strmap_get(&t->vocab, p, n, &v)) {
             ids_push(out, (int32_t)v);
-            return;
+            return ZY_OK;
         }
     }
-    if (n > e->cap) {
+    if (n > e->cap) { /* at most one symbol per byte */
         e->cap = n < 64 ? 64 : 2 * n;
         e->sym = zy_realloc(e->sym, e->cap * sizeof *e->sym);
         e->next = zy_realloc(e->next, e->cap * sizeof *e->next);
         e->prev = zy_realloc(e->prev, e->cap * sizeof *e->prev);
         e->heap = zy_realloc(e->heap, 2 * e->cap * sizeof *e->heap);
     }
-    int32_t k = 0;
-    int last_unk = 0;
-    for (size_t i = 0; i < n; i++) {
-        int32_t id = t->byte_id[p[i]];
-        if (id >= 0) {
-            e->sym[k++] = id;
-            last_unk = 0;
-        } else if (t->unk_id >= 0 && !(t->fuse_unk && last_unk)) {
-            e->sym[k++] = t->unk_id;
-            last_unk = 1;
-        } /* else: dropped (fused into the previous unk, or no unk token at all) */
-    }
-    if (k == 0) return;
+    int32_t k = first_symbols(e, p, n);
+    if (k < 0)
+        return zy_fail("%s: a character is not in the vocabulary and its unk_token \"%s\" is not "
+                       "either",
+                       t->origin, t->unk_missing);
+    if (k == 0) return ZY_OK;
     for (int32_t i = 0; i < k; i++) {
         e->next[i] = i + 1 < k ? i + 1 : -1;
         e->prev[i] = i - 1;
@@ -360,26 +436,31 @@ static void bpe_piece(tok_encoder *e, const uint8_t *p, size_t n, zy_ids *out) {
         if (e->next[pos] >= 0) try_pair(t, e->heap, &hn, pos, e->sym[pos], e->sym[e->next[pos]]);
     } /* the heap never exceeds 2k: k-1 pairs at first, then at most one more per merge */
     for (int32_t i = 0; i >= 0; i = e->next[i]) ids_push(out, e->sym[i]);
+    return ZY_OK;
 }
 
-/* Split callback: one piece through the cache or BPE. */
+/* A final piece of the pre-tokenizers: through the cache or BPE (or to the sink). */
 static int on_piece(const char *piece, size_t n, void *ctx) {
     tok_encoder *e = ctx;
     zy_ids *out = e->out;
-    if (n > CACHE_MAX_PIECE) {
-        bpe_piece(e, (const uint8_t *)piece, n, out);
-        return 0;
+    if (e->sink) {
+        if (!e->t->model_bytes) return e->sink(piece, n, e->sink_ctx);
+        char *s = tok_buf_reserve(&e->tmp, 2 * n + 1);
+        return e->sink(s, bytelevel_encode((const uint8_t *)piece, n, s), e->sink_ctx);
     }
+    if (n > CACHE_MAX_PIECE) return bpe_piece(e, piece, n, out);
     int64_t off;
     if (strmap_get(&e->cache, piece, n, &off)) {
-        int32_t cnt = e->cache_ids.data[off];
-        ids_reserve(out, (size_t)cnt);
-        memcpy(out->data + out->n, e->cache_ids.data + off + 1, (size_t)cnt * sizeof(int32_t));
-        out->n += (size_t)cnt;
-        return 0;
+        size_t cnt = (size_t)e->cache_ids.data[off];
+        if (cnt) { /* a piece may give no ids at all (unknown bytes without unk) */
+            ids_reserve(out, cnt);
+            memcpy(out->data + out->n, e->cache_ids.data + off + 1, cnt * sizeof(int32_t));
+            out->n += cnt;
+        }
+        return ZY_OK;
     }
     size_t start = out->n;
-    bpe_piece(e, (const uint8_t *)piece, n, out);
+    ZY_TRY(bpe_piece(e, piece, n, out));
     size_t cnt = out->n - start;
     if (e->cache_ids.n + cnt + 1 > CACHE_MAX_IDS) { /* bounded memory: start over */
         strmap_clear(&e->cache);
@@ -387,117 +468,37 @@ static int on_piece(const char *piece, size_t n, void *ctx) {
     }
     *strmap_put(&e->cache, piece, n, (int64_t)e->cache_ids.n, NULL) = (int64_t)e->cache_ids.n;
     ids_push(&e->cache_ids, (int32_t)cnt);
-    ids_reserve(&e->cache_ids, cnt);
-    memcpy(e->cache_ids.data + e->cache_ids.n, out->data + start, cnt * sizeof(int32_t));
-    e->cache_ids.n += cnt;
-    return 0;
-}
-
-/* A segment of ordinary text: optional prefix space, split, BPE. */
-static int encode_segment(tok_encoder *e, const char *text, size_t len, int may_prefix,
-                          zy_ids *out) {
-    const zy_tokenizer *t = e->t;
-    if (len == 0) return ZY_OK;
-    if (may_prefix && t->add_prefix_space && text[0] != ' ') {
-        if (len + 1 > e->pfx_cap) {
-            e->pfx_cap = 2 * (len + 1);
-            free(e->pfx);
-            e->pfx = zy_malloc(e->pfx_cap);
-        }
-        e->pfx[0] = ' ';
-        memcpy(e->pfx + 1, text, len);
-        text = e->pfx;
-        len++;
+    if (cnt) {
+        ids_reserve(&e->cache_ids, cnt);
+        memcpy(e->cache_ids.data + e->cache_ids.n, out->data + start, cnt * sizeof(int32_t));
+        e->cache_ids.n += cnt;
     }
-    e->out = out;
-    if (!t->use_regex) return on_piece(text, len, e) ? ZY_ERR : ZY_OK;
-    return pretok_split(&t->pretok, &e->m, text, len, on_piece, e);
-}
-
-/* ---- added tokens ---- */
-
-static int is_white_space(uint32_t c) { /* Unicode White_Space (Rust's \s) */
-    return (c >= 9 && c <= 13) || c == 32 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
-           c == 0x205F || c == 0x3000;
-}
-
-/* Start of the character that ends at text[end] (exclusive); walks back over continuations. */
-static size_t char_start_before(const char *text, size_t end) {
-    size_t i = end - 1;
-    while (i > 0 && end - i < 4 && ((uint8_t)text[i] & 0xC0) == 0x80) i--;
-    return i;
-}
-
-static int is_word_at(const zy_tokenizer *t, const char *s, size_t n) {
-    pcre2_match_data *md = pcre2_match_data_create(1, NULL);
-    int rc = pcre2_match((pcre2_code *)t->word_re.code, (PCRE2_SPTR)s, n, 0, 0, md, NULL);
-    pcre2_match_data_free(md);
-    return rc > 0;
-}
-
-static int encode_added(tok_encoder *e, const char *text, size_t len, int pass, zy_ids *out);
-
-/* Encodes a piece between added tokens: the next pass, or ordinary text after the last. */
-static int encode_gap(tok_encoder *e, const char *text, size_t len, int pass, zy_ids *out) {
-    if (pass == 0) return encode_added(e, text, len, 1, out);
-    return encode_segment(e, text, len, 1, out);
-}
-
-/* Cuts out added tokens with normalized == pass (pass 0: the non-normalized ones, matched
- * first), leftmost-longest, with HF's single_word/lstrip/rstrip rules. */
-static int encode_added(tok_encoder *e, const char *text, size_t len, int pass, zy_ids *out) {
-    const zy_tokenizer *t = e->t;
-    size_t i = 0, done = 0;
-    while (i < len) {
-        size_t s = len, best_len = 0;
-        const zy_added_token *best = NULL;
-        for (size_t j = i; j < len && !best; j++) {
-            if (!t->added_first[(uint8_t)text[j]]) continue;
-            for (int k = 0; k < t->n_added; k++) {
-                const zy_added_token *a = &t->added[k];
-                if (a->normalized != pass || a->len == 0 || a->len > len - j) continue;
-                if (a->len > best_len && memcmp(text + j, a->content, a->len) == 0) {
-                    best = a;
-                    best_len = a->len;
-                    s = j;
-                }
-            }
-        }
-        if (!best) break;
-        size_t stop = s + best_len, start = s;
-        i = stop;
-        if (best->special && !(e->flags & TOK_SPECIAL)) continue; /* HF encode_special_tokens */
-        if (best->single_word) {
-            int left_word = s > 0 && is_word_at(t, text + char_start_before(text, s),
-                                                s - char_start_before(text, s));
-            int right_word = stop < len && is_word_at(t, text + stop, len - stop);
-            if (left_word || right_word) continue; /* not a whole word: skipped */
-        }
-        if (best->lstrip) {
-            while (start > done) {
-                size_t cs = char_start_before(text, start);
-                uint32_t cp;
-                if (!utf8_decode((const uint8_t *)text + cs, start - cs, &cp) ||
-                    !is_white_space(cp))
-                    break;
-                start = cs;
-            }
-        }
-        if (best->rstrip) {
-            uint32_t cp;
-            int l;
-            while (stop < len && (l = utf8_decode((const uint8_t *)text + stop, len - stop, &cp)) &&
-                   is_white_space(cp))
-                stop += (size_t)l;
-            i = stop;
-        }
-        if (start > done) ZY_TRY(encode_gap(e, text + done, start - done, pass, out));
-        ids_push(out, best->id);
-        done = stop;
-    }
-    if (done < len) ZY_TRY(encode_gap(e, text + done, len - done, pass, out));
     return ZY_OK;
+}
+
+/* Text between normalized added tokens: pre-tokenizers, then BPE. */
+typedef struct {
+    tok_encoder *e;
+    int at_start; /* the segment begins the input */
+} segment_ctx;
+
+static int encode_piece(const char *text, size_t len, size_t start, void *ctx) {
+    segment_ctx *c = ctx;
+    return tok_pretokenize(c->e->t, &c->e->work, text, len, c->at_start && start == 0, on_piece,
+                           c->e);
+}
+
+/* Text between added tokens that are not normalized: normalizers, then the normalized added
+ * tokens, then the pieces between them. */
+static int encode_segment(const char *text, size_t len, size_t start, void *ctx) {
+    tok_encoder *e = ctx;
+    const zy_tokenizer *t = e->t;
+    const char *s;
+    size_t n;
+    ZY_TRY(tok_normalize(t, &e->work, text, len, &s, &n));
+    segment_ctx c = {e, start == 0};
+    if (!e->match_added || !t->trie[1].any) return encode_piece(s, n, 0, &c);
+    return tok_split_added(t, 1, e->flags, s, n, e->out, encode_piece, &c);
 }
 
 /* Whether an encode with these flags looks for added tokens at all. */
@@ -507,12 +508,27 @@ static int matches_added(const zy_tokenizer *t, int flags) {
 
 int tok_encoder_encode(tok_encoder *e, const char *text, size_t len, int flags, zy_ids *out) {
     e->flags = flags;
-    if (matches_added(e->t, flags)) return encode_added(e, text, len, 0, out);
-    return encode_segment(e, text, len, 1, out);
+    e->match_added = matches_added(e->t, flags);
+    e->out = out;
+    if (len == 0) return ZY_OK;
+    if (!e->match_added || !e->t->trie[0].any) return encode_segment(text, len, 0, e);
+    return tok_split_added(e->t, 0, e->flags, text, len, out, encode_segment, e);
+}
+
+int tok_pieces(const zy_tokenizer *t, const char *text, size_t len, int flags, pretok_piece_fn fn,
+               void *ctx) {
+    tok_encoder *e = tok_encoder_new(t);
+    zy_ids ids = {0};
+    e->sink = fn;
+    e->sink_ctx = ctx;
+    int rc = tok_encoder_encode(e, text, len, flags, &ids);
+    ids_free(&ids);
+    tok_encoder_free(e);
+    return rc;
 }
 
 /* A safe place to cut plain text for parallel encoding: just after a newline that is followed by
- * an ASCII non-space character, where no piece of the split pattern can straddle. */
+ * an ASCII non-space character, where no piece of the GPT-2 split pattern can straddle. */
 static size_t next_cut(const char *text, size_t len, size_t from) {
     for (size_t i = from; i + 1 < len; i++) {
         if (text[i] != '\n') continue;
@@ -522,10 +538,17 @@ static size_t next_cut(const char *text, size_t len, size_t from) {
     return len;
 }
 
+/* Whether cutting at next_cut gives the same ids: only the GPT-2 pipeline (a lone ByteLevel
+ * pre-tokenizer with its split, no normalizer) promises that pieces never cross such a cut. */
+static int cuts_at_lines(const zy_tokenizer *t) {
+    return t->n_norms == 0 && t->n_pres == 1 && t->pres[0].kind == TOKP_BYTELEVEL &&
+           t->pres[0].use_regex;
+}
+
 int tok_encode(const zy_tokenizer *t, const char *text, size_t len, int flags, zy_ids *out) {
     int nt = omp_get_max_threads();
     const size_t min_chunk = 1u << 18;
-    if (matches_added(t, flags) || nt == 1 || len < 4 * min_chunk) {
+    if (matches_added(t, flags) || !cuts_at_lines(t) || nt == 1 || len < 4 * min_chunk) {
         tok_encoder *e = tok_encoder_new(t);
         int rc = tok_encoder_encode(e, text, len, flags, out);
         tok_encoder_free(e);
@@ -551,9 +574,13 @@ int tok_encode(const zy_tokenizer *t, const char *text, size_t len, int flags, z
     for (int c = 0; c < nchunks; c++) {
         int tid = omp_get_thread_num();
         if (!enc[tid]) enc[tid] = tok_encoder_new(t);
-        /* only the text's first segment may get the prefix space */
-        if (encode_segment(enc[tid], text + cuts[c], cuts[c + 1] - cuts[c], c == 0, &parts[c]) !=
-            ZY_OK) {
+        tok_encoder *e = enc[tid];
+        e->out = &parts[c];
+        e->flags = 0;
+        e->match_added = 0;
+        e->work.no_prefix = c > 0; /* only the text's start may get the prefix space */
+        if (tok_pretokenize(t, &e->work, text + cuts[c], cuts[c + 1] - cuts[c], c == 0, on_piece,
+                            e) != ZY_OK) {
 #pragma omp critical(tok_encode_err)
             {
                 if (!failed) snprintf(msg, sizeof msg, "%s", zy_errmsg());
@@ -565,7 +592,7 @@ int tok_encode(const zy_tokenizer *t, const char *text, size_t len, int flags, z
     for (int c = 0; c < nchunks; c++) total += parts[c].n;
     ids_reserve(out, total);
     for (int c = 0; c < nchunks; c++) {
-        memcpy(out->data + out->n, parts[c].data, parts[c].n * sizeof(int32_t));
+        if (parts[c].n) memcpy(out->data + out->n, parts[c].data, parts[c].n * sizeof(int32_t));
         out->n += parts[c].n;
         ids_free(&parts[c]);
     }
@@ -574,29 +601,4 @@ int tok_encode(const zy_tokenizer *t, const char *text, size_t len, int flags, z
     free(parts);
     free(cuts);
     return failed ? zy_fail("%s", msg) : ZY_OK;
-}
-
-/* ---- decoding ---- */
-
-int tok_decode(const zy_tokenizer *t, const int32_t *ids, size_t n, int flags, char **out,
-               size_t *out_len) {
-    size_t total = 0;
-    for (size_t i = 0; i < n; i++) {
-        int32_t id = ids[i];
-        if (id < 0 || id >= t->n_ids || !t->text[id])
-            return zy_fail("decode: id %d at position %zu is not in the vocabulary of %s (%d ids)",
-                           id, i, t->origin, t->n_ids);
-        total += t->bytes_len[id];
-    }
-    char *buf = zy_malloc(total + 1), *p = buf;
-    for (size_t i = 0; i < n; i++) {
-        int32_t id = ids[i];
-        if ((flags & TOK_SKIP_SPECIAL) && (t->flags[id] & TOKF_SPECIAL)) continue;
-        memcpy(p, t->bytes[id], t->bytes_len[id]);
-        p += t->bytes_len[id];
-    }
-    *p = 0;
-    *out = buf;
-    if (out_len) *out_len = (size_t)(p - buf);
-    return ZY_OK;
 }

@@ -1,7 +1,18 @@
-/* Byte-level BPE tokenizer compatible with Hugging Face `tokenizers`: reads and writes
- * tokenizer.json (BPE model with vocab + merges, ByteLevel pre-tokenizer with the GPT-2 split
- * pattern, ByteLevel decoder, added_tokens for specials), trains from text (bpe_train.c), encodes
- * exactly as HF does and decodes to the original bytes.
+/* BPE tokenizers compatible with Hugging Face `tokenizers`: reads tokenizer.json files as real
+ * checkpoints ship them and encodes with the same ids as HF; trains byte-level BPE from text
+ * (bpe_train.c) and writes it as HF does.
+ *
+ * What a tokenizer.json may hold (anything else is an error naming the component):
+ *   model        BPE: vocab, merges ("a b" or ["a", "b"]), unk_token, fuse_unk, byte_fallback
+ *                ("<0xXX>" tokens), ignore_merges
+ *   normalizer   Replace (String or Regex), Prepend, Sequence
+ *   pre_tokenizer ByteLevel (GPT-2 split, prefix space), Split (String or Regex, every
+ *                behaviour, invert), Metaspace (prepend_scheme, split), Sequence
+ *   decoder      ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace, Sequence
+ *   added_tokens special, single_word, lstrip, rstrip, normalized
+ * Regex patterns are written for Oniguruma (HF's engine); zayac rewrites them for PCRE2 with HF's
+ * Unicode letters, numbers and white space (tok_regex.c). Decoding keeps bytes that are not valid
+ * UTF-8 where HF would print U+FFFD, so any bytes round-trip.
  *
  * Special tokens: zayac's trainer writes "<|bos|>", "<|eos|>", "<|pad|>" (ids 0, 1, 2) unless told
  * otherwise. A loaded file's ids are found by name: eos is the first present of "<|eos|>",
@@ -43,10 +54,11 @@ enum {
 /* The default special tokens of a trained tokenizer, in id order (bos, eos, pad). */
 extern const char *const TOK_DEFAULT_SPECIALS[3];
 
-/* Loads a tokenizer.json; a file of another kind (WordPiece, Unigram, another pre-tokenizer or
- * normalizer), malformed JSON or missing fields is one error naming the file. */
+/* Loads a tokenizer.json; a file of another kind (WordPiece, Unigram, a component zayac does not
+ * implement), malformed JSON or missing fields is one error naming the file. */
 int tok_load(zy_tokenizer **out, const char *path);
-/* Writes tokenizer.json (HF format, loads in `tokenizers`) atomically. */
+/* Writes tokenizer.json (HF format, loads in `tokenizers`) atomically: a loaded file as it was
+ * read, a trained one as HF writes byte-level BPE. */
 int tok_save(const zy_tokenizer *t, const char *path);
 /* Writes an HF tokenizer_config.json naming the bos/eos/pad tokens (for transformers), with
  * model_max_length when it is > 0 (transformers warns and truncates by it). */
@@ -64,10 +76,11 @@ int32_t tok_pad_id(const zy_tokenizer *t);
 int32_t tok_token_id(const zy_tokenizer *t, const char *text);
 /* The string of an id as written in tokenizer.json ("Ġthe"), or NULL for an unused id. */
 const char *tok_token_text(const zy_tokenizer *t, int32_t id);
-/* The bytes an id decodes to (*len set), or NULL for an unused id. */
-const char *tok_token_bytes(const zy_tokenizer *t, int32_t id, size_t *len);
 /* 1 if id is a special added token. */
 int tok_is_special(const zy_tokenizer *t, int32_t id);
+/* One line naming the tokenizer's components ("normalizer Replace; pre-tokenizer Split,
+ * ByteLevel; ..."), into buf. */
+void tok_describe(const zy_tokenizer *t, char *buf, size_t cap);
 
 /* Per-thread encoding state (a word cache and scratch); use one per thread. */
 tok_encoder *tok_encoder_new(const zy_tokenizer *t);
@@ -75,11 +88,17 @@ void tok_encoder_free(tok_encoder *e);
 /* Encodes len bytes of text (any bytes; invalid UTF-8 round-trips) and appends ids to out. */
 int tok_encoder_encode(tok_encoder *e, const char *text, size_t len, int flags, zy_ids *out);
 
-/* Encodes with a temporary encoder; long plain texts are cut at line starts (where the split
- * pattern always breaks) and encoded in parallel with OpenMP. Appends ids to out. */
+/* Hands each piece the pre-tokenizers make of a text to fn (as strings, byte-level ones
+ * for ByteLevel), without BPE; added tokens are cut out as encoding does and not shown. */
+int tok_pieces(const zy_tokenizer *t, const char *text, size_t len, int flags,
+               int (*fn)(const char *piece, size_t len, void *ctx), void *ctx);
+
+/* Encodes with a temporary encoder; long plain texts of a GPT-2-style tokenizer are cut at line
+ * starts (where its split pattern always breaks) and encoded in parallel with OpenMP. Appends ids
+ * to out. */
 int tok_encode(const zy_tokenizer *t, const char *text, size_t len, int flags, zy_ids *out);
-/* Decodes n ids to bytes: *out is a NUL-terminated heap buffer of *out_len bytes. An id outside
- * the vocabulary is an error. */
+/* Decodes n ids through the tokenizer's decoders to bytes: *out is a NUL-terminated heap buffer
+ * of *out_len bytes. An id outside the vocabulary is an error. */
 int tok_decode(const zy_tokenizer *t, const int32_t *ids, size_t n, int flags, char **out,
                size_t *out_len);
 
