@@ -317,6 +317,30 @@ static void test_batch_must_divide(void **state) {
     result_free(&r);
 }
 
+/* Background saves on 2 ranks: rank 1 failing to write its shard (as on a full disk) fails that
+ * checkpoint on every rank (reported, named), the run goes on, and the next checkpoints land with
+ * both shards; no staging folder is left. */
+static void test_rank_failing_its_shard(void **state) {
+    (void)state;
+    if (!have_mpi()) skip();
+    char out[256], p[400];
+    path(out, sizeof out, "shardfail");
+    setenv("ZAYAC_CKPT_FAIL_STEP", "4", 1);
+    setenv("ZAYAC_CKPT_FAIL_RANK", "1", 1);
+    run_result r = train(2, out, (const char *const[]){"--set", "checkpoint_interval=2", NULL});
+    unsetenv("ZAYAC_CKPT_FAIL_STEP");
+    unsetenv("ZAYAC_CKPT_FAIL_RANK");
+    if (r.code != 0 || !strstr(r.err, "rank 1 could not write its shard"))
+        fail_msg("exit %d:\n%s\n%s", r.code, r.out, r.err);
+    result_free(&r);
+    snprintf(p, sizeof p, "%s/checkpoints/step_000000004", out);
+    assert_false(zy_path_exists(p));
+    snprintf(p, sizeof p, "%s/checkpoints/step_000000006/train_state.rank_1.safetensors", out);
+    assert_true(zy_path_exists(p));
+    snprintf(p, sizeof p, "%s/checkpoints/.shards_step_000000004", out);
+    assert_false(zy_path_exists(p));
+}
+
 /* A fresh 2-rank run into a folder that holds a run: every rank refuses (exit 2), rank 0 saying
  * why, before any rank writes there. */
 static void test_ranks_refuse_a_used_out_dir(void **state) {
@@ -534,6 +558,7 @@ int main(void) {
         cmocka_unit_test(test_zero1_shards_and_reshapes),
         cmocka_unit_test(test_batch_must_divide),
         cmocka_unit_test(test_ranks_refuse_a_used_out_dir),
+        cmocka_unit_test(test_rank_failing_its_shard),
         cmocka_unit_test(test_launcher_sigterm_saves_and_resumes_exactly),
         cmocka_unit_test(test_bench_train_ranks),
         cmocka_unit_test(test_dead_rank_ends_the_job),

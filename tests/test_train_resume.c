@@ -350,6 +350,55 @@ static void test_state_json_checked(void **state) {
     RUN_STOPPED("train", "--config", cfg, "--out", out, "--resume", "--stop-after", "1");
 }
 
+/* Checkpoints are written in the background: a save that fails (here: as on a full disk) is
+ * reported and the next one is attempted; a save asked for while the previous one is still being
+ * written waits for it, saying so; the last save failing fails the run (exit 1); with
+ * checkpoint_async off every save completes before training goes on. */
+static void test_background_saves(void **state) {
+    (void)state;
+    char cfg[256], out[256], ck[300];
+    path(cfg, sizeof cfg, "train_cpu.json");
+    path(out, sizeof out, "bg");
+    setenv("ZAYAC_CKPT_FAIL_STEP", "4", 1);
+    setenv("ZAYAC_CKPT_DELAY_MS", "300", 1);
+    run_result r = spawn_capture(bin, tmp,
+                                 (const char *const[]){"train", "--config", cfg, "--out", out,
+                                                       "--set", "checkpoint_interval=2", NULL});
+    unsetenv("ZAYAC_CKPT_FAIL_STEP");
+    unsetenv("ZAYAC_CKPT_DELAY_MS");
+    if (r.code != 0) fail_msg("exit %d:\n%s\n%s", r.code, r.out, r.err);
+    assert_non_null(strstr(r.err, "checkpoint step 4: writing checkpoint step 4: No space left"));
+    assert_non_null(strstr(r.out, "waiting for checkpoint step"));
+    assert_non_null(strstr(r.out, "beside it"));
+    result_free(&r);
+    snprintf(ck, sizeof ck, "%s/checkpoints", out);
+    char p[400];
+    snprintf(p, sizeof p, "%s/step_000000004", ck);
+    assert_false(zy_path_exists(p)); /* the failed one left nothing under its name */
+    snprintf(p, sizeof p, "%s/step_000000006/manifest.json", ck);
+    assert_true(zy_path_exists(p)); /* the next one was attempted and landed */
+    snprintf(p, sizeof p, "%s/step_000000008/manifest.json", ck);
+    assert_true(zy_path_exists(p));
+    assert_int_equal(entries_named(ck, "\\."), 0); /* no staging left behind */
+    /* the last save failing is the run failing: the end state is not on disk */
+    path(out, sizeof out, "bg_last");
+    setenv("ZAYAC_CKPT_FAIL_STEP", "8", 1);
+    r = spawn_capture(bin, tmp,
+                      (const char *const[]){"train", "--config", cfg, "--out", out, NULL});
+    unsetenv("ZAYAC_CKPT_FAIL_STEP");
+    if (r.code != 1 || !strstr(r.err, "checkpoint step 8"))
+        fail_msg("a failed last save: exit %d, expected 1:\n%s", r.code, r.err);
+    result_free(&r);
+    /* synchronous saves */
+    path(out, sizeof out, "bg_sync");
+    r = spawn_capture(bin, tmp,
+                      (const char *const[]){"train", "--config", cfg, "--out", out, "--set",
+                                            "checkpoint_async=false", NULL});
+    if (r.code != 0 || strstr(r.out, "beside it") || !strstr(r.out, "training paused"))
+        fail_msg("synchronous saves: exit %d:\n%s\n%s", r.code, r.out, r.err);
+    result_free(&r);
+}
+
 /* Lines in a run's metrics.jsonl (0 while it does not exist). */
 static int metrics_lines(const char *out) {
     char p[512], *text;
@@ -459,6 +508,7 @@ int main(void) {
         cmocka_unit_test(test_out_dir_holds_a_run),
         cmocka_unit_test(test_resume_with_none_verifying),
         cmocka_unit_test(test_state_json_checked),
+        cmocka_unit_test(test_background_saves),
         cmocka_unit_test(test_sigterm_checkpoints_and_exits_3),
         cmocka_unit_test(test_resume_is_exact_gpu),
         cmocka_unit_test(test_gpu_tracks_cpu),

@@ -197,6 +197,8 @@ const zy_setting zy_settings[] = {
         "steps between checkpoints (0 = only at the end)"),
     NUM("keep_checkpoints", ZY_SET_INT, keep_checkpoints, 0, 1e6, "3",
         "newest checkpoints kept (0 = all)"),
+    BOOL("checkpoint_async", checkpoint_async, "true",
+         "write checkpoints in the background (training pauses only for a copy of the state)"),
     NUM("log_interval", ZY_SET_I64, log_interval, 1, 1e15, "1", "steps between console lines"),
     STR("out_dir", out_dir, "\"runs/train\"", "output folder: checkpoints, metrics, plots"),
     NUM("seed", ZY_SET_U64, seed, 0, 9007199254740992.0, "1",

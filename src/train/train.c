@@ -201,6 +201,7 @@ static int trainer_init(trainer *tr, const zy_train_config *c) {
 }
 
 static void trainer_free(trainer *tr) {
+    trainer_drop_checkpoint(tr); /* a writer still running (the run failed) ends first */
     if (tr->metrics) metrics_close(tr->metrics);
     batches_close(tr->train);
     batches_close(tr->val);
@@ -412,6 +413,7 @@ int train_run(const zy_train_config *c, const zy_train_opts *o) {
             tr.st.step == c->steps || stopping;
         if (checkpoint && tr.ranks.comm.world > 1) rc = trainer_check_replicas(&tr);
         if (rc == ZY_OK && checkpoint) rc = trainer_save_checkpoint(&tr); /* collective */
+        if (stopping && rc == ZY_OK) rc = trainer_finish_checkpoint(&tr); /* written before 3 */
         if (stopping && rc == ZY_OK) {
             printf("stopped on request (%s) at step %lld after its checkpoint\n",
                    signalled ? strsignal((int)asked) : "--stop-after", (long long)tr.st.step);
@@ -420,6 +422,7 @@ int train_run(const zy_train_config *c, const zy_train_opts *o) {
         }
     }
     stop_signals_restore(old_handlers);
+    if (rc == ZY_OK) rc = trainer_finish_checkpoint(&tr); /* the last save must have landed */
     if (rc != ZY_OK && failed_after >= 0) zy_fail_ctx("after step %lld", failed_after);
     if (rc == ZY_OK && tr.metrics) {
         metrics_flush(tr.metrics);

@@ -1,6 +1,6 @@
-/* The trainer's checkpoints (see trainer.h): saving (every rank its share of the optimizer state,
- * rank 0 the folder), resuming (state read by global name, so the ranks reading need not be the
- * ranks that wrote) and the check that replicated weights agree across ranks. */
+/* The trainer's checkpoints (see trainer.h), apart from saving (train_save.c): resuming (state
+ * read by global name, so the ranks reading need not be the ranks that wrote) and the check that
+ * replicated weights agree across ranks. */
 #include "train/trainer.h"
 #include "base/crc32c.h"
 #include "base/err.h"
@@ -25,18 +25,6 @@ static const float *params_on_host(trainer *tr) {
     return tr->params_host;
 }
 
-/* Copies a named state list into a checkpoint's train_state items. */
-static void add_state_items(zy_st_write_item *items, int *n, const zy_state_tensor *st, int count) {
-    for (int i = 0; i < count; i++) {
-        items[*n].name = st[i].name;
-        items[*n].dtype = ZY_ST_F32;
-        items[*n].ndim = st[i].ndim;
-        items[*n].shape = st[i].shape;
-        items[*n].data = st[i].data;
-        (*n)++;
-    }
-}
-
 /* Replicated state must stay identical on every rank (the same reduced gradients, the same
  * update): checked at every checkpoint by comparing each rank's CRC-32C of the weights, so a
  * silent divergence (a nondeterministic kernel, a bit flip) is caught instead of saved. */
@@ -51,111 +39,6 @@ int trainer_check_replicas(trainer *tr) {
         return zy_fail_runtime("step %lld: the ranks' weights differ (replicated state diverged)",
                                (long long)tr->st.step);
     return ZY_OK;
-}
-
-/* ZeRO-1 checkpoints: rank r > 0 writes the optimizer state it owns (global names) to
- * ROOT/.shards_step_N/train_state.rank_R.safetensors; rank 0 moves every shard into the folder it
- * commits. The ranks agree that every shard was written before rank 0 commits, and that the
- * commit succeeded before any of them goes on. */
-static void shard_path(const trainer *tr, int rank, char *buf, size_t n) {
-    snprintf(buf, n, "%s/.shards_step_%09lld/train_state.rank_%d.safetensors", tr->ckpt_root,
-             (long long)tr->st.step, rank);
-}
-
-static int write_state_shard(trainer *tr) {
-    char path[ZY_PATH_MAX + 128];
-    shard_path(tr, tr->ranks.comm.rank, path, sizeof path);
-    char *slash = strrchr(path, '/');
-    *slash = 0;
-    int rc = zy_mkdirs(path);
-    *slash = '/';
-    int no;
-    zy_state_tensor *so = optim_state_tensors(&tr->st.opt, &tr->st.model.table, &no);
-    zy_st_write_item *items = zy_calloc((size_t)no + 1, sizeof *items);
-    int n = 0;
-    add_state_items(items, &n, so, no);
-    const char *meta[2] = {"format", "zayac-train-state"};
-    if (rc == ZY_OK) rc = safetensors_write(path, items, n, meta, 1);
-    free(items);
-    free(so);
-    return rc;
-}
-
-/* Every rank's status in; ZY_OK only when all are ZY_OK (a failed rank's error stays its own). */
-static int all_ok(trainer *tr, int rc, const char *what) {
-    int64_t failed = rc != ZY_OK;
-    if (comm_all_reduce(&tr->ranks.comm, &failed, 1, ZY_COMM_I64, ZY_COMM_MAX) != ZY_OK)
-        return ZY_ERR;
-    if (failed && rc == ZY_OK)
-        return zy_fail_runtime("step %lld: another rank failed %s", (long long)tr->st.step, what);
-    return rc;
-}
-
-static int save_checkpoint_rank0(trainer *tr);
-
-/* Collective over the ranks (one rank: just rank 0's save). */
-int trainer_save_checkpoint(trainer *tr) {
-    ZY_TRY(step_weights_whole(&tr->st)); /* collective: before the ranks part ways */
-    optim_state_to_host(&tr->st.opt);    /* the moments' host mirror (itself on the CPU) */
-    if (tr->ranks.comm.world == 1) return save_checkpoint_rank0(tr);
-    int rc = tr->ranks.comm.rank > 0 ? write_state_shard(tr) : ZY_OK;
-    rc = all_ok(tr, rc, "writing its checkpoint shard");
-    if (rc == ZY_OK && tr->ranks.comm.rank == 0) rc = save_checkpoint_rank0(tr);
-    return all_ok(tr, rc, "committing the checkpoint");
-}
-
-static int save_checkpoint_rank0(trainer *tr) {
-    int no, nb;
-    zy_state_tensor *so = optim_state_tensors(&tr->st.opt, &tr->st.model.table, &no);
-    zy_state_tensor *sb = balance_state_tensors(&tr->st.bal, &nb);
-    zy_st_write_item *items = zy_calloc((size_t)(no + nb), sizeof *items);
-    int n = 0;
-    add_state_items(items, &n, so, no);
-    add_state_items(items, &n, sb, nb);
-    cJSON *st = cJSON_CreateObject();
-    cJSON_AddNumberToObject(st, "step", (double)tr->st.step);
-    cJSON_AddNumberToObject(st, "optimizer_step", (double)tr->st.opt.step);
-    cJSON_AddNumberToObject(st, "balance_step", (double)tr->st.bal.step);
-    cJSON_AddNumberToObject(st, "tokens_seen", tr->tokens_seen);
-    cJSON_AddNumberToObject(st, "seed", (double)tr->cfg->seed);
-    char *loader = batches_state_json(tr->train);
-    cJSON_AddItemToObject(st, "train_loader", cJSON_Parse(loader));
-    free(loader);
-    char *json = cJSON_Print(st);
-    cJSON_Delete(st);
-    const int W = tr->ranks.comm.world;
-    char **shards = zy_calloc((size_t)W, sizeof *shards);
-    for (int r = 1; r < W; r++) {
-        shards[r - 1] = zy_malloc(ZY_PATH_MAX + 128);
-        shard_path(tr, r, shards[r - 1], ZY_PATH_MAX + 128);
-    }
-    zy_ckpt_content c = {.config = &tr->st.model.cfg,
-                         .table = &tr->st.model.table,
-                         .params = params_on_host(tr),
-                         .state = items,
-                         .n_state = n,
-                         .state_json = json,
-                         .tokenizer_path = tr->cfg->tokenizer[0] ? tr->cfg->tokenizer : NULL,
-                         .extra_files = (const char *const *)shards,
-                         .n_extra = W - 1};
-    char dir[4096];
-    int rc = ckpt_save(tr->ckpt_root, tr->st.step, &c, tr->cfg->keep_checkpoints, dir, sizeof dir);
-    if (W > 1) { /* the emptied staging folder */
-        char *slash = strrchr(shards[0], '/');
-        *slash = 0;
-        zy_remove_tree(shards[0]);
-    }
-    for (int r = 0; r < W; r++) free(shards[r]);
-    free(shards);
-    if (rc == ZY_OK && tr->ranks.comm.world > 1)
-        printf("checkpoint: %s (weights identical on all %d ranks)\n", dir, tr->ranks.comm.world);
-    else if (rc == ZY_OK)
-        printf("checkpoint: %s\n", dir);
-    free(json);
-    free(items);
-    free(so);
-    free(sb);
-    return rc;
 }
 
 /* Reads each named state tensor from whichever of the files holds it (a checkpoint written by

@@ -39,6 +39,7 @@ typedef struct {
     int balance_enabled;
     int64_t eval_interval, eval_batches, checkpoint_interval, log_interval;
     int keep_checkpoints;
+    int checkpoint_async; /* write checkpoints in the background while training goes on */
     char out_dir[ZY_PATH_MAX];
     uint64_t seed;
     char device[16];                   /* "auto", "cpu", "cuda" */

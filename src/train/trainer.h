@@ -9,6 +9,29 @@
 #include "train/step.h"
 #include "train/train_config.h"
 
+#include <pthread.h>
+
+/* A checkpoint save: the snapshot a writer thread writes, and its outcome (train_save.c). */
+typedef struct {
+    int active; /* the writer thread was started and not yet joined */
+    pthread_t thread;
+    long long step;
+    int rank, world, keep;
+    double timeout_s;
+    const zy_param_table *table; /* the model's (fixed during training) */
+    zy_config config;
+    char root[ZY_PATH_MAX + 16], tokenizer[ZY_PATH_MAX];
+    zy_state_tensor *so, *sb; /* this rank's optimizer state; rank 0: the balancing state */
+    int no, nb;
+    float *data;                    /* their values (owned copies) */
+    float *params;                  /* rank 0: the weights */
+    char *state_json;               /* rank 0 */
+    double bytes, stall_s, write_s; /* written; the training thread's pause; the writer's time */
+    int rc;                         /* the writer's result */
+    char err[1024];
+    char dir[4096]; /* rank 0: the folder committed */
+} trainer_save;
+
 typedef struct {
     const zy_train_config *cfg;
     zy_ctx ctx;
@@ -18,12 +41,24 @@ typedef struct {
     zy_ranks ranks;      /* the data-parallel ranks (world 1: this process alone) */
     double tokens_seen;
     char ckpt_root[ZY_PATH_MAX + 16];
-    float *params_host; /* [table.total] host copy of the weights for checkpoints (CUDA only) */
+    float *params_host; /* [table.total] host copy of the weights for the replica check (CUDA) */
+    trainer_save save;  /* the checkpoint being written, if any */
 } trainer;
 
-/* Checkpoint step st.step under ckpt_root, collective over the ranks (ZeRO-1: each rank writes the
- * optimizer state it owns; rank 0 commits the folder). */
+static inline int trainer_is_main(const trainer *tr) {
+    return tr->ranks.comm.rank == 0;
+}
+
+/* Starts checkpoint step st.step under ckpt_root, collective over the ranks (ZeRO-1: each rank
+ * writes the optimizer state it owns; rank 0 commits the folder): the training thread copies the
+ * state, a writer thread writes it (train_save.c). A save still in flight is finished first; its
+ * failure is reported, not returned. With checkpoint_async off it also finishes this one. */
 int trainer_save_checkpoint(trainer *tr);
+/* Waits for the save in flight (if any) and agrees its outcome over the ranks: a runtime error
+ * when any rank's part failed. Collective. */
+int trainer_finish_checkpoint(trainer *tr);
+/* Waits for the writer without a collective (the run is failing) and forgets the save. */
+void trainer_drop_checkpoint(trainer *tr);
 /* Loads a checkpoint folder: weights, this rank's optimizer state (by global name, from whichever
  * file holds it), balancing state, counters and the data position. */
 int trainer_resume_from(trainer *tr, const char *dir);

@@ -1,0 +1,268 @@
+/* The trainer's checkpoint saves (see trainer.h), written by a background thread while training
+ * goes on.
+ *
+ * The training thread takes a snapshot: the weights whole on every rank (ZeRO-1's gather), then
+ * copies of what this rank writes (rank 0: the weights, its optimizer state, the balancing state,
+ * state.json; rank r > 0: the optimizer state it owns). That copy is the only pause. A writer
+ * thread then writes the files: rank r > 0 its shard ROOT/.shards_step_N/train_state.rank_R.
+ * safetensors, then a marker beside it (done.rank_R, or failed.rank_R holding its error); rank 0
+ * its own files, then it waits for every marker (within dist.timeout_s) and commits the folder
+ * with the shards in its manifest (io/checkpoint.h: atomic). The writer threads only write files
+ * (no device, no communicator), so the ranks agree on the outcome from the training thread: at the
+ * next save, or at the end, every rank joins its writer and the ranks compare results. At most
+ * one save is in flight; a failed one is reported and the next is attempted. */
+#include "train/trainer.h"
+#include "base/err.h"
+#include "base/fileio.h"
+#include "base/timer.h"
+#include "io/checkpoint.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* Test hook (the fault injection of the supervisor issue builds on it): ZAYAC_CKPT_FAIL_STEP=N
+ * makes the save of step N fail as a full disk would (on rank ZAYAC_CKPT_FAIL_RANK only, when
+ * set); ZAYAC_CKPT_DELAY_MS=M slows every writer by M ms, so a save is still in flight when the
+ * next one is asked for. */
+static int injected_failure(long long step, int rank) {
+    const char *s = getenv("ZAYAC_CKPT_FAIL_STEP"), *r = getenv("ZAYAC_CKPT_FAIL_RANK");
+    if (s && atoll(s) == step && (!r || atoi(r) == rank))
+        return zy_fail_runtime("writing checkpoint step %lld: No space left on device (injected by "
+                               "ZAYAC_CKPT_FAIL_STEP)",
+                               step);
+    const char *d = getenv("ZAYAC_CKPT_DELAY_MS");
+    if (d && atol(d) > 0) {
+        struct timespec ts = {atol(d) / 1000, (atol(d) % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    return ZY_OK;
+}
+
+static void staging_dir(const trainer_save *j, char *buf, size_t n) {
+    snprintf(buf, n, "%s/.shards_step_%09lld", j->root, j->step);
+}
+
+static void staging_file(const trainer_save *j, const char *what, int rank, char *buf, size_t n) {
+    snprintf(buf, n, "%s/.shards_step_%09lld/%s%d%s", j->root, j->step, what, rank,
+             strcmp(what, "train_state.rank_") ? "" : ".safetensors");
+}
+
+/* The state tensors as safetensors items. */
+static zy_st_write_item *state_items(const trainer_save *j, int *n) {
+    zy_st_write_item *items = zy_calloc((size_t)(j->no + j->nb) + 1, sizeof *items);
+    *n = 0;
+    for (int k = 0; k < 2; k++) {
+        const zy_state_tensor *st = k ? j->sb : j->so;
+        for (int i = 0; i < (k ? j->nb : j->no); i++, (*n)++) {
+            items[*n].name = st[i].name;
+            items[*n].dtype = ZY_ST_F32;
+            items[*n].ndim = st[i].ndim;
+            items[*n].shape = st[i].shape;
+            items[*n].data = st[i].data;
+        }
+    }
+    return items;
+}
+
+/* Rank r > 0: its shard, then the marker that says how it went. */
+static int write_shard(trainer_save *j) {
+    char path[ZY_PATH_MAX + 128], marker[ZY_PATH_MAX + 128];
+    staging_dir(j, path, sizeof path);
+    int rc = zy_mkdirs(path), n;
+    if (rc == ZY_OK) rc = injected_failure(j->step, j->rank);
+    staging_file(j, "train_state.rank_", j->rank, path, sizeof path);
+    zy_st_write_item *items = state_items(j, &n);
+    const char *meta[2] = {"format", "zayac-train-state"};
+    if (rc == ZY_OK) rc = safetensors_write(path, items, n, meta, 1);
+    free(items);
+    const char *text = rc == ZY_OK ? "" : zy_errmsg();
+    staging_file(j, rc == ZY_OK ? "done.rank_" : "failed.rank_", j->rank, marker, sizeof marker);
+    if (zy_write_file_atomic(marker, text, strlen(text)) != ZY_OK && rc == ZY_OK) rc = ZY_ERR;
+    return rc;
+}
+
+/* Rank 0: waits for every other rank's marker (a failed one, or none within the deadline, fails
+ * the save). */
+static int wait_for_shards(trainer_save *j) {
+    const double deadline = zy_now() + j->timeout_s;
+    for (int r = 1; r < j->world; r++) {
+        char done[ZY_PATH_MAX + 128], failed[ZY_PATH_MAX + 128];
+        staging_file(j, "done.rank_", r, done, sizeof done);
+        staging_file(j, "failed.rank_", r, failed, sizeof failed);
+        while (!zy_path_exists(done)) {
+            if (zy_path_exists(failed)) {
+                char *why = NULL;
+                zy_read_file(failed, &why, NULL);
+                int rc = zy_fail_runtime("rank %d could not write its shard: %s", r,
+                                         why ? why : "(no reason recorded)");
+                free(why);
+                return rc;
+            }
+            if (zy_now() > deadline)
+                return zy_fail_runtime("rank %d wrote no shard within %g s", r, j->timeout_s);
+            struct timespec ts = {0, 5 * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+    }
+    return ZY_OK;
+}
+
+/* Rank 0: the folder, with the other ranks' shards moved in. */
+static int write_folder(trainer_save *j) {
+    ZY_TRY(injected_failure(j->step, 0));
+    int n, rc = wait_for_shards(j);
+    zy_st_write_item *items = state_items(j, &n);
+    char **shards = zy_calloc((size_t)j->world, sizeof *shards);
+    for (int r = 1; r < j->world; r++) {
+        shards[r - 1] = zy_malloc(ZY_PATH_MAX + 128);
+        staging_file(j, "train_state.rank_", r, shards[r - 1], ZY_PATH_MAX + 128);
+    }
+    zy_ckpt_content c = {.config = &j->config,
+                         .table = j->table,
+                         .params = j->params,
+                         .state = items,
+                         .n_state = n,
+                         .state_json = j->state_json,
+                         .tokenizer_path = j->tokenizer[0] ? j->tokenizer : NULL,
+                         .extra_files = (const char *const *)shards,
+                         .n_extra = j->world - 1};
+    if (rc == ZY_OK) rc = ckpt_save(j->root, j->step, &c, j->keep, j->dir, sizeof j->dir);
+    if (j->world > 1) { /* the markers and anything a failed save left */
+        char staging[ZY_PATH_MAX + 64];
+        staging_dir(j, staging, sizeof staging);
+        zy_remove_tree(staging);
+    }
+    for (int r = 0; r < j->world; r++) free(shards[r]);
+    free(shards);
+    free(items);
+    return rc;
+}
+
+static void *writer_main(void *arg) {
+    trainer_save *j = arg;
+    const double t0 = zy_now();
+    j->rc = j->rank > 0 ? write_shard(j) : write_folder(j);
+    if (j->rc != ZY_OK) snprintf(j->err, sizeof j->err, "%s", zy_errmsg());
+    j->write_s = zy_now() - t0;
+    return NULL;
+}
+
+static void job_free(trainer_save *j) {
+    free(j->so);
+    free(j->sb);
+    free(j->data);
+    free(j->params);
+    free(j->state_json);
+    memset(j, 0, sizeof *j);
+}
+
+/* Copies the named tensors' values into buf (advanced past them) and points them there. */
+static void copy_tensors(zy_state_tensor *st, int n, float **buf) {
+    for (int i = 0; i < n; i++) {
+        memcpy(*buf, st[i].data, st[i].numel * sizeof(float));
+        st[i].data = *buf;
+        *buf += st[i].numel;
+    }
+}
+
+static char *state_json(const trainer *tr) {
+    cJSON *st = cJSON_CreateObject();
+    cJSON_AddNumberToObject(st, "step", (double)tr->st.step);
+    cJSON_AddNumberToObject(st, "optimizer_step", (double)tr->st.opt.step);
+    cJSON_AddNumberToObject(st, "balance_step", (double)tr->st.bal.step);
+    cJSON_AddNumberToObject(st, "tokens_seen", tr->tokens_seen);
+    cJSON_AddNumberToObject(st, "seed", (double)tr->cfg->seed);
+    char *loader = batches_state_json(tr->train);
+    cJSON_AddItemToObject(st, "train_loader", cJSON_Parse(loader));
+    free(loader);
+    char *json = cJSON_Print(st);
+    cJSON_Delete(st);
+    return json;
+}
+
+/* The training thread's part: what this rank writes, copied out of the live state. */
+static int snapshot(trainer *tr, trainer_save *j) {
+    ZY_TRY(step_weights_whole(&tr->st)); /* collective: rank 0 writes every weight */
+    optim_state_to_host(&tr->st.opt);    /* the moments' host mirror (itself on the CPU) */
+    zy_model *m = &tr->st.model;
+    memset(j, 0, sizeof *j);
+    j->step = tr->st.step;
+    j->rank = tr->ranks.comm.rank;
+    j->world = tr->ranks.comm.world;
+    j->timeout_s = tr->cfg->dist_timeout_s;
+    j->keep = tr->cfg->keep_checkpoints;
+    j->table = &m->table;
+    j->config = m->cfg;
+    snprintf(j->root, sizeof j->root, "%s", tr->ckpt_root);
+    snprintf(j->tokenizer, sizeof j->tokenizer, "%s", tr->cfg->tokenizer);
+    j->so = optim_state_tensors(&tr->st.opt, &m->table, &j->no);
+    if (j->rank == 0) j->sb = balance_state_tensors(&tr->st.bal, &j->nb);
+    size_t floats = 0;
+    for (int i = 0; i < j->no; i++) floats += j->so[i].numel;
+    for (int i = 0; i < j->nb; i++) floats += j->sb[i].numel;
+    float *buf = j->data = zy_malloc((floats + 1) * sizeof *buf);
+    copy_tensors(j->so, j->no, &buf);
+    copy_tensors(j->sb, j->nb, &buf);
+    j->bytes = (double)floats * sizeof(float);
+    if (j->rank == 0) {
+        j->params = zy_malloc(m->table.total * sizeof *j->params);
+        ops_copy(m->ctx, j->params, m->params, m->table.total * sizeof *j->params);
+        j->bytes += (double)m->table.total * sizeof *j->params;
+        j->state_json = state_json(tr);
+    }
+    return ZY_OK;
+}
+
+void trainer_drop_checkpoint(trainer *tr) {
+    if (tr->save.active) pthread_join(tr->save.thread, NULL);
+    job_free(&tr->save);
+}
+
+int trainer_finish_checkpoint(trainer *tr) {
+    trainer_save *j = &tr->save;
+    if (!j->active) return ZY_OK;
+    if (pthread_tryjoin_np(j->thread, NULL) != 0) {
+        if (trainer_is_main(tr))
+            printf("waiting for checkpoint step %lld to be written\n", j->step);
+        pthread_join(j->thread, NULL);
+    }
+    j->active = 0;
+    /* every rank's outcome: a rank that failed says why on its stderr, the others name it */
+    int64_t failed = j->rc != ZY_OK;
+    int rc = comm_all_reduce(&tr->ranks.comm, &failed, 1, ZY_COMM_I64, ZY_COMM_MAX);
+    if (rc == ZY_OK && j->rc != ZY_OK)
+        rc = zy_fail_runtime("checkpoint step %lld: %s", j->step, j->err);
+    else if (rc == ZY_OK && failed)
+        rc =
+            zy_fail_runtime("checkpoint step %lld: another rank failed to write its part", j->step);
+    if (rc == ZY_OK && trainer_is_main(tr)) {
+        printf("checkpoint: %s", j->dir);
+        if (j->world > 1) printf(" (weights identical on all %d ranks)", j->world);
+        printf(" (training paused %.3f s; %.1f MB written in %.2f s%s)\n", j->stall_s,
+               j->bytes / 1e6, j->write_s, tr->cfg->checkpoint_async ? " beside it" : "");
+    }
+    job_free(j);
+    return rc;
+}
+
+int trainer_save_checkpoint(trainer *tr) {
+    /* at most one save in flight: the previous one ends first (reported if it failed: this one
+     * is attempted anyway) */
+    if (tr->save.active && trainer_finish_checkpoint(tr) != ZY_OK)
+        fprintf(stderr, "warning: %s; saving step %lld next\n", zy_errmsg(),
+                (long long)tr->st.step);
+    const double t0 = zy_now();
+    trainer_save *j = &tr->save;
+    ZY_TRY(snapshot(tr, j));
+    j->stall_s = zy_now() - t0;
+    if (pthread_create(&j->thread, NULL, writer_main, j) != 0) {
+        job_free(j);
+        return zy_fail_runtime("cannot start the checkpoint writer: %s", strerror(errno));
+    }
+    j->active = 1;
+    return tr->cfg->checkpoint_async ? ZY_OK : trainer_finish_checkpoint(tr);
+}
