@@ -42,15 +42,15 @@ step train_gpu $Z train --config tests/fixtures/trained/train.json --set 'device
 F=$OUT/fixtures
 mkdir -p $F/hf $F/trained
 step hf_fixtures python3 scripts/make_hf_fixtures.py $F/hf
-step trained_cpu python3 scripts/make_trained_fixture.py runs/fixture/cpu/checkpoints/step_000000400 $F/trained/cpu
-step trained_gpu python3 scripts/make_trained_fixture.py runs/fixture/gpu/checkpoints/step_000000400 $F/trained/gpu
+step trained_cpu python3 scripts/make_trained_fixture.py runs/fixture/cpu/checkpoints/step_000000400/model $F/trained/cpu
+step trained_gpu python3 scripts/make_trained_fixture.py runs/fixture/gpu/checkpoints/step_000000400/model $F/trained/gpu
 cp -r $F/hf/small_a $F/hf/small_b tests/fixtures/hf/ && rm -rf tests/fixtures/trained/cpu tests/fixtures/trained/gpu &&
     cp -r $F/trained/cpu $F/trained/gpu tests/fixtures/trained/
 TAILN=14 step test_model_hf build/tests/test_model_hf
 TAILN=8 step test_cli build/tests/test_cli
 DEF=$(ls -d runs/default/checkpoints/step_* | tail -1)
-step check_default python3 scripts/check_hf_load.py "$DEF" $Z
-step check_gpu_trained python3 scripts/check_hf_load.py runs/fixture/gpu/checkpoints/step_000000400 $Z
+step check_default python3 scripts/check_hf_load.py "$DEF/model" $Z
+step check_gpu_trained python3 scripts/check_hf_load.py runs/fixture/gpu/checkpoints/step_000000400/model $Z
 rm -rf /tmp/ex_bf16 /tmp/ex_fp32
 step export_bf16 $Z export --model "$DEF" --out /tmp/ex_bf16 --shard-size 2MB
 step export_fp32 $Z export --model "$DEF" --out /tmp/ex_fp32 --dtype fp32

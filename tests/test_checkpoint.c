@@ -172,8 +172,10 @@ static void expect_checkpoint(const char *dir, long long step, int with_tokenize
     data_build(&d, step);
     char path[4096];
 
+    char model_dir[4096]; /* the HF folder inside */
+    join(model_dir, sizeof model_dir, dir, "model");
     zy_config cfg; /* config.json: the same config */
-    if (config_load(&cfg, dir) != ZY_OK) fail_msg("%s", zy_errmsg());
+    if (config_load(&cfg, model_dir) != ZY_OK) fail_msg("%s", zy_errmsg());
     char *j0 = config_to_json(&d.cfg), *j1 = config_to_json(&cfg);
     assert_string_equal(j0, j1);
     free(j0);
@@ -181,7 +183,7 @@ static void expect_checkpoint(const char *dir, long long step, int with_tokenize
 
     float *w = malloc(d.table.total * sizeof *w); /* weights: bit-exact */
     memset(w, 0xA5, d.table.total * sizeof *w);
-    if (hf_load_weights(dir, &d.table, w) != ZY_OK) fail_msg("%s", zy_errmsg());
+    if (hf_load_weights(model_dir, &d.table, w) != ZY_OK) fail_msg("%s", zy_errmsg());
     for (int t = 0; t < d.table.count; t++) {
         const zy_param *p = &d.table.items[t];
         if (memcmp(w + p->offset, d.params + p->offset, p->numel * sizeof(float)) != 0)
@@ -190,7 +192,7 @@ static void expect_checkpoint(const char *dir, long long step, int with_tokenize
     free(w);
 
     zy_safetensors st; /* training state: every tensor by name */
-    join(path, sizeof path, dir, "train_state.safetensors");
+    join(path, sizeof path, dir, "train/train_state.rank_0.safetensors");
     if (safetensors_open(&st, path) != ZY_OK) fail_msg("%s", zy_errmsg());
     assert_int_equal(st.count, 3);
     float m[N_OPT];
@@ -207,18 +209,19 @@ static void expect_checkpoint(const char *dir, long long step, int with_tokenize
 
     char *text; /* state.json: byte for byte */
     size_t len;
-    join(path, sizeof path, dir, "state.json");
+    join(path, sizeof path, dir, "train/state.json");
     read_whole(path, &text, &len);
     assert_int_equal(len, strlen(d.state_json));
     assert_string_equal(text, d.state_json);
     free(text);
 
-    join(path, sizeof path, dir, "tokenizer.json");
+    join(path, sizeof path, dir, "model/tokenizer.json");
     if (with_tokenizer)
         expect_same_file(path, d.tokenizer);
     else
         assert_false(zy_path_exists(path));
-    join(path, sizeof path, dir, "tokenizer_config.json"); /* for transformers' AutoTokenizer */
+    join(path, sizeof path, dir,
+         "model/tokenizer_config.json"); /* for transformers' AutoTokenizer */
     if (with_tokenizer) {
         read_whole(path, &text, &len);
         cJSON *tc = cJSON_Parse(text);
@@ -231,8 +234,9 @@ static void expect_checkpoint(const char *dir, long long step, int with_tokenize
     }
 
     /* manifest: the files, each with its size and the reference CRC-32C */
-    const char *names[] = {"config.json", "model.safetensors", "train_state.safetensors",
-                           "state.json",  "tokenizer.json",    "tokenizer_config.json"};
+    const char *names[] = {
+        "model/config.json", "model/model.safetensors", "train/train_state.rank_0.safetensors",
+        "train/state.json",  "model/tokenizer.json",    "model/tokenizer_config.json"};
     const int n_names = with_tokenizer ? 6 : 4;
     join(path, sizeof path, dir, "manifest.json");
     read_whole(path, &text, &len);
@@ -380,8 +384,9 @@ static void save_and_crash(const char *root, long long step, const char *stage) 
 
 static void test_crash_during_save(void **state) {
     (void)state;
-    const char *stages[] = {"config.json", "model.safetensors", "train_state.safetensors",
-                            "state.json",  "tokenizer.json",    "manifest.json"};
+    const char *stages[] = {
+        "model/config.json", "model/model.safetensors", "train/train_state.rank_0.safetensors",
+        "train/state.json",  "model/tokenizer.json",    "manifest.json"};
     for (size_t i = 0; i < sizeof stages / sizeof stages[0]; i++) {
         char root[600], dir[4096], listing[2048];
         fresh_root(root, sizeof root, "crash");
@@ -431,7 +436,7 @@ static cJSON *entry(cJSON *man, const char *name) {
 }
 
 static void edit_slash(cJSON *man) {
-    cJSON_SetValuestring(cJSON_GetObjectItem(entry(man, "config.json"), "name"),
+    cJSON_SetValuestring(cJSON_GetObjectItem(entry(man, "model/config.json"), "name"),
                          "../step_000000001/config.json");
 }
 static void edit_add_missing(cJSON *man) {
@@ -446,7 +451,7 @@ static void edit_drop_model(cJSON *man) {
     int i = 0;
     cJSON *it;
     cJSON_ArrayForEach(it, files) {
-        if (!strcmp(cJSON_GetObjectItem(it, "name")->valuestring, "model.safetensors")) break;
+        if (!strcmp(cJSON_GetObjectItem(it, "name")->valuestring, "model/model.safetensors")) break;
         i++;
     }
     cJSON_DeleteItemFromArray(files, i);
@@ -455,13 +460,13 @@ static void edit_no_files(cJSON *man) {
     cJSON_ReplaceItemInObject(man, "files", cJSON_CreateArray());
 }
 static void edit_bytes_string(cJSON *man) {
-    cJSON_ReplaceItemInObject(entry(man, "state.json"), "bytes", cJSON_CreateString("12"));
+    cJSON_ReplaceItemInObject(entry(man, "train/state.json"), "bytes", cJSON_CreateString("12"));
 }
 static void edit_crc(cJSON *man) {
-    cJSON_SetValuestring(cJSON_GetObjectItem(entry(man, "state.json"), "crc32c"), "deadbeef");
+    cJSON_SetValuestring(cJSON_GetObjectItem(entry(man, "train/state.json"), "crc32c"), "deadbeef");
 }
 static void edit_dotdot(cJSON *man) {
-    cJSON_SetValuestring(cJSON_GetObjectItem(entry(man, "state.json"), "name"), "..");
+    cJSON_SetValuestring(cJSON_GetObjectItem(entry(man, "train/state.json"), "name"), "..");
 }
 
 typedef enum {
@@ -486,7 +491,7 @@ static void corrupt(const char *dir, const corruption_case *c) {
     struct stat st;
     switch (c->kind) {
     case FLIP_MODEL: { /* one byte in the middle of the tensor data, in place */
-        join(path, sizeof path, dir, "model.safetensors");
+        join(path, sizeof path, dir, "model/model.safetensors");
         assert_int_equal(stat(path, &st), 0);
         FILE *f = fopen(path, "r+b");
         assert_non_null(f);
@@ -499,7 +504,7 @@ static void corrupt(const char *dir, const corruption_case *c) {
         break;
     }
     case TRUNCATE_STATE:
-        join(path, sizeof path, dir, "train_state.safetensors");
+        join(path, sizeof path, dir, "train/train_state.rank_0.safetensors");
         assert_int_equal(stat(path, &st), 0);
         assert_int_equal(truncate(path, st.st_size / 2), 0);
         break;
@@ -528,21 +533,22 @@ static void corrupt(const char *dir, const corruption_case *c) {
 static void test_corruption_detected(void **state) {
     (void)state;
     const corruption_case cases[] = {
-        {"a flipped byte in model.safetensors", FLIP_MODEL, NULL, "model.safetensors"},
-        {"a truncated train_state.safetensors", TRUNCATE_STATE, NULL, "train_state.safetensors"},
+        {"a flipped byte in model.safetensors", FLIP_MODEL, NULL, "model/model.safetensors"},
+        {"a truncated train_state.safetensors", TRUNCATE_STATE, NULL,
+         "train/train_state.rank_0.safetensors"},
         {"no manifest.json", DELETE_MANIFEST, NULL, "manifest.json"},
         {"a manifest that is not JSON", MALFORMED_MANIFEST, NULL, "manifest.json"},
         {"a manifest that is not an object", MANIFEST_NOT_OBJECT, NULL, "manifest.json"},
-        {"a listed file deleted", DELETE_FILE, NULL, "state.json"},
+        {"a listed file deleted", DELETE_FILE, NULL, "train/state.json"},
         {"a manifest listing a file that is not there", MANIFEST_EDIT, edit_add_missing,
          "optimizer_extra.bin"},
         {"a file name with '/'", MANIFEST_EDIT, edit_slash, "../step_000000001/config.json"},
         {"a file name '..'", MANIFEST_EDIT, edit_dotdot, ".."},
         {"a manifest without model.safetensors", MANIFEST_EDIT, edit_drop_model,
-         "model.safetensors"},
+         "model/model.safetensors"},
         {"a manifest listing no files", MANIFEST_EDIT, edit_no_files, "manifest.json"},
-        {"a size that is not a number", MANIFEST_EDIT, edit_bytes_string, "state.json"},
-        {"a wrong CRC in the manifest", MANIFEST_EDIT, edit_crc, "state.json"},
+        {"a size that is not a number", MANIFEST_EDIT, edit_bytes_string, "train/state.json"},
+        {"a wrong CRC in the manifest", MANIFEST_EDIT, edit_crc, "train/state.json"},
     };
     char root[600], dir1[4096], dir2[4096];
     fresh_root(root, sizeof root, "corrupt");

@@ -221,22 +221,26 @@ static void test_two_ranks_repeat_and_resume_exactly(void **state) {
     double lb[8];
     assert_int_equal(losses("b", lb, 8, &w), 8);
     assert_memory_equal(la, lb, sizeof la);
-    const char *ck = "checkpoints/step_000000008/model.safetensors";
-    char pa[512], pb[512], pc[512];
-    snprintf(pa, sizeof pa, "%s/a/%s", tmp, ck);
-    snprintf(pb, sizeof pb, "%s/b/%s", tmp, ck);
-    snprintf(pc, sizeof pc, "%s/c/%s", tmp, ck);
-    zy_mmap wa, wb, wc;
-    assert_int_equal(zy_mmap_open(&wa, pa), ZY_OK);
-    assert_int_equal(zy_mmap_open(&wb, pb), ZY_OK);
-    assert_int_equal(zy_mmap_open(&wc, pc), ZY_OK);
-    assert_int_equal(wa.size, wb.size);
-    assert_int_equal(wa.size, wc.size);
-    assert_memory_equal(wa.data, wb.data, wa.size);
-    assert_memory_equal(wa.data, wc.data, wa.size);
-    zy_mmap_close(&wa);
-    zy_mmap_close(&wb);
-    zy_mmap_close(&wc);
+    /* each rank wrote the weights it owns */
+    for (int shard = 1; shard <= 2; shard++) {
+        char ck[128], pa[512], pb[512], pc[512];
+        snprintf(ck, sizeof ck, "checkpoints/step_000000008/model/model-%05d-of-00002.safetensors",
+                 shard);
+        snprintf(pa, sizeof pa, "%s/a/%s", tmp, ck);
+        snprintf(pb, sizeof pb, "%s/b/%s", tmp, ck);
+        snprintf(pc, sizeof pc, "%s/c/%s", tmp, ck);
+        zy_mmap wa, wb, wc;
+        assert_int_equal(zy_mmap_open(&wa, pa), ZY_OK);
+        assert_int_equal(zy_mmap_open(&wb, pb), ZY_OK);
+        assert_int_equal(zy_mmap_open(&wc, pc), ZY_OK);
+        assert_int_equal(wa.size, wb.size);
+        assert_int_equal(wa.size, wc.size);
+        assert_memory_equal(wa.data, wb.data, wa.size);
+        assert_memory_equal(wa.data, wc.data, wa.size);
+        zy_mmap_close(&wa);
+        zy_mmap_close(&wb);
+        zy_mmap_close(&wc);
+    }
 }
 
 /* Optimizer state floats of a training-state file, and whether it holds name. */
@@ -260,14 +264,39 @@ static void test_zero1_shards_and_reshapes(void **state) {
     train_ok(1, "z_one", NULL);
     train_ok(2, "z_two", NULL);
     char p0[512], p1[512], pall[512];
-    snprintf(p0, sizeof p0, "%s/z_two/checkpoints/step_000000008/train_state.safetensors", tmp);
-    snprintf(p1, sizeof p1, "%s/z_two/checkpoints/step_000000008/train_state.rank_1.safetensors",
-             tmp);
-    snprintf(pall, sizeof pall, "%s/z_one/checkpoints/step_000000008/train_state.safetensors", tmp);
+    snprintf(p0, sizeof p0,
+             "%s/z_two/checkpoints/step_000000008/train/train_state.rank_0.safetensors", tmp);
+    snprintf(p1, sizeof p1,
+             "%s/z_two/checkpoints/step_000000008/train/train_state.rank_1.safetensors", tmp);
+    snprintf(pall, sizeof pall,
+             "%s/z_one/checkpoints/step_000000008/train/train_state.rank_0.safetensors", tmp);
     const size_t s0 = state_floats(p0), s1 = state_floats(p1), all = state_floats(pall);
     print_message("optimizer state floats: 1 rank %zu; 2 ranks %zu + %zu\n", all, s0, s1);
     assert_int_equal(s0 + s1, all);
     assert_true(s0 > all / 4 && s1 > all / 4); /* both ranks hold a real share */
+    /* the checkpoint's model/ is an HF folder sharded by owner: each tensor in an existing file,
+     * and zayac reads it given the checkpoint folder */
+    char idx[512], *text;
+    snprintf(idx, sizeof idx, "%s/z_two/checkpoints/step_000000008/model/", tmp);
+    size_t base = strlen(idx);
+    snprintf(idx + base, sizeof idx - base, "model.safetensors.index.json");
+    assert_int_equal(zy_read_file(idx, &text, NULL), ZY_OK);
+    cJSON *index = cJSON_Parse(text);
+    free(text);
+    cJSON *map = cJSON_GetObjectItem(index, "weight_map"), *e;
+    int tensors = 0;
+    cJSON_ArrayForEach(e, map) {
+        snprintf(idx + base, sizeof idx - base, "%s", e->valuestring);
+        if (!zy_path_exists(idx)) fail_msg("%s: %s names a missing file", e->string, idx);
+        tensors++;
+    }
+    cJSON_Delete(index);
+    assert_true(tensors > 10);
+    char ck[400];
+    snprintf(ck, sizeof ck, "%s/z_two/checkpoints/step_000000008", tmp);
+    run_result info = spawn_capture(bin, tmp, (const char *const[]){"info", "--model", ck, NULL});
+    if (info.code != 0) fail_msg("info on a checkpoint folder: exit %d\n%s", info.code, info.err);
+    result_free(&info);
     /* stop 2 ranks at step 4, then go on from that checkpoint on 1 rank and on 4 ranks */
     char out[256];
     path(out, sizeof out, "z_stop");
@@ -335,7 +364,8 @@ static void test_rank_failing_its_shard(void **state) {
     result_free(&r);
     snprintf(p, sizeof p, "%s/checkpoints/step_000000004", out);
     assert_false(zy_path_exists(p));
-    snprintf(p, sizeof p, "%s/checkpoints/step_000000006/train_state.rank_1.safetensors", out);
+    snprintf(p, sizeof p, "%s/checkpoints/step_000000006/train/train_state.rank_1.safetensors",
+             out);
     assert_true(zy_path_exists(p));
     snprintf(p, sizeof p, "%s/checkpoints/.shards_step_000000004", out);
     assert_false(zy_path_exists(p));

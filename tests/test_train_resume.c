@@ -137,8 +137,8 @@ static void resume_is_exact(const char *device) {
     free(lb);
     zy_mmap wa, wb;
     char pa[512], pb[512];
-    snprintf(pa, sizeof pa, "%s/checkpoints/step_000000008/model.safetensors", out_a);
-    snprintf(pb, sizeof pb, "%s/checkpoints/step_000000008/model.safetensors", out_b);
+    snprintf(pa, sizeof pa, "%s/checkpoints/step_000000008/model/model.safetensors", out_a);
+    snprintf(pb, sizeof pb, "%s/checkpoints/step_000000008/model/model.safetensors", out_b);
     assert_int_equal(zy_mmap_open(&wa, pa), ZY_OK);
     assert_int_equal(zy_mmap_open(&wb, pb), ZY_OK);
     assert_int_equal(wa.size, wb.size);
@@ -221,7 +221,8 @@ static void test_resume_skips_corrupt(void **state) {
     RUN_STOPPED("train", "--config", cfg, "--out", out_c, "--stop-after", "4");
     RUN_STOPPED("train", "--config", cfg, "--out", out_c, "--resume", "--stop-after", "2");
     /* corrupt the newest (step 6): resume must fall back to step 4 and say so */
-    snprintf(p, sizeof p, "%s/checkpoints/step_000000006/train_state.safetensors", out_c);
+    snprintf(p, sizeof p, "%s/checkpoints/step_000000006/train/train_state.rank_0.safetensors",
+             out_c);
     FILE *f = fopen(p, "r+b");
     assert_non_null(f);
     fseek(f, -3, SEEK_END);
@@ -289,21 +290,22 @@ static void test_resume_with_none_verifying(void **state) {
     path(cfg, sizeof cfg, "train_cpu.json");
     path(out, sizeof out, "n");
     RUN_STOPPED("train", "--config", cfg, "--out", out, "--stop-after", "4");
-    snprintf(p, sizeof p, "%s/checkpoints/step_000000004/model.safetensors", out);
+    snprintf(p, sizeof p, "%s/checkpoints/step_000000004/model/model.safetensors", out);
     FILE *f = fopen(p, "r+b");
     assert_non_null(f);
     fseek(f, -3, SEEK_END);
     fputc('x', f);
     fclose(f);
     RUN_REFUSED("none of the 1 checkpoints", "train", "--config", cfg, "--out", out, "--resume");
-    RUN_REFUSED("model.safetensors is corrupt", "train", "--config", cfg, "--out", out, "--resume");
+    RUN_REFUSED("model/model.safetensors is corrupt", "train", "--config", cfg, "--out", out,
+                "--resume");
 }
 
 /* Rewrites key of a checkpoint's state.json to value and fixes the manifest's size and CRC of
  * the file, as a careless hand edit would (the manifest alone would catch a plain edit). */
 static void edit_state(const char *dir, const char *key, double value) {
     char p[512], *text;
-    snprintf(p, sizeof p, "%s/state.json", dir);
+    snprintf(p, sizeof p, "%s/train/state.json", dir);
     assert_int_equal(zy_read_file(p, &text, NULL), ZY_OK);
     cJSON *st = cJSON_Parse(text);
     free(text);
@@ -322,7 +324,7 @@ static void edit_state(const char *dir, const char *key, double value) {
     free(text);
     cJSON *f;
     cJSON_ArrayForEach(f, cJSON_GetObjectItem(m, "files")) {
-        if (strcmp(cJSON_GetObjectItem(f, "name")->valuestring, "state.json")) continue;
+        if (strcmp(cJSON_GetObjectItem(f, "name")->valuestring, "train/state.json")) continue;
         cJSON_ReplaceItemInObject(f, "bytes", cJSON_CreateNumber(bytes));
         cJSON_ReplaceItemInObject(f, "crc32c", cJSON_CreateString(crc));
     }
@@ -445,7 +447,7 @@ static void test_sigterm_checkpoints_and_exits_3(void **state) {
     assert_non_null(strstr(text, "stopped on request"));
     free(text);
     const int stopped_at = metrics_lines(out_s); /* one line per completed step */
-    snprintf(p, sizeof p, "%s/checkpoints/step_%09d/state.json", out_s, stopped_at);
+    snprintf(p, sizeof p, "%s/checkpoints/step_%09d/train/state.json", out_s, stopped_at);
     assert_true(zy_path_exists(p));
     /* two more steps after the resume == the same steps of a run never stopped */
     char n_straight[16];
@@ -469,7 +471,7 @@ static void test_trained_skip_bias_is_canonical(void **state) {
     path(cfg, sizeof cfg, "train_cpu.json");
     path(out_c, sizeof out_c, "canon");
     RUN_OK("train", "--config", cfg, "--out", out_c);
-    snprintf(p, sizeof p, "%s/checkpoints/step_000000008/model.safetensors", out_c);
+    snprintf(p, sizeof p, "%s/checkpoints/step_000000008/model/model.safetensors", out_c);
     zy_safetensors st;
     assert_int_equal(safetensors_open(&st, p), ZY_OK);
     for (int l = 0; l < 2; l++) {

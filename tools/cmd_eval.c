@@ -11,6 +11,7 @@
 #include <stdlib.h>
 
 int cmd_eval(int argc, char **argv) {
+    char model_buf[4096]; /* --model resolved (cli_model_dir) */
     zy_opt opts[] = {
         {"--model", 1, "HF checkpoint folder", NULL},
         {"--data", 1, "a prepared data folder (zayac data prepare)", NULL},
@@ -24,7 +25,7 @@ int cmd_eval(int argc, char **argv) {
     const char *syn = "--model DIR --data DIR [--batches N] [--batch-size B] [--seq-len T]";
     int done = args_cli("eval", syn, opts, argc, argv, NULL, 0, NULL);
     if (done != ARGS_RUN) return done;
-    if (!args_get(opts, "--model") || !args_get(opts, "--data")) {
+    if (!cli_model_dir(opts, model_buf, sizeof model_buf) || !args_get(opts, "--data")) {
         zy_fail("--model and --data are required");
         return args_usage_error("eval", syn, opts);
     }
@@ -36,7 +37,8 @@ int cmd_eval(int argc, char **argv) {
         cli_skip_bias(opts, &rule) != 0)
         return cli_error("eval");
     /* paths travel as JSON string literals, so any character in them is kept exactly */
-    char *model_set = settings_string_override("model", args_get(opts, "--model"));
+    char *model_set =
+        settings_string_override("model", cli_model_dir(opts, model_buf, sizeof model_buf));
     char *data_set = settings_string_override("data", args_get(opts, "--data"));
     char bs_set[64], sl_set[64];
     snprintf(bs_set, sizeof bs_set, "batch_size=%lld", bs);
@@ -48,7 +50,9 @@ int cmd_eval(int argc, char **argv) {
     free(data_set);
     double loss = 0;
     int64_t tokens = 0;
-    if (rc == 0) rc = train_eval(c, args_get(opts, "--model"), rule, batches, &loss, &tokens);
+    if (rc == 0)
+        rc = train_eval(c, cli_model_dir(opts, model_buf, sizeof model_buf), rule, batches, &loss,
+                        &tokens);
     free(c);
     if (rc != 0) return cli_error("eval");
     printf("validation loss %.4f | perplexity %.2f | %lld tokens\n", loss, exp(loss),

@@ -95,6 +95,7 @@ static int check_out(const char *out) {
 }
 
 int cmd_export(int argc, char **argv) {
+    char model_buf[4096]; /* --model resolved (cli_model_dir) */
     zy_opt opts[] = {
         {"--model", 1, "a zayac checkpoint (or any HF ZAYA folder)", NULL},
         {"--out", 1, "the HF folder to write (must not exist, or be empty)", NULL},
@@ -107,11 +108,12 @@ int cmd_export(int argc, char **argv) {
     const char *syn = "--model CKPT --out DIR [--dtype bf16|fp32] [--shard-size 5GB]";
     int done = args_cli("export", syn, opts, argc, argv, NULL, 0, NULL);
     if (done != ARGS_RUN) return done;
-    if (!args_get(opts, "--model") || !args_get(opts, "--out")) {
+    if (!cli_model_dir(opts, model_buf, sizeof model_buf) || !args_get(opts, "--out")) {
         zy_fail("--model and --out are required");
         return args_usage_error("export", syn, opts);
     }
-    const char *model_dir = args_get(opts, "--model"), *out = args_get(opts, "--out");
+    const char *model_dir = cli_model_dir(opts, model_buf, sizeof model_buf),
+               *out = args_get(opts, "--out");
     static const char *const dtypes[] = {"bf16", "fp32", NULL};
     int dt;
     if (args_choice(opts, "--dtype", dtypes, 0, &dt) != ZY_OK) return cli_error("export");

@@ -15,6 +15,7 @@
 #include <string.h>
 
 int cmd_generate(int argc, char **argv) {
+    char model_buf[4096]; /* --model resolved (cli_model_dir) */
     zy_opt opts[] = {
         {"--model", 1, "HF checkpoint folder", NULL},
         {"--prompt-tokens", 1, "prompt ids: .npy int32 [1,T0]", NULL},
@@ -36,7 +37,7 @@ int cmd_generate(int argc, char **argv) {
                       "[--ignore-eos]";
     int done = args_cli("generate", syn, opts, argc, argv, NULL, 0, NULL);
     if (done != ARGS_RUN) return done;
-    if (!args_get(opts, "--model") ||
+    if (!cli_model_dir(opts, model_buf, sizeof model_buf) ||
         !args_get(opts, "--prompt-tokens") == !args_get(opts, "--prompt") ||
         (args_get(opts, "--prompt-tokens") && !args_get(opts, "--out"))) {
         zy_fail("--model and one of --prompt-tokens (with --out) or --prompt are required");
@@ -66,8 +67,8 @@ int cmd_generate(int argc, char **argv) {
         char tok_path[4096];
         const char *text = args_get(opts, "--prompt");
         zy_ids ids = {0};
-        if (zy_path_join(tok_path, sizeof tok_path, args_get(opts, "--model"), "tokenizer.json") !=
-                0 ||
+        if (zy_path_join(tok_path, sizeof tok_path,
+                         cli_model_dir(opts, model_buf, sizeof model_buf), "tokenizer.json") != 0 ||
             tok_load(&tok, tok_path) != 0)
             return cli_error("generate");
         if (tok_encode(tok, text, strlen(text), 0, &ids) != 0 || ids.n == 0) {
@@ -85,7 +86,7 @@ int cmd_generate(int argc, char **argv) {
     }
     zy_ctx ctx = {.device = ZY_DEV_CPU, .num_threads = 0};
     zy_model m;
-    if (cli_load_model(&m, &ctx, args_get(opts, "--model"), 0, opts) != 0) {
+    if (cli_load_model(&m, &ctx, cli_model_dir(opts, model_buf, sizeof model_buf), 0, opts) != 0) {
         npy_free(&prompt);
         tok_free(tok);
         return cli_error("generate");

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 int cmd_info(int argc, char **argv) {
+    char model_buf[4096]; /* --model resolved (cli_model_dir) */
     zy_opt opts[] = {
         {"--model", 1, "HF checkpoint folder (config.json + safetensors)", NULL},
         {"--config", 1, "an HF config.json file", NULL},
@@ -19,12 +20,13 @@ int cmd_info(int argc, char **argv) {
     const char *syn = "(--model DIR | --config FILE | --preset NAME) [--json]";
     int done = args_cli("info", syn, opts, argc, argv, NULL, 0, NULL);
     if (done != ARGS_RUN) return done;
-    if (!args_get(opts, "--model") && !args_get(opts, "--config") && !args_get(opts, "--preset")) {
+    if (!cli_model_dir(opts, model_buf, sizeof model_buf) && !args_get(opts, "--config") &&
+        !args_get(opts, "--preset")) {
         zy_fail("name a model: --model DIR, --config FILE or --preset NAME");
         return args_usage_error("info", syn, opts);
     }
     zy_config c;
-    if (cli_config(&c, args_get(opts, "--model"), args_get(opts, "--config"),
+    if (cli_config(&c, cli_model_dir(opts, model_buf, sizeof model_buf), args_get(opts, "--config"),
                    args_get(opts, "--preset")) != 0)
         return cli_error("info");
     char *json = config_to_json(&c);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 
 int cmd_logits(int argc, char **argv) {
+    char model_buf[4096]; /* --model resolved (cli_model_dir) */
     zy_opt opts[] = {
         {"--model", 1, "HF checkpoint folder", NULL},
         {"--tokens", 1, "input ids: .npy int32 [B,T]", NULL},
@@ -21,7 +22,8 @@ int cmd_logits(int argc, char **argv) {
     const char *syn = "--model DIR --tokens IN.npy --out OUT.npy";
     int done = args_cli("logits", syn, opts, argc, argv, NULL, 0, NULL);
     if (done != ARGS_RUN) return done;
-    if (!args_get(opts, "--model") || !args_get(opts, "--tokens") || !args_get(opts, "--out")) {
+    if (!cli_model_dir(opts, model_buf, sizeof model_buf) || !args_get(opts, "--tokens") ||
+        !args_get(opts, "--out")) {
         zy_fail("--model, --tokens and --out are required");
         return args_usage_error("logits", syn, opts);
     }
@@ -37,7 +39,7 @@ int cmd_logits(int argc, char **argv) {
     }
     zy_ctx ctx = {.device = ZY_DEV_CPU, .num_threads = 0};
     zy_model m;
-    if (cli_load_model(&m, &ctx, args_get(opts, "--model"), 0, opts) != 0) {
+    if (cli_load_model(&m, &ctx, cli_model_dir(opts, model_buf, sizeof model_buf), 0, opts) != 0) {
         npy_free(&tokens);
         return cli_error("logits");
     }

@@ -1,6 +1,7 @@
 /* Model loading for the CLI (see model_cli.h). */
 #include "model_cli.h"
 #include "base/err.h"
+#include "base/fileio.h"
 
 int cli_config(zy_config *cfg, const char *model_dir, const char *config_path, const char *preset) {
     if (!!model_dir + !!config_path + !!preset > 1)
@@ -9,6 +10,16 @@ int cli_config(zy_config *cfg, const char *model_dir, const char *config_path, c
     if (config_path) return config_load(cfg, config_path);
     if (preset) return config_preset(cfg, preset);
     return zy_fail("name a model: --model DIR, --config FILE or --preset NAME");
+}
+
+const char *cli_model_dir(const zy_opt *opts, char *buf, size_t n) {
+    const char *dir = args_get(opts, "--model");
+    if (!dir) return NULL;
+    char inner[4096];
+    if (zy_path_join(inner, sizeof inner, dir, "model/config.json") == ZY_OK &&
+        zy_path_exists(inner) && zy_path_join(buf, n, dir, "model") == ZY_OK)
+        return buf; /* a training checkpoint: its HF folder */
+    return dir;
 }
 
 int cli_skip_bias(const zy_opt *opts, zy_skip_bias_rule *rule) {

@@ -21,6 +21,9 @@
 int cli_config(zy_config *cfg, const char *model_dir, const char *config_path, const char *preset);
 /* Loads an HF checkpoint folder into a model on ctx, by the --skip-bias rule in opts. */
 int cli_load_model(zy_model *m, zy_ctx *ctx, const char *dir, int with_grads, const zy_opt *opts);
+/* --model's folder: an HF folder as given, or a training checkpoint's (checkpoints/step_N/model);
+ * buf holds the latter. NULL without --model. */
+const char *cli_model_dir(const zy_opt *opts, char *buf, size_t n);
 /* The --skip-bias rule in opts (hf when absent). */
 int cli_skip_bias(const zy_opt *opts, zy_skip_bias_rule *rule);
 

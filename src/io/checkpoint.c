@@ -50,7 +50,7 @@ static int copy_file(const char *src, const char *dst) {
 static int write_manifest(const char *dir, long long step, const char **files, int n) {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "format", "zayac-checkpoint");
-    cJSON_AddNumberToObject(root, "version", 1);
+    cJSON_AddNumberToObject(root, "version", 2);
     cJSON_AddNumberToObject(root, "step", (double)step);
     cJSON *list = cJSON_AddArrayToObject(root, "files");
     int rc = ZY_OK;
@@ -162,9 +162,16 @@ static int remove_aside(const char *root, const char *name) {
     return zy_remove_tree(to);
 }
 
+/* Records a file written into the folder; the crash hook names it. */
+#define WROTE(name_)                                                                               \
+    do {                                                                                           \
+        files[nf++] = (name_);                                                                     \
+        maybe_crash(name_);                                                                        \
+    } while (0)
+
 int ckpt_save(const char *root, long long step, const zy_ckpt_content *c, int keep_last,
               char *saved_dir, size_t n) {
-    char tmp[4096], final[4096], name[64], path[4096];
+    char tmp[4096], final[4096], name[64], path[4096], sub[4096];
     if (step < 0)
         return zy_fail("%s: cannot save checkpoint step %lld (steps are >= 0)", root, step);
     ZY_TRY(zy_mkdirs(root));
@@ -173,50 +180,60 @@ int ckpt_save(const char *root, long long step, const zy_ckpt_content *c, int ke
     ZY_TRY(zy_path_join(tmp, sizeof tmp, root, name));
     snprintf(name, sizeof name, STEP_PREFIX "%09lld", step);
     ZY_TRY(zy_path_join(final, sizeof final, root, name));
-    ZY_TRY(zy_mkdirs(tmp));
     if (c->n_extra < 0 || c->n_extra > MAX_EXTRA)
         return zy_fail("%s: %d extra checkpoint files (at most %d)", root, c->n_extra, MAX_EXTRA);
+    char model_file[256];
+    snprintf(model_file, sizeof model_file, "model/%s",
+             c->model_file ? c->model_file : "model.safetensors");
     const char **files = zy_calloc(MAX_FILES + (size_t)c->n_extra, sizeof *files);
     int nf = 0;
-    int rc = config_save(c->config, tmp);
-    files[nf++] = "config.json";
-    maybe_crash("config.json");
-    if (rc == ZY_OK) rc = hf_save_weights(tmp, c->table, c->params, ZY_ST_F32);
-    files[nf++] = "model.safetensors";
-    maybe_crash("model.safetensors");
-    if (rc == ZY_OK) rc = zy_path_join(path, sizeof path, tmp, "train_state.safetensors");
-    if (rc == ZY_OK) {
-        const char *meta[2] = {"format", "zayac-train-state"};
-        rc = safetensors_write(path, c->state, c->n_state, meta, 1);
+    int rc = zy_path_join(sub, sizeof sub, tmp, "model");
+    if (rc == ZY_OK) rc = zy_mkdirs(sub);
+    if (rc == ZY_OK) rc = config_save(c->config, sub);
+    WROTE("model/config.json");
+    const int last = c->first == 0 && c->last == 0 ? c->table->count : c->last;
+    if (rc == ZY_OK) rc = zy_path_join(path, sizeof path, tmp, model_file);
+    if (rc == ZY_OK)
+        rc = hf_save_weights_range(path, c->table, c->params, ZY_ST_F32, c->first, last);
+    WROTE(model_file);
+    if (rc == ZY_OK && c->model_index) {
+        rc = zy_path_join(path, sizeof path, sub, "model.safetensors.index.json");
+        if (rc == ZY_OK) rc = zy_write_file_atomic(path, c->model_index, strlen(c->model_index));
+        WROTE("model/model.safetensors.index.json");
     }
-    files[nf++] = "train_state.safetensors";
-    maybe_crash("train_state.safetensors");
-    if (rc == ZY_OK) rc = zy_path_join(path, sizeof path, tmp, "state.json");
-    if (rc == ZY_OK) rc = zy_write_file_atomic(path, c->state_json, strlen(c->state_json));
-    files[nf++] = "state.json";
-    maybe_crash("state.json");
     if (rc == ZY_OK && c->tokenizer_path) {
-        rc = zy_path_join(path, sizeof path, tmp, "tokenizer.json");
+        rc = zy_path_join(path, sizeof path, sub, "tokenizer.json");
         if (rc == ZY_OK) rc = copy_file(c->tokenizer_path, path);
-        files[nf++] = "tokenizer.json";
-        maybe_crash("tokenizer.json");
+        WROTE("model/tokenizer.json");
         /* tokenizer_config.json names bos/eos/pad so transformers' AutoTokenizer loads the folder
          */
         zy_tokenizer *tok = NULL;
         if (rc == ZY_OK) rc = tok_load(&tok, c->tokenizer_path);
-        if (rc == ZY_OK) rc = zy_path_join(path, sizeof path, tmp, "tokenizer_config.json");
+        if (rc == ZY_OK) rc = zy_path_join(path, sizeof path, sub, "tokenizer_config.json");
         if (rc == ZY_OK) rc = tok_save_hf_config(tok, path, c->config->max_position_embeddings);
         tok_free(tok);
-        files[nf++] = "tokenizer_config.json";
+        files[nf++] = "model/tokenizer_config.json";
     }
+    if (rc == ZY_OK) rc = zy_path_join(sub, sizeof sub, tmp, "train");
+    if (rc == ZY_OK) rc = zy_mkdirs(sub);
+    if (rc == ZY_OK) rc = zy_path_join(path, sizeof path, sub, "train_state.rank_0.safetensors");
+    if (rc == ZY_OK) {
+        const char *meta[2] = {"format", "zayac-train-state"};
+        rc = safetensors_write(path, c->state, c->n_state, meta, 1);
+    }
+    WROTE("train/train_state.rank_0.safetensors");
+    if (rc == ZY_OK) rc = zy_path_join(path, sizeof path, sub, "state.json");
+    if (rc == ZY_OK) rc = zy_write_file_atomic(path, c->state_json, strlen(c->state_json));
+    WROTE("train/state.json");
     for (int i = 0; rc == ZY_OK && i < c->n_extra; i++) {
-        const char *base = strrchr(c->extra_files[i], '/');
-        base = base ? base + 1 : c->extra_files[i];
-        rc = zy_path_join(path, sizeof path, tmp, base);
+        rc = zy_path_join(path, sizeof path, tmp, c->extra_names[i]);
         if (rc == ZY_OK && rename(c->extra_files[i], path) != 0)
-            rc = zy_fail_runtime("moving %s into %s: %s", c->extra_files[i], tmp, strerror(errno));
-        files[nf++] = base;
+            rc = zy_fail_runtime("moving %s into %s: %s", c->extra_files[i], path, strerror(errno));
+        files[nf++] = c->extra_names[i];
     }
+    if (rc == ZY_OK) rc = zy_fsync_path(sub); /* train/ */
+    if (rc == ZY_OK) rc = zy_path_join(sub, sizeof sub, tmp, "model");
+    if (rc == ZY_OK) rc = zy_fsync_path(sub);
     if (rc == ZY_OK) rc = write_manifest(tmp, step, files, nf);
     free(files);
     maybe_crash("manifest.json");
@@ -246,9 +263,38 @@ int ckpt_save(const char *root, long long step, const zy_ckpt_content *c, int ke
     return ZY_OK;
 }
 
-/* Files every checkpoint has; a manifest that leaves one out describes no usable checkpoint. */
-static const char *const required[] = {"config.json", "model.safetensors",
-                                       "train_state.safetensors", "state.json"};
+/* Files every checkpoint has; a manifest that leaves one out describes no usable checkpoint (the
+ * weights: model/model.safetensors or the index of their shards). The first layout had every
+ * file at the top (manifest version 1). */
+static const char *const required[] = {"model/config.json", "train/state.json",
+                                       "train/train_state.rank_0.safetensors"};
+static const char *const required_v1[] = {"config.json", "model.safetensors",
+                                          "train_state.safetensors", "state.json"};
+
+/* A manifest's file name: a plain name, or one under model/ or train/ (never "..", never
+ * absolute). */
+static int safe_name(const char *nm) {
+    if (!strncmp(nm, "model/", 6) || !strncmp(nm, "train/", 6)) nm += 6;
+    return *nm && !strchr(nm, '/') && strcmp(nm, ".") && strcmp(nm, "..");
+}
+
+static int listed(const cJSON *files, const char *name) {
+    const cJSON *g;
+    cJSON_ArrayForEach(g, files) {
+        const cJSON *nm = cJSON_GetObjectItem(g, "name");
+        if (cJSON_IsString(nm) && !strcmp(nm->valuestring, name)) return 1;
+    }
+    return 0;
+}
+
+int ckpt_path(const char *dir, const char *file, char *buf, size_t n) {
+    char model[4096];
+    ZY_TRY(zy_path_join(model, sizeof model, dir, "model"));
+    if (zy_path_exists(model)) return zy_path_join(buf, n, dir, file);
+    const char *slash = strchr(file, '/'); /* the first layout: everything at the top */
+    if (!slash) return zy_path_join(buf, n, dir, ".");
+    return zy_path_join(buf, n, dir, slash + 1);
+}
 
 int ckpt_verify(const char *dir) {
     char path[4096], *text;
@@ -271,8 +317,7 @@ int ckpt_verify(const char *dir) {
             rc = zy_fail("%s: manifest.json has a file entry without a name", dir);
             break;
         }
-        if (!cJSON_IsNumber(by) || !cJSON_IsString(cr) || strchr(nm->valuestring, '/') ||
-            !strcmp(nm->valuestring, ".") || !strcmp(nm->valuestring, "..")) {
+        if (!cJSON_IsNumber(by) || !cJSON_IsString(cr) || !safe_name(nm->valuestring)) {
             rc = zy_fail("%s: manifest.json has a malformed entry for '%s'", dir, nm->valuestring);
             break;
         }
@@ -292,15 +337,17 @@ int ckpt_verify(const char *dir) {
             rc = zy_fail("%s: %s is corrupt (CRC-32C %s, the manifest says %s)", dir,
                          nm->valuestring, hex, cr->valuestring);
     }
-    for (int i = 0; i < (int)(sizeof required / sizeof required[0]) && rc == ZY_OK; i++) {
-        int listed = 0;
-        cJSON *g;
-        cJSON_ArrayForEach(g, files) {
-            cJSON *nm = cJSON_GetObjectItem(g, "name");
-            listed |= cJSON_IsString(nm) && !strcmp(nm->valuestring, required[i]);
-        }
-        if (!listed) rc = zy_fail("%s: manifest.json does not list %s", dir, required[i]);
-    }
+    const cJSON *ver = cJSON_IsObject(root) ? cJSON_GetObjectItem(root, "version") : NULL;
+    const int v1 = cJSON_IsNumber(ver) && ver->valuedouble == 1;
+    const char *const *req = v1 ? required_v1 : required;
+    const int nreq = v1 ? 4 : 3;
+    for (int i = 0; i < nreq && rc == ZY_OK; i++)
+        if (!listed(files, req[i])) rc = zy_fail("%s: manifest.json does not list %s", dir, req[i]);
+    if (rc == ZY_OK && !v1 && !listed(files, "model/model.safetensors") &&
+        !listed(files, "model/model.safetensors.index.json"))
+        rc = zy_fail("%s: manifest.json lists no model weights (model/model.safetensors or its "
+                     "index)",
+                     dir);
     cJSON_Delete(root);
     return rc;
 }

@@ -1,8 +1,14 @@
 /* Training checkpoints: a folder that is either complete or absent.
- *   ROOT/step_000001234/ config.json, model.safetensors (fp32 master weights, loads in HF as is),
- *                        train_state.safetensors (optimiser moments, balancing state, by name),
- *                        state.json (step, RNGs, loader position, ...), tokenizer.json (if any),
- *                        manifest.json (every file's size and CRC-32C; written last).
+ *   ROOT/step_000001234/
+ *     model/  an HF model folder (loads in transformers and zayac as is): config.json, the fp32
+ *             master weights (model.safetensors, or one model-0000K-of-0000N.safetensors per
+ *             rank that owns tensors with model.safetensors.index.json), tokenizer.json and
+ *             tokenizer_config.json (if any);
+ *     train/  train_state.rank_R.safetensors (each rank's optimiser moments by global name; rank
+ *             0's also the balancing state), state.json (step, counters, loader position, ...);
+ *     manifest.json (every file's size and CRC-32C; written last).
+ * Every rank writes its own files (its weights and its state: no rank gathers the whole state);
+ * one writer commits the folder.
  * A save writes ROOT/.tmp_step_..., fsyncs every file and the folder, renames it into place and
  * fsyncs ROOT; a crash at any point leaves the previous checkpoints untouched. Pruning renames a
  * folder aside (ROOT/.deleting_...) before deleting it; the next save removes what a crash left. */
@@ -15,17 +21,21 @@
 
 #include <stddef.h>
 
+/* What the committing writer saves itself, and the files the other writers made. */
 typedef struct {
     const zy_config *config;
     const zy_param_table *table;
-    const float *params;           /* host fp32 weights laid out by table */
-    const zy_st_write_item *state; /* named training-state tensors */
+    const float *params; /* host fp32 weights laid out by table; entries [first, last) are saved */
+    int first, last;     /* first == last == 0: every entry */
+    const char *model_file;        /* its weights' file under model/ (NULL: model.safetensors) */
+    const char *model_index;       /* model.safetensors.index.json's text, or NULL (one file) */
+    const zy_st_write_item *state; /* named training-state tensors: train/train_state.rank_0 */
     int n_state;
     const char *state_json;     /* JSON text: step, RNGs, loader position, ... */
-    const char *tokenizer_path; /* copied in as tokenizer.json when not NULL */
-    /* files other ranks wrote (their shards of the training state, fsynced): moved into the
-     * folder under their base names and listed in the manifest like the rest */
-    const char *const *extra_files;
+    const char *tokenizer_path; /* copied in as model/tokenizer.json when not NULL */
+    /* files other writers made (fsynced): moved into the folder under extra_names ("model/...",
+     * "train/...") and listed in the manifest like the rest */
+    const char *const *extra_files, *const *extra_names;
     int n_extra;
 } zy_ckpt_content;
 
@@ -36,8 +46,12 @@ typedef struct {
 int ckpt_save(const char *root, long long step, const zy_ckpt_content *c, int keep_last,
               char *saved_dir, size_t n);
 /* Checks a checkpoint folder: manifest present and parseable, every file listed with the right
- * size and CRC-32C. The error names the folder and the first problem. */
+ * size and CRC-32C, the required files listed. The error names the folder and the first problem.
+ * A folder of the first layout (every file at the top) still verifies. */
 int ckpt_verify(const char *dir);
+/* The path of a checkpoint's file given by its place in this layout ("model", "train/state.json",
+ * "train"): a folder of the first layout has everything at the top. */
+int ckpt_path(const char *dir, const char *file, char *buf, size_t n);
 
 typedef struct {
     char dir[4096]; /* newest complete checkpoint ("" when there is none) */

@@ -177,6 +177,25 @@ static int write_shard(const char *path, const zy_param_table *t, const float *b
     return rc;
 }
 
+int hf_save_weights_range(const char *path, const zy_param_table *t, const float *buf,
+                          zy_st_dtype dtype, int first, int last) {
+    return write_shard(path, t, buf, dtype, first, last);
+}
+
+char *hf_index_json(const zy_param_table *t, zy_st_dtype dtype, const int *shard_of,
+                    const char *const *files) {
+    cJSON *index = cJSON_CreateObject(), *meta = cJSON_AddObjectToObject(index, "metadata");
+    uint64_t total = 0;
+    for (int i = 0; i < t->count; i++) total += saved_bytes(&t->items[i], dtype);
+    cJSON_AddNumberToObject(meta, "total_size", (double)total);
+    cJSON *map = cJSON_AddObjectToObject(index, "weight_map");
+    for (int i = 0; i < t->count; i++)
+        cJSON_AddStringToObject(map, t->items[i].name, files[shard_of[i]]);
+    char *text = cJSON_Print(index);
+    cJSON_Delete(index);
+    return text;
+}
+
 int hf_save_weights(const char *dir, const zy_param_table *t, const float *buf, zy_st_dtype dtype) {
     return hf_save_weights_sharded(dir, t, buf, dtype, 0, NULL);
 }

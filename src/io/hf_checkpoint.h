@@ -18,6 +18,13 @@ int hf_load_weights(const char *dir, const zy_param_table *t, float *buf);
  * balancing biases) stay F32 either way. __metadata__ is {"format": "pt"} as transformers expects.
  */
 int hf_save_weights(const char *dir, const zy_param_table *t, const float *buf, zy_st_dtype dtype);
+/* Writes table entries [first, last) as one safetensors file at path (a shard of a sharded folder,
+ * whose index the caller writes: hf_index_json). */
+int hf_save_weights_range(const char *path, const zy_param_table *t, const float *buf,
+                          zy_st_dtype dtype, int first, int last);
+/* model.safetensors.index.json's text for a folder whose entry i is in file files[shard_of[i]]. */
+char *hf_index_json(const zy_param_table *t, zy_st_dtype dtype, const int *shard_of,
+                    const char *const *files);
 /* The same, split as transformers splits: when the tensors pass shard_bytes (> 0), files
  * model-0000i-of-0000n.safetensors of at most shard_bytes each (a larger tensor gets a file of its
  * own), in table order, and model.safetensors.index.json ({"metadata": {"total_size"},

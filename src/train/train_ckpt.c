@@ -58,20 +58,22 @@ static int load_state_tensors(const zy_safetensors *f, int nf, const char *dir, 
     return ZY_OK;
 }
 
-/* Opens dir's train_state.safetensors and train_state.rank_*.safetensors (at most max). */
+/* Opens the training-state files of a checkpoint (at most max): train/train_state.rank_R for R
+ * = 0, 1, ... (the first layout: train_state.safetensors and train_state.rank_R at the top). */
 static int open_state_files(const char *dir, zy_safetensors *f, int max, int *nf) {
-    char path[4096];
+    char train[4096], path[4096], name[64];
     *nf = 0;
-    ZY_TRY(zy_path_join(path, sizeof path, dir, "train_state.safetensors"));
-    ZY_TRY(safetensors_open(&f[(*nf)++], path));
-    for (int r = 1; r < max; r++) {
-        char name[64];
+    ZY_TRY(ckpt_path(dir, "train", train, sizeof train));
+    for (int r = 0; r < max; r++) {
         snprintf(name, sizeof name, "train_state.rank_%d.safetensors", r);
-        ZY_TRY(zy_path_join(path, sizeof path, dir, name));
+        ZY_TRY(zy_path_join(path, sizeof path, train, name));
+        if (r == 0 && !zy_path_exists(path)) /* the first layout */
+            ZY_TRY(zy_path_join(path, sizeof path, train, "train_state.safetensors"));
         if (!zy_path_exists(path)) break;
         if (safetensors_open(&f[*nf], path) != ZY_OK) return ZY_ERR;
         (*nf)++;
     }
+    if (*nf == 0) return zy_fail("%s: no training-state file", dir);
     return ZY_OK;
 }
 
@@ -108,7 +110,8 @@ static int read_counters(trainer *tr, const cJSON *st, const char *dir, const ch
 
 int trainer_resume_from(trainer *tr, const char *dir) {
     char path[4096], *text;
-    ZY_TRY(hf_load_model(&tr->st.model, dir, ZY_SKIP_BIAS_HF));
+    ZY_TRY(ckpt_path(dir, "model", path, sizeof path));
+    ZY_TRY(hf_load_model(&tr->st.model, path, ZY_SKIP_BIAS_HF));
     enum { MAX_STATE_FILES = 1024 };
     zy_safetensors *f = zy_calloc(MAX_STATE_FILES, sizeof *f);
     int nf = 0;
@@ -124,7 +127,7 @@ int trainer_resume_from(trainer *tr, const char *dir) {
     for (int k = 0; k < nf; k++) safetensors_close(&f[k]);
     free(f);
     ZY_TRY(rc);
-    ZY_TRY(zy_path_join(path, sizeof path, dir, "state.json"));
+    ZY_TRY(ckpt_path(dir, "train/state.json", path, sizeof path));
     ZY_TRY(zy_read_file(path, &text, NULL));
     cJSON *st = cJSON_Parse(text);
     free(text);

@@ -1,13 +1,15 @@
 /* The trainer's checkpoint saves (see trainer.h), written by a background thread while training
  * goes on.
  *
- * The training thread takes a snapshot: the weights whole on every rank (ZeRO-1's gather), then
- * copies of what this rank writes (rank 0: the weights, its optimizer state, the balancing state,
- * state.json; rank r > 0: the optimizer state it owns). That copy is the only pause. A writer
- * thread then writes the files: rank r > 0 its shard ROOT/.shards_step_N/train_state.rank_R.
- * safetensors, then a marker beside it (done.rank_R, or failed.rank_R holding its error); rank 0
- * its own files, then it waits for every marker (within dist.timeout_s) and commits the folder
- * with the shards in its manifest (io/checkpoint.h: atomic). The writer threads only write files
+ * The training thread takes a snapshot of what this rank writes: the fp32 weights of the tensors
+ * it owns (ZeRO-1: current on their owner, so nothing is gathered) and their optimizer state;
+ * rank 0 also the balancing state and state.json. That copy is the only pause. A writer thread
+ * then writes the files (io/checkpoint.h's layout): rank r > 0 its model-(r+1)-of-W.safetensors
+ * and train_state.rank_R.safetensors into ROOT/.shards_step_N/, then a marker beside them
+ * (done.rank_R, or failed.rank_R holding its error); rank 0 its own files, then it waits for
+ * every marker (within dist.timeout_s) and commits the folder with the other ranks' files moved
+ * into model/ and train/ and listed in its manifest (atomic). No rank holds or writes the whole
+ * state. The writer threads only write files
  * (no device, no communicator), so the ranks agree on the outcome from the training thread: at the
  * next save, or at the end, every rank joins its writer and the ranks compare results. At most
  * one save is in flight; a failed one is reported and the next is attempted. */
@@ -16,6 +18,7 @@
 #include "base/fileio.h"
 #include "base/timer.h"
 #include "io/checkpoint.h"
+#include "io/hf_checkpoint.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -46,9 +49,39 @@ static void staging_dir(const trainer_save *j, char *buf, size_t n) {
     snprintf(buf, n, "%s/.shards_step_%09lld", j->root, j->step);
 }
 
-static void staging_file(const trainer_save *j, const char *what, int rank, char *buf, size_t n) {
-    snprintf(buf, n, "%s/.shards_step_%09lld/%s%d%s", j->root, j->step, what, rank,
-             strcmp(what, "train_state.rank_") ? "" : ".safetensors");
+static void staging_file(const trainer_save *j, const char *name, char *buf, size_t n) {
+    snprintf(buf, n, "%s/.shards_step_%09lld/%s", j->root, j->step, name);
+}
+
+/* Rank r's files, by their names in the folder: its weights' shard (one file without ranks) and
+ * its training state. */
+static void model_name(const trainer_save *j, int r, char *buf, size_t n) {
+    if (j->world == 1)
+        snprintf(buf, n, "model.safetensors");
+    else
+        snprintf(buf, n, "model-%05d-of-%05d.safetensors", r + 1, j->world);
+}
+
+static void state_name(int r, char *buf, size_t n) {
+    snprintf(buf, n, "train_state.rank_%d.safetensors", r);
+}
+
+static void marker_name(int r, int ok, char *buf, size_t n) {
+    snprintf(buf, n, "%s.rank_%d", ok ? "done" : "failed", r);
+}
+
+/* This rank's entries as a table of their own, offsets into the snapshot of their weights. */
+static zy_param_table owned_table(const trainer_save *j) {
+    zy_param_table v;
+    memset(&v, 0, sizeof v);
+    v.count = j->last - j->first;
+    v.items = zy_calloc((size_t)v.count + 1, sizeof *v.items);
+    const size_t base = v.count ? j->table->items[j->first].offset : 0;
+    for (int i = 0; i < v.count; i++) {
+        v.items[i] = j->table->items[j->first + i];
+        v.items[i].offset -= base;
+    }
+    return v;
 }
 
 /* The state tensors as safetensors items. */
@@ -68,20 +101,29 @@ static zy_st_write_item *state_items(const trainer_save *j, int *n) {
     return items;
 }
 
-/* Rank r > 0: its shard, then the marker that says how it went. */
+/* Rank r > 0: its weights and its state, then the marker that says how it went. */
 static int write_shard(trainer_save *j) {
-    char path[ZY_PATH_MAX + 128], marker[ZY_PATH_MAX + 128];
+    char path[ZY_PATH_MAX + 512], name[128];
     staging_dir(j, path, sizeof path);
     int rc = zy_mkdirs(path), n;
     if (rc == ZY_OK) rc = injected_failure(j->step, j->rank);
-    staging_file(j, "train_state.rank_", j->rank, path, sizeof path);
+    if (rc == ZY_OK && j->last > j->first) {
+        zy_param_table own = owned_table(j);
+        model_name(j, j->rank, name, sizeof name);
+        staging_file(j, name, path, sizeof path);
+        rc = hf_save_weights_range(path, &own, j->params, ZY_ST_F32, 0, own.count);
+        free(own.items);
+    }
+    state_name(j->rank, name, sizeof name);
+    staging_file(j, name, path, sizeof path);
     zy_st_write_item *items = state_items(j, &n);
     const char *meta[2] = {"format", "zayac-train-state"};
     if (rc == ZY_OK) rc = safetensors_write(path, items, n, meta, 1);
     free(items);
     const char *text = rc == ZY_OK ? "" : zy_errmsg();
-    staging_file(j, rc == ZY_OK ? "done.rank_" : "failed.rank_", j->rank, marker, sizeof marker);
-    if (zy_write_file_atomic(marker, text, strlen(text)) != ZY_OK && rc == ZY_OK) rc = ZY_ERR;
+    marker_name(j->rank, rc == ZY_OK, name, sizeof name);
+    staging_file(j, name, path, sizeof path);
+    if (zy_write_file_atomic(path, text, strlen(text)) != ZY_OK && rc == ZY_OK) rc = ZY_ERR;
     return rc;
 }
 
@@ -90,9 +132,11 @@ static int write_shard(trainer_save *j) {
 static int wait_for_shards(trainer_save *j) {
     const double deadline = zy_now() + j->timeout_s;
     for (int r = 1; r < j->world; r++) {
-        char done[ZY_PATH_MAX + 128], failed[ZY_PATH_MAX + 128];
-        staging_file(j, "done.rank_", r, done, sizeof done);
-        staging_file(j, "failed.rank_", r, failed, sizeof failed);
+        char done[ZY_PATH_MAX + 512], failed[ZY_PATH_MAX + 512], name[64];
+        marker_name(r, 1, name, sizeof name);
+        staging_file(j, name, done, sizeof done);
+        marker_name(r, 0, name, sizeof name);
+        staging_file(j, name, failed, sizeof failed);
         while (!zy_path_exists(done)) {
             if (zy_path_exists(failed)) {
                 char *why = NULL;
@@ -111,33 +155,80 @@ static int wait_for_shards(trainer_save *j) {
     return ZY_OK;
 }
 
-/* Rank 0: the folder, with the other ranks' shards moved in. */
+/* The other ranks' files: where they were staged and their names in the folder. */
+static int other_files(const trainer_save *j, char ***src, char ***dst) {
+    int n = 0;
+    *src = zy_calloc(2 * (size_t)j->world + 1, sizeof **src);
+    *dst = zy_calloc(2 * (size_t)j->world + 1, sizeof **dst);
+    for (int r = 1; r < j->world; r++)
+        for (int k = 0; k < 2; k++) {
+            char name[128];
+            if (k == 0 && j->bound[r] == j->bound[r + 1]) continue; /* owns no weights */
+            if (k == 0)
+                model_name(j, r, name, sizeof name);
+            else
+                state_name(r, name, sizeof name);
+            (*src)[n] = zy_malloc(ZY_PATH_MAX + 512);
+            staging_file(j, name, (*src)[n], ZY_PATH_MAX + 512);
+            (*dst)[n] = zy_malloc(160);
+            snprintf((*dst)[n], 160, "%s/%s", k == 0 ? "model" : "train", name);
+            n++;
+        }
+    return n;
+}
+
+/* model.safetensors.index.json: each tensor in the file of the rank that owns it. */
+static char *model_index(const trainer_save *j) {
+    if (j->world == 1) return NULL;
+    char **files = zy_calloc((size_t)j->world, sizeof *files);
+    int *shard_of = zy_calloc((size_t)j->table->count + 1, sizeof *shard_of);
+    for (int r = 0; r < j->world; r++) {
+        files[r] = zy_malloc(64);
+        model_name(j, r, files[r], 64);
+        for (int i = j->bound[r]; i < j->bound[r + 1]; i++) shard_of[i] = r;
+    }
+    char *text = hf_index_json(j->table, ZY_ST_F32, shard_of, (const char *const *)files);
+    for (int r = 0; r < j->world; r++) free(files[r]);
+    free(files);
+    free(shard_of);
+    return text;
+}
+
+/* Rank 0: the folder, with the other ranks' files moved in. */
 static int write_folder(trainer_save *j) {
     ZY_TRY(injected_failure(j->step, 0));
     int n, rc = wait_for_shards(j);
     zy_st_write_item *items = state_items(j, &n);
-    char **shards = zy_calloc((size_t)j->world, sizeof *shards);
-    for (int r = 1; r < j->world; r++) {
-        shards[r - 1] = zy_malloc(ZY_PATH_MAX + 128);
-        staging_file(j, "train_state.rank_", r, shards[r - 1], ZY_PATH_MAX + 128);
-    }
+    char **src, **dst, model_file[64];
+    const int n_other = other_files(j, &src, &dst);
+    char *index = model_index(j);
+    model_name(j, 0, model_file, sizeof model_file);
+    zy_param_table own = owned_table(j);
     zy_ckpt_content c = {.config = &j->config,
-                         .table = j->table,
+                         .table = &own,
                          .params = j->params,
+                         .first = 0,
+                         .last = own.count,
+                         .model_file = model_file,
+                         .model_index = index,
                          .state = items,
                          .n_state = n,
                          .state_json = j->state_json,
                          .tokenizer_path = j->tokenizer[0] ? j->tokenizer : NULL,
-                         .extra_files = (const char *const *)shards,
-                         .n_extra = j->world - 1};
+                         .extra_files = (const char *const *)src,
+                         .extra_names = (const char *const *)dst,
+                         .n_extra = n_other};
     if (rc == ZY_OK) rc = ckpt_save(j->root, j->step, &c, j->keep, j->dir, sizeof j->dir);
     if (j->world > 1) { /* the markers and anything a failed save left */
-        char staging[ZY_PATH_MAX + 64];
+        char staging[ZY_PATH_MAX + 512];
         staging_dir(j, staging, sizeof staging);
         zy_remove_tree(staging);
     }
-    for (int r = 0; r < j->world; r++) free(shards[r]);
-    free(shards);
+    for (int i = 0; i < n_other; i++) free(src[i]), free(dst[i]);
+    free(src);
+    free(dst);
+    free(index);
+    free(own.items);
     free(items);
     return rc;
 }
@@ -152,6 +243,7 @@ static void *writer_main(void *arg) {
 }
 
 static void job_free(trainer_save *j) {
+    free(j->bound);
     free(j->so);
     free(j->sb);
     free(j->data);
@@ -186,8 +278,7 @@ static char *state_json(const trainer *tr) {
 
 /* The training thread's part: what this rank writes, copied out of the live state. */
 static int snapshot(trainer *tr, trainer_save *j) {
-    ZY_TRY(step_weights_whole(&tr->st)); /* collective: rank 0 writes every weight */
-    optim_state_to_host(&tr->st.opt);    /* the moments' host mirror (itself on the CPU) */
+    optim_state_to_host(&tr->st.opt); /* the moments' host mirror (itself on the CPU) */
     zy_model *m = &tr->st.model;
     memset(j, 0, sizeof *j);
     j->step = tr->st.step;
@@ -208,12 +299,19 @@ static int snapshot(trainer *tr, trainer_save *j) {
     copy_tensors(j->so, j->no, &buf);
     copy_tensors(j->sb, j->nb, &buf);
     j->bytes = (double)floats * sizeof(float);
-    if (j->rank == 0) {
-        j->params = zy_malloc(m->table.total * sizeof *j->params);
-        ops_copy(m->ctx, j->params, m->params, m->table.total * sizeof *j->params);
-        j->bytes += (double)m->table.total * sizeof *j->params;
-        j->state_json = state_json(tr);
+    /* the weights this rank owns (every rank's range: rank 0 writes the index) */
+    j->bound = zy_calloc((size_t)j->world + 1, sizeof *j->bound);
+    for (int r = 0; r <= j->world; r++)
+        j->bound[r] = tr->st.have_zero ? tr->st.zero.bound[r] : (r ? m->table.count : 0);
+    step_owned(&tr->st, &j->first, &j->last);
+    if (j->last > j->first) {
+        const zy_param *a = &m->table.items[j->first], *b = &m->table.items[j->last - 1];
+        const size_t span = b->offset + b->numel - a->offset;
+        j->params = zy_malloc(span * sizeof *j->params);
+        ops_copy(m->ctx, j->params, m->params + a->offset, span * sizeof *j->params);
+        j->bytes += (double)span * sizeof *j->params;
     }
+    if (j->rank == 0) j->state_json = state_json(tr);
     return ZY_OK;
 }
 

@@ -17,6 +17,8 @@ typedef struct {
     pthread_t thread;
     long long step;
     int rank, world, keep;
+    int first, last; /* the table entries this rank owns (their weights are its to write) */
+    int *bound;      /* [world + 1] every rank's entries: rank r owns [bound[r], bound[r+1]) */
     double timeout_s;
     const zy_param_table *table; /* the model's (fixed during training) */
     zy_config config;
