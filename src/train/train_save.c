@@ -148,6 +148,8 @@ static int wait_for_shards(trainer_save *j) {
             }
             if (zy_now() > deadline)
                 return zy_fail_runtime("rank %d wrote no shard within %g s", r, j->timeout_s);
+            if (__atomic_load_n(&j->cancel, __ATOMIC_ACQUIRE))
+                return zy_fail_runtime("the run ended before rank %d wrote its shard", r);
             struct timespec ts = {0, 5 * 1000000L};
             nanosleep(&ts, NULL);
         }
@@ -316,6 +318,8 @@ static int snapshot(trainer *tr, trainer_save *j) {
 }
 
 void trainer_drop_checkpoint(trainer *tr) {
+    /* rank 0's writer may be waiting for a rank that died: it gives up (nothing is committed) */
+    __atomic_store_n(&tr->save.cancel, 1, __ATOMIC_RELEASE);
     if (tr->save.active) pthread_join(tr->save.thread, NULL);
     job_free(&tr->save);
 }

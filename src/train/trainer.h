@@ -29,7 +29,8 @@ typedef struct {
     float *params;                  /* rank 0: the weights */
     char *state_json;               /* rank 0 */
     double bytes, stall_s, write_s; /* written; the training thread's pause; the writer's time */
-    int rc;                         /* the writer's result */
+    int cancel; /* set (atomically) when the run ends without waiting for the save */
+    int rc;     /* the writer's result */
     char err[1024];
     char dir[4096]; /* rank 0: the folder committed */
 } trainer_save;
