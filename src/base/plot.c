@@ -28,6 +28,7 @@ typedef struct {
 
 static const rgb WHITE = {255, 255, 255}, BLACK = {0, 0, 0}, INK = {34, 34, 34};
 static const rgb GRID = {232, 232, 232}, GRID_MINOR = {244, 244, 244}, FRAME = {90, 90, 90};
+static const rgb MARK = {150, 150, 150}; /* the dashed vertical marks */
 
 /* Series colours: the "tab10" qualitative palette, chosen to stay distinct for the colour-blind. */
 static const rgb PALETTE[10] = {{31, 119, 180},  {255, 127, 14}, {44, 160, 44},   {214, 39, 40},
@@ -403,6 +404,11 @@ static double ink_in(const float *ink, int w, int x0, int y0, int x1, int y1) {
 }
 
 int plot_lines_png(const char *path, const zy_plot_opts *opts, const zy_series *series, int ns) {
+    return plot_lines_marked_png(path, opts, series, ns, NULL, 0);
+}
+
+int plot_lines_marked_png(const char *path, const zy_plot_opts *opts, const zy_series *series,
+                          int ns, const double *marks_x, int n_marks) {
     zy_plot_opts o = {0};
     if (opts) o = *opts;
     if (!path) return zy_fail("plot: no output path");
@@ -476,6 +482,16 @@ int plot_lines_png(const char *path, const zy_plot_opts *opts, const zy_series *
             int y = (int)floor(axis_pixel(&ay, ytk[i].u));
             fill_rect(&c, px0, y, px1, y + 1, pass ? GRID : GRID_MINOR, 1);
         }
+    }
+
+    /* marks: dashed vertical lines under the series (where a training phase starts) */
+    for (int i = 0; i < n_marks; i++) {
+        const double u = axis_unit(&ax, marks_x[i]);
+        if (isnan(u)) continue;
+        const int x = (int)floor(axis_pixel(&ax, u));
+        if (x <= px0 || x >= px1 - 1) continue;
+        for (int y = py0; y < py1; y += 8)
+            fill_rect(&c, x, y, x + 2, y + 5 < py1 ? y + 5 : py1, MARK, 1);
     }
 
     /* series: each through a coverage layer, summed into ink for legend placement */

@@ -21,6 +21,10 @@ typedef struct {
 
 /* Writes a line chart of ns series to path (PNG). */
 int plot_lines_png(const char *path, const zy_plot_opts *opts, const zy_series *series, int ns);
+/* The same with a dashed vertical line at each of marks_x[n_marks] (where a training phase starts),
+ * under the series. */
+int plot_lines_marked_png(const char *path, const zy_plot_opts *opts, const zy_series *series,
+                          int ns, const double *marks_x, int n_marks);
 /* Writes a heatmap of values[rows*cols] (row-major; NaN = blank) with a colour scale. */
 int plot_heatmap_png(const char *path, const char *title, const char *xlabel, const char *ylabel,
                      const double *values, int rows, int cols, const char *const *row_labels,

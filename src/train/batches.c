@@ -126,6 +126,21 @@ int batches_restore(zy_batches *b, const char *json, const char *source) {
     return ZY_OK;
 }
 
+void batches_position(const zy_batches *b, uint64_t *rows, uint64_t *drawn) {
+    zy_loader_state st;
+    loader_get_state(b->l, &st);
+    *rows = st.step * (uint64_t)b->B;
+    for (uint64_t i = 0; i < st.nsrc; i++) drawn[i] = st.drawn[i];
+}
+
+int batches_seek(zy_batches *b, uint64_t rows, const uint64_t *drawn) {
+    zy_loader_state st;
+    loader_get_state(b->l, &st);
+    st.step = (rows + (uint64_t)b->B - 1) / (uint64_t)b->B;
+    for (uint64_t i = 0; i < st.nsrc; i++) st.drawn[i] = drawn[i];
+    return loader_set_state(b->l, &st);
+}
+
 int32_t batches_max_token(const zy_batches *b) {
     return loader_max_token(b->l);
 }

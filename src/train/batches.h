@@ -21,6 +21,13 @@ int batches_next(zy_batches *b, int32_t *ids, int32_t *targets);
 /* The position as JSON text (heap) / restored from it; `source` names the file in errors. */
 char *batches_state_json(const zy_batches *b);
 int batches_restore(zy_batches *b, const char *json, const char *source);
+/* Where the stream stands, for a phase switch (train/phases.h): *rows = the rows drawn so far
+ * (steps served x B), drawn[n_sources] = the windows (of T+1 tokens) each source gave so far. */
+void batches_position(const zy_batches *b, uint64_t *rows, uint64_t *drawn);
+/* Continues a stream of other sources or another shape: the next mixture draw is at row `rows` or
+ * later (rounded up to a whole batch, so no draw of the mixture repeats), and source s continues
+ * at its window drawn[s]. */
+int batches_seek(zy_batches *b, uint64_t rows, const uint64_t *drawn);
 /* Largest token id in the data (checked against the vocabulary before training). */
 int32_t batches_max_token(const zy_batches *b);
 

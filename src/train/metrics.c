@@ -399,7 +399,7 @@ int metrics_plot_loss(const char *jsonl_path, const char *png_path) {
     char *text;
     size_t len;
     ZY_TRY(zy_read_file(jsonl_path, &text, &len));
-    points train = {0}, val = {0};
+    points train = {0}, val = {0}, phase = {0};
     int rc = ZY_OK, line_no = 0;
     for (size_t at = 0; at < len && rc == ZY_OK;) {
         char *nl = memchr(text + at, '\n', len - at);
@@ -431,6 +431,7 @@ int metrics_plot_loss(const char *jsonl_path, const char *png_path) {
         }
         row_take(row, "loss", step->valuedouble, &train);
         row_take(row, "val_loss", step->valuedouble, &val);
+        row_take(row, "phase", step->valuedouble, &phase);
         cJSON_Delete(row);
     }
     free(text);
@@ -441,9 +442,17 @@ int metrics_plot_loss(const char *jsonl_path, const char *png_path) {
         int ns = 0;
         if (train.n) s[ns++] = (zy_series){"train loss", train.x, train.y, train.n};
         if (val.n) s[ns++] = (zy_series){"val loss", val.x, val.y, val.n};
+        /* a phase's start: between its first step and the step before it */
+        double *marks = zy_malloc(sizeof(double) * (size_t)(phase.n + 1));
+        int nm = 0;
+        for (int i = 1; i < phase.n; i++)
+            if (phase.y[i] != phase.y[i - 1]) marks[nm++] = (phase.x[i - 1] + phase.x[i]) / 2;
         zy_plot_opts o = {.title = "Loss", .xlabel = "step", .ylabel = "loss"};
-        rc = plot_lines_png(png_path, &o, s, ns);
+        rc = plot_lines_marked_png(png_path, &o, s, ns, marks, nm);
+        free(marks);
     }
+    free(phase.x);
+    free(phase.y);
     free(train.x);
     free(train.y);
     free(val.x);

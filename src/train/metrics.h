@@ -32,7 +32,9 @@ int progress_line(char *buf, size_t n, int64_t step, int64_t total_steps, double
                   double tokens_per_s, double elapsed_s);
 
 /* Reads a metrics JSONL file and plots "loss" (train) and "val_loss" against "step" as a PNG. When
- * a step repeats an earlier one (a resumed run), the points from that step on are replaced. */
+ * a step repeats an earlier one (a resumed run), the points from that step on are replaced. Where
+ * the "phase" of consecutive steps differs (a multi-phase run), a dashed vertical line marks the
+ * boundary. */
 int metrics_plot_loss(const char *jsonl_path, const char *png_path);
 
 /* CRC-32C (Castagnoli), as TFRecord framing uses it, and its masked form

@@ -119,6 +119,148 @@ static cJSON *write_prompts(const zy_train_config *c) {
     return a;
 }
 
+/* "phases": a list of objects, each a phase of the run: its length (steps or tokens) and what it
+ * changes (batch_size, seq_len, rope_theta, data, schedule; the rest carry on from the phase
+ * before it: train_config.c resolves them). The keys the table knows are read through the table,
+ * so a phase's seq_len or schedule.warmup is checked as the top-level one is. Read after the
+ * top-level keys (its row comes after theirs): a phase's schedule fills what it leaves out from
+ * the top-level schedule. */
+static const char *const phase_table_keys[] = {"steps", "batch_size", "seq_len", "data",
+                                               "schedule"};
+static const unsigned phase_table_bits[] = {ZY_PHASE_HAS_STEPS, ZY_PHASE_HAS_BATCH,
+                                            ZY_PHASE_HAS_SEQ, ZY_PHASE_HAS_DATA,
+                                            ZY_PHASE_HAS_SCHEDULE};
+
+/* rope_theta: a number (the hybrid layers: global attention) or {"hybrid": x, "hybrid_sliding": y}.
+ */
+static int read_phase_theta(zy_phase *p, const cJSON *v, const char *label) {
+    static const char *const types[2] = {"hybrid", "hybrid_sliding"};
+    static const unsigned bits[2] = {ZY_PHASE_HAS_THETA, ZY_PHASE_HAS_THETA_SLIDING};
+    char key[64];
+    if (cJSON_IsNumber(v)) {
+        p->given |= ZY_PHASE_HAS_THETA;
+        return settings_number(v, label, "rope_theta", 1e-3, 1e15, 0, &p->rope_theta[0]);
+    }
+    if (!cJSON_IsObject(v))
+        return zy_fail("%s.rope_theta must be a number (the hybrid layers) or an object "
+                       "{\"hybrid\": theta, \"hybrid_sliding\": theta}",
+                       label);
+    const cJSON *it;
+    cJSON_ArrayForEach(it, v) {
+        int t = !strcmp(it->string, types[0]) ? 0 : !strcmp(it->string, types[1]) ? 1 : -1;
+        if (t < 0)
+            return zy_fail("%s.rope_theta: unknown layer type \"%s\" (hybrid, hybrid_sliding)",
+                           label, it->string);
+        snprintf(key, sizeof key, "rope_theta.%s", types[t]);
+        ZY_TRY(settings_number(it, label, key, 1e-3, 1e15, 0, &p->rope_theta[t]));
+        p->given |= bits[t];
+    }
+    return ZY_OK;
+}
+
+/* One phase object into p; tmp is scratch holding the top-level values. */
+static int read_phase(zy_phase *p, const cJSON *o, zy_train_config *tmp, const char *label) {
+    memset(p, 0, sizeof *p);
+    if (!cJSON_IsObject(o)) return zy_fail("%s must be an object", label);
+    cJSON *sub = cJSON_CreateObject();
+    const cJSON *it;
+    int rc = ZY_OK;
+    cJSON_ArrayForEach(it, o) {
+        const char *k = it->string;
+        int known = 0;
+        for (int i = 0; i < 5 && !known; i++)
+            if (!strcmp(k, phase_table_keys[i])) {
+                known = 1;
+                p->given |= phase_table_bits[i];
+                cJSON_AddItemToObject(sub, k, cJSON_Duplicate(it, 1));
+            }
+        if (known) continue;
+        if (!strcmp(k, "tokens")) {
+            double x;
+            rc = settings_number(it, label, "tokens", 1, 1e18, 1, &x);
+            p->tokens = (int64_t)x;
+            p->given |= ZY_PHASE_HAS_TOKENS;
+        } else if (!strcmp(k, "rope_theta")) {
+            rc = read_phase_theta(p, it, label);
+        } else if (!strcmp(k, "name")) {
+            if (!cJSON_IsString(it) || strlen(it->valuestring) >= sizeof p->name)
+                rc = zy_fail("%s.name must be a string of < %zu bytes", label, sizeof p->name);
+            else
+                snprintf(p->name, sizeof p->name, "%s", it->valuestring);
+        } else {
+            rc = zy_fail("%s: unknown key %s (a phase has name, steps or tokens, batch_size, "
+                         "seq_len, rope_theta, data, schedule)",
+                         label, k);
+        }
+        if (rc != ZY_OK) break;
+    }
+    if (rc == ZY_OK && !(p->given & ZY_PHASE_HAS_STEPS) == !(p->given & ZY_PHASE_HAS_TOKENS))
+        rc = zy_fail("%s: give its length as exactly one of steps or tokens", label);
+    if (rc == ZY_OK) rc = settings_read(tmp, sub, label);
+    cJSON_Delete(sub);
+    ZY_TRY(rc);
+    if (p->given & ZY_PHASE_HAS_STEPS) p->steps = tmp->steps;
+    p->batch_size = tmp->batch_size;
+    p->seq_len = tmp->seq_len;
+    p->n_sources = tmp->n_sources;
+    memcpy(p->sources, tmp->sources, sizeof p->sources);
+    p->schedule = tmp->schedule;
+    return ZY_OK;
+}
+
+static int read_phases(zy_train_config *c, const cJSON *v, const char *source) {
+    if (!cJSON_IsArray(v)) return zy_fail("%s: phases must be a list of objects", source);
+    if (cJSON_GetArraySize(v) > ZY_MAX_PHASES)
+        return zy_fail("%s: phases lists %d phases, at most %d", source, cJSON_GetArraySize(v),
+                       ZY_MAX_PHASES);
+    zy_train_config *tmp = zy_malloc(sizeof *tmp);
+    int rc = ZY_OK, n = 0;
+    const cJSON *o;
+    cJSON_ArrayForEach(o, v) {
+        char label[ZY_PATH_MAX + 64];
+        snprintf(label, sizeof label, "%s: phases[%d]", source, n);
+        *tmp = *c; /* what the phase leaves out reads as the top-level value */
+        if ((rc = read_phase(&c->phases[n], o, tmp, label)) != ZY_OK) break;
+        n++;
+    }
+    free(tmp);
+    c->n_phases = rc == ZY_OK ? n : 0;
+    return rc;
+}
+
+/* Each phase with its resolved values (read back, it gives the same phases). */
+static cJSON *write_phases(const zy_train_config *c) {
+    cJSON *a = cJSON_CreateArray();
+    zy_train_config *tmp = zy_malloc(sizeof *tmp);
+    for (int i = 0; i < c->n_phases; i++) {
+        const zy_phase *p = &c->phases[i];
+        *tmp = *c;
+        tmp->n_phases = 0; /* its schedule is written through the table: not its phases again */
+        tmp->schedule = p->schedule;
+        tmp->n_sources = p->n_sources;
+        memcpy(tmp->sources, p->sources, sizeof p->sources);
+        cJSON *o = cJSON_CreateObject();
+        if (p->name[0]) cJSON_AddStringToObject(o, "name", p->name);
+        char n[32];
+        snprintf(n, sizeof n, "%lld", (long long)(p->tokens ? p->tokens : p->steps));
+        cJSON_AddItemToObject(o, p->tokens ? "tokens" : "steps", cJSON_CreateRaw(n));
+        cJSON_AddNumberToObject(o, "batch_size", p->batch_size);
+        cJSON_AddNumberToObject(o, "seq_len", p->seq_len);
+        cJSON *th = cJSON_AddObjectToObject(o, "rope_theta");
+        cJSON_AddNumberToObject(th, "hybrid", p->rope_theta[0]);
+        cJSON_AddNumberToObject(th, "hybrid_sliding", p->rope_theta[1]);
+        cJSON_AddItemToObject(o, "data", write_data(tmp));
+        if (p->given & ZY_PHASE_HAS_SCHEDULE) { /* the table's writer, for the same text */
+            cJSON *all = settings_to_json(tmp);
+            cJSON_AddItemToObject(o, "schedule", cJSON_DetachItemFromObject(all, "schedule"));
+            cJSON_Delete(all);
+        }
+        cJSON_AddItemToArray(a, o);
+    }
+    free(tmp);
+    return a;
+}
+
 static const char *const optimizers[] = {"adamw", "muon", NULL}; /* index = use_muon */
 static const char *const muon_scales[] = {"none", "match_adamw_rms", "spectral", NULL};
 static const char *const sched_kinds[] = {"constant", "cosine", "wsd", NULL};
@@ -182,6 +324,11 @@ const zy_setting zy_settings[] = {
         "wsd: fraction of the steps spent decaying"),
     PICK("schedule.decay", ZY_SET_ENUM, schedule.decay, decay_shapes, "\"linear\"",
          "wsd: decay shape (1 - x or 1 - sqrt(x))"),
+    /* after every key a phase can change: a phase starts from their values */
+    CUSTOM("phases", "list", read_phases, write_phases, "[]",
+           "run phases in order, each {steps or tokens, and any of batch_size, seq_len, "
+           "rope_theta, data, schedule, name}; what a phase leaves out carries on from the phase "
+           "before (README: Phases)"),
     NUM("grad_clip", ZY_SET_FLOAT, grad_clip, 0, 1e9, "1", "global gradient-norm clip (0 = off)"),
     BOOL("balance.enabled", balance_enabled, "true", "router balancing-bias controller on"),
     NUM("balance.step_size", ZY_SET_FLOAT, balance.step_size, 0, 1, "1e-3",

@@ -38,6 +38,20 @@ int step_init_acts(zy_step *s) {
     return ZY_OK;
 }
 
+int step_reshape(zy_step *s, int B, int T) {
+    if (B == s->B && T == s->T) return ZY_OK;
+    const int had_acts = s->have_acts;
+    if (had_acts) acts_free(&s->acts, &s->model);
+    s->have_acts = 0;
+    free(s->ids);
+    free(s->targets);
+    s->B = B;
+    s->T = T;
+    s->ids = zy_malloc((size_t)B * T * sizeof *s->ids);
+    s->targets = zy_malloc((size_t)B * T * sizeof *s->targets);
+    return had_acts ? step_init_acts(s) : ZY_OK;
+}
+
 static int world_of(const zy_step *s) {
     return s->comm ? s->comm->world : 1;
 }

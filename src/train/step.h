@@ -74,6 +74,9 @@ typedef struct {
 int step_init_model(zy_step *s, zy_ctx *ctx, const zy_config *mc, int B, int T, int with_grads);
 /* Allocates the activations for [B, T]. */
 int step_init_acts(zy_step *s);
+/* Gives the step another micro-batch shape [B, T] (a training phase with another batch or
+ * sequence length): the activations and batch buffers are made again for it; no-op when equal. */
+int step_reshape(zy_step *s, int B, int T);
 /* Creates the optimizer (its compute copy is the model's bf16 weights) and the balancing state. */
 int step_init_training(zy_step *s, const zy_step_config *cfg, const zy_optim_config *oc,
                        const zy_balance_config *bc);

@@ -98,6 +98,7 @@ static void log_step(trainer *tr, double loss, double gnorm, float lr, double to
     metrics_scalar(m, "tokens_per_s", tr->st.step, tok_s);
     metrics_scalar(m, "tokens_seen", tr->st.step, tr->tokens_seen);
     metrics_scalar(m, "world_size", tr->st.step, tr->ranks.comm.world);
+    if (tr->phases.phased) metrics_scalar(m, "phase", tr->st.step, tr->phases.current);
     for (int l = 0; l < mc->num_hidden_layers; l++) {
         zy_load_summary s;
         balance_load_summary(tr->st.step_counts + (size_t)l * E1, E, &s);
@@ -159,7 +160,8 @@ static void print_samples(trainer *tr) {
 
 static int trainer_init(trainer *tr, const zy_train_config *c) {
     memset(tr, 0, sizeof *tr);
-    tr->cfg = c;
+    phases_init(&tr->phases, c);
+    c = tr->cfg = &tr->phases.views[0]; /* the first phase (the run itself without phases) */
     dist_env e;
     ZY_TRY(dist_env_from_environ(&e));
     if (c->batch_size % e.world)
@@ -183,6 +185,7 @@ static int trainer_init(trainer *tr, const zy_train_config *c) {
     }
     ZY_TRY(step_init_model(&tr->st, &tr->ctx, &mc, c->batch_size / e.world, c->seq_len, 1));
     ZY_TRY(setup_comm(tr, &e));
+    ZY_TRY(trainer_phases_check(tr));
     if (c->init_from[0])
         ZY_TRY(hf_load_model(&tr->st.model, c->init_from, ZY_SKIP_BIAS_HF));
     else
@@ -209,6 +212,7 @@ static void trainer_free(trainer *tr) {
     free(tr->params_host);
     ranks_free(&tr->ranks);
     ops_ctx_free(&tr->ctx);
+    phases_free(&tr->phases);
 }
 
 /* SIGTERM/SIGINT (a preemption, Ctrl-C) ask the loop to stop after the current step with a
@@ -291,6 +295,22 @@ static int none_verifies(const char *root, const zy_ckpt_found *f) {
                    f->n_skipped, root, why);
 }
 
+/* --resume with a config that differs from the one the run saved (out_dir/train_config.json):
+ * each changed key, old and new value, on the console (what cannot be continued is refused when
+ * the checkpoint is read). */
+static void report_config_changes(const char *out_dir, const char *config_json) {
+    char path[4096], *old = NULL;
+    if (!config_json || zy_path_join(path, sizeof path, out_dir, "train_config.json") != ZY_OK ||
+        !zy_path_exists(path) || zy_read_file(path, &old, NULL) != ZY_OK)
+        return;
+    static char diff[8192];
+    const int n = train_config_diff(old, config_json, diff, sizeof diff);
+    if (n > 0)
+        printf("resume: the config differs from %s in %d key%s:\n%s", path, n, n == 1 ? "" : "s",
+               diff);
+    free(old);
+}
+
 int train_run(const zy_train_config *c, const zy_train_opts *o) {
     /* transformers applies attention_dropout while training; zayac has no dropout, so a config
      * asking for it would train a different model than it says */
@@ -302,6 +322,8 @@ int train_run(const zy_train_config *c, const zy_train_opts *o) {
     trainer tr;
     int rc = trainer_init(&tr, c);
     if (rc == ZY_OK && !o->resume) rc = claim_out_dir(&tr, o->overwrite);
+    if (rc == ZY_OK && o->resume && is_main_rank(&tr))
+        report_config_changes(c->out_dir, o->config_json);
     if (rc == ZY_OK && o->resume) {
         zy_ckpt_found found;
         rc = ckpt_find_latest(tr.ckpt_root, &found);
@@ -347,9 +369,10 @@ int train_run(const zy_train_config *c, const zy_train_opts *o) {
         snprintf(device_desc, sizeof device_desc, "CPU, %d threads", tr.ctx.num_threads);
     printf("model %s: %.2fM parameters (%.2fM active per token without the embedding); "
            "%d x %d tokens x %d accumulation per step; %s; %s\n",
-           c->model_desc, k.total / 1e6, k.active_no_embed / 1e6, c->batch_size, c->seq_len,
-           c->grad_accum, c->optim.use_muon ? "Muon + AdamW" : "AdamW", device_desc);
-    double t_start = zy_now(), last_val = NAN;
+           c->model_desc, k.total / 1e6, k.active_no_embed / 1e6, tr.cfg->batch_size,
+           tr.cfg->seq_len, c->grad_accum, c->optim.use_muon ? "Muon + AdamW" : "AdamW",
+           device_desc);
+    double t_start = zy_now(), last_val = NAN, tokens_before = tr.tokens_seen;
     int64_t first_step = tr.st.step, ran = 0;
     int stopped = 0;
     struct sigaction old_handlers[2];
@@ -362,7 +385,9 @@ int train_run(const zy_train_config *c, const zy_train_opts *o) {
     long long failed_after = -1; /* the step the loop's bookkeeping is working on */
     while (rc == ZY_OK && tr.st.step < c->steps) {
         failed_after = -1;
-        float lr = schedule_lr(&c->schedule, tr.st.step);
+        if ((rc = trainer_phase_begin_step(&tr)) != ZY_OK) break; /* a phase boundary */
+        const zy_train_config *pc = tr.cfg;                       /* the phase's view */
+        float lr = phases_lr(&tr.phases, tr.st.step);
         double t0 = zy_now(), loss, gnorm;
         zy_step_hooks hooks = {.next_batch = next_train_batch, .user = &tr};
         rc = step_run(&tr.st, &hooks, lr, &loss, &gnorm);
@@ -371,10 +396,10 @@ int train_run(const zy_train_config *c, const zy_train_opts *o) {
             break;
         }
         failed_after = tr.st.step; /* what fails from here on names the step it follows */
-        tr.tokens_seen += (double)c->batch_size * c->seq_len * c->grad_accum;
+        tr.tokens_seen += (double)pc->batch_size * pc->seq_len * pc->grad_accum;
         ran++;
         double dt = zy_now() - t0;
-        double tok_s = (double)c->batch_size * c->seq_len * c->grad_accum / dt;
+        double tok_s = (double)pc->batch_size * pc->seq_len * pc->grad_accum / dt;
         if (tr.metrics) log_step(&tr, loss, gnorm, lr, tok_s);
         if (tr.st.step % c->log_interval == 0 || tr.st.step == c->steps) {
             char line[256];
@@ -432,7 +457,7 @@ int train_run(const zy_train_config *c, const zy_train_opts *o) {
             printf("loss curve: %s\n", png);
         double wall = zy_now() - t_start;
         printf("done: %lld steps in %.1f s (%.0f tokens/s)\n", (long long)ran, wall,
-               ran * (double)c->batch_size * c->seq_len * c->grad_accum / wall);
+               (tr.tokens_seen - tokens_before) / wall);
         if (tr.st.step == c->steps) print_samples(&tr);
     }
     trainer_free(&tr);

@@ -134,13 +134,7 @@ int trainer_resume_from(trainer *tr, const char *dir) {
     if (!st) return zy_fail("%s: not valid JSON", path);
     int64_t opt_step = 0, bal_step = 0;
     rc = read_counters(tr, st, dir, path, &opt_step, &bal_step);
-    const cJSON *loader = cJSON_GetObjectItemCaseSensitive(st, "train_loader");
-    if (rc == ZY_OK && !loader) rc = zy_fail("%s: missing \"train_loader\"", path);
-    if (rc == ZY_OK) {
-        char *lj = cJSON_PrintUnformatted(loader);
-        rc = batches_restore(tr->train, lj, path);
-        free(lj);
-    }
+    if (rc == ZY_OK) rc = trainer_phases_resume(tr, st, path); /* the phase, the data position */
     cJSON_Delete(st);
     tr->st.opt.step = opt_step;
     tr->st.bal.step = bal_step;

@@ -273,6 +273,7 @@ static char *state_json(const trainer *tr) {
     char *loader = batches_state_json(tr->train);
     cJSON_AddItemToObject(st, "train_loader", cJSON_Parse(loader));
     free(loader);
+    trainer_phases_save(tr, st); /* the phase and each source's position (phases.c) */
     char *json = cJSON_Print(st);
     cJSON_Delete(st);
     return json;

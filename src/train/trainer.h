@@ -6,9 +6,11 @@
 #include "train/ranks.h"
 #include "train/batches.h"
 #include "train/metrics.h"
+#include "train/phases.h"
 #include "train/step.h"
 #include "train/train_config.h"
 
+#include <cjson/cJSON.h>
 #include <pthread.h>
 
 /* A checkpoint save: the snapshot a writer thread writes, and its outcome (train_save.c). */
@@ -36,7 +38,7 @@ typedef struct {
 } trainer_save;
 
 typedef struct {
-    const zy_train_config *cfg;
+    const zy_train_config *cfg; /* the current phase's view of the run's config (phases.h) */
     zy_ctx ctx;
     zy_step st; /* model, activations, optimizer, balancing; st.step = steps completed */
     zy_batches *train, *val;
@@ -46,6 +48,7 @@ typedef struct {
     char ckpt_root[ZY_PATH_MAX + 16];
     float *params_host; /* [table.total] host copy of the weights for the replica check (CUDA) */
     trainer_save save;  /* the checkpoint being written, if any */
+    zy_phases phases;   /* the run's phases (one when the config lists none) */
 } trainer;
 
 static inline int trainer_is_main(const trainer *tr) {
@@ -67,5 +70,19 @@ void trainer_drop_checkpoint(trainer *tr);
 int trainer_resume_from(trainer *tr, const char *dir);
 /* Compares the ranks' CRC-32C of the weights: a runtime error when they differ. */
 int trainer_check_replicas(trainer *tr);
+
+/* Phases (phases.c). Checks every phase can run here (its batch splits over the ranks, its data
+ * folders exist) before anything trains. */
+int trainer_phases_check(const trainer *tr);
+/* At the start of each step: enters the phase the step trains in when it is another (its batch
+ * shape, data with each source at its saved position, RoPE bases), announced on the console. */
+int trainer_phase_begin_step(trainer *tr);
+/* Adds the phase record (phase, step in it, each source's position, the phases that ran) to a
+ * checkpoint's state.json object; nothing for a run without phases. */
+void trainer_phases_save(const trainer *tr, cJSON *state);
+/* From a checkpoint's state.json: enters the phase it was in (refusing, with the reason, what the
+ * config cannot continue; reporting what changed in that phase) and restores the data position
+ * ("train_loader"). */
+int trainer_phases_resume(trainer *tr, const cJSON *state, const char *path);
 
 #endif
