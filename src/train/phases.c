@@ -214,19 +214,30 @@ static int get_u64(const cJSON *v, const char *what, const char *path, uint64_t 
     return ZY_OK;
 }
 
-/* The differences between two lists of phase objects, "phases[0].seq_len: 64 -> 128; ...". */
-static int phases_diff(const cJSON *was, const cJSON *now, char *out, size_t n) {
+/* The differences between two values under key ("phases" lists, or one phase as "phases[2]"), on
+ * one line: "phases[0].seq_len: 64 -> 128; ...". */
+static int phases_diff(const cJSON *was, const cJSON *now, const char *key, char *out, size_t n) {
     cJSON *a = cJSON_CreateObject(), *b = cJSON_CreateObject();
-    cJSON_AddItemToObject(a, "phases", cJSON_Duplicate(was, 1));
-    cJSON_AddItemToObject(b, "phases", cJSON_Duplicate(now, 1));
-    char *ta = cJSON_PrintUnformatted(a), *tb = cJSON_PrintUnformatted(b);
-    const int count = train_config_diff(ta, tb, out, n);
+    cJSON_AddItemToObject(a, key, cJSON_Duplicate(was, 1));
+    cJSON_AddItemToObject(b, key, cJSON_Duplicate(now, 1));
+    char *ta = cJSON_PrintUnformatted(a), *tb = cJSON_PrintUnformatted(b), lines[2048];
+    const int count = train_config_diff(ta, tb, lines, sizeof lines);
     free(ta);
     free(tb);
     cJSON_Delete(a);
     cJSON_Delete(b);
-    for (char *c = out; *c; c++) /* one line: "  k: a -> b\n  ..." as "k: a -> b; ..." */
-        if (*c == '\n') *c = c[1] ? ';' : 0;
+    size_t k = 0; /* "  k: a -> b\n  ..." as "k: a -> b; ..." */
+    for (const char *c = lines; *c && k + 3 < n; c++) {
+        if (c[0] == ' ' && (c == lines || c[-1] == '\n')) {
+            c++;
+            continue;
+        }
+        if (*c != '\n')
+            out[k++] = *c;
+        else if (c[1])
+            out[k++] = ';', out[k++] = ' ';
+    }
+    out[k] = 0;
     return count;
 }
 
@@ -257,7 +268,7 @@ static int resume_phase(trainer *tr, const cJSON *rec, const char *path, int *ex
     cJSON *was_done = cJSON_Duplicate(ran, 1), *now_done = cJSON_Duplicate(now, 1);
     cJSON_DeleteItemFromArray(was_done, p);
     cJSON_DeleteItemFromArray(now_done, p);
-    int changed = phases_diff(was_done, now_done, diff, sizeof diff);
+    int changed = phases_diff(was_done, now_done, "phases", diff, sizeof diff);
     cJSON_Delete(was_done);
     cJSON_Delete(now_done);
     if (changed) {
@@ -284,12 +295,9 @@ static int resume_phase(trainer *tr, const cJSON *rec, const char *path, int *ex
     }
     /* the phase it is in: what changed applies from here on */
     const cJSON *was_p = cJSON_GetArrayItem(ran, p), *now_p = cJSON_GetArrayItem(now, p);
-    cJSON *a = cJSON_CreateArray(), *b = cJSON_CreateArray();
-    cJSON_AddItemToArray(a, cJSON_Duplicate(was_p, 1));
-    cJSON_AddItemToArray(b, cJSON_Duplicate(now_p, 1));
-    changed = phases_diff(a, b, diff, sizeof diff);
-    cJSON_Delete(a);
-    cJSON_Delete(b);
+    char key[32];
+    snprintf(key, sizeof key, "phases[%d]", p);
+    changed = phases_diff(was_p, now_p, key, diff, sizeof diff);
     *exact = 1;
     static const char *const stream_keys[] = {"batch_size", "seq_len", "data"};
     for (int k = 0; k < 3; k++)
