@@ -13,6 +13,7 @@
 #include "base/plot.h"
 #include "base/png.h"
 #include "base/rng.h"
+#include "train/metrics.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -581,6 +582,58 @@ static void test_heatmap_shapes(void **state) {
     free(v);
 }
 
+/* The loss plot of a multi-phase run: a dashed grey line (150,150,150 as plot.c draws marks)
+ * where the metrics' "phase" changes, between the steps on either side (4 and 5 here: found from
+ * where the train-loss line's ends land); none when no phase changes. */
+static void write_metrics(const char *path, int with_phase) {
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    for (int step = 1; step <= 10; step++) {
+        fprintf(f, "{\"step\":%d,\"loss\":%g", step, 10.0 - step);
+        if (with_phase) fprintf(f, ",\"phase\":%d", step <= 4 ? 0 : 1);
+        fprintf(f, "}\n");
+    }
+    assert_int_equal(fclose(f), 0);
+}
+
+static void test_loss_plot_phase_marks(void **state) {
+    (void)state;
+    char jsonl[128], png[128];
+    tmp_path(jsonl, sizeof jsonl, "metrics.jsonl");
+    tmp_path(png, sizeof png, "loss.png");
+    for (int with_phase = 0; with_phase < 2; with_phase++) {
+        write_metrics(jsonl, with_phase);
+        assert_int_equal(metrics_plot_loss(jsonl, png), ZY_OK);
+        image im = decode_png_file(png);
+        if (!with_phase) {
+            assert_int_equal(count_rgb(&im, 150, 150, 150), 0);
+            free(im.rgb);
+            continue;
+        }
+        double *blue = malloc(sizeof(double) * im.w);
+        colour_columns(&im, BLUE, blue);
+        int first = -1, last = -1, mark_cols = 0, mark_x = -1;
+        long mark_px = 0;
+        for (int x = 0; x < im.w; x++) {
+            if (blue[x] >= 0 && first < 0) first = x;
+            if (blue[x] >= 0) last = x;
+            int k = 0;
+            for (int y = 0; y < im.h; y++) k += is_rgb(&im, x, y, 150, 150, 150);
+            if (k) mark_cols++, mark_x = x, mark_px += k;
+        }
+        /* the line's ends carry round markers (radius 3): its steps 1 and 10 lie 3 px inside */
+        const double x1 = first + 3, x10 = last - 3, want = x1 + (4.5 - 1) / 9 * (x10 - x1);
+        print_message("mark at column %d (expected %.1f), %d columns, %ld pixels\n", mark_x, want,
+                      mark_cols, mark_px);
+        assert_true(mark_cols >= 1 && mark_cols <= 2);
+        assert_true(fabs(mark_x - want) <= 3);
+        assert_true(mark_px > im.h / 4); /* dashes down most of the plot's height */
+        assert_true(mark_px < im.h);     /* dashed: gaps between them */
+        free(blue);
+        free(im.rgb);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_png_roundtrip_random),
@@ -594,6 +647,7 @@ int main(void) {
         cmocka_unit_test(test_lines_bad_input),
         cmocka_unit_test(test_heatmap_colours_and_blank),
         cmocka_unit_test(test_heatmap_shapes),
+        cmocka_unit_test(test_loss_plot_phase_marks),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
