@@ -140,10 +140,10 @@ int trainer_phases_check(const trainer *tr) {
             return zy_fail("%sbatch_size %d (the global batch) cannot be split over %d ranks: make "
                            "it a multiple of %d",
                            ph->phased ? "phases: " : "", v->batch_size, world, world);
-        for (int s = 0; s < v->n_sources; s++)
+        /* a later phase's data fails here, not hours in (the first phase's opens at once) */
+        for (int s = 0; ph->phased && s < v->n_sources; s++)
             if (!zy_path_exists(v->sources[s].path))
-                return zy_fail("%s: no such data folder (a source of phases[%d])",
-                               v->sources[s].path, p);
+                return zy_fail("%s: no such data source (phases[%d].data)", v->sources[s].path, p);
     }
     return ZY_OK;
 }
