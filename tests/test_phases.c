@@ -144,7 +144,8 @@ static char *losses(const char *run_dir) {
 
 static double theta_of(const char *ckpt, const char *type) {
     char p[512];
-    snprintf(p, sizeof p, "%s/config.json", ckpt);
+    snprintf(p, sizeof p, "%s/model/config.json", ckpt); /* a checkpoint's HF folder */
+    if (!zy_path_exists(p)) snprintf(p, sizeof p, "%s/config.json", ckpt); /* an export */
     cJSON *c = read_json(p);
     const cJSON *t = cJSON_GetObjectItem(cJSON_GetObjectItem(c, "rope_parameters"), type);
     assert_non_null(t);
@@ -183,7 +184,7 @@ static void test_recipe_phases_in_metrics(void **state) {
     free(text);
     assert_int_equal(rows, p.end[2]);
     char path[256];
-    snprintf(path, sizeof path, "runs/a/checkpoints/step_%09ld/state.json", p.end[2]);
+    snprintf(path, sizeof path, "runs/a/checkpoints/step_%09ld/train/state.json", p.end[2]);
     cJSON *st = read_json(path);
     assert_true(cJSON_GetObjectItem(st, "tokens_seen")->valuedouble == tokens);
     cJSON_Delete(st);
@@ -248,8 +249,10 @@ static void test_resume_in_phase2_is_exact(void **state) {
     free(a);
     free(b);
     zy_mmap wa, wb;
-    assert_int_equal(zy_mmap_open(&wa, "runs/a/checkpoints/step_000000014/model.safetensors"), 0);
-    assert_int_equal(zy_mmap_open(&wb, "runs/b/checkpoints/step_000000014/model.safetensors"), 0);
+    assert_int_equal(zy_mmap_open(&wa, "runs/a/checkpoints/step_000000014/model/model.safetensors"),
+                     0);
+    assert_int_equal(zy_mmap_open(&wb, "runs/b/checkpoints/step_000000014/model/model.safetensors"),
+                     0);
     assert_int_equal(wa.size, wb.size);
     assert_memory_equal(wa.data, wb.data, wa.size);
     zy_mmap_close(&wa);
@@ -259,7 +262,7 @@ static void test_resume_in_phase2_is_exact(void **state) {
 /* u64 "drawn" counts of a checkpoint's train_loader and a source's tokens in its phase record. */
 static cJSON *final_state(const char *run_dir, int step) {
     char p[256];
-    snprintf(p, sizeof p, "%s/checkpoints/step_%09d/state.json", run_dir, step);
+    snprintf(p, sizeof p, "%s/checkpoints/step_%09d/train/state.json", run_dir, step);
     return read_json(p);
 }
 
