@@ -150,6 +150,20 @@ $(BUILD)/dev/%: $(BUILD)/dev/%.o $(DEV_LIB) $(LIB)
 $(BUILD)/dev/%: $(BUILD)/dev/%.cu.o $(DEV_LIB) $(LIB)
 	$(CC) $(LDFLAGS) $< $(DEV_LIB) $(LIB) $(LDLIBS) -o $@
 
+# Fuzz targets (tests/fuzz/): one program per parser, tests/fuzz/fuzz_<parser>.c with the
+# deterministic driver tests/fuzz/driver.c; `make fuzz` builds them, scripts/fuzz.sh runs them on
+# their seed corpora (tests/fuzz/corpus/<parser>/) for a bounded time (scripts/test.sh does).
+FUZZ_SRC  := $(sort $(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_HELP := $(BUILD)/tests/fuzz/driver.o $(BUILD)/tests/fuzz/util.o
+FUZZ      := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
+
+$(BUILD)/fuzz/%: $(BUILD)/tests/fuzz/%.o $(FUZZ_HELP) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $< $(FUZZ_HELP) $(LIB) $(LDLIBS) -o $@
+
+.PHONY: fuzz
+fuzz: $(FUZZ)
+
 # Tests find the zayac binary and the fixtures through these variables.
 test: $(TESTS) $(BUILD)/zayac
 	ZAYAC_BIN=$(abspath $(BUILD)/zayac) ZAYAC_ROOT=$(CURDIR) bash scripts/run_tests.sh $(TESTS)
@@ -164,4 +178,5 @@ clean:
 	rm -rf build build-san
 
 -include $(OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(TESTS:%=%.d) $(TEST_HELP_SRC:%.c=$(BUILD)/%.d)
+-include $(FUZZ_SRC:%.c=$(BUILD)/%.d) $(FUZZ_HELP:.o=.d)
 -include $(DEV_LIB_OBJ:.o=.d) $(DEV_PROGS:%=%.d) $(DEV_PROGS:%=%.cu.d)

@@ -10,4 +10,7 @@ bash scripts/check_layers.sh # no folder includes one above it (docs/architectur
 make -j"$jobs" SAN=1 WERROR=1 all
 # the dev/ variants are not shipped, but they must keep compiling (CUDA builds only)
 if command -v nvcc >/dev/null; then make -j"$jobs" SAN=1 WERROR=1 dev; fi
+# every parser under the fuzzers for a bounded time (tests/fuzz/, 20 s a target, a fixed seed)
+make -j"$jobs" SAN=1 WERROR=1 fuzz
+bash scripts/fuzz.sh --seconds 20 build-san
 make -j"$jobs" SAN=1 WERROR=1 test

@@ -6,6 +6,7 @@
 #include "cmds.h"
 #include "io/hf_checkpoint.h"
 #include "model_cli.h"
+#include "train/memory.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -51,6 +52,10 @@ int cmd_init(int argc, char **argv) {
         }
     }
     zy_ctx ctx = {.device = ZY_DEV_CPU, .num_threads = 0};
+    char what[4200];
+    snprintf(what, sizeof what, "initialising %s",
+             args_get(opts, "--config") ? args_get(opts, "--config") : args_get(opts, "--preset"));
+    if (mem_check(&ctx, &c, 0, 0, NULL, 1, what) != 0) return cli_error("init");
     zy_model m;
     if (model_init(&m, &c, &ctx, 0) != 0) return cli_error("init");
     model_init_weights(&m, (uint64_t)seed);

@@ -111,19 +111,25 @@ void zy_fatal_runtime_at(const char *file, int line, const char *what, const cha
 
 void *zy_malloc(size_t n) {
     void *p = malloc(n ? n : 1);
-    ZY_CHECKF(p != NULL, "out of host memory allocating %zu bytes", n);
+    if (!p)
+        zy_fatal_runtime_at(__FILE__, __LINE__, "malloc", "out of host memory allocating %zu bytes",
+                            n);
     return p;
 }
 
 void *zy_calloc(size_t count, size_t size) {
     void *p = calloc(count ? count : 1, size ? size : 1);
-    ZY_CHECKF(p != NULL, "out of host memory allocating %zu x %zu bytes", count, size);
+    if (!p)
+        zy_fatal_runtime_at(__FILE__, __LINE__, "calloc",
+                            "out of host memory allocating %zu x %zu bytes", count, size);
     return p;
 }
 
 void *zy_realloc(void *p, size_t n) {
     void *q = realloc(p, n ? n : 1);
-    ZY_CHECKF(q != NULL, "out of host memory reallocating %zu bytes", n);
+    if (!q)
+        zy_fatal_runtime_at(__FILE__, __LINE__, "realloc",
+                            "out of host memory reallocating %zu bytes", n);
     return q;
 }
 

@@ -71,7 +71,9 @@ void zy_fatal_runtime_at(const char *file, int line, const char *what, const cha
         if ((expr) != ZY_OK) return ZY_ERR;                                                        \
     } while (0)
 
-/* Allocation that aborts on out-of-memory (host memory exhaustion is not recoverable here). */
+/* Allocation that ends the process on out-of-memory with a message and ZY_EXIT_RUNTIME (host
+ * memory exhaustion is not recoverable here, and it is the machine's state, not a bug: sizes that
+ * could not fit are refused before allocating, see train/memory.h). */
 void *zy_malloc(size_t n);
 void *zy_calloc(size_t count, size_t size);
 void *zy_realloc(void *p, size_t n);

@@ -9,6 +9,7 @@
 #include "base/rng.h"
 #include "base/timer.h"
 #include "bench/gemm.h"
+#include "train/memory.h"
 #include "train/ranks.h"
 #include "train/step.h"
 
@@ -157,6 +158,13 @@ static int bt_init(bt_state *s, const bench_train_opts *o, const dist_env *e,
     s->have_ctx = 1;
     ZY_TRY(ranks_connect(&s->ranks, e, &s->ctx, BT_DIST_TIMEOUT_S));
     double u0, u1;
+    zy_optim_config oc;
+    optim_config_default(&oc);
+    oc.use_muon = o->use_muon;
+    oc.lr = o->lr;
+    char what[128];
+    snprintf(what, sizeof what, "bench train with batch %d x %d", o->batch, o->seq);
+    ZY_TRY(mem_check(&s->ctx, &o->model, o->batch, o->seq, &oc, e->world, what));
     ZY_TRY(step_init_model(&s->st, &s->ctx, &o->model, o->batch, o->seq, 1));
     step_set_comm(&s->st, &s->ranks.comm);
     model_init_weights(&s->st.model, o->seed);
@@ -164,10 +172,6 @@ static int bt_init(bt_state *s, const bench_train_opts *o, const dist_env *e,
     ZY_TRY(step_init_acts(&s->st));
     ZY_TRY(bt_used(s, &u1, NULL));
     r->acts_bytes = o->device == ZY_DEV_CUDA ? u1 - u0 : NAN;
-    zy_optim_config oc;
-    optim_config_default(&oc);
-    oc.use_muon = o->use_muon;
-    oc.lr = o->lr;
     zy_balance_config bc;
     balance_config_default(&bc);
     zy_step_config sc = {.grad_accum = 1, .grad_clip = BT_GRAD_CLIP, .balance = 1};

@@ -94,7 +94,7 @@ static void grow_ids(zy_tokenizer *t, int32_t n) {
 }
 
 int tok_set_token(zy_tokenizer *t, int32_t id, const char *text, size_t len, int flags) {
-    if (id < 0 || id > (1 << 30))
+    if (id < 0 || id >= (1 << 24)) /* 16.7M ids; 2^30 made tables of 18 GB */
         return zy_fail("%s: token id %d of '%.40s' is out of range", t->origin, id, text);
     grow_ids(t, id + 1);
     if ((flags & TOKF_MODEL) && (t->flags[id] & TOKF_MODEL) &&

@@ -4,6 +4,7 @@
 #include "model/config.h"
 #include "base/err.h"
 #include "base/fileio.h"
+#include "model/model.h"
 
 #include <cjson/cJSON.h>
 #include <limits.h>
@@ -51,6 +52,8 @@ void config_defaults(zy_config *c) {
 }
 
 /* ---- validation ---- */
+
+static int check_sizes(const zy_config *c, const char *source);
 
 int config_validate(const zy_config *c, const char *source) {
     const struct {
@@ -145,6 +148,41 @@ int config_validate(const zy_config *c, const char *source) {
                            "partial_rotary_factor %g) = %d must be even and at least 2",
                            source, tn, c->head_dim, r->partial_rotary_factor, rot);
     }
+    return check_sizes(c, source);
+}
+
+/* The widths the model's code computes in int (forward.c, backward.c: C = (Hq+Hk)*d, 2F, E+1)
+ * must fit one, and the whole parameter table must fit memory that could exist: a config past
+ * either is refused here, before anything is sized by it (a wrapped count would make a buffer
+ * smaller than the writes into it). The table is built with overflow-checked sizes. */
+static int check_sizes(const zy_config *c, const char *source) {
+    const int64_t d = c->head_dim, heads = (int64_t)c->num_attention_heads + c->num_key_value_heads;
+    const struct {
+        const char *what;
+        int64_t v;
+    } widths[] = {
+        {"(num_attention_heads + num_key_value_heads) * head_dim", heads * d},
+        {"2 * moe_intermediate_size", 2 * (int64_t)c->moe_intermediate_size},
+        {"num_experts + 1", (int64_t)c->num_experts + 1},
+    };
+    for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++)
+        if (widths[i].v > INT_MAX)
+            return zy_fail("%s: %s = %lld, more than the %d a width may be", source, widths[i].what,
+                           (long long)widths[i].v, INT_MAX);
+    zy_param_table t;
+    model_build_table(&t, c);
+    const int overflow = t.overflow;
+    const size_t total = t.total;
+    params_free(&t);
+    if (overflow)
+        return zy_fail("%s: the parameter count overflows 64 bits: the sizes (hidden_size %d, "
+                       "num_experts %d, moe_intermediate_size %d, vocab_size %d, ...) are far too "
+                       "large",
+                       source, c->hidden_size, c->num_experts, c->moe_intermediate_size,
+                       c->vocab_size);
+    if (total > ZY_MAX_PARAMS)
+        return zy_fail("%s: %.4g parameters, more than zayac holds (at most 2^%d = %.3g)", source,
+                       (double)total, ZY_MAX_PARAMS_LOG2, (double)ZY_MAX_PARAMS);
     return ZY_OK;
 }
 

@@ -9,6 +9,9 @@
 
 #define ZY_MAX_LAYERS 256
 #define ZY_MAX_EOS    16
+/* The most parameters a config may have (2^48, about 2.8e14: a petabyte of fp32 weights). */
+#define ZY_MAX_PARAMS_LOG2 48
+#define ZY_MAX_PARAMS      ((size_t)1 << ZY_MAX_PARAMS_LOG2)
 /* The skip class's balancing bias (last of a layer's E+1): the initial value, the value training
  * keeps it at (only bias differences route; see optim/balance.h) and the one transformers 5.17
  * sets on every load (see io/hf_model.h). */
@@ -56,7 +59,9 @@ typedef struct {
 
 /* Fills the HF ZayaConfig defaults (the full ZAYA1-base shape). */
 void config_defaults(zy_config *c);
-/* Checks every field; the error names the field and `source` (a file name or "preset tiny"). */
+/* Checks every field, and that the sizes fit (widths in int, at most ZY_MAX_PARAMS parameters,
+ * counted with overflow checks); the error names the field and `source` (a file name or "preset
+ * tiny"). */
 int config_validate(const zy_config *c, const char *source);
 /* Parses a config.json text over the defaults; `source` names it in errors. Checks JSON types (a
  * string where a number belongs is an error) but not values: call config_validate. Unknown keys are

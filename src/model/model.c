@@ -396,6 +396,34 @@ static void plan_acts(zy_acts *a, const zy_model *m, carver *cv) {
     a->dxs = carve(cv, N * D * s);
 }
 
+size_t acts_bytes(const zy_config *cfg, zy_ctx *ctx, int B, int T) {
+    /* each carve is at most rows x widest x 8 bytes, with rows <= B * (T + cca_time1) and fewer
+     * than 64 carves per layer and 64 besides: a bound under 2^62 means no size below wraps */
+    const double d = cfg->head_dim,
+                 heads = (double)cfg->num_attention_heads + cfg->num_key_value_heads;
+    const double widths[] = {
+        cfg->vocab_size,         cfg->hidden_size,      heads * d, 2.0 * cfg->moe_intermediate_size,
+        cfg->router_hidden_size, cfg->num_experts + 1.0};
+    double widest = 1;
+    for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++)
+        widest = widths[i] > widest ? widths[i] : widest;
+    const double rows = (double)B * ((double)T + cfg->cca_time1);
+    if (rows * widest * 8.0 * (64.0 * cfg->num_hidden_layers + 64) > 0x1p62) return SIZE_MAX;
+    zy_model m;
+    memset(&m, 0, sizeof m);
+    m.cfg = *cfg;
+    m.ctx = ctx;
+    zy_acts a;
+    memset(&a, 0, sizeof a);
+    a.B = B;
+    a.T = T;
+    a.layers = zy_calloc((size_t)cfg->num_hidden_layers, sizeof *a.layers);
+    carver cv = {NULL, 0};
+    plan_acts(&a, &m, &cv);
+    free(a.layers);
+    return cv.used;
+}
+
 int acts_init(zy_acts *a, const zy_model *m, int B, int T) {
     memset(a, 0, sizeof *a);
     if (B <= 0 || T <= 0) return zy_fail("batch %d x sequence %d: both must be positive", B, T);

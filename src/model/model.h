@@ -162,6 +162,8 @@ typedef struct {
     int32_t *host_offsets; /* [L, E+1] backing of the layers' offsets_host */
 } zy_acts;
 
+/* Bytes of the arena acts_init allocates for [B, T] on ctx; SIZE_MAX when that is past size_t. */
+size_t acts_bytes(const zy_config *cfg, zy_ctx *ctx, int B, int T);
 /* Allocates activations for batch B of length T (one arena). */
 int acts_init(zy_acts *a, const zy_model *m, int B, int T);
 void acts_free(zy_acts *a, const zy_model *m);

@@ -5,6 +5,7 @@
 #include "ops/ops.h"
 
 #include "base/err.h"
+#include "base/sysmem.h"
 #include "base/timer.h"
 #include "ops/cpu/cpu_ops.h"
 #ifdef ZY_HAVE_CUDA
@@ -211,6 +212,15 @@ void *ops_alloc(zy_ctx *ctx, size_t bytes) {
 #endif
     cpu_threads(ctx);
     return cpu_alloc(bytes);
+}
+
+size_t ops_mem_available(zy_ctx *ctx) {
+#ifdef ZY_HAVE_CUDA
+    if (ctx->device == ZY_DEV_CUDA) return cuda_ops_mem_available(ctx);
+#endif
+    size_t bytes;
+    zy_host_mem_available(&bytes);
+    return bytes;
 }
 
 /* Frees memory from ops_alloc (NULL is ignored). */

@@ -86,8 +86,11 @@ void ops_prof_reset(zy_ctx *ctx);
 int ops_prof_read(zy_ctx *ctx, zy_op_time *out, int max);
 
 /* ---- memory ---- */
-void *ops_alloc(zy_ctx *ctx, size_t bytes); /* zeroed; aborts on OOM */
+void *ops_alloc(zy_ctx *ctx, size_t bytes); /* zeroed; out of memory ends the process (exit 1) */
 void ops_free(zy_ctx *ctx, void *p);
+/* Bytes ctx's device can still allocate: free GPU memory, or the host memory this process can
+ * take (base/sysmem.h); 0 when unknown. */
+size_t ops_mem_available(zy_ctx *ctx);
 /* Copies bytes between any two of host and ctx's device memory (regions may overlap on the CPU);
  * returns when the copy is complete on the host side (a device-to-host copy waits for the device).
  */

@@ -2,6 +2,7 @@
 #include "tensor/params.h"
 #include "base/err.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +32,7 @@ int params_add(zy_param_table *t, const char *name, int ndim, const int64_t *sha
     for (int i = 0; i < ndim; i++) {
         ZY_CHECK(shape[i] > 0);
         p->shape[i] = shape[i];
-        p->numel *= (size_t)shape[i];
+        if (__builtin_mul_overflow(p->numel, (uint64_t)shape[i], &p->numel)) t->overflow = 1;
     }
     p->kind = kind;
     p->layer = layer;
@@ -42,7 +43,15 @@ int params_add(zy_param_table *t, const char *name, int ndim, const int64_t *sha
     } else {
         p->offset = t->total;
     }
-    t->total = (p->offset + p->numel + 15) & ~(size_t)15; /* 64-byte alignment for vector loads */
+    /* 64-byte alignment for vector loads; past SIZE_MAX the table is only good for refusing */
+    size_t end;
+    if (t->overflow || __builtin_add_overflow(p->offset, p->numel, &end) ||
+        __builtin_add_overflow(end, (size_t)15, &end)) {
+        t->overflow = 1;
+        t->total = SIZE_MAX;
+    } else {
+        t->total = end & ~(size_t)15;
+    }
     return t->count++;
 }
 

@@ -34,11 +34,14 @@ typedef struct {
     int count, cap;
     size_t total;  /* floats */
     int pack_next; /* 1: the next tensor starts right after the previous one (no padding) */
+    int overflow;  /* 1: an element count or the total passed SIZE_MAX (total is then SIZE_MAX);
+                      a config that makes one is refused by config_validate */
 } zy_param_table;
 
 void params_init(zy_param_table *t);
 void params_free(zy_param_table *t);
-/* Appends a tensor (shape of ndim dims) and returns its index; offsets are 16-float aligned. */
+/* Appends a tensor (shape of ndim dims) and returns its index; offsets are 16-float aligned.
+ * Sizes are computed with overflow checks: one that does not fit size_t sets t->overflow. */
 int params_add(zy_param_table *t, const char *name, int ndim, const int64_t *shape,
                zy_param_kind kind, int layer);
 /* Makes the next params_add start exactly where the previous tensor ends, so the two can be used

@@ -16,8 +16,12 @@
 struct zy_batches {
     zy_loader *l;
     int B, T;
-    int row0, rows; /* this rank's rows of each batch */
-    int32_t *buf;   /* [B, T+1] */
+    int row0, rows;       /* this rank's rows of each batch */
+    int32_t *buf;         /* [B, T+1] */
+    zy_loader_row *where; /* [B] where each row of buf came from */
+    uint32_t vocab;       /* the shards' vocabulary: every id read must be below it */
+    const char *paths[ZY_MAX_SOURCES];
+    const char *split;
 };
 
 int batches_open(zy_batches **out, const zy_train_config *c, int val, uint64_t seed) {
@@ -41,6 +45,10 @@ int batches_open(zy_batches **out, const zy_train_config *c, int val, uint64_t s
     b->row0 = 0;
     b->rows = o.B;
     b->buf = zy_malloc((size_t)o.B * (size_t)(o.T + 1) * sizeof *b->buf);
+    b->where = zy_calloc((size_t)o.B, sizeof *b->where);
+    b->vocab = loader_vocab_size(l);
+    for (int i = 0; i < c->n_sources; i++) b->paths[i] = c->sources[i].path;
+    b->split = val ? "val" : "train";
     *out = b;
     return ZY_OK;
 }
@@ -49,6 +57,7 @@ void batches_close(zy_batches *b) {
     if (!b) return;
     loader_free(b->l);
     free(b->buf);
+    free(b->where);
     free(b);
 }
 
@@ -61,10 +70,26 @@ int batches_set_slice(zy_batches *b, int rank, int world) {
     return ZY_OK;
 }
 
+/* Bad input: an id outside the shards' vocabulary (a corrupt shard; a 4-byte id of 2^31 or more
+ * reads as negative). The up-front check compares the largest id with the model's vocabulary;
+ * this one catches what it cannot see, before the model reads the row. */
+static int check_row(const zy_batches *b, int r, const int32_t *row) {
+    for (int j = 0; j <= b->T; j++)
+        if ((uint32_t)row[j] >= b->vocab) {
+            const zy_loader_row *w = &b->where[r];
+            return zy_fail("%s: %s shard %d holds token id %" PRIu32 " at token %" PRIu64
+                           ", outside its vocabulary [0, %" PRIu32 "): the shard is corrupt",
+                           b->paths[w->source], b->split, w->shard, (uint32_t)row[j],
+                           w->offset + (uint64_t)j, b->vocab);
+        }
+    return ZY_OK;
+}
+
 int batches_next(zy_batches *b, int32_t *ids, int32_t *targets) {
-    loader_next(b->l, b->buf, NULL);
+    loader_next(b->l, b->buf, b->where);
     for (int i = 0; i < b->rows; i++) {
         const int32_t *row = b->buf + (size_t)(b->row0 + i) * (size_t)(b->T + 1);
+        ZY_TRY(check_row(b, b->row0 + i, row));
         memcpy(ids + (size_t)i * b->T, row, (size_t)b->T * sizeof *ids);
         memcpy(targets + (size_t)i * b->T, row + 1, (size_t)b->T * sizeof *targets);
     }

@@ -18,6 +18,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdio_ext.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
@@ -37,7 +38,21 @@ struct zy_metrics {
     double *vals; /* [cap] */
     uint8_t *pb;  /* protobuf scratch [pb_cap] */
     size_t pb_len, pb_cap;
+    char *failed; /* the first failed write's message: every later call reports it again */
 };
+
+/* Records a failed write (errno names why) and returns the runtime error. After one, the sink
+ * takes nothing more: a metrics file with a gap or a torn line would look whole. */
+static int sink_fail(zy_metrics *m, const char *path, const char *what) {
+    zy_fail_runtime("%s: %s: %s", path, what, strerror(errno ? errno : EIO));
+    if (!m->failed) m->failed = zy_strdup(zy_errmsg());
+    return ZY_ERR;
+}
+
+/* The recorded failure again, or ZY_OK. */
+static int sink_failed(const zy_metrics *m) {
+    return m->failed ? zy_fail_runtime("%s", m->failed) : ZY_OK;
+}
 
 /* ---------------------------------------------------------------------------------------------- */
 /* CRC-32C */
@@ -121,10 +136,11 @@ static int write_record(zy_metrics *m) {
     for (int i = 0; i < 4; i++) head[8 + i] = (uint8_t)(hcrc >> (8 * i));
     uint8_t tail[4];
     for (int i = 0; i < 4; i++) tail[i] = (uint8_t)(dcrc >> (8 * i));
+    errno = 0;
     if (fwrite(head, 1, 12, m->events) != 12 ||
         fwrite(m->pb, 1, m->pb_len, m->events) != m->pb_len || fwrite(tail, 1, 4, m->events) != 4 ||
         fflush(m->events) != 0)
-        return zy_fail_runtime("%s: write failed: %s", m->events_path, strerror(errno));
+        return sink_fail(m, m->events_path, "write failed");
     return ZY_OK;
 }
 
@@ -150,6 +166,8 @@ static int emit_step(zy_metrics *m) {
     if (!m->have_step) return ZY_OK;
     double now = wall_time();
     FILE *f = m->jsonl;
+    const off_t line_start = ftello(f); /* a line that fails is cut off again, not left torn */
+    errno = 0;
     fprintf(f, "{\"step\":%lld,\"wall_time\":%.3f", (long long)m->step, now);
     for (int i = 0; i < m->n; i++) {
         fputc(',', f);
@@ -160,8 +178,13 @@ static int emit_step(zy_metrics *m) {
             fputs(":null", f);
     }
     fputs("}\n", f);
-    if (ferror(f) || fflush(f) != 0)
-        return zy_fail_runtime("%s: write failed: %s", m->jsonl_path, strerror(errno));
+    if (ferror(f) || fflush(f) != 0) {
+        int rc = sink_fail(m, m->jsonl_path, "write failed");
+        __fpurge(f); /* what stdio still holds would land after the cut */
+        if (line_start >= 0 && ftruncate(fileno(f), line_start) != 0) { /* not a file: nothing */
+        }
+        return rc;
+    }
 
     /* Event { wall_time, step, summary { value { tag, simple_value } ... } } */
     size_t summary_len = 0;
@@ -250,6 +273,7 @@ fail:
 }
 
 int metrics_scalar(zy_metrics *m, const char *tag, int64_t step, double value) {
+    ZY_TRY(sink_failed(m));
     if (!tag || !*tag || strlen(tag) > MAX_TAG)
         return zy_fail("%s: metric tag must be 1..%d bytes", m->jsonl_path, MAX_TAG);
     if (!strcmp(tag, "step") || !strcmp(tag, "wall_time"))
@@ -273,24 +297,30 @@ int metrics_scalar(zy_metrics *m, const char *tag, int64_t step, double value) {
 }
 
 int metrics_flush(zy_metrics *m) {
+    ZY_TRY(sink_failed(m));
     ZY_TRY(emit_step(m));
-    if (fflush(m->jsonl) != 0)
-        return zy_fail_runtime("%s: flush failed: %s", m->jsonl_path, strerror(errno));
-    if (fflush(m->events) != 0)
-        return zy_fail_runtime("%s: flush failed: %s", m->events_path, strerror(errno));
+    errno = 0;
+    if (fflush(m->jsonl) != 0) return sink_fail(m, m->jsonl_path, "flush failed");
+    if (fflush(m->events) != 0) return sink_fail(m, m->events_path, "flush failed");
     return ZY_OK;
 }
 
 int metrics_close(zy_metrics *m) {
     if (!m) return ZY_OK;
     int rc = metrics_flush(m);
-    /* fsync so a finished run's metrics survive a crash of the machine */
-    if (rc == ZY_OK && (fsync(fileno(m->jsonl)) != 0 || fsync(fileno(m->events)) != 0))
-        rc = zy_fail_runtime("%s: fsync failed: %s", m->jsonl_path, strerror(errno));
-    if (fclose(m->jsonl) != 0 && rc == ZY_OK)
-        rc = zy_fail_runtime("%s: close failed: %s", m->jsonl_path, strerror(errno));
-    if (fclose(m->events) != 0 && rc == ZY_OK)
-        rc = zy_fail_runtime("%s: close failed: %s", m->events_path, strerror(errno));
+    /* fsync so a finished run's metrics survive a crash of the machine (a device that cannot
+     * sync, a pipe or /dev/null, is not a failure) */
+    errno = 0;
+    if (rc == ZY_OK && fsync(fileno(m->jsonl)) != 0 && errno != EINVAL && errno != EROFS)
+        rc = sink_fail(m, m->jsonl_path, "fsync failed");
+    errno = 0;
+    if (rc == ZY_OK && fsync(fileno(m->events)) != 0 && errno != EINVAL && errno != EROFS)
+        rc = sink_fail(m, m->events_path, "fsync failed");
+    errno = 0;
+    if (fclose(m->jsonl) != 0 && rc == ZY_OK) rc = sink_fail(m, m->jsonl_path, "close failed");
+    errno = 0;
+    if (fclose(m->events) != 0 && rc == ZY_OK) rc = sink_fail(m, m->events_path, "close failed");
+    free(m->failed);
     for (int i = 0; i < m->n; i++) free(m->tags[i]);
     free(m->tags);
     free(m->vals);

@@ -12,6 +12,7 @@
 #include "model/generate.h"
 #include "model/model.h"
 #include "train/batches.h"
+#include "train/memory.h"
 #include "train/metrics.h"
 #include "dist/env.h"
 #include "train/step.h"
@@ -183,6 +184,10 @@ static int trainer_init(trainer *tr, const zy_train_config *c) {
             return zy_fail("%s has %d ids but the model's vocab_size is %d", c->tokenizer, nv,
                            mc.vocab_size);
     }
+    char what[ZY_PATH_MAX + 128];
+    snprintf(what, sizeof what, "training model %s with batch %d x %d", c->model_desc,
+             c->batch_size / e.world, c->seq_len);
+    ZY_TRY(mem_check(&tr->ctx, &mc, c->batch_size / e.world, c->seq_len, &c->optim, e.world, what));
     ZY_TRY(step_init_model(&tr->st, &tr->ctx, &mc, c->batch_size / e.world, c->seq_len, 1));
     ZY_TRY(setup_comm(tr, &e));
     ZY_TRY(trainer_phases_check(tr));
@@ -432,7 +437,7 @@ int train_run(const zy_train_config *c, const zy_train_opts *o) {
             printf("step %lld | val loss %.4f | val ppl %.2f\n", (long long)tr.st.step, last_val,
                    exp(last_val));
         }
-        if (tr.metrics) metrics_flush(tr.metrics);
+        if (tr.metrics && (rc = metrics_flush(tr.metrics)) != ZY_OK) break;
         const int checkpoint =
             (c->checkpoint_interval > 0 && tr.st.step % c->checkpoint_interval == 0) ||
             tr.st.step == c->steps || stopping;
@@ -449,8 +454,8 @@ int train_run(const zy_train_config *c, const zy_train_opts *o) {
     stop_signals_restore(old_handlers);
     if (rc == ZY_OK) rc = trainer_finish_checkpoint(&tr); /* the last save must have landed */
     if (rc != ZY_OK && failed_after >= 0) zy_fail_ctx("after step %lld", failed_after);
+    if (rc == ZY_OK && tr.metrics) rc = metrics_flush(tr.metrics);
     if (rc == ZY_OK && tr.metrics) {
-        metrics_flush(tr.metrics);
         char png[4096];
         if (zy_path_join(png, sizeof png, c->out_dir, "loss.png") == ZY_OK &&
             metrics_plot_loss(metrics_jsonl_path(tr.metrics), png) == ZY_OK)
@@ -459,6 +464,11 @@ int train_run(const zy_train_config *c, const zy_train_opts *o) {
         printf("done: %lld steps in %.1f s (%.0f tokens/s)\n", (long long)ran, wall,
                (tr.tokens_seen - tokens_before) / wall);
         if (tr.st.step == c->steps) print_samples(&tr);
+    }
+    if (tr.metrics) { /* a finished run's metrics must reach the disk whole */
+        int closed = metrics_close(tr.metrics);
+        tr.metrics = NULL;
+        if (rc == ZY_OK) rc = closed;
     }
     trainer_free(&tr);
     return rc == ZY_OK && stopped ? TRAIN_STOPPED : rc;
@@ -472,6 +482,10 @@ int train_eval(const zy_train_config *c, const char *model_dir, zy_skip_bias_rul
     comm_init_single(&tr.ranks.comm); /* eval runs in one process */
     const dist_env alone = {.rank = 0, .world = 1, .local_rank = 0, .local_world = 1};
     int rc = setup_device(&tr, &alone);
+    char what[ZY_PATH_MAX + 128];
+    snprintf(what, sizeof what, "evaluating %s with batch %d x %d", model_dir, c->batch_size,
+             c->seq_len);
+    if (rc == ZY_OK) rc = mem_check(&tr.ctx, &c->model, c->batch_size, c->seq_len, NULL, 1, what);
     if (rc == ZY_OK) rc = step_init_model(&tr.st, &tr.ctx, &c->model, c->batch_size, c->seq_len, 0);
     if (rc == ZY_OK) rc = hf_load_model(&tr.st.model, model_dir, rule);
     if (rc == ZY_OK) rc = step_init_acts(&tr.st);

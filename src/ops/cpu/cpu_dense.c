@@ -17,7 +17,9 @@ void *cpu_alloc(size_t bytes) {
     size_t n = (bytes + 63) / 64 * 64;
     if (n == 0) n = 64;
     void *p = aligned_alloc(64, n);
-    ZY_CHECKF(p != NULL, "out of host memory allocating %zu bytes", bytes);
+    if (!p)
+        zy_fatal_runtime_at(__FILE__, __LINE__, "aligned_alloc",
+                            "out of host memory allocating %zu bytes", bytes);
     memset(p, 0, n);
     return p;
 }

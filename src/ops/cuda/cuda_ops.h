@@ -33,6 +33,7 @@ void cuda_ops_act_to_f32(zy_ctx *ctx, float *dst, const zy_act *src, size_t n);
 /* ---- the ops (same order as ops.h) ---- */
 void *cuda_ops_alloc(zy_ctx *ctx, size_t bytes);
 void cuda_ops_free(zy_ctx *ctx, void *p);
+size_t cuda_ops_mem_available(zy_ctx *ctx);
 void cuda_ops_copy(zy_ctx *ctx, void *dst, const void *src, size_t bytes);
 void cuda_ops_fill(zy_ctx *ctx, float *x, float value, size_t n);
 void cuda_ops_zero(zy_ctx *ctx, void *p, size_t bytes);

@@ -110,13 +110,22 @@ void *cuda_ops_alloc(zy_ctx *ctx, size_t bytes) {
         size_t free_b = 0, total_b = 0;
         cudaGetLastError();
         cudaMemGetInfo(&free_b, &total_b);
-        zy_abort_at(__FILE__, __LINE__, "cudaMalloc",
-                    "out of GPU memory: asked for %.2f GiB, %.2f GiB free of %.2f GiB",
-                    bytes / 1073741824.0, free_b / 1073741824.0, total_b / 1073741824.0);
+        zy_fatal_runtime_at(__FILE__, __LINE__, "cudaMalloc",
+                            "out of GPU memory: asked for %.2f GiB, %.2f GiB free of %.2f GiB",
+                            bytes / 1073741824.0, free_b / 1073741824.0, total_b / 1073741824.0);
     }
     ZY_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, cuda_stream(ctx)));
     ZY_CUDA_CHECK(cudaStreamSynchronize(cuda_stream(ctx)));
     return p;
+}
+
+size_t cuda_ops_mem_available(zy_ctx *ctx) {
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return free_b;
 }
 
 void cuda_ops_free(zy_ctx *ctx, void *p) {

@@ -1,0 +1,60 @@
+/* Memory estimate and check of a job (see memory.h). */
+#include "train/memory.h"
+#include "base/err.h"
+#include "base/sysmem.h"
+#include "model/model.h"
+#include "tensor/params.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+
+#define GB 1e9
+
+void mem_need(zy_ctx *ctx, const zy_config *mc, int B, int T, const zy_optim_config *oc, int world,
+              zy_mem_need *need) {
+    zy_param_table t;
+    model_build_table(&t, mc);
+    const double floats = t.overflow ? INFINITY : (double)t.total, f32 = sizeof(float);
+    const int on_gpu = ctx->device != ZY_DEV_CPU;
+    need->weights = floats * f32;
+    if (ops_act_size(ctx) != sizeof(float)) need->weights += floats * (double)ops_act_size(ctx);
+    need->grads = oc ? floats * f32 : 0;
+    double state = 0;
+    for (int i = 0; oc && i < t.count; i++) /* the optimizer keeps 16-float aligned blocks */
+        state += (double)((optim_state_floats(oc, &t.items[i]) + 15) & ~(size_t)15);
+    need->optim = state * f32 / (world > 1 ? world : 1);
+    params_free(&t);
+    size_t arena = B > 0 ? acts_bytes(mc, ctx, B, T) : 0;
+    need->acts = arena == SIZE_MAX ? INFINITY : (double)arena;
+    need->device = need->weights + need->grads + need->optim + need->acts;
+    /* a GPU job: the host copy of the weights (initialisation, checkpoints) and of the state */
+    need->host = on_gpu ? floats * f32 + need->optim : 0;
+}
+
+static int refuse(const char *what, const char *where, double need, double avail,
+                  const zy_mem_need *n) {
+    return zy_fail("%s needs %.1f GB of %s memory (weights %.1f GB, gradients %.1f GB, optimizer "
+                   "%.1f GB, activations %.1f GB), %.1f GB available: use a smaller model, batch "
+                   "or sequence length",
+                   what, need / GB, where, n->weights / GB, n->grads / GB, n->optim / GB,
+                   n->acts / GB, avail / GB);
+}
+
+int mem_check(zy_ctx *ctx, const zy_config *mc, int B, int T, const zy_optim_config *oc, int world,
+              const char *what) {
+    if ((long long)B * T > INT_MAX)
+        return zy_fail("%s: %d x %d = %lld tokens in one micro-batch, at most %d: lower batch_size "
+                       "or seq_len (grad_accum keeps the tokens per step)",
+                       what, B, T, (long long)B * T, INT_MAX);
+    zy_mem_need n;
+    mem_need(ctx, mc, B, T, oc, world, &n);
+    const int on_gpu = ctx->device != ZY_DEV_CPU;
+    const double avail = (double)ops_mem_available(ctx);
+    if (avail > 0 && !(n.device <= avail))
+        return refuse(what, on_gpu ? "GPU" : "host", n.device, avail, &n);
+    size_t host = 0;
+    if (on_gpu && zy_host_mem_available(&host) == 0 && !(n.host <= (double)host))
+        return refuse(what, "host", n.host, (double)host, &n);
+    return ZY_OK;
+}

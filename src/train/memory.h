@@ -1,0 +1,33 @@
+/* The memory a job needs, estimated from its sizes before anything is allocated, and the check that
+ * refuses a job its device cannot hold (one message with what it needs and what is available,
+ * exit 2) instead of an allocation failing halfway through set-up. */
+#ifndef ZY_TRAIN_MEMORY_H
+#define ZY_TRAIN_MEMORY_H
+
+#include "model/config.h"
+#include "ops/ops.h"
+#include "optim/optim.h"
+
+/* Bytes by part on the job's device; host: what the host needs besides (a GPU job keeps a host
+ * copy of the weights and of the optimizer state for checkpoints). */
+typedef struct {
+    double weights; /* fp32 master weights and, on a GPU, their bf16 compute copy */
+    double grads;
+    double optim; /* optimizer moments of this rank (ZeRO-1: its share) */
+    double acts;  /* the activation arena of one [B, T] micro-batch */
+    double device, host;
+} zy_mem_need;
+
+/* Estimates the memory of model mc on ctx with micro-batches [B, T] (B = 0: no activations).
+ * oc NULL: inference (weights and activations only); else training with that optimizer, its
+ * state split over `world` data-parallel ranks. Sizes past size_t come out as infinity. */
+void mem_need(zy_ctx *ctx, const zy_config *mc, int B, int T, const zy_optim_config *oc, int world,
+              zy_mem_need *need);
+/* mem_need, then a bad-input error when [B, T] is more tokens than one micro-batch may hold
+ * (2^31 - 1) or the device or the host has less memory available than the job needs: "needs X GB
+ * (weights, gradients, optimizer, activations), Y GB available". `what` names the job ("model
+ * tiny, batch 8 x 128") in the message. Unknown availability passes. */
+int mem_check(zy_ctx *ctx, const zy_config *mc, int B, int T, const zy_optim_config *oc, int world,
+              const char *what);
+
+#endif
