@@ -217,9 +217,11 @@ static void test_memory_estimate_matches_use(void **state) {
     double used = rss_bytes() - before;
     step_free(&s);
     ops_ctx_free(&ctx);
-    /* resident growth includes allocator overhead (and under ASan 1/8 shadow): within 10 % below
-     * and 40 % above the estimate */
-    if (!(used > 0.9 * need.device && used < 1.4 * need.device))
+    print_message("memory estimate %.1f MB, resident growth %.1f MB\n", need.device / 1e6,
+                  used / 1e6);
+    /* resident growth includes allocator overhead (and under ASan 1/8 shadow): within 5 % below
+     * and 25 % above the estimate (it was within 0.3 % here, with and without ASan) */
+    if (!(used > 0.95 * need.device && used < 1.25 * need.device))
         fail_msg("estimated %.1f MB (weights %.1f, grads %.1f, optim %.1f, acts %.1f), resident "
                  "growth %.1f MB",
                  need.device / 1e6, need.weights / 1e6, need.grads / 1e6, need.optim / 1e6,

@@ -391,7 +391,7 @@ static void usage(void) {
 int main(int argc, char **argv) {
     double seconds = 10;
     uint64_t runs = UINT64_MAX, seed = 1;
-    const char *crash_dir = "fuzz-crashes";
+    const char *crash_dir = "/tmp/zayac-fuzz-crashes";
     int i = 1;
     const char *name = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
     if (argc > 1 && !strcmp(argv[1], "--replay")) return replay(argc - 2, argv + 2);
