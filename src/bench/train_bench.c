@@ -164,7 +164,8 @@ static int bt_init(bt_state *s, const bench_train_opts *o, const dist_env *e,
     oc.lr = o->lr;
     char what[128];
     snprintf(what, sizeof what, "bench train with batch %d x %d", o->batch, o->seq);
-    ZY_TRY(mem_check(&s->ctx, &o->model, o->batch, o->seq, &oc, e->world, what));
+    ZY_TRY(mem_check(&s->ctx, &o->model, o->batch, o->seq, &oc, e->world,
+                     e->local_world > 0 ? e->local_world : e->world, what));
     ZY_TRY(step_init_model(&s->st, &s->ctx, &o->model, o->batch, o->seq, 1));
     step_set_comm(&s->st, &s->ranks.comm);
     model_init_weights(&s->st.model, o->seed);

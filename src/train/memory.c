@@ -32,17 +32,19 @@ void mem_need(zy_ctx *ctx, const zy_config *mc, int B, int T, const zy_optim_con
     need->host = on_gpu ? floats * f32 + need->optim : 0;
 }
 
-static int refuse(const char *what, const char *where, double need, double avail,
+static int refuse(const char *what, const char *where, double need, double ranks, double avail,
                   const zy_mem_need *n) {
-    return zy_fail("%s needs %.1f GB of %s memory (weights %.1f GB, gradients %.1f GB, optimizer "
-                   "%.1f GB, activations %.1f GB), %.1f GB available: use a smaller model, batch "
-                   "or sequence length",
-                   what, need / GB, where, n->weights / GB, n->grads / GB, n->optim / GB,
+    char per[64] = "";
+    if (ranks > 1) snprintf(per, sizeof per, " for %.0f ranks of this host", ranks);
+    return zy_fail("%s needs %.1f GB of %s memory%s (per rank: weights %.1f GB, gradients %.1f GB, "
+                   "optimizer %.1f GB, activations %.1f GB), %.1f GB available: use a smaller "
+                   "model, batch or sequence length",
+                   what, need / GB, where, per, n->weights / GB, n->grads / GB, n->optim / GB,
                    n->acts / GB, avail / GB);
 }
 
 int mem_check(zy_ctx *ctx, const zy_config *mc, int B, int T, const zy_optim_config *oc, int world,
-              const char *what) {
+              int host_ranks, const char *what) {
     if ((long long)B * T > INT_MAX)
         return zy_fail("%s: %d x %d = %lld tokens in one micro-batch, at most %d: lower batch_size "
                        "or seq_len (grad_accum keeps the tokens per step)",
@@ -50,11 +52,14 @@ int mem_check(zy_ctx *ctx, const zy_config *mc, int B, int T, const zy_optim_con
     zy_mem_need n;
     mem_need(ctx, mc, B, T, oc, world, &n);
     const int on_gpu = ctx->device != ZY_DEV_CPU;
+    const double ranks = host_ranks > 1 ? host_ranks : 1;
     const double avail = (double)ops_mem_available(ctx);
-    if (avail > 0 && !(n.device <= avail))
-        return refuse(what, on_gpu ? "GPU" : "host", n.device, avail, &n);
+    if (on_gpu && avail > 0 && !(n.device <= avail))
+        return refuse(what, "GPU", n.device, 1, avail, &n);
+    if (!on_gpu && avail > 0 && !(n.device * ranks <= avail))
+        return refuse(what, "host", n.device * ranks, ranks, avail, &n);
     size_t host = 0;
-    if (on_gpu && zy_host_mem_available(&host) == 0 && !(n.host <= (double)host))
-        return refuse(what, "host", n.host, (double)host, &n);
+    if (on_gpu && zy_host_mem_available(&host) == 0 && !(n.host * ranks <= (double)host))
+        return refuse(what, "host", n.host * ranks, ranks, (double)host, &n);
     return ZY_OK;
 }

@@ -25,9 +25,10 @@ void mem_need(zy_ctx *ctx, const zy_config *mc, int B, int T, const zy_optim_con
               zy_mem_need *need);
 /* mem_need, then a bad-input error when [B, T] is more tokens than one micro-batch may hold
  * (2^31 - 1) or the device or the host has less memory available than the job needs: "needs X GB
- * (weights, gradients, optimizer, activations), Y GB available". `what` names the job ("model
- * tiny, batch 8 x 128") in the message. Unknown availability passes. */
+ * (weights, gradients, optimizer, activations), Y GB available". host_ranks: the ranks of this
+ * host, which share its memory (CPU ranks share the device too). `what` names the job ("training
+ * model tiny with batch 8 x 128") in the message. Unknown availability passes. */
 int mem_check(zy_ctx *ctx, const zy_config *mc, int B, int T, const zy_optim_config *oc, int world,
-              const char *what);
+              int host_ranks, const char *what);
 
 #endif

@@ -187,7 +187,8 @@ static int trainer_init(trainer *tr, const zy_train_config *c) {
     char what[ZY_PATH_MAX + 128];
     snprintf(what, sizeof what, "training model %s with batch %d x %d", c->model_desc,
              c->batch_size / e.world, c->seq_len);
-    ZY_TRY(mem_check(&tr->ctx, &mc, c->batch_size / e.world, c->seq_len, &c->optim, e.world, what));
+    ZY_TRY(mem_check(&tr->ctx, &mc, c->batch_size / e.world, c->seq_len, &c->optim, e.world,
+                     e.local_world > 0 ? e.local_world : e.world, what));
     ZY_TRY(step_init_model(&tr->st, &tr->ctx, &mc, c->batch_size / e.world, c->seq_len, 1));
     ZY_TRY(setup_comm(tr, &e));
     ZY_TRY(trainer_phases_check(tr));
@@ -485,7 +486,8 @@ int train_eval(const zy_train_config *c, const char *model_dir, zy_skip_bias_rul
     char what[ZY_PATH_MAX + 128];
     snprintf(what, sizeof what, "evaluating %s with batch %d x %d", model_dir, c->batch_size,
              c->seq_len);
-    if (rc == ZY_OK) rc = mem_check(&tr.ctx, &c->model, c->batch_size, c->seq_len, NULL, 1, what);
+    if (rc == ZY_OK)
+        rc = mem_check(&tr.ctx, &c->model, c->batch_size, c->seq_len, NULL, 1, 1, what);
     if (rc == ZY_OK) rc = step_init_model(&tr.st, &tr.ctx, &c->model, c->batch_size, c->seq_len, 0);
     if (rc == ZY_OK) rc = hf_load_model(&tr.st.model, model_dir, rule);
     if (rc == ZY_OK) rc = step_init_acts(&tr.st);
