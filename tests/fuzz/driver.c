@@ -304,9 +304,7 @@ static void run_child(shared_state *sh, uint64_t seed, uint64_t first, uint64_t 
     sh->next = k;
     free(x.b);
     char scratch[512];
-    const char *dir = getenv("TMPDIR");
-    snprintf(scratch, sizeof scratch, "%s/zayac-fuzz-%d.in", dir && *dir ? dir : "/tmp",
-             (int)getpid());
+    snprintf(scratch, sizeof scratch, "%s/zayac-fuzz-%d.in", fuzz_scratch_dir(), (int)getpid());
     unlink(scratch);
     _exit(0); /* no leak check at exit: the targets' state is per input */
 }
@@ -418,9 +416,7 @@ int main(int argc, char **argv) {
         mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (sh == MAP_FAILED) abort();
     char errfile[512];
-    const char *tmp = getenv("TMPDIR");
-    snprintf(errfile, sizeof errfile, "%s/zayac-fuzz-%d.err", tmp && *tmp ? tmp : "/tmp",
-             (int)getpid());
+    snprintf(errfile, sizeof errfile, "%s/zayac-fuzz-%d.err", fuzz_scratch_dir(), (int)getpid());
     const double start = now_s(), deadline = start + seconds;
     uint64_t k = 0, crashes = 0;
     char sigs[MAX_SIGNATURES][1024];
@@ -458,8 +454,7 @@ int main(int argc, char **argv) {
         printf("%s: CRASH at input #%llu (%s): %s\n  input saved as %s\n", name,
                (unsigned long long)at, what, report[0] ? report : "(no report)", path);
         char scratch[512];
-        snprintf(scratch, sizeof scratch, "%s/zayac-fuzz-%d.in", tmp && *tmp ? tmp : "/tmp",
-                 (int)pid);
+        snprintf(scratch, sizeof scratch, "%s/zayac-fuzz-%d.in", fuzz_scratch_dir(), (int)pid);
         unlink(scratch);
         k = at + 1;
     }

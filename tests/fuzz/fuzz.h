@@ -15,6 +15,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 /* For parsers that read a path: writes data [size] to this process's scratch file (rewritten on
  * each call) and returns its path. */
 const char *fuzz_input_file(const uint8_t *data, size_t size);
+/* Where the scratch files go: $TMPDIR, else /dev/shm (memory: a file per input costs no disk),
+ * else /tmp. */
+const char *fuzz_scratch_dir(void);
 /* The same as a heap copy with a NUL after the last byte (for parsers of text). */
 char *fuzz_input_text(const uint8_t *data, size_t size);
 

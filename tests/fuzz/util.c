@@ -8,13 +8,17 @@
 #include <string.h>
 #include <unistd.h>
 
+const char *fuzz_scratch_dir(void) {
+    const char *dir = getenv("TMPDIR");
+    if (dir && *dir) return dir;
+    return access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+}
+
 const char *fuzz_input_file(const uint8_t *data, size_t size) {
     static char path[512];
     static pid_t owner;
     if (owner != getpid()) { /* a forked child writes its own file */
-        const char *dir = getenv("TMPDIR");
-        snprintf(path, sizeof path, "%s/zayac-fuzz-%d.in", dir && *dir ? dir : "/tmp",
-                 (int)getpid());
+        snprintf(path, sizeof path, "%s/zayac-fuzz-%d.in", fuzz_scratch_dir(), (int)getpid());
         owner = getpid();
     }
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
