@@ -5,7 +5,8 @@
  *    overflow int: refused by validation (info, init: exit 2, nothing written);
  *  - jobs larger than the machine (HF defaults `model: {}` with a big batch, a huge batch, a
  *    vocabulary of 2^30): exit 2 naming the memory needed and available, before allocating; the
- *    estimate agrees with the memory a job really takes (resident set growth);
+ *    estimate agrees with the memory a job really takes (resident set growth); an allocation no
+ *    check sized fails with exit 1 and a message, not SIGABRT;
  *  - shards whose ids fall outside their vocabulary (a 4-byte id of 2^32-1 reads as -1): eval and
  *    train exit 2 naming the shard before the model reads the row;
  *  - metrics that cannot be written (a full disk, /dev/full): train exits 1 naming the file at
@@ -177,6 +178,34 @@ static void test_jobs_larger_than_memory(void **state) {
                 ARGS("eval", "--model", small_a, "--data", tmp, "--batch-size", "65536",
                      "--seq-len", "256"),
                 ARGS("needs", "activations"));
+}
+
+/* An allocation no check sized beforehand (logits loads a 2 TB model) fails with a message and
+ * exit 1, not SIGABRT. Under ASan the allocator is told to return NULL as libc's does. */
+static void test_allocation_failure_is_runtime(void **state) {
+    (void)state;
+    char dir[256], cfg[300], tokens[700], out[256];
+    snprintf(dir, sizeof dir, "%s/model_2tb", tmp);
+    assert_int_equal(zy_mkdirs(dir), ZY_OK);
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    const char *text =
+        "{\"model_type\": \"zaya\", \"vocab_size\": 1073741825, \"hidden_size\": 512}";
+    assert_int_equal(zy_write_file_atomic(cfg, text, strlen(text)), ZY_OK);
+    snprintf(tokens, sizeof tokens, "%s/tokens.npy", small_a);
+    snprintf(out, sizeof out, "%s/logits_2tb.npy", tmp);
+    const char *asan = getenv("ASAN_OPTIONS");
+    char *saved = asan ? zy_strdup(asan) : NULL, opts[1200];
+    snprintf(opts, sizeof opts, "%s%sallocator_may_return_null=1", asan ? asan : "",
+             asan && *asan ? ":" : "");
+    setenv("ASAN_OPTIONS", opts, 1);
+    expect_exit(1, ARGS("logits", "--model", dir, "--tokens", tokens, "--out", out),
+                ARGS("out of host memory allocating"));
+    if (saved)
+        setenv("ASAN_OPTIONS", saved, 1);
+    else
+        unsetenv("ASAN_OPTIONS");
+    free(saved);
+    assert_false(zy_path_exists(out));
 }
 
 /* Resident memory of this process in bytes (VmRSS). */
@@ -382,6 +411,7 @@ int main(void) {
         cmocka_unit_test(test_config_sizes_that_overflow),
         cmocka_unit_test(test_param_table_flags_overflow),
         cmocka_unit_test(test_jobs_larger_than_memory),
+        cmocka_unit_test(test_allocation_failure_is_runtime),
         cmocka_unit_test(test_memory_estimate_matches_use),
         cmocka_unit_test(test_ids_outside_the_vocabulary),
         cmocka_unit_test(test_metrics_on_a_full_disk),
