@@ -310,9 +310,9 @@ static void test_ids_outside_the_vocabulary(void **state) {
                     ARGS(dir, id, "outside its vocabulary"));
         snprintf(text, sizeof text,
                  "{\"model\": \"%s\", \"data\": \"%s\", \"batch_size\": 2, \"seq_len\": 16,"
-                 " \"steps\": 2, \"eval_interval\": 0, \"out_dir\": \"%s/run_bad_ids\","
+                 " \"steps\": 2, \"eval_interval\": 0, \"out_dir\": \"%s/run_bad_ids_%d\","
                  " \"device\": \"cpu\"}",
-                 small_a, dir, tmp);
+                 small_a, dir, tmp, k);
         write_tmp(cfg, sizeof cfg, "bad_ids.json", text);
         expect_exit(2, ARGS("train", "--config", cfg), ARGS(id, "outside its vocabulary"));
     }
@@ -342,7 +342,8 @@ static void test_metrics_on_a_full_disk(void **state) {
              " \"out_dir\": \"%s\", \"device\": \"cpu\"}",
              small_a, data, run);
     write_tmp(cfg, sizeof cfg, "full.json", text);
-    expect_exit(1, ARGS("train", "--config", cfg),
+    /* --resume: the folder already has its (full) metrics file, and no checkpoint to resume */
+    expect_exit(1, ARGS("train", "--config", cfg, "--resume"),
                 ARGS(link, "write failed", "No space left on device"));
     /* it stopped at the first failed write (step 1), before the first checkpoint (step 2) */
     snprintf(ckpt, sizeof ckpt, "%s/checkpoints", run);

@@ -19,7 +19,7 @@ struct zy_batches {
     int row0, rows;       /* this rank's rows of each batch */
     int32_t *buf;         /* [B, T+1] */
     zy_loader_row *where; /* [B] where each row of buf came from */
-    uint32_t vocab;       /* the shards' vocabulary: every id read must be below it */
+    uint32_t id_limit;    /* every id read is below it: the shards' vocabulary, or 2^31 */
     const char *paths[ZY_MAX_SOURCES];
     const char *split;
 };
@@ -46,7 +46,8 @@ int batches_open(zy_batches **out, const zy_train_config *c, int val, uint64_t s
     b->rows = o.B;
     b->buf = zy_malloc((size_t)o.B * (size_t)(o.T + 1) * sizeof *b->buf);
     b->where = zy_calloc((size_t)o.B, sizeof *b->where);
-    b->vocab = loader_vocab_size(l);
+    /* shards that record no vocabulary still cannot hold a negative int32 id */
+    b->id_limit = loader_vocab_size(l) ? loader_vocab_size(l) : (uint32_t)INT32_MAX + 1;
     for (int i = 0; i < c->n_sources; i++) b->paths[i] = c->sources[i].path;
     b->split = val ? "val" : "train";
     *out = b;
@@ -72,15 +73,15 @@ int batches_set_slice(zy_batches *b, int rank, int world) {
 
 /* Bad input: an id outside the shards' vocabulary (a corrupt shard; a 4-byte id of 2^31 or more
  * reads as negative). The up-front check compares the largest id with the model's vocabulary;
- * this one catches what it cannot see, before the model reads the row. */
+ * this one catches what that cannot see, before the model reads the row. */
 static int check_row(const zy_batches *b, int r, const int32_t *row) {
     for (int j = 0; j <= b->T; j++)
-        if ((uint32_t)row[j] >= b->vocab) {
+        if ((uint32_t)row[j] >= b->id_limit) {
             const zy_loader_row *w = &b->where[r];
             return zy_fail("%s: %s shard %d holds token id %" PRIu32 " at token %" PRIu64
                            ", outside its vocabulary [0, %" PRIu32 "): the shard is corrupt",
                            b->paths[w->source], b->split, w->shard, (uint32_t)row[j],
-                           w->offset + (uint64_t)j, b->vocab);
+                           w->offset + (uint64_t)j, b->id_limit);
         }
     return ZY_OK;
 }
