@@ -127,10 +127,10 @@ static void test_flops_match_baseline(void **state) {
     /* BASELINES.md: 112M active parameters (embedding included) with the tied head counted once
      * more as V x D in place of the embedding, plus causal attention 6 L T Hq d. */
     double want = 6.0 * 112e6 + 6.0 * 12 * 2048 * 8 * 128;
-    double got = bench_train_flops_per_token(&c, 2048);
+    double got = model_train_flops_per_token(&c, 2048);
     if (fabs(got / want - 1) > 0.01) fail_msg("bench-small: %g FLOP/token, want ~%g", got, want);
     /* the attention term grows with T: 6 L Hq d per extra token */
-    double d = bench_train_flops_per_token(&c, 2049) - got;
+    double d = model_train_flops_per_token(&c, 2049) - got;
     assert_true(fabs(d - 6.0 * 12 * 8 * 128) < 1e-3);
 }
 

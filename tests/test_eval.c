@@ -6,7 +6,8 @@
  * log-softmax in double. Also: a model trained here on one repeated sentence must choose the
  * continuation it saw (a case whose right answer is forced), malformed task lines are errors
  * naming file:line (exit 2), and on a GPU the GPU scores agree with the CPU's (skipped without
- * one). */
+ * one). The training run also checks what `zayac train` logs: samples at each validation, the
+ * FLOP rate and MFU, memory and the expert load. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,6 +17,8 @@
 #include "base/fileio.h"
 #include "data/tokenizer.h"
 #include "io/npy.h"
+#include "model/config.h"
+#include "model/model.h"
 #include "ops/ops.h"
 #include "spawn_util.h"
 
@@ -232,43 +235,130 @@ static void test_tasks_table(void **state) {
     result_free(&r);
 }
 
-/* A model trained a few steps on one repeated sentence chooses the continuation it saw. */
-static void test_tasks_forced_choice(void **state) {
+/* The model config of the run trained here on one repeated sentence. */
+static const char *fox_model =
+    "{\"model_type\": \"zaya\", \"vocab_size\": 320, \"hidden_size\": 32,"
+    " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,"
+    " \"head_dim\": 16, \"num_experts\": 2, \"moe_intermediate_size\": 16,"
+    " \"router_hidden_size\": 8, \"max_position_embeddings\": 64, \"pad_token_id\": 2,"
+    " \"bos_token_id\": 0, \"eos_token_id\": 1}";
+
+/* The metrics line of a step from metrics.jsonl text (NULL when absent). */
+static cJSON *metrics_at(const char *jsonl, int step) {
+    char key[32];
+    snprintf(key, sizeof key, "{\"step\":%d,", step);
+    const char *p = strstr(jsonl, key);
+    if (!p) return NULL;
+    const char *nl = strchr(p, '\n');
+    char *line = strndup(p, nl ? (size_t)(nl - p) : strlen(p));
+    cJSON *j = cJSON_Parse(line);
+    free(line);
+    return j;
+}
+
+static double num(const cJSON *j, const char *key) {
+    const cJSON *v = cJSON_GetObjectItem(j, key);
+    if (!cJSON_IsNumber(v)) fail_msg("metrics have no number %s", key);
+    return v->valuedouble;
+}
+
+/* Trains 40 steps on one sentence repeated 1-12 times per document, validating every 20 with a
+ * sample prompt: samples follow each validation (not only the end); the log line and the metrics
+ * carry the model FLOP rate and MFU (against mfu_peak_tflops, with the FLOPs of the bench's
+ * definition), memory, and the expert load of `bench train` (busiest expert / mean), which must
+ * agree with the logged fractions: busiest / mean = max_frac x E / (1 - skip_frac). */
+static void test_train_log_and_samples(void **state) {
     (void)state;
-    char corpus[256], tok[256], data[256], cfg[256], out[256], task[256], model[300];
+    char corpus[256], tok[256], data[256], cfg[256], out[256], path[300];
     tmp_path(corpus, sizeof corpus, "fox.txt");
     tmp_path(tok, sizeof tok, "fox_tok.json");
     tmp_path(data, sizeof data, "fox_data");
     tmp_path(cfg, sizeof cfg, "fox_train.json");
     tmp_path(out, sizeof out, "fox_run");
-    tmp_path(task, sizeof task, "fox_task.jsonl");
     FILE *f = fopen(corpus, "w");
-    for (int i = 0; i < 300; i++) fprintf(f, "the quick brown fox jumps over the lazy dog.\n\n");
+    for (int i = 0; i < 300; i++) {
+        for (int k = 0; k <= i % 12; k++)
+            fprintf(f, "%sthe quick brown fox jumps over the lazy dog.", k ? " " : "");
+        fprintf(f, "\n\n");
+    }
     fclose(f);
     run_result r =
         RUN("tokenizer", "train", "--input", corpus, "--vocab-size", "300", "--out", tok);
     if (r.code != 0) fail_msg("tokenizer train: %s", r.err);
     result_free(&r);
     r = RUN("data", "prepare", "--tokenizer", tok, "--input", corpus, "--out", data,
-            "--val-fraction", "0.05");
+            "--val-fraction", "0.2");
     if (r.code != 0) fail_msg("data prepare: %s", r.err);
     result_free(&r);
-    char text[2048];
-    snprintf(text, sizeof text,
-             "{\"model\": {\"model_type\": \"zaya\", \"vocab_size\": 320, \"hidden_size\": 32,"
-             " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,"
-             " \"head_dim\": 16, \"num_experts\": 2, \"moe_intermediate_size\": 16,"
-             " \"router_hidden_size\": 8, \"max_position_embeddings\": 64, \"pad_token_id\": 2,"
-             " \"bos_token_id\": 0, \"eos_token_id\": 1},"
-             " \"tokenizer\": \"%s\", \"data\": \"%s\", \"batch_size\": 4, \"seq_len\": 32,"
-             " \"steps\": 40, \"eval_interval\": 0, \"checkpoint_interval\": 0, \"seed\": 3,"
-             " \"optimizer\": {\"name\": \"adamw\", \"lr\": 0.01}, \"schedule\": {\"warmup\": 4},"
-             " \"out_dir\": \"%s\", \"device\": \"cpu\"}",
-             tok, data, out);
+    char text[4096];
+    snprintf(
+        text, sizeof text,
+        "{\"model\": %s, \"tokenizer\": \"%s\", \"data\": \"%s\", \"batch_size\": 4,"
+        " \"seq_len\": 32, \"steps\": 40, \"eval_interval\": 20, \"eval_batches\": 1,"
+        " \"checkpoint_interval\": 0, \"seed\": 3, \"log_interval\": 10,"
+        " \"mfu_peak_tflops\": 0.5, \"samples\": {\"prompts\": [\"the quick\"], \"tokens\": 6},"
+        " \"optimizer\": {\"name\": \"adamw\", \"lr\": 0.01}, \"schedule\": {\"warmup\": 4},"
+        " \"out_dir\": \"%s\", \"device\": \"cpu\"}",
+        fox_model, tok, data, out);
     write_text(cfg, text);
     r = RUN("train", "--config", cfg);
     if (r.code != 0) fail_msg("train: exit %d: %s", r.code, r.err);
+    const char *s20 = strstr(r.out, "samples at step 20 "),
+               *s40 = strstr(r.out, "samples at step 40 ");
+    if (!s20 || !s40 || s40 < s20 || strstr(s40 + 1, "samples at step"))
+        fail_msg("expected samples after the validations at steps 20 and 40, once each:\n%s",
+                 r.out);
+    const char *line10 = strstr(r.out, "step 10/40");
+    assert_non_null(line10);
+    const char *eol = strchr(line10, '\n');
+    char *l10 = strndup(line10, (size_t)(eol - line10));
+    if (!strstr(l10, "TFLOP/s (MFU ") || !strstr(l10, "| mem ") || !strstr(l10, " load "))
+        fail_msg("the log line lacks the FLOP rate, MFU, memory or expert load:\n%s", l10);
+    free(l10);
     result_free(&r);
+
+    zy_config mc;
+    assert_int_equal(config_parse_json(&mc, fox_model, "test"), ZY_OK);
+    const double flops = model_train_flops_per_token(&mc, 32);
+    char *jsonl;
+    snprintf(path, sizeof path, "%s/metrics.jsonl", out);
+    assert_int_equal(zy_read_file(path, &jsonl, NULL), ZY_OK);
+    for (int step = 1; step <= 40; step++) {
+        cJSON *m = metrics_at(jsonl, step);
+        if (!m) fail_msg("metrics.jsonl has no step %d", step);
+        const double tflops = num(m, "model_tflops");
+        assert_float_equal(tflops, flops * num(m, "tokens_per_s") / 1e12, 1e-9 * tflops);
+        assert_float_equal(num(m, "mfu"), tflops / 0.5, 1e-9 * tflops);
+        const double mem = num(m, "mem_gib");
+        assert_true(mem > 0 && mem < 64);
+        double sum = 0, worst = 0;
+        for (int l = 0; l < 2; l++) {
+            char k[96];
+            snprintf(k, sizeof k, "router/layer%02d/busiest_over_mean", l);
+            const double ratio = num(m, k);
+            snprintf(k, sizeof k, "router/layer%02d/expert_max_frac", l);
+            const double mx = num(m, k);
+            snprintf(k, sizeof k, "router/layer%02d/skip_frac", l);
+            const double skip = num(m, k);
+            if (skip < 1) assert_float_equal(ratio, mx * 2 / (1 - skip), 1e-5 * ratio);
+            assert_true(ratio >= 1 - 1e-9 && ratio <= 2 + 1e-9);
+            sum += ratio;
+            worst = ratio > worst ? ratio : worst;
+        }
+        assert_float_equal(num(m, "expert_load"), sum / 2, 1e-12);
+        assert_float_equal(num(m, "expert_load_worst"), worst, 1e-12);
+        cJSON_Delete(m);
+    }
+    free(jsonl);
+}
+
+/* A model trained a few steps on one repeated sentence (test_train_log_and_samples) chooses the
+ * continuation it saw. */
+static void test_tasks_forced_choice(void **state) {
+    (void)state;
+    char task[256], model[300];
+    tmp_path(task, sizeof task, "fox_task.jsonl");
+    snprintf(model, sizeof model, "%s/fox_run/checkpoints/step_000000040", tmp);
     write_text(task,
                "{\"context\": \"the quick brown fox jumps over the lazy\", \"choices\": "
                "[\" cat.\", \" dog.\", \" fox.\"], \"label\": 1}\n"
@@ -278,7 +368,6 @@ static void test_tasks_forced_choice(void **state) {
                "[\"quick dog.\", \"lazy cat.\", \"lazy dog.\"], \"label\": 2}\n"
                "{\"context\": \"\", \"choices\": [\"the lazy fox\", \"the quick brown\"], "
                "\"label\": 1}\n");
-    snprintf(model, sizeof model, "%s/checkpoints/step_000000040", out);
     cJSON *j = RUN_JSON("eval", "--model", model, "--tasks", task, "--device", "cpu", "--json");
     const cJSON *t = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "tasks"), 0);
     assert_float_equal(check_task(model, task, t, 1e-4), 1.0, 0);
@@ -472,11 +561,9 @@ static int teardown(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_tasks_match_reference),
-        cmocka_unit_test(test_tasks_table),
-        cmocka_unit_test(test_tasks_forced_choice),
-        cmocka_unit_test(test_text_matches_reference),
-        cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_tasks_match_reference),  cmocka_unit_test(test_tasks_table),
+        cmocka_unit_test(test_train_log_and_samples),  cmocka_unit_test(test_tasks_forced_choice),
+        cmocka_unit_test(test_text_matches_reference), cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_gpu_matches_cpu),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

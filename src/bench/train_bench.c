@@ -68,13 +68,6 @@ int bench_train_check(const bench_train_opts *o) {
     return ZY_OK;
 }
 
-double bench_train_flops_per_token(const zy_config *c, int T) {
-    zy_param_counts k = model_count_params(c);
-    double dense = (double)k.active_no_embed + (double)c->vocab_size * c->hidden_size;
-    double attn = (double)c->num_hidden_layers * T * c->num_attention_heads * c->head_dim;
-    return 6.0 * dense + 6.0 * attn;
-}
-
 /* ------------------------------------------------------------------ the training state */
 
 typedef struct {
@@ -249,16 +242,11 @@ static int cmp_double(const void *a, const void *b) {
 static void bt_load(const bt_state *s, bench_train_result *r, int i) {
     const int L = s->o->model.num_hidden_layers, E = s->o->model.num_experts;
     if (i == 0) r->load_ratio_mean = 0, r->load_ratio_max = 0;
-    double sum = 0;
-    for (int l = 0; l < L; l++) {
-        zy_load_summary ls;
-        balance_load_summary(s->st.step_counts + (size_t)l * (E + 1), E, &ls);
-        const double ratio = ls.max_over_mean > 0 ? ls.max_over_mean : 1.0; /* none routed */
-        sum += ratio;
-        if (ratio > r->load_ratio_max) r->load_ratio_max = ratio;
-    }
+    double worst;
+    const double mean = balance_load_ratio(s->st.step_counts, L, E, &worst);
+    if (worst > r->load_ratio_max) r->load_ratio_max = worst;
     /* running mean over the timed steps */
-    r->load_ratio_mean += (sum / L - r->load_ratio_mean) / (i + 1);
+    r->load_ratio_mean += (mean - r->load_ratio_mean) / (i + 1);
 }
 
 /* Warm-up and timed steps, then the memory readings. */
@@ -378,7 +366,7 @@ int bench_train_run(const bench_train_opts *opts, bench_train_result *r) {
     r->world = e.world;
     r->rank = e.rank;
     r->tokens_per_step = (int64_t)o->batch * o->seq * e.world; /* of every rank */
-    r->flops_per_token = bench_train_flops_per_token(&o->model, o->seq);
+    r->flops_per_token = model_train_flops_per_token(&o->model, o->seq);
     r->counts = model_count_params(&o->model);
     if (o->peak_tflops > 0) r->peak_tflops = o->peak_tflops;
     double used0 = 0;

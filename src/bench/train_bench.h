@@ -37,10 +37,6 @@ void bench_train_opts_default(bench_train_opts *o);
 /* Checks the options against each other and the model (sequence within max_position_embeddings,
  * positive sizes); the error names the option, the allowed range and the value. */
 int bench_train_check(const bench_train_opts *o);
-/* Model FLOPs of one trained token (forward + backward) at sequence length T, as
- * /work/shared/bench/BASELINES.md defines them: 6 x (active parameters without the embedding +
- * V x D for the tied head) + 6 x L x T x Hq x d (causal attention). */
-double bench_train_flops_per_token(const zy_config *c, int T);
 
 typedef struct {
     char op[48];        /* op name as the profiler records it */
@@ -56,7 +52,7 @@ typedef struct {
     int nsteps;
     double step_ms_mean, step_ms_min, step_ms_max;
     double tokens_per_s;
-    double flops_per_token; /* bench_train_flops_per_token */
+    double flops_per_token; /* model_train_flops_per_token */
     double model_tflops;    /* flops_per_token * tokens_per_s / 1e12 */
     double peak_tflops;     /* NaN: unknown (CPU without --peak-tflops) */
     int peak_measured;      /* 1: measured here with a bf16 8192^3 GEMM; 0: given */

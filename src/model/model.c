@@ -450,3 +450,10 @@ void acts_free(zy_acts *a, const zy_model *m) {
     free(a->host_offsets);
     memset(a, 0, sizeof *a);
 }
+
+double model_train_flops_per_token(const zy_config *c, int T) {
+    zy_param_counts k = model_count_params(c);
+    double dense = (double)k.active_no_embed + (double)c->vocab_size * c->hidden_size;
+    double attn = (double)c->num_hidden_layers * T * c->num_attention_heads * c->head_dim;
+    return 6.0 * dense + 6.0 * attn;
+}

@@ -103,6 +103,10 @@ typedef struct {
     int64_t active_no_embed; /* parameters one token uses, without the embedding (top-1 expert) */
 } zy_param_counts;
 zy_param_counts model_count_params(const zy_config *cfg);
+/* Model FLOPs of one trained token (forward + backward) at sequence length T, as
+ * /work/shared/bench/BASELINES.md defines them for MFU: 6 x (active parameters without the
+ * embedding + V x D for the tied head) + 6 x L x T x Hq x d (causal attention). */
+double model_train_flops_per_token(const zy_config *cfg, int T);
 
 /* Per-layer buffers of a training forward pass (saved for backward) on N = B*T rows. zy_act
  * buffers hold the context's activation dtype (bf16 on CUDA); float buffers are always fp32. */

@@ -138,6 +138,16 @@ int ops_cuda_device_count(void) {
 #endif
 }
 
+int ops_device_mem(zy_ctx *ctx, size_t *used, size_t *total) {
+    *used = *total = 0;
+#ifdef ZY_HAVE_CUDA
+    if (ctx->device == ZY_DEV_CUDA) return cuda_ops_device_mem(ctx, used, total);
+#else
+    (void)ctx;
+#endif
+    return 0;
+}
+
 /* Waits for the device. */
 void ops_sync(zy_ctx *ctx) {
 #ifdef ZY_HAVE_CUDA

@@ -57,6 +57,9 @@ int ops_ctx_init_cuda_opts(zy_ctx *ctx, int gpu, const zy_cuda_opts *opts);
 void ops_ctx_free(zy_ctx *ctx);
 /* Number of CUDA GPUs this process can use (0 when built without CUDA or none present). */
 int ops_cuda_device_count(void);
+/* Device memory of ctx's GPU: *used = total - free (every process's), *total; both 0 on the CPU.
+ * A runtime error when the query fails. */
+int ops_device_mem(zy_ctx *ctx, size_t *used, size_t *total);
 /* Waits until every op issued on ctx has finished (CPU: nothing to wait for); aborts with the
  * failing kernel's error when one failed. */
 void ops_sync(zy_ctx *ctx);

@@ -126,6 +126,19 @@ void balance_load_summary(const int64_t *counts, int n_experts, zy_load_summary 
     out->max_over_mean = routed > 0 ? (double)busiest * n_experts / (double)routed : 0.0;
 }
 
+double balance_load_ratio(const int64_t *counts, int n_layers, int n_experts, double *worst) {
+    double sum = 0, mx = 0;
+    for (int l = 0; l < n_layers; l++) {
+        zy_load_summary s;
+        balance_load_summary(counts + (size_t)l * (n_experts + 1), n_experts, &s);
+        const double ratio = s.max_over_mean > 0 ? s.max_over_mean : 1.0; /* none routed */
+        sum += ratio;
+        mx = ratio > mx ? ratio : mx;
+    }
+    if (worst) *worst = mx;
+    return n_layers > 0 ? sum / n_layers : 1.0;
+}
+
 int balance_find_biases(const zy_param_table *t, float *params, int n_layers, int n_experts,
                         float **biases) {
     char name[ZY_PARAM_NAME_MAX];

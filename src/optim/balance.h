@@ -72,6 +72,10 @@ void balance_step(zy_balance *b, zy_ctx *ctx, float *const *biases, const int64_
 void balance_apply(float *bias, const float *delta, int n);
 /* Summarises counts [E+1] (skip last). */
 void balance_load_summary(const int64_t *counts, int n_experts, zy_load_summary *out);
+/* The expert-load measure of `bench train` and the training log, from counts [L, E+1]: per layer
+ * the busiest expert over the experts' mean (max_over_mean; 1 for a layer that routed nothing to
+ * an expert), averaged over the layers; *worst (may be NULL) gets the largest layer's. */
+double balance_load_ratio(const int64_t *counts, int n_layers, int n_experts, double *worst);
 /* Finds "model.layers.N.mlp.gate.balancing_biases" for N in [0, L) in t and points biases[N] at
  * it in params (any device: only pointer arithmetic); an error names a missing tensor or a shape
  * other than [n_experts + 1]. */

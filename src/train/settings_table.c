@@ -347,6 +347,9 @@ const zy_setting zy_settings[] = {
     BOOL("checkpoint_async", checkpoint_async, "true",
          "write checkpoints in the background (training pauses only for a copy of the state)"),
     NUM("log_interval", ZY_SET_I64, log_interval, 1, 1e15, "1", "steps between console lines"),
+    NUM("mfu_peak_tflops", ZY_SET_FLOAT, mfu_peak_tflops, 0, 1e9, "0",
+        "peak TFLOP/s of one device that MFU is reported against (0 = MFU not reported; "
+        "`zayac bench train` measures the bf16 peak)"),
     STR("out_dir", out_dir, "\"runs/train\"", "output folder: checkpoints, metrics, plots"),
     NUM("seed", ZY_SET_U64, seed, 0, 9007199254740992.0, "1",
         "seed of the initial weights, data order and sampling"),
@@ -354,7 +357,7 @@ const zy_setting zy_settings[] = {
          "auto: GPU 0 when one is visible, else the CPU"),
     NUM("threads", ZY_SET_INT, threads, 0, 4096, "0", "OpenMP threads on the CPU (0 = all cores)"),
     CUSTOM("samples.prompts", "list", read_prompts, write_prompts, "[]",
-           "prompts sampled at the end when a tokenizer is set"),
+           "prompts sampled after each validation and at the end when a tokenizer is set"),
     NUM("samples.tokens", ZY_SET_INT, sample_tokens, 1, 1 << 20, "48", "tokens sampled per prompt"),
     NUM("samples.temperature", ZY_SET_FLOAT, sample_temperature, 1e-6, 100, "0.8",
         "sampling temperature"),

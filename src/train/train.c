@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 /* the trainer's state: train/trainer.h */
 
@@ -89,7 +90,38 @@ static int evaluate(trainer *tr, int64_t batches, double *loss, int64_t *tokens)
     return ZY_OK;
 }
 
-static void log_step(trainer *tr, double loss, double gnorm, float lr, double tok_s) {
+/* What a step cost: model FLOP rate, MFU, memory and the expert load (as `bench train` reports
+ * them), for the console line and the metrics. */
+typedef struct {
+    double model_tflops; /* model_train_flops_per_token x tokens/s (every rank's) / 1e12 */
+    double mfu;          /* model_tflops / (mfu_peak_tflops x ranks); NaN when no peak is set */
+    double mem_gib;      /* CUDA: the device's memory in use; CPU: this process's peak resident */
+    double load, load_worst; /* busiest expert / mean: over the layers, the worst layer's */
+} step_cost;
+
+static step_cost measure_step(trainer *tr, double tok_s) {
+    const zy_train_config *c = tr->cfg;
+    const zy_config *mc = &tr->st.model.cfg;
+    step_cost k;
+    k.model_tflops = model_train_flops_per_token(mc, c->seq_len) * tok_s / 1e12;
+    k.mfu = c->mfu_peak_tflops > 0
+                ? k.model_tflops / ((double)c->mfu_peak_tflops * tr->ranks.comm.world)
+                : NAN;
+    size_t used = 0, total = 0;
+    if (tr->ctx.device == ZY_DEV_CUDA) {
+        k.mem_gib = ops_device_mem(&tr->ctx, &used, &total) == ZY_OK ? used / 1073741824.0 : NAN;
+    } else {
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        k.mem_gib = (double)ru.ru_maxrss * 1024.0 / 1073741824.0; /* Linux: kilobytes */
+    }
+    k.load = balance_load_ratio(tr->st.step_counts, mc->num_hidden_layers, mc->num_experts,
+                                &k.load_worst);
+    return k;
+}
+
+static void log_step(trainer *tr, double loss, double gnorm, float lr, double tok_s,
+                     const step_cost *k) {
     const zy_config *mc = &tr->st.model.cfg;
     const int E = mc->num_experts, E1 = E + 1;
     zy_metrics *m = tr->metrics;
@@ -100,6 +132,11 @@ static void log_step(trainer *tr, double loss, double gnorm, float lr, double to
     metrics_scalar(m, "tokens_seen", tr->st.step, tr->tokens_seen);
     metrics_scalar(m, "world_size", tr->st.step, tr->ranks.comm.world);
     if (tr->phases.phased) metrics_scalar(m, "phase", tr->st.step, tr->phases.current);
+    metrics_scalar(m, "model_tflops", tr->st.step, k->model_tflops);
+    if (isfinite(k->mfu)) metrics_scalar(m, "mfu", tr->st.step, k->mfu);
+    metrics_scalar(m, "mem_gib", tr->st.step, k->mem_gib);
+    metrics_scalar(m, "expert_load", tr->st.step, k->load);
+    metrics_scalar(m, "expert_load_worst", tr->st.step, k->load_worst);
     for (int l = 0; l < mc->num_hidden_layers; l++) {
         zy_load_summary s;
         balance_load_summary(tr->st.step_counts + (size_t)l * E1, E, &s);
@@ -111,6 +148,7 @@ static void log_step(trainer *tr, double loss, double gnorm, float lr, double to
         TAG("expert_min_frac", s.min_frac);
         TAG("skip_frac", s.skip_frac);
         TAG("entropy", s.entropy);
+        TAG("busiest_over_mean", s.max_over_mean > 0 ? s.max_over_mean : 1.0);
 #undef TAG
     }
 }
@@ -128,15 +166,18 @@ static zy_load_summary router_worst_layer(const trainer *tr) {
     return worst;
 }
 
+/* Samples of the prompts (rank 0 only: the others' stdout goes nowhere); the sampling seeds are
+ * fixed, so the samples of successive validations show what the training changed. */
 static void print_samples(trainer *tr) {
     const zy_train_config *c = tr->cfg;
-    if (!c->tokenizer[0] || c->n_prompts == 0) return;
+    if (!c->tokenizer[0] || c->n_prompts == 0 || !is_main_rank(tr)) return;
     zy_tokenizer *tok;
     if (tok_load(&tok, c->tokenizer) != ZY_OK) {
         printf("samples skipped: %s\n", zy_errmsg());
         return;
     }
-    printf("samples (temperature %.2f, top-p %.2f):\n", c->sample_temperature, c->sample_top_p);
+    printf("samples at step %lld (temperature %.2f, top-p %.2f):\n", (long long)tr->st.step,
+           c->sample_temperature, c->sample_top_p);
     for (int i = 0; i < c->n_prompts; i++) {
         zy_ids ids = {0};
         if (tok_encode(tok, c->prompts[i], strlen(c->prompts[i]), 0, &ids) != ZY_OK || ids.n == 0)
@@ -406,7 +447,8 @@ int train_run(const zy_train_config *c, const zy_train_opts *o) {
         ran++;
         double dt = zy_now() - t0;
         double tok_s = (double)pc->batch_size * pc->seq_len * pc->grad_accum / dt;
-        if (tr.metrics) log_step(&tr, loss, gnorm, lr, tok_s);
+        const step_cost cost = measure_step(&tr, tok_s);
+        if (tr.metrics) log_step(&tr, loss, gnorm, lr, tok_s, &cost);
         if (tr.st.step % c->log_interval == 0 || tr.st.step == c->steps) {
             char line[256];
             double elapsed = zy_now() - t_start;
@@ -419,8 +461,12 @@ int train_run(const zy_train_config *c, const zy_train_opts *o) {
                 strncat(line, global, sizeof line - strlen(line) - 1);
             }
             zy_load_summary worst = router_worst_layer(&tr);
-            printf("%s | lr %.2e | gnorm %.3f | experts max %.2f min %.2f skip %.2f\n", line, lr,
-                   gnorm, worst.max_frac, worst.min_frac, worst.skip_frac);
+            char mfu[32] = "";
+            if (isfinite(cost.mfu)) snprintf(mfu, sizeof mfu, " (MFU %.1f%%)", 100 * cost.mfu);
+            printf("%s | lr %.2e | gnorm %.3f | experts max %.2f min %.2f skip %.2f load %.2f | "
+                   "%.3g TFLOP/s%s | mem %.2f GiB\n",
+                   line, lr, gnorm, worst.max_frac, worst.min_frac, worst.skip_frac, cost.load,
+                   cost.model_tflops, mfu, cost.mem_gib);
             fflush(stdout);
         }
         int64_t asked = stop_signal; /* a signal to any rank stops them all at this step */
@@ -437,6 +483,7 @@ int train_run(const zy_train_config *c, const zy_train_opts *o) {
             if (tr.metrics) metrics_scalar(tr.metrics, "val_loss", tr.st.step, last_val);
             printf("step %lld | val loss %.4f | val ppl %.2f\n", (long long)tr.st.step, last_val,
                    exp(last_val));
+            print_samples(&tr); /* what the model writes now, not only at the end */
         }
         if (tr.metrics && (rc = metrics_flush(tr.metrics)) != ZY_OK) break;
         const int checkpoint =
@@ -464,7 +511,7 @@ int train_run(const zy_train_config *c, const zy_train_opts *o) {
         double wall = zy_now() - t_start;
         printf("done: %lld steps in %.1f s (%.0f tokens/s)\n", (long long)ran, wall,
                (tr.tokens_seen - tokens_before) / wall);
-        if (tr.st.step == c->steps) print_samples(&tr);
+        if (tr.st.step == c->steps && c->eval_interval == 0) print_samples(&tr); /* else done */
     }
     if (tr.metrics) { /* a finished run's metrics must reach the disk whole */
         int closed = metrics_close(tr.metrics);

@@ -69,12 +69,13 @@ typedef struct {
     int balance_enabled;
     int64_t eval_interval, eval_batches, checkpoint_interval, log_interval;
     int keep_checkpoints;
-    int checkpoint_async; /* write checkpoints in the background while training goes on */
+    int checkpoint_async;  /* write checkpoints in the background while training goes on */
+    float mfu_peak_tflops; /* peak of one device for the MFU in the log; 0 = not reported */
     char out_dir[ZY_PATH_MAX];
     uint64_t seed;
     char device[16];                   /* "auto", "cpu", "cuda" */
     int threads;                       /* OpenMP threads (0 = all cores) */
-    char prompts[ZY_MAX_PROMPTS][256]; /* sampled at the end when a tokenizer is set */
+    char prompts[ZY_MAX_PROMPTS][256]; /* sampled at validations and the end (tokenizer set) */
     int n_prompts;
     int sample_tokens;
     float sample_temperature, sample_top_p;

@@ -20,6 +20,7 @@ int cuda_ops_ctx_init(zy_ctx *ctx, int gpu, const zy_cuda_opts *opts);
 void cuda_ops_ctx_free(zy_ctx *ctx);
 int cuda_ops_device_count(void);
 void cuda_ops_sync(zy_ctx *ctx);
+int cuda_ops_device_mem(zy_ctx *ctx, size_t *used, size_t *total);
 void *cuda_ops_stream(zy_ctx *ctx);
 /* Profiler hooks used by ops.c around every op when ctx->prof is set: begin records a start event
  * and returns a slot, end records the stop event for that slot under name (a static string). */

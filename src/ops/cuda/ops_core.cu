@@ -102,6 +102,18 @@ void *cuda_ws(zy_ctx *ctx, size_t bytes) {
 
 /* ---- memory ---- */
 
+int cuda_ops_device_mem(zy_ctx *ctx, size_t *used, size_t *total) {
+    size_t free_b = 0, total_b = 0;
+    cudaError_t e = cudaSetDevice(ctx->gpu);
+    if (e == cudaSuccess) e = cudaMemGetInfo(&free_b, &total_b);
+    if (e != cudaSuccess)
+        return zy_fail_runtime("cuda:%d: cudaMemGetInfo failed: %s", ctx->gpu,
+                               cudaGetErrorString(e));
+    *used = total_b - free_b;
+    *total = total_b;
+    return ZY_OK;
+}
+
 void *cuda_ops_alloc(zy_ctx *ctx, size_t bytes) {
     void *p = NULL;
     if (bytes == 0) bytes = 1;
