@@ -13,11 +13,11 @@
  * Tokenization (lm-eval's HF rule): trailing whitespace of the context (ASCII space, \t, \n, \r,
  * \v, \f) moves to the front of the choice; the context's tokens are encode(context) and the
  * choice's tokens are those of encode(context + choice) after the first len(encode(context));
- * an empty context is the tokenizer's eos token alone, the choice then encode(choice). Special
- * tokens written in the text are matched (HF's encode default); no bos is added. The model reads
- * context + choice without the choice's last token; a request longer than max_len + 1 tokens
- * loses tokens from the left, as lm-eval truncates, and one whose choice alone does not fit is an
- * error. */
+ * a context empty after the move is the tokenizer's eos token alone, the choice then
+ * encode(choice). Special tokens written in the text are matched (HF's encode default); no bos is
+ * added. The model reads context + choice without the choice's last token; a request longer than
+ * max_len + 1 tokens loses tokens from the left, as lm-eval truncates, and one whose choice alone
+ * does not fit is an error. */
 #ifndef ZY_TRAIN_EVAL_TASKS_H
 #define ZY_TRAIN_EVAL_TASKS_H
 
