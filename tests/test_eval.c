@@ -356,9 +356,11 @@ static void test_train_log_and_samples(void **state) {
  * continuation it saw. */
 static void test_tasks_forced_choice(void **state) {
     (void)state;
-    char task[256], model[300];
+    char task[256], step[300], model[320];
     tmp_path(task, sizeof task, "fox_task.jsonl");
-    snprintf(model, sizeof model, "%s/fox_run/checkpoints/step_000000040", tmp);
+    /* eval takes the training checkpoint's folder; the reference reads its HF folder */
+    snprintf(step, sizeof step, "%s/fox_run/checkpoints/step_000000040", tmp);
+    snprintf(model, sizeof model, "%s/model", step);
     write_text(task,
                "{\"context\": \"the quick brown fox jumps over the lazy\", \"choices\": "
                "[\" cat.\", \" dog.\", \" fox.\"], \"label\": 1}\n"
@@ -368,7 +370,7 @@ static void test_tasks_forced_choice(void **state) {
                "[\"quick dog.\", \"lazy cat.\", \"lazy dog.\"], \"label\": 2}\n"
                "{\"context\": \"\", \"choices\": [\"the lazy fox\", \"the quick brown\"], "
                "\"label\": 1}\n");
-    cJSON *j = RUN_JSON("eval", "--model", model, "--tasks", task, "--device", "cpu", "--json");
+    cJSON *j = RUN_JSON("eval", "--model", step, "--tasks", task, "--device", "cpu", "--json");
     const cJSON *t = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "tasks"), 0);
     assert_float_equal(check_task(model, task, t, 1e-4), 1.0, 0);
     cJSON_Delete(j);
