@@ -5,6 +5,7 @@
 #include "train/batches.h"
 #include "base/err.h"
 #include "data/loader.h"
+#include "data/tok_hash.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -169,4 +170,29 @@ int batches_seek(zy_batches *b, uint64_t rows, const uint64_t *drawn) {
 
 int32_t batches_max_token(const zy_batches *b) {
     return loader_max_token(b->l);
+}
+
+int batches_check_vocab(const zy_batches *b, const char *split, int vocab_size, const char *model) {
+    int32_t top = loader_max_token(b->l);
+    if (top >= vocab_size)
+        return zy_fail("the %s data holds token id %d but the model (%s) has vocab_size %d: "
+                       "train a model with a vocabulary of at least %d, or prepare the data with "
+                       "the model's tokenizer",
+                       split, top, model, vocab_size, top + 1);
+    return ZY_OK;
+}
+
+int batches_check_tokenizer(const zy_batches *b, const char *tokenizer_path, const char *role) {
+    const char *from;
+    uint64_t want = loader_tokenizer_hash(b->l, &from), got;
+    if (!want) return ZY_OK;
+    int32_t nv;
+    if (tok_file_hash(tokenizer_path, &got, &nv) != ZY_OK) return zy_fail_ctx("%s", role);
+    if (got != want)
+        return zy_fail("%s %s (vocabulary hash %016llx, %d ids) is not the tokenizer the data was "
+                       "prepared with (%s records hash %016llx, vocabulary %u): use the data "
+                       "folder's tokenizer.json, or prepare the data again with this one",
+                       role, tokenizer_path, (unsigned long long)got, nv, from,
+                       (unsigned long long)want, loader_vocab_size(b->l));
+    return ZY_OK;
 }
