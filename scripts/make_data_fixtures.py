@@ -11,7 +11,7 @@ tests/fixtures/data/:
   docs.jsonl.zst      the same bytes, zstd (the zstd command)
   content.jsonl       the same documents under the field "content" (--text-field content)
   lines.txt.gz        LINES, one a line (a text file read with --doc-sep line)
-  expected.json       HF's ids of each document ("docs", "lines") and the eos id
+  expected.json       the documents ("texts"), HF's ids of each ("docs", "lines") and the eos id
   mg_u16.{bin,idx}    a Megatron indexed dataset (MMIDIDX version 1, uint16 elements) written
                       from the format description with struct, and mg_i32.{bin,idx} (int32
                       elements); expected.json "megatron" holds their sequences and documents
@@ -124,6 +124,7 @@ def main():
 
     expected = {
         "eos": eos,
+        "texts": DOCS,
         "vocab_size": tok.get_vocab_size(),
         "docs": [hf_ids(tok, t) for t in DOCS],
         "lines": [hf_ids(tok, t) for t in LINES],

@@ -324,6 +324,32 @@ static void test_force_and_empty_split(void **state) {
                0, NULL, NULL);
 }
 
+/* tokenizer train reads JSONL and compressed files as documents: training on docs.jsonl.gz gives
+ * the tokenizer that training on the same texts as one file each gives. */
+static void test_tokenizer_train_reads_jsonl(void **state) {
+    (void)state;
+    char dir[768], p[1024], in[768], a[768], b[768];
+    assert_int_equal(zy_mkdirs(tp(dir, "texts")), ZY_OK);
+    int i = 0;
+    const cJSON *t;
+    cJSON_ArrayForEach(t, cJSON_GetObjectItem(expected, "texts")) {
+        snprintf(p, sizeof p, "%s/doc%02d.txt", dir, i++);
+        write_file(p, t->valuestring, strlen(t->valuestring));
+    }
+    expect_run(ARGS("tokenizer", "train", "--input", dir, "--doc-sep", "file", "--vocab-size",
+                    "320", "--out", tp(a, "from_texts.json")),
+               0, NULL, NULL);
+    expect_run(ARGS("tokenizer", "train", "--input", fx(in, "docs.jsonl.gz"), "--vocab-size", "320",
+                    "--out", tp(b, "from_jsonl.json")),
+               0, NULL, NULL);
+    size_t na, nb;
+    char *ta = read_file(a, &na), *tb = read_file(b, &nb);
+    assert_int_equal(na, nb);
+    assert_memory_equal(ta, tb, na);
+    free(ta);
+    free(tb);
+}
+
 /* ---- Megatron ---- */
 
 /* The sequences of expected.json's megatron[name], back to back. */
@@ -559,6 +585,7 @@ int main(void) {
         cmocka_unit_test(test_jsonl_errors_and_skip),
         cmocka_unit_test(test_damaged_compressed),
         cmocka_unit_test(test_force_and_empty_split),
+        cmocka_unit_test(test_tokenizer_train_reads_jsonl),
         cmocka_unit_test(test_megatron_tokens),
         cmocka_unit_test(test_megatron_damage),
         cmocka_unit_test(test_train_eval_refuse_misfits),

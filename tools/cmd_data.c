@@ -15,20 +15,21 @@
 /* The summary after the shards are written: what was read, what each split holds, and what was
  * left out or skipped (nothing is passed over without a line saying so). */
 static void print_summary(const zy_prepare_opts *o, const zy_prepare_stats *st) {
+    const zy_docread_stats *rd = &st->read;
     printf("%d files (%d JSONL, %d compressed), %.2f MB of text -> %s in %.2f s (%.1f MB/s)\n",
-           st->files, st->jsonl_files, st->compressed_files, st->bytes / 1e6, o->out_dir,
-           st->seconds, st->bytes / 1e6 / st->seconds);
+           rd->files, rd->jsonl_files, rd->compressed_files, rd->bytes / 1e6, o->out_dir,
+           st->seconds, rd->bytes / 1e6 / st->seconds);
     for (int s = 0; s < 2; s++)
         printf("%s %" PRIu64 " docs, %" PRIu64 " tokens, %d shards\n",
                s ? "val:  " : "train:", st->docs[s], st->tokens[s], st->shards[s]);
     printf("tokenizer %s: vocabulary hash %016" PRIx64 " (recorded in every shard)\n", o->tokenizer,
            st->tokenizer_hash);
-    if (st->jsonl_files)
+    if (rd->jsonl_files)
         printf("JSONL: %" PRIu64 " records, %" PRIu64 " with an empty \"%s\" (no document)\n",
-               st->jsonl.records, st->jsonl.empty, o->text_field);
-    if (st->jsonl.bad)
+               rd->jsonl.records, rd->jsonl.empty, o->text_field);
+    if (rd->jsonl.bad)
         printf("skipped %" PRIu64 " bad JSONL lines (--skip-bad-lines); the first: %s\n",
-               st->jsonl.bad, st->jsonl.first_bad);
+               rd->jsonl.bad, rd->jsonl.first_bad);
     char left_out[2048];
     docs_skipped_describe(&st->skipped, left_out, sizeof left_out);
     if (left_out[0]) printf("left out of the input folders: %s\n", left_out);

@@ -49,6 +49,10 @@ void jsonl_close(zy_jsonl *r) {
     free(r);
 }
 
+int jsonl_compressed(const zy_jsonl *r) {
+    return instream_kind(r->in) != INSTREAM_PLAIN;
+}
+
 void jsonl_add_counts(const zy_jsonl *r, zy_jsonl_counts *c) {
     if (!c->first_bad[0] && r->c.first_bad[0])
         snprintf(c->first_bad, sizeof c->first_bad, "%s", r->c.first_bad);

@@ -24,6 +24,8 @@ int jsonl_open(zy_jsonl **out, const char *path, const char *field, int skip_bad
 /* The next document: 1 with *text (valid until the next call) and *len, 0 at the end, ZY_ERR on
  * bad input or a failed read. Empty texts are counted and passed over. */
 int jsonl_next(zy_jsonl *r, const char **text, size_t *len);
+/* 1 if the file is gzip or zstd. */
+int jsonl_compressed(const zy_jsonl *r);
 /* Adds this reader's counts to *c. */
 void jsonl_add_counts(const zy_jsonl *r, zy_jsonl_counts *c);
 void jsonl_close(zy_jsonl *r);

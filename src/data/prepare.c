@@ -4,7 +4,7 @@
 #include "base/fileio.h"
 #include "base/timer.h"
 #include "data/hashmap.h"
-#include "data/instream.h"
+#include "data/docread.h"
 #include "data/shard.h"
 #include "data/tok_hash.h"
 #include "data/tokenizer.h"
@@ -161,11 +161,11 @@ static int write_meta(const zy_prepare_opts *o, const char *dir, const zy_tokeni
     cJSON_AddStringToObject(m, "doc_sep", docsep_name(o->doc_sep));
     cJSON_AddNumberToObject(m, "val_fraction", o->val_fraction);
     cJSON_AddNumberToObject(m, "shard_tokens", (double)o->shard_tokens);
-    if (st->jsonl_files) {
+    if (st->read.jsonl_files) {
         cJSON_AddStringToObject(m, "text_field", o->text_field);
-        cJSON_AddNumberToObject(m, "jsonl_records", (double)st->jsonl.records);
-        cJSON_AddNumberToObject(m, "jsonl_empty_texts", (double)st->jsonl.empty);
-        cJSON_AddNumberToObject(m, "jsonl_bad_lines_skipped", (double)st->jsonl.bad);
+        cJSON_AddNumberToObject(m, "jsonl_records", (double)st->read.jsonl.records);
+        cJSON_AddNumberToObject(m, "jsonl_empty_texts", (double)st->read.jsonl.empty);
+        cJSON_AddNumberToObject(m, "jsonl_bad_lines_skipped", (double)st->read.jsonl.bad);
     }
     cJSON *in = cJSON_AddArrayToObject(m, "inputs");
     for (int i = 0; i < nfiles; i++) cJSON_AddItemToArray(in, cJSON_CreateString(files[i]));
@@ -286,61 +286,8 @@ static int add_text(prep *p, const char *text, size_t len) {
     return ZY_OK;
 }
 
-/* A text file: plain files are mapped, compressed ones decompressed whole; then cut. */
-static int read_text_file(prep *p, const char *path, zy_prepare_stats *st) {
-    zy_mmap m = {0};
-    char *heap = NULL;
-    const char *text;
-    size_t len;
-    ZY_TRY(zy_mmap_open(&m, path));
-    if (instream_sniff(m.data, m.size) == INSTREAM_PLAIN) {
-        text = m.data;
-        len = m.size;
-        st->file_bytes += m.size;
-    } else {
-        zy_mmap_close(&m);
-        uint64_t on_disk = 0;
-        ZY_TRY(instream_read_all(path, &heap, &len, &on_disk));
-        text = heap;
-        st->file_bytes += on_disk;
-        st->compressed_files++;
-    }
-    zy_spans docs = {0};
-    docs_split(text, len, p->o->doc_sep, &docs);
-    st->bytes += len;
-    int rc = ZY_OK;
-    for (size_t i = 0; i < docs.n && rc == ZY_OK; i++)
-        rc = add_text(p, docs.d[i].text, docs.d[i].len);
-    spans_free(&docs);
-    zy_mmap_close(&m);
-    free(heap);
-    return rc;
-}
-
-static int read_jsonl_file(prep *p, const char *path, zy_prepare_stats *st) {
-    zy_jsonl *r;
-    ZY_TRY(jsonl_open(&r, path, p->o->text_field, p->o->skip_bad_lines));
-    const char *text;
-    size_t len;
-    int rc;
-    while ((rc = jsonl_next(r, &text, &len)) == 1) {
-        st->bytes += len;
-        if ((rc = add_text(p, text, len)) != ZY_OK) break;
-    }
-    uint64_t before = st->jsonl.file_bytes;
-    jsonl_add_counts(r, &st->jsonl);
-    st->file_bytes += st->jsonl.file_bytes - before;
-    st->jsonl_files++;
-    jsonl_close(r);
-    return rc == 0 ? ZY_OK : ZY_ERR;
-}
-
-static int is_compressed_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    uint8_t head[4];
-    size_t n = f ? fread(head, 1, sizeof head, f) : 0;
-    if (f) fclose(f);
-    return instream_sniff(head, n) != INSTREAM_PLAIN;
+static int add_text_cb(void *ctx, const char *text, size_t len) {
+    return add_text(ctx, text, len);
 }
 
 /* Why a split came out empty, in words a user can act on. */
@@ -377,20 +324,15 @@ static int prepare_into(const zy_prepare_opts *o, const char *tmp, char **files,
         p.w[s].eos = (uint32_t)tok_eos_id(p.t);
         p.w[s].tok_hash = st->tokenizer_hash;
     }
-    for (int i = 0; i < nfiles && rc == ZY_OK; i++) {
-        if (docfmt_of(files[i], o->format) == DOCFMT_JSONL) {
-            if (is_compressed_file(files[i])) st->compressed_files++;
-            rc = read_jsonl_file(&p, files[i], st);
-        } else {
-            rc = read_text_file(&p, files[i], st);
-        }
-    }
+    zy_docread_opts ro = {o->doc_sep, o->format, o->text_field, o->skip_bad_lines};
+    for (int i = 0; i < nfiles && rc == ZY_OK; i++)
+        rc = docread_file(files[i], &ro, add_text_cb, &p, &st->read);
     if (rc == ZY_OK) rc = flush_pending(&p);
     if (rc == ZY_OK && p.ndocs == 0) {
-        if (st->jsonl.bad)
+        if (st->read.jsonl.bad)
             rc = zy_fail("no documents in the input: every record was bad (%llu bad lines; the "
                          "first: %s)",
-                         (unsigned long long)st->jsonl.bad, st->jsonl.first_bad);
+                         (unsigned long long)st->read.jsonl.bad, st->read.jsonl.first_bad);
         else
             rc = zy_fail("%s: no documents in the input", files[0]);
     }
@@ -440,7 +382,6 @@ int data_prepare(const zy_prepare_opts *opts, zy_prepare_stats *st) {
     char **files;
     int nfiles;
     ZY_TRY(docs_expand_inputs(o->inputs, o->n_inputs, &files, &nfiles, &st->skipped));
-    st->files = nfiles;
     char tmp[4128];
     snprintf(tmp, sizeof tmp, "%s.tmp-%d", o->out_dir, (int)getpid());
     (void)zy_remove_tree(tmp);

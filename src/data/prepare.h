@@ -16,8 +16,7 @@
 #ifndef ZY_PREPARE_H
 #define ZY_PREPARE_H
 
-#include "data/docs.h"
-#include "data/jsonl.h"
+#include "data/docread.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -41,11 +40,8 @@ typedef struct {
     uint64_t docs[2], tokens[2]; /* [0] train, [1] val */
     int shards[2];
     char empty_why[2][160]; /* why a split came out empty ("" when it did not) */
-    uint64_t bytes;         /* text read (decompressed) */
-    uint64_t file_bytes;    /* bytes read from disk */
-    int files, jsonl_files, compressed_files;
-    zy_jsonl_counts jsonl; /* JSONL records, empty texts, bad lines skipped */
-    zy_skipped skipped;    /* what the input folders left out */
+    zy_docread_stats read;  /* files, bytes, JSONL records and bad lines */
+    zy_skipped skipped;     /* what the input folders left out */
     uint64_t tokenizer_hash;
     double seconds;
 } zy_prepare_stats;
