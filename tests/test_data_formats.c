@@ -52,14 +52,19 @@ static run_result run(const char *const *args) {
 /* Runs and expects exit status `code` with each phrase (may be NULL) in stdout or stderr. */
 static void expect_run(const char *const *args, int code, const char *p1, const char *p2) {
     run_result r = run(args);
-    const char *ph[2] = {p1, p2};
-    if (r.code != code)
-        fail_msg("zayac %s %s: exit %d, expected %d\n%s%s", args[0], args[1], r.code, code, r.out,
-                 r.err);
+    const char *ph[2] = {p1, p2}, *missing = NULL;
     for (int i = 0; i < 2; i++)
-        if (ph[i] && !strstr(r.out, ph[i]) && !strstr(r.err, ph[i]))
-            fail_msg("zayac %s %s: no \"%s\" in\n%s%s", args[0], args[1], ph[i], r.out, r.err);
+        if (ph[i] && !strstr(r.out, ph[i]) && !strstr(r.err, ph[i])) missing = ph[i];
+    if (r.code == code && !missing) {
+        result_free(&r);
+        return;
+    }
+    char msg[4096];
+    snprintf(msg, sizeof msg, "zayac %s %s: exit %d (expected %d)%s%s%s\n%s%s", args[0], args[1],
+             r.code, code, missing ? ", no \"" : "", missing ? missing : "", missing ? "\" in" : "",
+             r.out, r.err);
     result_free(&r);
+    fail_msg("%s", msg);
 }
 
 static void write_file(const char *path, const void *data, size_t n) {

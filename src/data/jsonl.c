@@ -156,9 +156,10 @@ int jsonl_next(zy_jsonl *r, const char **text, size_t *len) {
             continue;
         }
         if (!cJSON_IsObject(doc)) {
-            ZY_TRY(bad_line(r, "%s, expected a JSON object with a \"%s\" field", json_kind(doc),
-                            r->field));
+            int rc = bad_line(r, "%s, expected a JSON object with a \"%s\" field", json_kind(doc),
+                              r->field);
             cJSON_Delete(doc);
+            ZY_TRY(rc);
             continue;
         }
         const cJSON *f = cJSON_GetObjectItemCaseSensitive(doc, r->field);
