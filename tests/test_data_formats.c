@@ -525,7 +525,8 @@ static void test_train_eval_refuse_misfits(void **state) {
     train_config(cfg, "small_vocab", top, data, "", 0);
     char holds[64];
     snprintf(holds, sizeof holds, "holds token id %d", top);
-    expect_run(ARGS("train", "--config", cfg), 2, holds, "vocab_size");
+    expect_run(ARGS("train", "--config", cfg), 2, holds, "the training data (");
+    expect_run(ARGS("train", "--config", cfg), 2, data, "vocab_size");
     assert_false(zy_path_exists(tp(ckpt, "small_vocab/metrics.jsonl")));
     /* the fitting run trains, and evaluates; eval then refuses a model folder whose tokenizer is
      * not the data's */

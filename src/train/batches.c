@@ -16,6 +16,7 @@
 
 struct zy_batches {
     zy_loader *l;
+    char what[ZY_PATH_MAX + 48]; /* the sources, for messages: "DIR" or "DIR and 2 more" */
     int B, T;
     int row0, rows;       /* this rank's rows of each batch */
     int32_t *buf;         /* [B, T+1] */
@@ -41,6 +42,10 @@ int batches_open(zy_batches **out, const zy_train_config *c, int val, uint64_t s
     ZY_TRY(loader_open(&l, src, c->n_sources, &o));
     zy_batches *b = zy_calloc(1, sizeof *b);
     b->l = l;
+    snprintf(b->what, sizeof b->what, "%s", c->sources[0].path);
+    if (c->n_sources > 1)
+        snprintf(b->what + strlen(b->what), sizeof b->what - strlen(b->what), " and %d more",
+                 c->n_sources - 1);
     b->B = o.B;
     b->T = o.T;
     b->row0 = 0;
@@ -175,10 +180,10 @@ int32_t batches_max_token(const zy_batches *b) {
 int batches_check_vocab(const zy_batches *b, const char *split, int vocab_size, const char *model) {
     int32_t top = loader_max_token(b->l);
     if (top >= vocab_size)
-        return zy_fail("the %s data holds token id %d but the model (%s) has vocab_size %d: "
-                       "train a model with a vocabulary of at least %d, or prepare the data with "
+        return zy_fail("the %s data (%s) holds token id %d but the model (%s) has vocab_size %d: "
+                       "use a model with a vocabulary of at least %d, or prepare the data with "
                        "the model's tokenizer",
-                       split, top, model, vocab_size, top + 1);
+                       split, b->what, top, model, vocab_size, top + 1);
     return ZY_OK;
 }
 
