@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* the trainer's state: train/trainer.h */
 
@@ -215,6 +216,13 @@ static int trainer_init(trainer *tr, const zy_train_config *c) {
     if (c->eval_interval > 0) { /* the validation data too, before any step */
         ZY_TRY(batches_open(&tr->val, c, 1, c->seed + 1000003));
         ZY_TRY(check_data_fits(tr, tr->val, "validation", from));
+        struct stat st; /* a file source (a shard, a Megatron .idx) has no held-out split */
+        for (int i = 0; i < c->n_sources && is_main_rank(tr); i++)
+            if (stat(c->sources[i].path, &st) == 0 && !S_ISDIR(st.st_mode))
+                fprintf(stderr,
+                        "warning: data %s is a file, not a prepared folder: the validation loss "
+                        "reads its training tokens\n",
+                        c->sources[i].path);
     }
     snprintf(tr->ckpt_root, sizeof tr->ckpt_root, "%s/checkpoints", c->out_dir);
     return ZY_OK;
