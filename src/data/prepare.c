@@ -155,7 +155,7 @@ static int write_meta(const zy_prepare_opts *o, const char *dir, const zy_tokeni
     cJSON_AddNumberToObject(m, "vocab_size", tok_vocab_size(t));
     cJSON_AddNumberToObject(m, "eos_id", tok_eos_id(t));
     char hash[24];
-    snprintf(hash, sizeof hash, "%016llx", (unsigned long long)tok_vocab_hash(t));
+    snprintf(hash, sizeof hash, "%016llx", (unsigned long long)st->tokenizer_hash);
     cJSON_AddStringToObject(m, "tokenizer_hash", hash);
     cJSON_AddNumberToObject(m, "token_bytes", shard_token_bytes((uint32_t)tok_vocab_size(t)));
     cJSON_AddStringToObject(m, "doc_sep", docsep_name(o->doc_sep));
@@ -295,8 +295,8 @@ static void explain_empty(const prep *p, zy_prepare_stats *st) {
     double f = p->o->val_fraction;
     if (st->docs[1] == 0)
         snprintf(st->empty_why[1], sizeof st->empty_why[1],
-                 f > 0 ? "%llu document%s, val-fraction %g -> 0 docs (a validation document needs "
-                         "at least 2)"
+                 f > 0 ? "%llu document%s, val-fraction %g -> 0 docs (holding one out takes 2 "
+                         "documents or more)"
                        : "%llu document%s, val-fraction %g: no validation split asked for",
                  (unsigned long long)p->ndocs, p->ndocs == 1 ? "" : "s", f);
     if (st->docs[0] == 0)
