@@ -539,7 +539,7 @@ static void test_train_eval_refuse_misfits(void **state) {
                     "--seq-len", "8"),
                0, "validation loss", NULL);
     char model_tok[800];
-    snprintf(model_tok, sizeof model_tok, "%s/tokenizer.json", model);
+    snprintf(model_tok, sizeof model_tok, "%s/model/tokenizer.json", model); /* its HF folder */
     size_t n;
     char *b = read_file(other, &n);
     write_file(model_tok, b, n);
