@@ -21,7 +21,7 @@ BLAS_DIR ?= $(firstword $(wildcard $(DEPS_ROOT)/usr/lib/$(MULTIARCH)/openblas-op
 CFLAGS   ?= -O2 -g
 CFLAGS   += -std=c11 -D_GNU_SOURCE -fopenmp -Isrc -Wall -Wextra -Wshadow -Wno-unused-parameter \
             -Wstrict-prototypes -Wmissing-prototypes -MMD -MP
-LDLIBS   := -lcjson -lpcre2-8 -lm -lpthread
+LDLIBS   := -lcjson -lpcre2-8 -lzstd -lz -lm -lpthread
 LDFLAGS  := -fopenmp
 ifneq ($(BLAS_DIR),)
 LDFLAGS  += -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR)

@@ -2,7 +2,7 @@
 # Installs the Debian packages zayac needs to build, test and run its default job, if missing.
 set -euo pipefail
 pkgs=(gcc make libcjson-dev libopenblas-openmp-dev libcmocka-dev libpcre2-dev fortunes fortune-mod python3
-      openmpi-bin libopenmpi-dev)
+      openmpi-bin libopenmpi-dev zlib1g-dev libzstd-dev)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -18,7 +18,7 @@ fi
 if [ ! -f "$OUT/data/.complete" ]; then
     echo "== tokenizing the corpus into shards (2% of the documents held out for validation)"
     $Z data prepare --tokenizer "$OUT/tokenizer.json" --input "$CORPUS" --doc-sep fortune \
-        --val-fraction 0.02 --out "$OUT/data"
+        --val-fraction 0.02 --out "$OUT/data" --force
     touch "$OUT/data/.complete"
 fi
 echo "== training (progress, validation loss, checkpoints and loss.png in $OUT)"

@@ -15,6 +15,6 @@ mkdir -p $OUT
     $Z tokenizer train --input "$CORPUS" --doc-sep fortune --vocab-size 512 --out $OUT/tokenizer.json
 if [ ! -f $OUT/data/.complete ]; then
     $Z data prepare --tokenizer $OUT/tokenizer.json --input "$CORPUS" --doc-sep fortune \
-        --val-fraction 0.02 --out $OUT/data
+        --val-fraction 0.02 --out $OUT/data --force
     touch $OUT/data/.complete
 fi

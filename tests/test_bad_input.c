@@ -333,9 +333,9 @@ static void test_metrics_on_a_full_disk(void **state) {
     int32_t ids[2048];
     for (int i = 0; i < 2048; i++) ids[i] = 3 + i % 80;
     snprintf(path, sizeof path, "%s/train_000000.bin", data);
-    assert_int_equal(shard_write(path, ids, 2048, 97, 1, 1), ZY_OK);
+    assert_int_equal(shard_write(path, ids, 2048, 97, 1, 1, 0), ZY_OK);
     snprintf(path, sizeof path, "%s/val_000000.bin", data);
-    assert_int_equal(shard_write(path, ids, 512, 97, 1, 1), ZY_OK);
+    assert_int_equal(shard_write(path, ids, 512, 97, 1, 1, 0), ZY_OK);
     snprintf(text, sizeof text,
              "{\"model\": \"%s\", \"data\": \"%s\", \"batch_size\": 2, \"seq_len\": 16,"
              " \"steps\": 4, \"eval_interval\": 0, \"checkpoint_interval\": 2,"

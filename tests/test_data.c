@@ -46,7 +46,7 @@ static void test_shard_round_trip(void **state) {
         zy_rng r = zy_rng_init(5, (uint64_t)k);
         for (int i = 0; i < 777; i++) tok[i] = (int32_t)zy_rng_below(&r, vocabs[k]);
         tok[0] = (int32_t)vocabs[k] - 1;
-        assert_int_equal(shard_write(path, tok, 777, vocabs[k], 7, 12), ZY_OK);
+        assert_int_equal(shard_write(path, tok, 777, vocabs[k], 7, 12, 0), ZY_OK);
         zy_shard s;
         assert_int_equal(shard_open(&s, path, 1), ZY_OK);
         assert_int_equal(s.h.ntokens, 777);
@@ -79,7 +79,7 @@ static void test_shard_corruption(void **state) {
     tmp_path(bad, "bad.bin");
     int32_t tok[100];
     for (int i = 0; i < 100; i++) tok[i] = i * 3;
-    assert_int_equal(shard_write(good, tok, 100, 500, 0, 1), ZY_OK);
+    assert_int_equal(shard_write(good, tok, 100, 500, 0, 1, 0), ZY_OK);
     char *img;
     size_t n;
     assert_int_equal(zy_read_file(good, &img, &n), ZY_OK);
@@ -125,7 +125,7 @@ static void test_shard_corruption(void **state) {
 
     /* a bad token fails the write and leaves the existing file as it was */
     tok[3] = 500;
-    assert_int_equal(shard_write(good, tok, 100, 500, 0, 1), ZY_ERR);
+    assert_int_equal(shard_write(good, tok, 100, 500, 0, 1, 0), ZY_ERR);
     assert_non_null(strstr(zy_errmsg(), "outside the vocabulary"));
     char *after;
     size_t n2;
@@ -321,6 +321,9 @@ static void test_prepare(void **state) {
     size_t n1, n2;
     char *b1 = read_all(first, &n1);
     omp_set_num_threads(1);
+    assert_int_equal(data_prepare(&o, &st), ZY_ERR); /* not without force */
+    assert_non_null(strstr(zy_errmsg(), "--force"));
+    o.force = 1;
     assert_int_equal(data_prepare(&o, &st), ZY_OK);
     omp_set_num_threads(2);
     char *b2 = read_all(first, &n2);
@@ -356,6 +359,7 @@ static void test_prepare_bad_input(void **state) {
     o.n_inputs = 1;
     o.out_dir = out;
     o.doc_sep = DOCSEP_FORTUNE;
+    o.force = 1;
     zy_prepare_stats st;
     assert_int_equal(data_prepare(&o, &st), ZY_ERR);
     assert_non_null(strstr(zy_errmsg(), out));
@@ -399,7 +403,7 @@ static void make_sources(char a[256], char b[256]) {
             tok[i] = (k == 2 ? 1000 : 0) + (int)zy_rng_below(&r, 1000);
         char path[512];
         snprintf(path, sizeof path, "%s/%s", k == 2 ? b : a, names[k]);
-        assert_int_equal(shard_write(path, tok, (uint64_t)sizes[k], VOCAB, 0, 1), ZY_OK);
+        assert_int_equal(shard_write(path, tok, (uint64_t)sizes[k], VOCAB, 0, 1, 0), ZY_OK);
         free(tok);
     }
 }
@@ -588,7 +592,7 @@ static void test_loader_errors(void **state) {
     assert_int_equal(zy_mkdirs(c), ZY_OK);
     int32_t tok[100] = {0};
     snprintf(p, sizeof p, "%s/train_000000.bin", c);
-    assert_int_equal(shard_write(p, tok, 100, 70000, 0, 1), ZY_OK);
+    assert_int_equal(shard_write(p, tok, 100, 70000, 0, 1, 0), ZY_OK);
     src[1].path = c;
     src[1].split = NULL;
     assert_int_equal(loader_open(&l, src, 2, &o), ZY_ERR);

@@ -54,9 +54,10 @@ static int cmd_train_tok(int argc, char **argv) {
         {"--special", 1, "a special token (repeatable; default <|bos|> <|eos|> <|pad|>)", NULL},
         {"--doc-sep", 1, "blank-line|file|line|fortune: separator lines are not trained on", NULL},
         {"--min-frequency", 1, "stop when the best pair occurs fewer times (default 2)", NULL},
+        {"--force", 0, "replace an existing --out file", NULL},
         {"--help", 0, "this help", NULL},
         {NULL, 0, NULL, NULL}};
-    const char *syn = "--input FILE... --vocab-size N --out tokenizer.json";
+    const char *syn = "--input FILE... --vocab-size N --out tokenizer.json [--force]";
     const char *pos[MAX_INPUTS], *inputs[MAX_INPUTS + 1];
     int npos = 0;
     int done = args_cli("tokenizer train", syn, opts, argc, argv, pos, MAX_INPUTS, &npos);
@@ -76,10 +77,17 @@ static int cmd_train_tok(int argc, char **argv) {
         zy_fail("needs --input and --out");
         return args_usage_error("tokenizer train", syn, opts);
     }
-    char **files;
-    int nfiles;
-    if (docs_expand_inputs(inputs, n, &files, &nfiles) != ZY_OK)
+    if (zy_path_exists(outp) && !args_get(opts, "--force")) {
+        zy_fail("%s: exists; --force replaces it", outp);
         return cli_error("tokenizer train");
+    }
+    char **files, left_out[2048];
+    int nfiles;
+    zy_skipped skipped = {0};
+    if (docs_expand_inputs(inputs, n, &files, &nfiles, &skipped) != ZY_OK)
+        return cli_error("tokenizer train");
+    docs_skipped_describe(&skipped, left_out, sizeof left_out);
+    if (left_out[0]) printf("left out of the input folders: %s\n", left_out);
     double t0 = zy_now();
     zy_tokenizer *t;
     size_t bytes = 0;

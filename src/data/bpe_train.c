@@ -6,6 +6,7 @@
 #include "data/tok_internal.h"
 #include "base/err.h"
 #include "base/fileio.h"
+#include "data/docread.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -387,33 +388,24 @@ int bpe_trainer_finish(zy_bpe_trainer *tr, int32_t vocab_size, const char *const
     return ZY_OK;
 }
 
+static int add_doc_cb(void *trainer, const char *text, size_t len) {
+    return bpe_trainer_add(trainer, text, len);
+}
+
 int tok_train_files(const char *const *paths, int n_paths, zy_docsep sep, int32_t vocab_size,
                     const char *const *specials, int n_specials, int min_frequency,
                     zy_tokenizer **out, size_t *bytes_read) {
     *out = NULL;
     zy_bpe_trainer *tr = bpe_trainer_new();
-    size_t total = 0;
-    for (int i = 0; i < n_paths; i++) {
-        zy_mmap m;
-        if (zy_mmap_open(&m, paths[i]) != ZY_OK) {
+    zy_docread_opts o = docread_defaults(sep); /* JSONL and compressed files by their names */
+    zy_docread_stats st = {0};
+    for (int i = 0; i < n_paths; i++)
+        if (docread_file(paths[i], &o, add_doc_cb, tr, &st) != ZY_OK) { /* names the file */
             bpe_trainer_free(tr);
             return ZY_ERR;
         }
-        zy_spans docs = {0};
-        docs_split(m.data, m.size, sep, &docs);
-        int rc = ZY_OK;
-        for (size_t d = 0; d < docs.n && rc == ZY_OK; d++)
-            rc = bpe_trainer_add(tr, docs.d[d].text, docs.d[d].len);
-        total += m.size;
-        spans_free(&docs);
-        zy_mmap_close(&m);
-        if (rc != ZY_OK) {
-            bpe_trainer_free(tr);
-            return zy_fail_ctx("%s", paths[i]);
-        }
-    }
     int rc = bpe_trainer_finish(tr, vocab_size, specials, n_specials, min_frequency, out);
     bpe_trainer_free(tr);
-    if (bytes_read) *bytes_read = total;
+    if (bytes_read) *bytes_read = st.bytes;
     return rc;
 }

@@ -1,6 +1,8 @@
 /* Input expansion and document splitting (see docs.h). */
 #include "data/docs.h"
 #include "base/err.h"
+#include "base/fileio.h"
+#include "data/instream.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -105,22 +107,47 @@ static int cmp_str(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* A NUL byte in the first 4 KiB, unless the file is gzip or zstd (binary, but text inside). */
 static int looks_binary(const char *path) {
     FILE *f = fopen(path, "rb");
     if (!f) return 0; /* let the reader report it */
     char buf[4096];
     size_t n = fread(buf, 1, sizeof buf, f);
     fclose(f);
-    return memchr(buf, 0, n) != NULL;
+    return instream_sniff((const uint8_t *)buf, n) == INSTREAM_PLAIN && memchr(buf, 0, n) != NULL;
 }
 
-static int expand_dir(const char *dir, path_list *out) {
+static void note_skip(zy_skipped *s, zy_skip_kind k, const char *path) {
+    if (!s) return;
+    if (s->count[k] < ZY_SKIP_EXAMPLES) snprintf(s->example[k][s->count[k]], 256, "%s", path);
+    s->count[k]++;
+}
+
+void docs_skipped_describe(const zy_skipped *s, char *buf, size_t n) {
+    static const char *const what[SKIP_KINDS] = {"binary files", "symlinks, not followed",
+                                                 "subdirectories, not searched", "hidden files",
+                                                 "special files"};
+    size_t at = 0;
+    buf[0] = 0;
+    for (int k = 0; k < SKIP_KINDS; k++) {
+        if (!s->count[k]) continue;
+        at += (size_t)snprintf(buf + at, at < n ? n - at : 0, "%s%d %s (", at ? "; " : "",
+                               s->count[k], what[k]);
+        for (int e = 0; e < s->count[k] && e < ZY_SKIP_EXAMPLES; e++)
+            at += (size_t)snprintf(buf + at, at < n ? n - at : 0, "%s%s", e ? ", " : "",
+                                   s->example[k][e]);
+        at += (size_t)snprintf(buf + at, at < n ? n - at : 0, "%s)",
+                               s->count[k] > ZY_SKIP_EXAMPLES ? ", ..." : "");
+    }
+}
+
+static int expand_dir(const char *dir, path_list *out, zy_skipped *skipped) {
     DIR *d = opendir(dir);
     if (!d) return zy_fail("%s: cannot open directory: %s", dir, strerror(errno));
     path_list names = {0};
     struct dirent *e;
     while ((e = readdir(d)))
-        if (e->d_name[0] != '.') paths_push(&names, e->d_name);
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) paths_push(&names, e->d_name);
     closedir(d);
     if (names.n) qsort(names.d, (size_t)names.n, sizeof *names.d, cmp_str);
     for (int i = 0; i < names.n; i++) {
@@ -128,7 +155,23 @@ static int expand_dir(const char *dir, path_list *out) {
         char *full = zy_malloc(n);
         snprintf(full, n, "%s/%s", dir, names.d[i]);
         struct stat st;
-        if (lstat(full, &st) == 0 && S_ISREG(st.st_mode) && !looks_binary(full))
+        if (lstat(full, &st) != 0) {
+            int rc = zy_fail_errno(full, "cannot read", errno);
+            free(full);
+            docs_free_paths(names.d, names.n);
+            return rc;
+        }
+        if (names.d[i][0] == '.')
+            note_skip(skipped, SKIP_HIDDEN, full);
+        else if (S_ISLNK(st.st_mode))
+            note_skip(skipped, SKIP_SYMLINK, full);
+        else if (S_ISDIR(st.st_mode))
+            note_skip(skipped, SKIP_SUBDIR, full);
+        else if (!S_ISREG(st.st_mode))
+            note_skip(skipped, SKIP_OTHER, full);
+        else if (looks_binary(full))
+            note_skip(skipped, SKIP_BINARY, full);
+        else
             paths_push(out, full);
         free(full);
     }
@@ -136,7 +179,7 @@ static int expand_dir(const char *dir, path_list *out) {
     return ZY_OK;
 }
 
-int docs_expand_inputs(const char *const *in, int n, char ***out, int *nout) {
+int docs_expand_inputs(const char *const *in, int n, char ***out, int *nout, zy_skipped *skipped) {
     path_list l = {0};
     *out = NULL;
     *nout = 0;
@@ -148,14 +191,22 @@ int docs_expand_inputs(const char *const *in, int n, char ***out, int *nout) {
         }
         if (S_ISDIR(st.st_mode)) {
             int before = l.n;
-            if (expand_dir(in[i], &l) != ZY_OK) {
+            zy_skipped here = {0};
+            if (expand_dir(in[i], &l, &here) != ZY_OK) {
                 docs_free_paths(l.d, l.n);
                 return ZY_ERR;
             }
             if (l.n == before) {
+                char what[1024];
+                docs_skipped_describe(&here, what, sizeof what);
                 docs_free_paths(l.d, l.n);
-                return zy_fail("%s: the directory has no text files", in[i]);
+                return zy_fail("%s: the directory has no text files%s%s", in[i],
+                               what[0] ? "; left out: " : "", what);
             }
+            for (int k = 0; skipped && k < SKIP_KINDS; k++)
+                for (int e = 0; e < here.count[k]; e++)
+                    note_skip(skipped, (zy_skip_kind)k,
+                              here.example[k][e < ZY_SKIP_EXAMPLES ? e : 0]);
         } else {
             paths_push(&l, in[i]);
         }
@@ -164,4 +215,22 @@ int docs_expand_inputs(const char *const *in, int n, char ***out, int *nout) {
     *out = l.d;
     *nout = l.n;
     return ZY_OK;
+}
+
+static int has_suffix(const char *s, size_t n, const char *tail) {
+    size_t t = strlen(tail);
+    return n >= t && memcmp(s + n - t, tail, t) == 0;
+}
+
+zy_docfmt docfmt_of(const char *path, zy_docfmt fmt) {
+    if (fmt != DOCFMT_AUTO) return fmt;
+    size_t n = strlen(path);
+    if (has_suffix(path, n, ".gz"))
+        n -= 3;
+    else if (has_suffix(path, n, ".zst"))
+        n -= 4;
+    else if (has_suffix(path, n, ".zstd"))
+        n -= 5;
+    return has_suffix(path, n, ".jsonl") || has_suffix(path, n, ".ndjson") ? DOCFMT_JSONL
+                                                                           : DOCFMT_TEXT;
 }

@@ -1,5 +1,6 @@
 /* Text inputs for the tokenizer trainer and the data pipeline: expanding input paths (a directory
- * means its text files) and cutting a file's text into documents by a separator rule. */
+ * means its text and compressed files), telling a file's format by its name, and cutting a file's
+ * text into documents by a separator rule. */
 #ifndef ZY_DOCS_H
 #define ZY_DOCS_H
 
@@ -32,11 +33,43 @@ typedef struct {
 void docs_split(const char *text, size_t len, zy_docsep sep, zy_spans *docs);
 void spans_free(zy_spans *s);
 
+/* Why a directory entry was left out of the inputs. */
+typedef enum {
+    SKIP_BINARY = 0, /* a NUL byte in the first 4 KiB and no gzip/zstd magic (fortune's .dat) */
+    SKIP_SYMLINK,    /* not followed: name it (or its target) to read it */
+    SKIP_SUBDIR,     /* directories are not searched recursively */
+    SKIP_HIDDEN,     /* a name starting with '.' */
+    SKIP_OTHER,      /* a socket, fifo or device */
+    SKIP_KINDS
+} zy_skip_kind;
+
+#define ZY_SKIP_EXAMPLES 3
+
+/* What input expansion left out, by kind, with the first few paths of each. */
+typedef struct {
+    int count[SKIP_KINDS];
+    char example[SKIP_KINDS][ZY_SKIP_EXAMPLES][256];
+} zy_skipped;
+
+/* One line describing s ("43 binary files (a.dat, b.dat, c.dat, ...); 43 symlinks (...)") into
+ * buf [n]; "" when nothing was left out. */
+void docs_skipped_describe(const zy_skipped *s, char *buf, size_t n);
+
 /* Expands input paths into files: a regular file stays as it is; a directory gives its regular
- * files (not symlinks, not subdirectories) in name order, leaving out binary ones (a NUL byte in
- * the first 4 KiB, such as fortune's .dat indexes). A missing path or an empty result is an error.
- * *out is a heap array of heap strings (free with docs_free_paths). */
-int docs_expand_inputs(const char *const *in, int n, char ***out, int *nout);
+ * files in name order, leaving out binary files (gzip and zstd files are kept), symlinks,
+ * subdirectories and hidden names, each counted in *skipped (may be NULL). A missing path or an
+ * empty result is an error. *out is a heap array of heap strings (free with docs_free_paths). */
+int docs_expand_inputs(const char *const *in, int n, char ***out, int *nout, zy_skipped *skipped);
 void docs_free_paths(char **paths, int n);
+
+/* How an input file is read. */
+typedef enum {
+    DOCFMT_AUTO = 0, /* by the name: *.jsonl and *.ndjson (also .gz, .zst) are JSONL, else text */
+    DOCFMT_TEXT = 1, /* text cut into documents by the separator rule */
+    DOCFMT_JSONL = 2 /* one JSON object per line; its text field is a document (data/jsonl.h) */
+} zy_docfmt;
+
+/* The format a file is read in: fmt itself unless it is DOCFMT_AUTO. */
+zy_docfmt docfmt_of(const char *path, zy_docfmt fmt);
 
 #endif

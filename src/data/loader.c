@@ -26,7 +26,9 @@ struct zy_loader {
     zy_loader_opts o;
     source src[ZY_LOADER_MAX_SOURCES];
     int nsrc;
-    uint32_t vocab, eos;
+    uint32_t vocab, eos;                    /* of the shards that record one (vocab 0: none does) */
+    uint64_t tok_hash;                      /* of the shards that record one (0: none does) */
+    const char *tok_hash_from, *vocab_from; /* the first shard recording each */
     zy_loader_state st;
 };
 
@@ -116,13 +118,25 @@ static int open_source(zy_loader *l, int k, const zy_loader_source *s) {
         if (rc != ZY_OK) break;
         src->nshards++;
         const zy_shard_header *h = &src->shards[i].h;
-        if (k == 0 && i == 0) {
+        const char *path = src->shards[i].path;
+        if (h->vocab_size && !l->vocab) { /* Megatron shards record no vocabulary */
             l->vocab = h->vocab_size;
             l->eos = h->eos_id;
-        } else if (h->vocab_size != l->vocab || h->eos_id != l->eos) {
-            rc = zy_fail("%s: vocabulary %u / eos %u differs from the first shard's %u / %u "
-                         "(shards of different tokenizers)",
-                         files[i], h->vocab_size, h->eos_id, l->vocab, l->eos);
+            l->vocab_from = path;
+        } else if (h->vocab_size && (h->vocab_size != l->vocab || h->eos_id != l->eos)) {
+            rc = zy_fail("%s: vocabulary %u / eos %u differs from %s's %u / %u (shards of "
+                         "different tokenizers)",
+                         files[i], h->vocab_size, h->eos_id, l->vocab_from, l->vocab, l->eos);
+            break;
+        }
+        if (h->tokenizer_hash && !l->tok_hash) {
+            l->tok_hash = h->tokenizer_hash;
+            l->tok_hash_from = path;
+        } else if (h->tokenizer_hash && h->tokenizer_hash != l->tok_hash) {
+            rc = zy_fail("%s: tokenizer hash %016llx differs from %s's %016llx (shards of "
+                         "different tokenizers)",
+                         files[i], (unsigned long long)h->tokenizer_hash, l->tok_hash_from,
+                         (unsigned long long)l->tok_hash);
             break;
         }
         uint64_t nt = h->ntokens, T = (uint64_t)l->o.T;
@@ -250,6 +264,11 @@ uint32_t loader_vocab_size(const zy_loader *l) {
 
 uint32_t loader_eos_id(const zy_loader *l) {
     return l->eos;
+}
+
+uint64_t loader_tokenizer_hash(const zy_loader *l, const char **from) {
+    if (from) *from = l->tok_hash_from;
+    return l->tok_hash;
 }
 
 int32_t loader_max_token(const zy_loader *l) {

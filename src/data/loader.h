@@ -1,6 +1,7 @@
 /* The training data loader: mmapped token shards served as [B, T+1] int32 windows.
  *
- * A source is a set of shards (a folder's <split>_*.bin, or one shard file); its windows are the
+ * A source is a set of shards (a folder's <split>_*.bin, or one shard file, or a Megatron dataset
+ * named by its PREFIX.idx: data/megatron.h; a file serves both splits); its windows are the
  * non-overlapping stretches [k*T, k*T + T+1) of each shard (they share one boundary token, so each
  * token is predicted once per epoch; a window never crosses shards). Source s's c-th draw is window
  * perm_e(c mod W_s) of epoch e = c / W_s, where perm_e is a bijection of [0, W_s) keyed by
@@ -55,7 +56,8 @@ typedef struct zy_loader zy_loader;
 
 /* Options with defaults: B 8, T 256, seed 0, shuffle 1, rank 0 of 1, verify 1. */
 zy_loader_opts loader_defaults(void);
-/* Opens sources [n]; every shard must share one vocabulary and hold a full window somewhere. */
+/* Opens sources [n]; every shard must share one vocabulary and tokenizer (among those that record
+ * them) and hold a full window somewhere. */
 int loader_open(zy_loader **out, const zy_loader_source *src, int n, const zy_loader_opts *o);
 void loader_free(zy_loader *l);
 /* Fills batch [B, T+1] with this rank's next rows and advances one step; rows [B] (may be NULL)
@@ -66,10 +68,14 @@ void loader_get_state(const zy_loader *l, zy_loader_state *st);
 /* Continues from a saved position; a state of another version, seed or source count is an
  * error. */
 int loader_set_state(zy_loader *l, const zy_loader_state *st);
-/* Windows per epoch of source s, and the shards' vocabulary size and eos id. */
+/* Windows per epoch of source s, and the shards' vocabulary size and eos id (0 and 0 when no
+ * shard records them: Megatron data). */
 uint64_t loader_windows(const zy_loader *l, int s);
 uint32_t loader_vocab_size(const zy_loader *l);
 uint32_t loader_eos_id(const zy_loader *l);
+/* The hash of the tokenizer the shards were written with (data/tok_hash.h), 0 when none records
+ * one; *from (may be NULL) gets the first shard that does. */
+uint64_t loader_tokenizer_hash(const zy_loader *l, const char **from);
 /* The largest token id in all the loader's shards (one pass over them). */
 int32_t loader_max_token(const zy_loader *l);
 /* A bijection of [0, n) keyed by key (exposed for tests). */

@@ -1,10 +1,12 @@
-/* Text files -> token shards (see prepare.h). */
+/* Text and JSONL files -> token shards (see prepare.h). */
 #include "data/prepare.h"
 #include "base/err.h"
 #include "base/fileio.h"
 #include "base/timer.h"
 #include "data/hashmap.h"
+#include "data/docread.h"
 #include "data/shard.h"
+#include "data/tok_hash.h"
 #include "data/tokenizer.h"
 
 #include <cjson/cJSON.h>
@@ -25,6 +27,8 @@ zy_prepare_opts prepare_defaults(void) {
     o.val_fraction = 0.01;
     o.shard_tokens = 100000000ULL;
     o.doc_sep = DOCSEP_BLANK_LINE;
+    o.format = DOCFMT_AUTO;
+    o.text_field = "text";
     return o;
 }
 
@@ -48,6 +52,7 @@ typedef struct {
     uint64_t buf_docs; /* documents ending in buf */
     uint64_t shard_tokens;
     uint32_t vocab, eos;
+    uint64_t tok_hash;
     int nshards;
     uint64_t docs, tokens;
 } split_writer;
@@ -56,7 +61,7 @@ static int flush_shard(split_writer *w, size_t n) {
     char file[64], path[4096];
     snprintf(file, sizeof file, "%s_%06d.bin", w->name, w->nshards);
     ZY_TRY(zy_path_join(path, sizeof path, w->dir, file));
-    ZY_TRY(shard_write(path, w->buf.data, n, w->vocab, w->eos, w->buf_docs));
+    ZY_TRY(shard_write(path, w->buf.data, n, w->vocab, w->eos, w->buf_docs, w->tok_hash));
     memmove(w->buf.data, w->buf.data + n, (w->buf.n - n) * sizeof(int32_t));
     w->buf.n -= n;
     w->buf_docs = 0; /* a document cut across shards counts in the shard where it ends */
@@ -142,17 +147,26 @@ static cJSON *split_json(const split_writer *w) {
 }
 
 static int write_meta(const zy_prepare_opts *o, const char *dir, const zy_tokenizer *t,
-                      const split_writer *w, char **files, int nfiles) {
+                      const split_writer *w, char **files, int nfiles, const zy_prepare_stats *st) {
     cJSON *m = cJSON_CreateObject();
     cJSON_AddStringToObject(m, "format", "zayac-shards");
     cJSON_AddNumberToObject(m, "version", ZY_SHARD_VERSION);
     cJSON_AddStringToObject(m, "tokenizer", "tokenizer.json");
     cJSON_AddNumberToObject(m, "vocab_size", tok_vocab_size(t));
     cJSON_AddNumberToObject(m, "eos_id", tok_eos_id(t));
+    char hash[24];
+    snprintf(hash, sizeof hash, "%016llx", (unsigned long long)st->tokenizer_hash);
+    cJSON_AddStringToObject(m, "tokenizer_hash", hash);
     cJSON_AddNumberToObject(m, "token_bytes", shard_token_bytes((uint32_t)tok_vocab_size(t)));
     cJSON_AddStringToObject(m, "doc_sep", docsep_name(o->doc_sep));
     cJSON_AddNumberToObject(m, "val_fraction", o->val_fraction);
     cJSON_AddNumberToObject(m, "shard_tokens", (double)o->shard_tokens);
+    if (st->read.jsonl_files) {
+        cJSON_AddStringToObject(m, "text_field", o->text_field);
+        cJSON_AddNumberToObject(m, "jsonl_records", (double)st->read.jsonl.records);
+        cJSON_AddNumberToObject(m, "jsonl_empty_texts", (double)st->read.jsonl.empty);
+        cJSON_AddNumberToObject(m, "jsonl_bad_lines_skipped", (double)st->read.jsonl.bad);
+    }
     cJSON *in = cJSON_AddArrayToObject(m, "inputs");
     for (int i = 0; i < nfiles; i++) cJSON_AddItemToArray(in, cJSON_CreateString(files[i]));
     cJSON_AddItemToObject(m, "train", split_json(&w[0]));
@@ -191,91 +205,153 @@ static int install_dir(const char *tmp, const char *out) {
     return ZY_OK;
 }
 
+/* The run: the tokenizer, the two writers, the documents waiting to be encoded (their text
+ * copied into one buffer), and the train document held back in case no document draws
+ * validation (prepare.h). */
 typedef struct {
-    zy_mmap *maps;
-    int nmaps;
-    zy_spans docs;
-    uint64_t *hash;
-    uint8_t *is_val;
-} corpus;
+    const zy_prepare_opts *o;
+    zy_tokenizer *t;
+    split_writer w[2];
+    char *text; /* [text_len] pending documents, back to back */
+    size_t text_len, text_cap;
+    size_t *end; /* [n] end offset of each pending document in text */
+    size_t n, cap;
+    uint64_t ndocs, nval;
+    zy_ids held; /* a train document not written yet */
+    uint64_t held_hash;
+    int have_held;
+} prep;
 
-static void corpus_free(corpus *c) {
-    for (int i = 0; i < c->nmaps; i++) zy_mmap_close(&c->maps[i]);
-    free(c->maps);
-    spans_free(&c->docs);
-    free(c->hash);
-    free(c->is_val);
+static int route(prep *p, uint64_t hash, int is_val, zy_ids *ids) {
+    p->ndocs++;
+    if (is_val) {
+        p->nval++;
+        ZY_TRY(add_doc(&p->w[1], ids));
+        if (p->have_held) { /* validation is not empty: the held document goes to train */
+            p->have_held = 0;
+            ZY_TRY(add_doc(&p->w[0], &p->held));
+        }
+        return ZY_OK;
+    }
+    if (p->o->val_fraction > 0 && p->nval == 0) { /* hold the smallest hash so far */
+        if (!p->have_held || hash < p->held_hash) {
+            if (p->have_held) ZY_TRY(add_doc(&p->w[0], &p->held));
+            zy_ids t = p->held;
+            p->held = *ids;
+            *ids = t;
+            p->held_hash = hash;
+            p->have_held = 1;
+            return ZY_OK;
+        }
+    }
+    return add_doc(&p->w[0], ids);
 }
 
-/* Reads the files, cuts documents and assigns each to a split. */
-static int load_corpus(const zy_prepare_opts *o, char **files, int nfiles, corpus *c,
-                       zy_prepare_stats *st) {
-    c->maps = zy_calloc((size_t)nfiles, sizeof *c->maps);
-    for (int i = 0; i < nfiles; i++) {
-        ZY_TRY(zy_mmap_open(&c->maps[i], files[i]));
-        c->nmaps++;
-        docs_split(c->maps[i].data, c->maps[i].size, o->doc_sep, &c->docs);
-        st->bytes += c->maps[i].size;
+/* Encodes and routes the pending documents. */
+static int flush_pending(prep *p) {
+    size_t n = p->n;
+    if (!n) return ZY_OK;
+    zy_span *docs = zy_malloc(n * sizeof *docs);
+    for (size_t i = 0, at = 0; i < n; at = p->end[i++]) {
+        docs[i].text = p->text + at;
+        docs[i].len = p->end[i] - at;
     }
-    if (c->docs.n == 0) return zy_fail("%s: no documents in the input", files[0]);
-    size_t n = c->docs.n, nval = 0, lo = 0;
-    c->hash = zy_malloc(n * sizeof *c->hash);
-    c->is_val = zy_malloc(n);
-    for (size_t i = 0; i < n; i++) {
-        c->hash[i] = doc_hash(c->docs.d[i].text, c->docs.d[i].len);
-        c->is_val[i] = (uint8_t)hash_is_val(c->hash[i], o->val_fraction);
-        nval += c->is_val[i];
-        if (c->hash[i] < c->hash[lo]) lo = i;
+    zy_ids *enc = zy_calloc(n, sizeof *enc);
+    int rc = encode_docs(p->t, docs, n, enc);
+    for (size_t i = 0; rc == ZY_OK && i < n; i++) {
+        uint64_t h = doc_hash(docs[i].text, docs[i].len);
+        rc = route(p, h, hash_is_val(h, p->o->val_fraction), &enc[i]);
     }
-    /* a small corpus may draw no validation document: take the one with the smallest hash */
-    if (o->val_fraction > 0 && nval == 0 && n >= 2) c->is_val[lo] = 1;
+    for (size_t i = 0; i < n; i++) ids_free(&enc[i]);
+    free(enc);
+    free(docs);
+    p->n = 0;
+    p->text_len = 0;
+    return rc;
+}
+
+static int add_text(prep *p, const char *text, size_t len) {
+    if (p->n && p->text_len + len > BATCH_BYTES) ZY_TRY(flush_pending(p));
+    if (p->text_cap - p->text_len < len) {
+        p->text_cap = p->text_len + len > 2 * p->text_cap ? p->text_len + len : 2 * p->text_cap;
+        p->text = zy_realloc(p->text, p->text_cap);
+    }
+    if (p->n == p->cap) {
+        p->cap = p->cap ? 2 * p->cap : 4096;
+        p->end = zy_realloc(p->end, p->cap * sizeof *p->end);
+    }
+    memcpy(p->text + p->text_len, text, len);
+    p->text_len += len;
+    p->end[p->n++] = p->text_len;
     return ZY_OK;
+}
+
+static int add_text_cb(void *ctx, const char *text, size_t len) {
+    return add_text(ctx, text, len);
+}
+
+/* Why a split came out empty, in words a user can act on. */
+static void explain_empty(const prep *p, zy_prepare_stats *st) {
+    double f = p->o->val_fraction;
+    if (st->docs[1] == 0)
+        snprintf(st->empty_why[1], sizeof st->empty_why[1],
+                 f > 0 ? "%llu document%s, val-fraction %g -> 0 docs (holding one out takes 2 "
+                         "documents or more)"
+                       : "%llu document%s, val-fraction %g: no validation split asked for",
+                 (unsigned long long)p->ndocs, p->ndocs == 1 ? "" : "s", f);
+    if (st->docs[0] == 0)
+        snprintf(st->empty_why[0], sizeof st->empty_why[0],
+                 "%llu document%s, all drawn for validation (val-fraction %g)",
+                 (unsigned long long)p->ndocs, p->ndocs == 1 ? "" : "s", f);
 }
 
 static int prepare_into(const zy_prepare_opts *o, const char *tmp, char **files, int nfiles,
                         zy_prepare_stats *st) {
-    zy_tokenizer *t;
-    ZY_TRY(tok_load(&t, o->tokenizer));
-    corpus c = {0};
-    split_writer w[2] = {{0}, {0}};
-    zy_ids *enc = NULL;
+    prep p = {0};
+    p.o = o;
+    ZY_TRY(tok_load(&p.t, o->tokenizer));
     int rc = ZY_OK;
-    if (tok_eos_id(t) < 0)
+    if (tok_eos_id(p.t) < 0)
         rc = zy_fail("%s: the tokenizer has no eos token (<|eos|>, <|endoftext|>, </s>, ...) to "
                      "separate documents",
                      o->tokenizer);
-    if (rc == ZY_OK) rc = load_corpus(o, files, nfiles, &c, st);
+    st->tokenizer_hash = tok_vocab_hash(p.t);
     for (int s = 0; s < 2; s++) {
-        w[s].name = s ? "val" : "train";
-        w[s].dir = tmp;
-        w[s].shard_tokens = o->shard_tokens;
-        w[s].vocab = (uint32_t)tok_vocab_size(t);
-        w[s].eos = (uint32_t)tok_eos_id(t);
+        p.w[s].name = s ? "val" : "train";
+        p.w[s].dir = tmp;
+        p.w[s].shard_tokens = o->shard_tokens;
+        p.w[s].vocab = (uint32_t)tok_vocab_size(p.t);
+        p.w[s].eos = (uint32_t)tok_eos_id(p.t);
+        p.w[s].tok_hash = st->tokenizer_hash;
     }
-    for (size_t first = 0; rc == ZY_OK && first < c.docs.n;) {
-        size_t last = first, bytes = 0;
-        while (last < c.docs.n && (last == first || bytes + c.docs.d[last].len <= BATCH_BYTES))
-            bytes += c.docs.d[last++].len;
-        size_t n = last - first;
-        enc = zy_calloc(n, sizeof *enc);
-        rc = encode_docs(t, c.docs.d + first, n, enc);
-        for (size_t i = 0; rc == ZY_OK && i < n; i++)
-            rc = add_doc(&w[c.is_val[first + i]], &enc[i]);
-        for (size_t i = 0; i < n; i++) ids_free(&enc[i]);
-        free(enc);
-        first = last;
+    zy_docread_opts ro = {o->doc_sep, o->format, o->text_field, o->skip_bad_lines};
+    for (int i = 0; i < nfiles && rc == ZY_OK; i++)
+        rc = docread_file(files[i], &ro, add_text_cb, &p, &st->read);
+    if (rc == ZY_OK) rc = flush_pending(&p);
+    if (rc == ZY_OK && p.ndocs == 0) {
+        if (st->read.jsonl.bad)
+            rc = zy_fail("no documents in the input: every record was bad (%llu bad lines; the "
+                         "first: %s)",
+                         (unsigned long long)st->read.jsonl.bad, st->read.jsonl.first_bad);
+        else
+            rc = zy_fail("%s: no documents in the input", files[0]);
     }
-    for (int s = 0; s < 2 && rc == ZY_OK; s++) rc = finish_split(&w[s]);
+    if (rc == ZY_OK && p.have_held) /* no document drew validation: give it the held one */
+        rc = add_doc(&p.w[p.ndocs >= 2 ? 1 : 0], &p.held);
+    for (int s = 0; s < 2 && rc == ZY_OK; s++) rc = finish_split(&p.w[s]);
+    for (int s = 0; s < 2; s++) {
+        st->docs[s] = p.w[s].docs;
+        st->tokens[s] = p.w[s].tokens;
+        st->shards[s] = p.w[s].nshards;
+    }
+    if (rc == ZY_OK) explain_empty(&p, st);
     if (rc == ZY_OK) rc = copy_file(o->tokenizer, tmp, "tokenizer.json");
-    if (rc == ZY_OK) rc = write_meta(o, tmp, t, w, files, nfiles);
-    for (int s = 0; s < 2; s++) {
-        st->docs[s] = w[s].docs;
-        st->tokens[s] = w[s].tokens;
-        st->shards[s] = w[s].nshards;
-        ids_free(&w[s].buf);
-    }
-    corpus_free(&c);
-    tok_free(t);
+    if (rc == ZY_OK) rc = write_meta(o, tmp, p.t, p.w, files, nfiles, st);
+    for (int s = 0; s < 2; s++) ids_free(&p.w[s].buf);
+    ids_free(&p.held);
+    free(p.text);
+    free(p.end);
+    tok_free(p.t);
     return rc;
 }
 
@@ -294,14 +370,18 @@ int data_prepare(const zy_prepare_opts *opts, zy_prepare_stats *st) {
     if (!(o->val_fraction >= 0 && o->val_fraction < 1))
         return zy_fail("validation fraction %g: expected a number in [0, 1)", o->val_fraction);
     if (o->shard_tokens < 1) return zy_fail("shard size must be at least 1 token");
+    if (o->text_field == NULL || !o->text_field[0]) return zy_fail("the JSONL text field is empty");
+    if (zy_path_exists(o->out_dir) && !o->force)
+        return zy_fail("%s: exists; --force replaces it (only a zayac data folder is ever "
+                       "replaced)",
+                       o->out_dir);
     if (!replaceable(o->out_dir))
         return zy_fail("%s: exists and is not a zayac data folder (no meta.json of format "
                        "zayac-shards); refusing to replace it",
                        o->out_dir);
     char **files;
     int nfiles;
-    ZY_TRY(docs_expand_inputs(o->inputs, o->n_inputs, &files, &nfiles));
-    st->files = nfiles;
+    ZY_TRY(docs_expand_inputs(o->inputs, o->n_inputs, &files, &nfiles, &st->skipped));
     char tmp[4128];
     snprintf(tmp, sizeof tmp, "%s.tmp-%d", o->out_dir, (int)getpid());
     (void)zy_remove_tree(tmp);

@@ -2,6 +2,7 @@
 #include "data/shard.h"
 #include "base/err.h"
 #include "data/hashmap.h"
+#include "data/megatron.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -33,7 +34,7 @@ static uint64_t shard_checksum(const uint8_t *header, const uint8_t *payload, si
 }
 
 int shard_write(const char *path, const int32_t *tokens, uint64_t n, uint32_t vocab_size,
-                uint32_t eos_id, uint64_t ndocs) {
+                uint32_t eos_id, uint64_t ndocs, uint64_t tokenizer_hash) {
     uint32_t tb = shard_token_bytes(vocab_size);
     size_t nbytes = (size_t)n * tb;
     uint8_t *buf = zy_malloc(ZY_SHARD_HEADER_BYTES + nbytes);
@@ -60,6 +61,7 @@ int shard_write(const char *path, const int32_t *tokens, uint64_t n, uint32_t vo
     put_u64(buf + 24, ndocs);
     put_u32(buf + 32, vocab_size);
     put_u32(buf + 36, eos_id);
+    put_u64(buf + 40, tokenizer_hash);
     put_u64(buf + 56, shard_checksum(buf, pay, nbytes));
     int rc = zy_write_file_atomic(path, buf, ZY_SHARD_HEADER_BYTES + nbytes);
     free(buf);
@@ -74,8 +76,13 @@ static int open_checked(zy_shard *s, const char *path, int verify) {
         return zy_fail("%s: %zu bytes, shorter than a shard header (%d bytes): truncated or not a "
                        "token shard",
                        path, size, ZY_SHARD_HEADER_BYTES);
-    if (memcmp(b, ZY_SHARD_MAGIC, 8) != 0)
+    if (memcmp(b, ZY_SHARD_MAGIC, 8) != 0) {
+        if (memcmp(b, "MMIDIDX", 7) == 0 || megatron_idx_beside(path))
+            return zy_fail("%s: not a zayac token shard (bad magic); it looks like a Megatron "
+                           "indexed dataset: name its .idx file",
+                           path);
         return zy_fail("%s: not a zayac token shard (bad magic)", path);
+    }
     zy_shard_header *h = &s->h;
     h->version = get_u32(b + 8);
     h->token_bytes = get_u32(b + 12);
@@ -83,6 +90,7 @@ static int open_checked(zy_shard *s, const char *path, int verify) {
     h->ndocs = get_u64(b + 24);
     h->vocab_size = get_u32(b + 32);
     h->eos_id = get_u32(b + 36);
+    h->tokenizer_hash = get_u64(b + 40);
     h->checksum = get_u64(b + 56);
     if (h->version != ZY_SHARD_VERSION)
         return zy_fail("%s: shard version %u, this build reads version %d", path, h->version,
@@ -101,6 +109,7 @@ static int open_checked(zy_shard *s, const char *path, int verify) {
                        "file holds %zu payload bytes: truncated or corrupt",
                        path, h->ntokens, want, size - ZY_SHARD_HEADER_BYTES);
     s->payload = b + ZY_SHARD_HEADER_BYTES;
+    s->dtype = h->token_bytes == 2 ? SHARD_U16 : SHARD_U32;
     if (verify) {
         uint64_t got = shard_checksum(b, s->payload, (size_t)want);
         if (got != h->checksum)
@@ -113,6 +122,7 @@ static int open_checked(zy_shard *s, const char *path, int verify) {
 
 int shard_open(zy_shard *s, const char *path, int verify) {
     memset(s, 0, sizeof *s);
+    if (megatron_is_idx_path(path)) return megatron_open(s, path);
     if (open_checked(s, path, verify) != ZY_OK) {
         zy_mmap_close(&s->map);
         memset(s, 0, sizeof *s);
@@ -128,13 +138,33 @@ void shard_close(zy_shard *s) {
     memset(s, 0, sizeof *s);
 }
 
+static int64_t get_i64(const uint8_t *p) {
+    return (int64_t)get_u64(p);
+}
+
 void shard_read(const zy_shard *s, uint64_t start, uint64_t n, int32_t *out) {
     ZY_CHECK(start + n <= s->h.ntokens);
-    if (s->h.token_bytes == 2) {
-        const uint8_t *p = s->payload + 2 * start;
+    const uint8_t *p = s->payload + s->h.token_bytes * start;
+    switch (s->dtype) {
+    case SHARD_U16:
         for (uint64_t i = 0; i < n; i++) out[i] = (int32_t)(p[2 * i] | (uint32_t)p[2 * i + 1] << 8);
-    } else {
-        const uint8_t *p = s->payload + 4 * start;
+        break;
+    case SHARD_U32:
+    case SHARD_I32:
         for (uint64_t i = 0; i < n; i++) out[i] = (int32_t)get_u32(p + 4 * i);
+        break;
+    case SHARD_U8:
+        for (uint64_t i = 0; i < n; i++) out[i] = p[i];
+        break;
+    case SHARD_I8:
+        for (uint64_t i = 0; i < n; i++) out[i] = (int8_t)p[i];
+        break;
+    case SHARD_I16:
+        for (uint64_t i = 0; i < n; i++)
+            out[i] = (int16_t)(uint16_t)(p[2 * i] | (uint32_t)p[2 * i + 1] << 8);
+        break;
+    case SHARD_I64:
+        for (uint64_t i = 0; i < n; i++) out[i] = (int32_t)get_i64(p + 8 * i);
+        break;
     }
 }

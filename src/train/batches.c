@@ -5,6 +5,7 @@
 #include "train/batches.h"
 #include "base/err.h"
 #include "data/loader.h"
+#include "data/tok_hash.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -15,6 +16,7 @@
 
 struct zy_batches {
     zy_loader *l;
+    char what[ZY_PATH_MAX + 48]; /* the sources, for messages: "DIR" or "DIR and 2 more" */
     int B, T;
     int row0, rows;       /* this rank's rows of each batch */
     int32_t *buf;         /* [B, T+1] */
@@ -40,6 +42,10 @@ int batches_open(zy_batches **out, const zy_train_config *c, int val, uint64_t s
     ZY_TRY(loader_open(&l, src, c->n_sources, &o));
     zy_batches *b = zy_calloc(1, sizeof *b);
     b->l = l;
+    snprintf(b->what, sizeof b->what, "%s", c->sources[0].path);
+    if (c->n_sources > 1)
+        snprintf(b->what + strlen(b->what), sizeof b->what - strlen(b->what), " and %d more",
+                 c->n_sources - 1);
     b->B = o.B;
     b->T = o.T;
     b->row0 = 0;
@@ -169,4 +175,29 @@ int batches_seek(zy_batches *b, uint64_t rows, const uint64_t *drawn) {
 
 int32_t batches_max_token(const zy_batches *b) {
     return loader_max_token(b->l);
+}
+
+int batches_check_vocab(const zy_batches *b, const char *split, int vocab_size, const char *model) {
+    int32_t top = loader_max_token(b->l);
+    if (top >= vocab_size)
+        return zy_fail("the %s data (%s) holds token id %d but the model (%s) has vocab_size %d: "
+                       "use a model with a vocabulary of at least %d, or prepare the data with "
+                       "the model's tokenizer",
+                       split, b->what, top, model, vocab_size, top + 1);
+    return ZY_OK;
+}
+
+int batches_check_tokenizer(const zy_batches *b, const char *tokenizer_path, const char *role) {
+    const char *from;
+    uint64_t want = loader_tokenizer_hash(b->l, &from), got;
+    if (!want) return ZY_OK;
+    int32_t nv;
+    if (tok_file_hash(tokenizer_path, &got, &nv) != ZY_OK) return zy_fail_ctx("%s", role);
+    if (got != want)
+        return zy_fail("%s %s (vocabulary hash %016llx, %d ids) is not the tokenizer the data was "
+                       "prepared with (%s records hash %016llx, vocabulary %u): use the data "
+                       "folder's tokenizer.json, or prepare the data again with this one",
+                       role, tokenizer_path, (unsigned long long)got, nv, from,
+                       (unsigned long long)want, loader_vocab_size(b->l));
+    return ZY_OK;
 }

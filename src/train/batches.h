@@ -30,5 +30,12 @@ void batches_position(const zy_batches *b, uint64_t *rows, uint64_t *drawn);
 int batches_seek(zy_batches *b, uint64_t rows, const uint64_t *drawn);
 /* Largest token id in the data (checked against the vocabulary before training). */
 int32_t batches_max_token(const zy_batches *b);
+/* Bad input unless every token id is below vocab_size, the model's (model names it; split is
+ * "training" or "validation"). One pass over the data. */
+int batches_check_vocab(const zy_batches *b, const char *split, int vocab_size, const char *model);
+/* Bad input when tokenizer_path (a tokenizer.json; role says whose: "tokenizer", "the model's
+ * tokenizer") is not the tokenizer the shards record (data/tok_hash.h); data that records none
+ * (older shards, Megatron) passes. */
+int batches_check_tokenizer(const zy_batches *b, const char *tokenizer_path, const char *role);
 
 #endif

@@ -289,7 +289,8 @@ const zy_setting zy_settings[] = {
     STR("tokenizer", tokenizer, "\"\"",
         "tokenizer.json, copied into checkpoints and used for samples (\"\" = none)"),
     CUSTOM("data", "list", read_data, write_data, "[]",
-           "required: a folder from `zayac data prepare`, or a list of {path, weight}"),
+           "required: a folder from `zayac data prepare` (or one of its shards, or a Megatron "
+           "PREFIX.idx), or a list of {path, weight}"),
     NUM("batch_size", ZY_SET_INT, batch_size, 1, 1 << 20, "8", "sequences per micro-batch"),
     NUM("seq_len", ZY_SET_INT, seq_len, 1, 1 << 24, "128",
         "tokens per sequence (at most the model's max_position_embeddings)"),

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 
 /* the trainer's state: train/trainer.h */
 
@@ -58,11 +59,17 @@ static int is_main_rank(const trainer *tr) {
     return tr->ranks.comm.rank == 0;
 }
 
-/* Bad input: data whose token ids the model's embedding does not have. */
-static int check_vocab(const zy_batches *b, const char *split, int vocab_size) {
-    if (batches_max_token(b) >= vocab_size)
-        return zy_fail("the %s data holds token id %d but the model's vocabulary is %d", split,
-                       batches_max_token(b), vocab_size);
+/* Bad input: data whose token ids the model's embedding does not have, or that another tokenizer
+ * wrote than the run's (its own, or the one beside the weights it starts from). */
+static int check_data_fits(const trainer *tr, const zy_batches *b, const char *split,
+                           const char *model_dir) {
+    const zy_train_config *c = tr->cfg;
+    ZY_TRY(batches_check_vocab(b, split, tr->st.model.cfg.vocab_size, c->model_desc));
+    if (c->tokenizer[0]) ZY_TRY(batches_check_tokenizer(b, c->tokenizer, "tokenizer"));
+    char path[4096];
+    if (model_dir && zy_path_join(path, sizeof path, model_dir, "tokenizer.json") == ZY_OK &&
+        zy_path_exists(path))
+        ZY_TRY(batches_check_tokenizer(b, path, "the model's tokenizer"));
     return ZY_OK;
 }
 
@@ -73,7 +80,7 @@ static int evaluate(trainer *tr, int64_t batches, double *loss, int64_t *tokens)
     tr->val = NULL;
     ZY_TRY(batches_open(&tr->val, c, 1, c->seed + 1000003));
     ZY_TRY(batches_set_slice(tr->val, tr->ranks.comm.rank, tr->ranks.comm.world));
-    ZY_TRY(check_vocab(tr->val, "validation", tr->st.model.cfg.vocab_size));
+    ZY_TRY(batches_check_vocab(tr->val, "validation", tr->st.model.cfg.vocab_size, c->model_desc));
     double sum = 0;
     int64_t count = 0;
     for (int64_t i = 0; i < batches; i++) {
@@ -245,7 +252,19 @@ static int trainer_init(trainer *tr, const zy_train_config *c) {
     ZY_TRY(step_init_training(&tr->st, &sc, &c->optim, &c->balance));
     ZY_TRY(batches_open(&tr->train, c, 0, c->seed));
     ZY_TRY(batches_set_slice(tr->train, tr->ranks.comm.rank, tr->ranks.comm.world));
-    ZY_TRY(check_vocab(tr->train, "training", c->model.vocab_size));
+    const char *from = c->init_from[0] ? c->init_from : NULL;
+    ZY_TRY(check_data_fits(tr, tr->train, "training", from));
+    if (c->eval_interval > 0) { /* the validation data too, before any step */
+        ZY_TRY(batches_open(&tr->val, c, 1, c->seed + 1000003));
+        ZY_TRY(check_data_fits(tr, tr->val, "validation", from));
+        struct stat st; /* a file source (a shard, a Megatron .idx) has no held-out split */
+        for (int i = 0; i < c->n_sources && is_main_rank(tr); i++)
+            if (stat(c->sources[i].path, &st) == 0 && !S_ISDIR(st.st_mode))
+                fprintf(stderr,
+                        "warning: data %s is a file, not a prepared folder: the validation loss "
+                        "reads its training tokens\n",
+                        c->sources[i].path);
+    }
     snprintf(tr->ckpt_root, sizeof tr->ckpt_root, "%s/checkpoints", c->out_dir);
     return ZY_OK;
 }
@@ -536,6 +555,8 @@ int train_eval(const zy_train_config *c, const char *model_dir, zy_skip_bias_rul
     if (rc == ZY_OK)
         rc = mem_check(&tr.ctx, &c->model, c->batch_size, c->seq_len, NULL, 1, 1, what);
     if (rc == ZY_OK) rc = step_init_model(&tr.st, &tr.ctx, &c->model, c->batch_size, c->seq_len, 0);
+    if (rc == ZY_OK) rc = batches_open(&tr.val, c, 1, c->seed + 1000003);
+    if (rc == ZY_OK) rc = check_data_fits(&tr, tr.val, "validation", model_dir);
     if (rc == ZY_OK) rc = hf_load_model(&tr.st.model, model_dir, rule);
     if (rc == ZY_OK) rc = step_init_acts(&tr.st);
     if (rc == ZY_OK) rc = evaluate(&tr, batches, loss, tokens);
