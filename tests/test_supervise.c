@@ -25,6 +25,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 enum { STEPS = 8 };
@@ -309,6 +311,133 @@ static void test_bad_input_stops(void **state) {
     cJSON_Delete(row);
 }
 
+/* The same step diverging again after the rollback (the fault listed twice fires in two runs):
+ * the third run skips that step's batch. Steps before it keep the reference curve; from it on the
+ * curve is that of a plain run told to skip the batch (ZAYAC_SKIP_STEPS), which differs from the
+ * reference at that step. */
+static void test_repeated_divergence_skips_the_batch(void **state) {
+    (void)state;
+    if (!have_mpi()) skip();
+    run_result r = supervise("skip", "nan:rank=0:step=5,nan:rank=0:step=5", 2, NULL, NULL);
+    if (r.code != 0) fail_msg("exit %d\n%s\n%s", r.code, r.out, r.err);
+    result_free(&r);
+    cJSON *row;
+    assert_int_equal(incidents_of("skip", "divergence", &row), 2);
+    cJSON_Delete(row);
+    char p[512], *text;
+    snprintf(p, sizeof p, "%s/skip/incidents.jsonl", tmp);
+    assert_int_equal(zy_read_file(p, &text, NULL), ZY_OK);
+    assert_non_null(strstr(text, "\"action\":\"skip-batch\""));
+    free(text);
+    char out[256], cfg[256];
+    path(out, sizeof out, "skip_plain");
+    path(cfg, sizeof cfg, "train.json");
+    setenv("ZAYAC_SKIP_STEPS", "5", 1);
+    r = spawn_capture(mpirun, tmp,
+                      (const char *const[]){"--oversubscribe", "-n", "2", bin, "train", "--config",
+                                            cfg, "--out", out, NULL});
+    unsetenv("ZAYAC_SKIP_STEPS");
+    if (r.code != 0) fail_msg("plain run skipping step 5: exit %d\n%s", r.code, r.err);
+    result_free(&r);
+    double skipped[STEPS], plain[STEPS];
+    path(out, sizeof out, "skip");
+    assert_int_equal(step_losses(out, skipped), STEPS);
+    path(out, sizeof out, "skip_plain");
+    assert_int_equal(step_losses(out, plain), STEPS);
+    for (int i = 0; i < STEPS; i++) {
+        const double want = i < 4 ? reference[i] : plain[i];
+        if (fabs(skipped[i] - want) > 1e-6 * fabs(want))
+            fail_msg("step %d: %.9g, expected %.9g", i + 1, skipped[i], want);
+    }
+    assert_true(fabs(plain[4] - reference[4]) > 1e-6 * fabs(reference[4])); /* it did skip */
+}
+
+/* Rank 1 failing twice in a row: the run goes on with 1 rank (the largest count below 2 that
+ * divides the batch of 4), from the checkpoint the 2 ranks wrote; the curve stays the reference's
+ * to reduction-order noise (1 and 2 ranks sum the gradients in different orders). */
+static void test_failing_rank_means_fewer_ranks(void **state) {
+    (void)state;
+    if (!have_mpi()) skip();
+    run_result r = supervise("fewer", "kill:rank=1:step=3,kill:rank=1:step=5", 2, NULL, NULL);
+    if (r.code != 0) fail_msg("exit %d\n%s\n%s", r.code, r.out, r.err);
+    result_free(&r);
+    cJSON *row;
+    assert_int_equal(incidents_of("fewer", "crash", &row), 2);
+    cJSON_Delete(row);
+    char p[512], *text;
+    snprintf(p, sizeof p, "%s/fewer/incidents.jsonl", tmp);
+    assert_int_equal(zy_read_file(p, &text, NULL), ZY_OK);
+    assert_non_null(strstr(text, "restarting on 1 of 2 ranks"));
+    free(text);
+    char out[256], world[128];
+    path(out, sizeof out, "fewer");
+    double loss[STEPS];
+    assert_int_equal(step_losses(out, loss), STEPS);
+    double worst = 0;
+    for (int i = 0; i < STEPS; i++)
+        worst = fmax(worst, fabs(loss[i] - reference[i]) / fabs(reference[i]));
+    print_message("2 -> 1 ranks after rank 1 failed twice: worst relative loss difference %.2g\n",
+                  worst);
+    assert_true(worst <= 1e-4);
+    snprintf(p, sizeof p, "%s/metrics.jsonl", out);
+    assert_int_equal(zy_read_file(p, &text, NULL), ZY_OK);
+    snprintf(world, sizeof world, "{\"step\":%d,", STEPS);
+    const char *last = NULL; /* the last row of the last step: the run that finished */
+    for (const char *at = text; (at = strstr(at, world)) != NULL; at++) last = at;
+    assert_non_null(last);
+    const char *w = strstr(last, "\"world_size\":");
+    assert_non_null(w);
+    assert_int_equal(atoi(w + strlen("\"world_size\":")), 1);
+    free(text);
+}
+
+/* SIGTERM to the supervisor reaches the ranks through the launcher: they save and exit 3, so does
+ * the supervisor, and nothing is restarted. */
+static void test_sigterm_stops(void **state) {
+    (void)state;
+    if (!have_mpi()) skip();
+    char out[256], cfg[256], capture[300];
+    path(out, sizeof out, "term");
+    path(cfg, sizeof cfg, "train.json");
+    path(capture, sizeof capture, "term_stderr.txt");
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int fd = open("/dev/null", O_WRONLY),
+            fe = open(capture, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 1);
+        dup2(fe, 2);
+        execl(bin, bin, "supervise", "--backoff", "0", "--", bin, "launch", "--cpu", "-n", "2",
+              "--", bin, "train", "--config", cfg, "--out", out, "--steps", "100000", "--set",
+              "checkpoint_interval=0", (char *)NULL);
+        _exit(127);
+    }
+    char hb[400];
+    snprintf(hb, sizeof hb, "%s/.aegis/heartbeat/rank_0", out);
+    for (int i = 0; i < 600 && !zy_path_exists(hb); i++) usleep(100000);
+    assert_true(zy_path_exists(hb));
+    kill(pid, SIGTERM);
+    int status;
+    const double t0 = zy_now();
+    pid_t done = 0;
+    while ((done = waitpid(pid, &status, WNOHANG)) == 0 && zy_now() - t0 < 60) usleep(100000);
+    if (done == 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        fail_msg("the supervisor still ran 60 s after SIGTERM");
+    }
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 3);
+    long long newest = -1;
+    char root[300];
+    snprintf(root, sizeof root, "%s/checkpoints", out);
+    assert_true(ckpt_list(root, &newest) >= 1); /* the stop's checkpoint */
+    char *text;
+    assert_int_equal(zy_read_file(capture, &text, NULL), ZY_OK);
+    assert_null(strstr(text, "restart 1"));
+    free(text);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kill),
@@ -318,6 +447,9 @@ int main(void) {
         cmocka_unit_test(test_corrupt_checkpoint),
         cmocka_unit_test(test_enospc),
         cmocka_unit_test(test_bad_input_stops),
+        cmocka_unit_test(test_repeated_divergence_skips_the_batch),
+        cmocka_unit_test(test_failing_rank_means_fewer_ranks),
+        cmocka_unit_test(test_sigterm_stops),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -7,6 +7,7 @@
 #include "base/fileio.h"
 #include "base/timer.h"
 #include "super/child.h"
+#include "super/fewer.h"
 #include "super/incident.h"
 
 #include <dirent.h>
@@ -19,7 +20,10 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { PATH_BYTES = 4200 };
+enum {
+    PATH_BYTES = 4200,
+    FEWER_AFTER = 2 /* failures of the same rank in a row that make the run go on without it */
+};
 
 /* What one run of the command showed. */
 typedef struct {
@@ -276,19 +280,23 @@ int super_run(const super_opts *o, char *const cmd[], int *exit_code) {
     memset(&s, 0, sizeof s);
     ZY_TRY(incident_log_open(&s.log, incidents));
     const double t0 = wall_now();
-    int restarts = 0, fruitless = 0, stop_asked = 0;
+    int restarts = 0, fruitless = 0, stop_asked = 0, same_rank = 0, last_rank = -1, ncmd = 0;
     long long last_diverged = -1;
+    while (cmd[ncmd]) ncmd++;
+    char **current = zy_calloc((size_t)ncmd + 1, sizeof *current), ranks_buf[16];
+    memcpy(current, cmd, (size_t)ncmd * sizeof *current); /* its rank count may change */
     for (;;) {
         run_view v;
         memset(&v, 0, sizeof v);
         v.last_step = v.diverged_step = -1;
         v.rank = -1;
         v.log = &s.log;
-        char **argv = command_for(cmd, restarts > 0);
+        char **argv = command_for(current, restarts > 0);
         const int code = run_once(o, argv, &p, &s, &v, &stop_asked);
         free(argv);
         if (code < 0) {
             incident_log_close(&s.log);
+            free(current);
             return ZY_ERR;
         }
         resolve_open(&s, &v); /* when this run ended before a new step */
@@ -314,6 +322,20 @@ int super_run(const super_opts *o, char *const cmd[], int *exit_code) {
             snprintf(p.skip + k, sizeof p.skip - k, "%s%lld", k ? "," : "", v.diverged_step);
             snprintf(p.env_skip, sizeof p.env_skip, "ZAYAC_SKIP_STEPS=%s", p.skip);
         }
+        /* one rank failing again and again (a bad device or host): go on without it */
+        same_rank = s.open.rank >= 0 && s.open.rank == last_rank ? same_rank + 1 : 1;
+        last_rank = s.open.rank;
+        int from, to;
+        if (!repeat && s.open.rank >= 0 && same_rank >= FEWER_AFTER &&
+            fewer_ranks(current, ranks_buf, sizeof ranks_buf, &from, &to)) {
+            snprintf(s.open.action, sizeof s.open.action, "fewer-ranks");
+            const size_t k = strlen(s.open.detail);
+            snprintf(s.open.detail + k, sizeof s.open.detail - k,
+                     "%srank %d failed %d times in a row: restarting on %d of %d ranks",
+                     k ? "; " : "", s.open.rank, same_rank, to, from);
+            same_rank = 0;
+            last_rank = -1;
+        }
         char rank[32] = "";
         if (s.open.rank >= 0) snprintf(rank, sizeof rank, ", rank %d", s.open.rank);
         fprintf(stderr, "supervise: %s%s (%s); %s from the newest checkpoint (restart %d of %d)\n",
@@ -335,5 +357,6 @@ int super_run(const super_opts *o, char *const cmd[], int *exit_code) {
     }
     const int rc = incident_summary(&s.log, summary, wall_now() - t0, s.useful_s, *exit_code);
     incident_log_close(&s.log);
+    free(current);
     return rc;
 }

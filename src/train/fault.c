@@ -23,6 +23,7 @@ static const char *const kind_names[F_KINDS] = {
     "kill", "exit", "hang", "nan", "corrupt-checkpoint", "enospc"};
 
 typedef struct {
+    int index; /* its place in the list: a fault listed twice fires twice */
     fault_kind kind;
     int rank;
     long long step; /* -1: the first step (or save) the run reaches */
@@ -44,7 +45,8 @@ static void bad_spec(const char *spec, const char *why) {
 
 static void parse_one(char *spec) {
     if (n_faults == MAX_FAULTS) bad_spec(spec, "more than 16 faults");
-    fault_spec *f = &faults[n_faults++];
+    fault_spec *f = &faults[n_faults];
+    f->index = n_faults++;
     f->rank = 0;
     f->step = -1;
     char *save = NULL, *part = strtok_r(spec, ":", &save);
@@ -82,8 +84,8 @@ static int fires(const fault_spec *f, long long step, int rank) {
     const char *state = getenv("ZAYAC_FAULT_STATE");
     if (!state || !*state) return 1;
     char path[4096 + 128];
-    snprintf(path, sizeof path, "%s/%s.rank_%d.step_%lld", state, kind_names[f->kind], f->rank,
-             f->step);
+    snprintf(path, sizeof path, "%s/%d.%s.rank_%d.step_%lld", state, f->index, kind_names[f->kind],
+             f->rank, f->step);
     zy_mkdirs(state);
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
     if (fd < 0) {
