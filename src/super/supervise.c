@@ -35,6 +35,7 @@ typedef struct {
     int diverged, watchdog, hung;
     long long diverged_step;
     char why[200];          /* the line that said what failed */
+    char fault_line[120];   /* the last fault injected, when no error says more */
     char last_corrupt[512]; /* every rank reports a skipped checkpoint: one incident */
     incident_log *log;
 } run_view;
@@ -67,6 +68,7 @@ static void on_line(void *user, int is_stderr, const char *line) {
         snprintf(v->last_corrupt, sizeof v->last_corrupt, "%s", line);
         super_incident in;
         incident_init(&in, wall_now(), "corrupt-checkpoint", "resumed from an older checkpoint");
+        in.step = number_after(line, "/step_");
         snprintf(in.detail, sizeof in.detail, "%s", line);
         incident_write(v->log, &in);
         return;
@@ -75,9 +77,7 @@ static void on_line(void *user, int is_stderr, const char *line) {
         super_incident in;
         incident_init(&in, wall_now(), "checkpoint-write-failed", "continue");
         in.step = number_after(line, "warning: checkpoint step ");
-        note_rank(v, line, "rank ");
-        in.rank = v->rank;
-        v->rank = -1;
+        in.rank = (int)number_after(line, "rank ");
         snprintf(in.detail, sizeof in.detail, "%s", line);
         incident_write(v->log, &in);
         return;
@@ -88,6 +88,7 @@ static void on_line(void *user, int is_stderr, const char *line) {
     }
     note_rank(v, line, "ZAYAC_FAULT: injecting kill on rank ");
     note_rank(v, line, "ZAYAC_FAULT: injecting exit on rank ");
+    note_rank(v, line, "ZAYAC_FAULT: injecting hang on rank ");
     note_rank(v, line, "zayac launch: rank ");
     note_rank(v, line, "process rank ");
     if (strstr(line, "training diverged") && !v->diverged) {
@@ -97,8 +98,9 @@ static void on_line(void *user, int is_stderr, const char *line) {
     } else if (strstr(line, "did not return within") && !v->watchdog) {
         v->watchdog = 1;
         snprintf(v->why, sizeof v->why, "%s", line);
-    } else if (!v->why[0] &&
-               (strstr(line, "error") || strstr(line, "rank ") || strstr(line, ": "))) {
+    } else if (!strncmp(line, "ZAYAC_FAULT: injecting ", 23)) {
+        snprintf(v->fault_line, sizeof v->fault_line, "%s", line); /* the latest one */
+    } else if (!v->why[0] && !strncmp(line, "zayac ", 6)) { /* the first error a command said */
         snprintf(v->why, sizeof v->why, "%s", line);
     }
 }
@@ -253,13 +255,15 @@ static void describe_failure(const run_view *v, int code, int repeat_divergence,
                : v->last_step >= 0                 ? v->last_step
                                                    : v->first_step;
     in->status = v->hung ? -1 : code;
+    const char *why = v->why[0] ? v->why : v->fault_line;
     if (v->hung)
-        snprintf(in->detail, sizeof in->detail, "no progress after step %lld", v->last_step);
+        snprintf(in->detail, sizeof in->detail, "no progress after step %lld%s%s", v->last_step,
+                 why[0] ? "; " : "", why);
     else if (code >= 128 && code < 160)
-        snprintf(in->detail, sizeof in->detail, "signal %d%s%s", code - 128, v->why[0] ? ": " : "",
-                 v->why);
+        snprintf(in->detail, sizeof in->detail, "signal %d%s%s", code - 128, why[0] ? ": " : "",
+                 why);
     else
-        snprintf(in->detail, sizeof in->detail, "%s", v->why);
+        snprintf(in->detail, sizeof in->detail, "%s", why);
 }
 
 int super_run(const super_opts *o, char *const cmd[], int *exit_code) {
