@@ -15,8 +15,9 @@ declare -A allowed=(
     [io]="base tensor data model"
     [train]="base tensor ops model optim data io dist"
     [dist]="base"
+    [super]="base"
     [bench]="base tensor ops ops/cuda model optim data io train dist"
-    [tools]="base tensor ops model optim data io train dist bench"
+    [tools]="base tensor ops model optim data io train dist bench super"
 )
 bad=0
 while IFS= read -r f; do

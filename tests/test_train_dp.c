@@ -354,11 +354,9 @@ static void test_rank_failing_its_shard(void **state) {
     if (!have_mpi()) skip();
     char out[256], p[400];
     path(out, sizeof out, "shardfail");
-    setenv("ZAYAC_CKPT_FAIL_STEP", "4", 1);
-    setenv("ZAYAC_CKPT_FAIL_RANK", "1", 1);
+    setenv("ZAYAC_FAULT", "enospc:step=4:rank=1", 1);
     run_result r = train(2, out, (const char *const[]){"--set", "checkpoint_interval=2", NULL});
-    unsetenv("ZAYAC_CKPT_FAIL_STEP");
-    unsetenv("ZAYAC_CKPT_FAIL_RANK");
+    unsetenv("ZAYAC_FAULT");
     if (r.code != 0 || !strstr(r.err, "rank 1 could not write its shard"))
         fail_msg("exit %d:\n%s\n%s", r.code, r.out, r.err);
     result_free(&r);

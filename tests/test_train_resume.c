@@ -361,12 +361,12 @@ static void test_background_saves(void **state) {
     char cfg[256], out[256], ck[300];
     path(cfg, sizeof cfg, "train_cpu.json");
     path(out, sizeof out, "bg");
-    setenv("ZAYAC_CKPT_FAIL_STEP", "4", 1);
+    setenv("ZAYAC_FAULT", "enospc:step=4", 1);
     setenv("ZAYAC_CKPT_DELAY_MS", "300", 1);
     run_result r = spawn_capture(bin, tmp,
                                  (const char *const[]){"train", "--config", cfg, "--out", out,
                                                        "--set", "checkpoint_interval=2", NULL});
-    unsetenv("ZAYAC_CKPT_FAIL_STEP");
+    unsetenv("ZAYAC_FAULT");
     unsetenv("ZAYAC_CKPT_DELAY_MS");
     if (r.code != 0) fail_msg("exit %d:\n%s\n%s", r.code, r.out, r.err);
     assert_non_null(strstr(r.err, "checkpoint step 4: writing checkpoint step 4: No space left"));
@@ -384,10 +384,10 @@ static void test_background_saves(void **state) {
     assert_int_equal(entries_named(ck, "\\."), 0); /* no staging left behind */
     /* the last save failing is the run failing: the end state is not on disk */
     path(out, sizeof out, "bg_last");
-    setenv("ZAYAC_CKPT_FAIL_STEP", "8", 1);
+    setenv("ZAYAC_FAULT", "enospc:step=8", 1);
     r = spawn_capture(bin, tmp,
                       (const char *const[]){"train", "--config", cfg, "--out", out, NULL});
-    unsetenv("ZAYAC_CKPT_FAIL_STEP");
+    unsetenv("ZAYAC_FAULT");
     if (r.code != 1 || !strstr(r.err, "checkpoint step 8"))
         fail_msg("a failed last save: exit %d, expected 1:\n%s", r.code, r.err);
     result_free(&r);

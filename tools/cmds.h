@@ -13,6 +13,7 @@ int cmd_tokenizer(int argc, char **argv);
 int cmd_data(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_launch(int argc, char **argv);
+int cmd_supervise(int argc, char **argv);
 int cmd_version(int argc, char **argv);
 
 #endif

@@ -19,6 +19,8 @@ static const zy_subcmd commands[] = {
     {"data", cmd_data, "prepare token shards from text files"},
     {"bench", cmd_bench, "benchmarks: collectives, gemm, membw, train"},
     {"launch", cmd_launch, "start one process per GPU (rank environment set)"},
+    {"supervise", cmd_supervise,
+     "run a training command and keep it going through crashes, hangs and divergence"},
     {"version", cmd_version, "print the version and whether CUDA is built in (also --version)"},
     {NULL, NULL, NULL},
 };

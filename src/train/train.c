@@ -12,7 +12,10 @@
 #include "model/generate.h"
 #include "model/model.h"
 #include "train/batches.h"
+#include "train/fault.h"
+#include "train/heartbeat.h"
 #include "train/memory.h"
+#include "train/skip.h"
 #include "train/metrics.h"
 #include "dist/env.h"
 #include "train/step.h"
@@ -453,6 +456,8 @@ int train_run(const zy_train_config *c, const zy_train_opts *o) {
         failed_after = -1;
         if ((rc = trainer_phase_begin_step(&tr)) != ZY_OK) break; /* a phase boundary */
         const zy_train_config *pc = tr.cfg;                       /* the phase's view */
+        fault_at_step(&tr.st.model, tr.st.step + 1, tr.ranks.comm.rank);
+        skip_batch_if_marked(tr.train, tr.st.step + 1, pc->grad_accum, tr.st.ids, tr.st.targets);
         float lr = phases_lr(&tr.phases, tr.st.step);
         double t0 = zy_now(), loss, gnorm;
         zy_step_hooks hooks = {.next_batch = next_train_batch, .user = &tr};
@@ -462,6 +467,7 @@ int train_run(const zy_train_config *c, const zy_train_opts *o) {
             break;
         }
         failed_after = tr.st.step; /* what fails from here on names the step it follows */
+        heartbeat_beat(tr.st.step, tr.ranks.comm.rank);
         tr.tokens_seen += (double)pc->batch_size * pc->seq_len * pc->grad_accum;
         ran++;
         double dt = zy_now() - t0;

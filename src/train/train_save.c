@@ -19,6 +19,7 @@
 #include "base/timer.h"
 #include "io/checkpoint.h"
 #include "io/hf_checkpoint.h"
+#include "train/fault.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -27,16 +28,11 @@
 #include <string.h>
 #include <time.h>
 
-/* Test hook (the fault injection of the supervisor issue builds on it): ZAYAC_CKPT_FAIL_STEP=N
- * makes the save of step N fail as a full disk would (on rank ZAYAC_CKPT_FAIL_RANK only, when
- * set); ZAYAC_CKPT_DELAY_MS=M slows every writer by M ms, so a save is still in flight when the
- * next one is asked for. */
+/* The fault injection's full disk (ZAYAC_FAULT=enospc, train/fault.h), and a test hook:
+ * ZAYAC_CKPT_DELAY_MS=M slows every writer by M ms, so a save is still in flight when the next one
+ * is asked for. */
 static int injected_failure(long long step, int rank) {
-    const char *s = getenv("ZAYAC_CKPT_FAIL_STEP"), *r = getenv("ZAYAC_CKPT_FAIL_RANK");
-    if (s && atoll(s) == step && (!r || atoi(r) == rank))
-        return zy_fail_runtime("writing checkpoint step %lld: No space left on device (injected by "
-                               "ZAYAC_CKPT_FAIL_STEP)",
-                               step);
+    ZY_TRY(fault_checkpoint_write(step, rank));
     const char *d = getenv("ZAYAC_CKPT_DELAY_MS");
     if (d && atol(d) > 0) {
         struct timespec ts = {atol(d) / 1000, (atol(d) % 1000) * 1000000L};
@@ -221,6 +217,7 @@ static int write_folder(trainer_save *j) {
                          .extra_names = (const char *const *)dst,
                          .n_extra = n_other};
     if (rc == ZY_OK) rc = ckpt_save(j->root, j->step, &c, j->keep, j->dir, sizeof j->dir);
+    if (rc == ZY_OK) fault_checkpoint_written(j->dir, j->step);
     if (j->world > 1) { /* the markers and anything a failed save left */
         char staging[ZY_PATH_MAX + 512];
         staging_dir(j, staging, sizeof staging);

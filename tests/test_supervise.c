@@ -1,0 +1,455 @@
+/* The supervisor and the fault-injection suite (issue 18), end to end through the CLI on 2 CPU
+ * ranks: each injected fault (kill, exit, hang, nan, corrupt-checkpoint, enospc) under `zayac
+ * supervise -- zayac launch --cpu -n 2 -- zayac train` ends with every step trained on the loss
+ * curve of an undisturbed 2-rank run (reference: plain `mpirun -n 2 zayac train`, relative
+ * difference <= 1e-6), every checkpoint the run completed on disk and verifying, and the incident
+ * in incidents.jsonl; --hang-timeout 5 acts within a few seconds; bad input stops without a
+ * retry; SIGTERM to the supervisor saves and exits 3. Skips without MPI or mpirun. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "base/err.h"
+#include "base/fileio.h"
+#include "base/timer.h"
+#include "dist/comm.h"
+#include "io/checkpoint.h"
+#include "corpus_util.h"
+#include "mpi_test_util.h"
+#include "spawn_util.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+enum { STEPS = 8 };
+
+static char tmp[64];
+static const char *bin;
+static char mpirun[512];
+static double reference[STEPS];
+
+static void path(char *buf, size_t n, const char *name) {
+    snprintf(buf, n, "%s/%s", tmp, name);
+}
+
+static int have_mpi(void) {
+    return comm_have_mpi() && mpirun[0];
+}
+
+static const char *config_json =
+    "{\"model\": {\"model_type\": \"zaya\", \"vocab_size\": 320, \"hidden_size\": 32,"
+    " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,"
+    " \"head_dim\": 32, \"num_experts\": 3, \"moe_intermediate_size\": 16,"
+    " \"router_hidden_size\": 8, \"max_position_embeddings\": 64},"
+    " \"tokenizer\": \"%s/tok.json\", \"data\": \"%s/data\", \"batch_size\": 4, \"seq_len\": 16,"
+    " \"grad_accum\": 1, \"steps\": 8, \"eval_interval\": 0, \"checkpoint_interval\": 2,"
+    " \"keep_checkpoints\": 10, \"log_interval\": 1, \"seed\": 5, \"device\": \"cpu\","
+    " \"dist\": {\"timeout_s\": 120},"
+    " \"optimizer\": {\"name\": \"muon\", \"lr\": 0.01}, \"schedule\": {\"warmup\": 2}}";
+
+/* The loss of each step of a run's metrics.jsonl, the last row of a step winning (a restarted run
+ * writes the steps it redoes again). Returns the number of steps 1..STEPS that have a loss. */
+static int step_losses(const char *out, double *loss) {
+    char p[512], *text;
+    snprintf(p, sizeof p, "%s/metrics.jsonl", out);
+    if (zy_read_file(p, &text, NULL) != ZY_OK) fail_msg("%s", zy_errmsg());
+    for (int i = 0; i < STEPS; i++) loss[i] = NAN;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        cJSON *row = cJSON_Parse(line);
+        cJSON *step = cJSON_GetObjectItem(row, "step"), *l = cJSON_GetObjectItem(row, "loss");
+        if (cJSON_IsNumber(step) && cJSON_IsNumber(l) && step->valueint >= 1 &&
+            step->valueint <= STEPS)
+            loss[step->valueint - 1] = l->valuedouble;
+        cJSON_Delete(row);
+    }
+    free(text);
+    int n = 0;
+    for (int i = 0; i < STEPS; i++) n += !isnan(loss[i]);
+    return n;
+}
+
+static int setup(void **state) {
+    (void)state;
+    bin = getenv("ZAYAC_BIN");
+    if (!bin) bin = "build/zayac";
+    mpi_test_env();
+    if (!mpi_test_find_mpirun(mpirun, sizeof mpirun)) mpirun[0] = 0;
+    snprintf(tmp, sizeof tmp, "/tmp/zy_super_XXXXXX");
+    assert_non_null(mkdtemp(tmp));
+    if (!have_mpi()) return 0;
+    char corpus[256], tok[256], data[256], cfg[256], text[2048], out[256];
+    path(corpus, sizeof corpus, "corpus.txt");
+    assert_int_equal(corpus_write(corpus, 11, 160, 16), 0);
+    path(tok, sizeof tok, "tok.json");
+    path(data, sizeof data, "data");
+    const char *t[] = {"tokenizer", "train", "--input", corpus, "--vocab-size",
+                       "320",       "--out", tok,       NULL};
+    run_result r = spawn_capture(bin, tmp, t);
+    assert_int_equal(r.code, 0);
+    result_free(&r);
+    const char *d[] = {"data",  "prepare", "--tokenizer",    tok,   "--input", corpus,
+                       "--out", data,      "--val-fraction", "0.1", NULL};
+    r = spawn_capture(bin, tmp, d);
+    assert_int_equal(r.code, 0);
+    result_free(&r);
+    path(cfg, sizeof cfg, "train.json");
+    snprintf(text, sizeof text, config_json, tmp, tmp);
+    assert_int_equal(zy_write_file_atomic(cfg, text, strlen(text)), ZY_OK);
+    /* the undisturbed reference: plain mpirun, no supervisor */
+    path(out, sizeof out, "reference");
+    r = spawn_capture(mpirun, tmp,
+                      (const char *const[]){"--oversubscribe", "-n", "2", bin, "train", "--config",
+                                            cfg, "--out", out, NULL});
+    if (r.code != 0) fail_msg("reference run: exit %d\n%s", r.code, r.err);
+    result_free(&r);
+    assert_int_equal(step_losses(out, reference), STEPS);
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    if (!getenv("ZY_KEEP_TMP")) zy_remove_tree(tmp); /* kept for a look when asked */
+    return 0;
+}
+
+/* `zayac supervise [options] -- zayac launch --cpu -n RANKS -- zayac train ... --out OUT [extra]`
+ * with ZAYAC_FAULT=fault (NULL: none). */
+static run_result supervise(const char *run, const char *fault, int ranks,
+                            const char *const *options, const char *const *extra) {
+    char out[256], cfg[256], n[16];
+    path(out, sizeof out, run);
+    path(cfg, sizeof cfg, "train.json");
+    snprintf(n, sizeof n, "%d", ranks);
+    const char *args[48];
+    int k = 0;
+    args[k++] = "supervise";
+    args[k++] = "--backoff", args[k++] = "0";
+    for (; options && *options; options++) args[k++] = *options;
+    args[k++] = "--", args[k++] = bin, args[k++] = "launch", args[k++] = "--cpu";
+    args[k++] = "-n", args[k++] = n, args[k++] = "--", args[k++] = bin, args[k++] = "train";
+    args[k++] = "--config", args[k++] = cfg, args[k++] = "--out", args[k++] = out;
+    for (; extra && *extra; extra++) args[k++] = *extra;
+    args[k] = NULL;
+    if (fault) setenv("ZAYAC_FAULT", fault, 1);
+    run_result r = spawn_capture(bin, tmp, args);
+    unsetenv("ZAYAC_FAULT");
+    return r;
+}
+
+/* The incident rows of a run with the given kind (all their fields checked by the callers). */
+static int incidents_of(const char *run, const char *kind, cJSON **first) {
+    char p[512], *text;
+    snprintf(p, sizeof p, "%s/%s/incidents.jsonl", tmp, run);
+    if (zy_read_file(p, &text, NULL) != ZY_OK) return 0;
+    int n = 0;
+    *first = NULL;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        cJSON *row = cJSON_Parse(line);
+        cJSON *k = cJSON_GetObjectItem(row, "kind");
+        if (row && cJSON_IsString(k) && !strcmp(k->valuestring, kind) && n++ == 0)
+            *first = row;
+        else
+            cJSON_Delete(row);
+    }
+    free(text);
+    return n;
+}
+
+static double number(const cJSON *row, const char *key) {
+    const cJSON *v = cJSON_GetObjectItem(row, key);
+    if (!cJSON_IsNumber(v)) fail_msg("incident without a number %s", key);
+    return v->valuedouble;
+}
+
+/* Every checkpoint of steps 2, 4, 6, 8 is there and verifies (sizes and CRC-32C of every file). */
+static void all_checkpoints_verify(const char *run) {
+    for (int s = 2; s <= STEPS; s += 2) {
+        char ck[512];
+        snprintf(ck, sizeof ck, "%s/%s/checkpoints/step_%09d", tmp, run, s);
+        if (ckpt_verify(ck) != ZY_OK) fail_msg("%s: step %d: %s", run, s, zy_errmsg());
+    }
+}
+
+/* A fault under the supervisor: exit 0, the reference curve, the checkpoints, one incident of
+ * `kind` whose action was a restart, with a measured downtime; returns its row. */
+static cJSON *recovers(const char *run, const char *fault, const char *kind,
+                       const char *const *options, const char *const *extra) {
+    run_result r = supervise(run, fault, 2, options, extra);
+    if (r.code != 0) fail_msg("%s: supervise exit %d\n%s\n%s", fault, r.code, r.out, r.err);
+    if (!strstr(r.out, "goodput")) fail_msg("%s: no summary in:\n%s", fault, r.out);
+    result_free(&r);
+    char out[256];
+    path(out, sizeof out, run);
+    double loss[STEPS];
+    assert_int_equal(step_losses(out, loss), STEPS);
+    double worst = 0;
+    for (int i = 0; i < STEPS; i++) {
+        const double rel = fabs(loss[i] - reference[i]) / fabs(reference[i]);
+        if (rel > worst) worst = rel;
+    }
+    all_checkpoints_verify(run);
+    cJSON *row;
+    const int n = incidents_of(run, kind, &row);
+    if (n != 1) fail_msg("%s: %d incidents of kind %s", fault, n, kind);
+    const cJSON *action = cJSON_GetObjectItem(row, "action");
+    assert_string_equal(action->valuestring, "restart");
+    const double downtime = number(row, "downtime_s");
+    const double redone = number(row, "steps_redone");
+    print_message("%-40s worst relative loss difference %.2g; downtime %.2f s, %g steps redone\n",
+                  fault, worst, downtime, redone);
+    assert_true(worst <= 1e-6);
+    assert_true(downtime > 0 && downtime < 60);
+    assert_true(redone >= 0);
+    return row;
+}
+
+/* The restart resumed from a checkpoint of the failed run (a save still being written when the
+ * rank died is not one) and redid the steps after it. */
+static void resumed_consistently(const cJSON *row) {
+    const int step = (int)number(row, "step"), from = (int)number(row, "resumed_from_step");
+    assert_true(from >= 0 && from <= step && from % 2 == 0);
+    assert_int_equal((int)number(row, "steps_redone"), step - from);
+}
+
+static void test_kill(void **state) {
+    (void)state;
+    if (!have_mpi()) skip();
+    cJSON *row = recovers("kill", "kill:rank=1:step=5", "crash", NULL, NULL);
+    assert_int_equal((int)number(row, "rank"), 1);
+    assert_int_equal((int)number(row, "step"), 4); /* the last step it completed */
+    assert_int_equal((int)number(row, "status"), 128 + SIGKILL);
+    resumed_consistently(row);
+    cJSON_Delete(row);
+}
+
+static void test_exit(void **state) {
+    (void)state;
+    if (!have_mpi()) skip();
+    cJSON *row = recovers("exit", "exit:rank=0:step=6", "exit", NULL, NULL);
+    assert_int_equal((int)number(row, "rank"), 0);
+    assert_int_equal((int)number(row, "status"), 1);
+    assert_int_equal((int)number(row, "step"), 5);
+    resumed_consistently(row);
+    cJSON_Delete(row);
+}
+
+/* A rank that stops making progress: the supervisor sees no heartbeat for 5 s (the job's own
+ * collective timeout is 120 s), ends the whole job and resumes. */
+static void test_hang(void **state) {
+    (void)state;
+    if (!have_mpi()) skip();
+    const double t0 = zy_now();
+    cJSON *row = recovers("hang", "hang:rank=1:step=3", "hang",
+                          (const char *const[]){"--hang-timeout", "5", NULL}, NULL);
+    const double took = zy_now() - t0;
+    print_message("hang: the supervised run took %.1f s in all\n", took);
+    assert_true(took < 100); /* far below the 120 s the job's collectives would wait */
+    /* the detection itself: the hang was declared after 5 s and within a few more */
+    const double downtime = number(row, "downtime_s");
+    assert_true(downtime >= 5 && downtime < 30);
+    cJSON_Delete(row);
+    char p[400];
+    snprintf(p, sizeof p, "pgrep -f '%s/han[g]' > /dev/null", tmp); /* [g]: not pgrep's shell */
+    assert_int_not_equal(system(p), 0); /* nothing of the hung job left running */
+}
+
+static void test_nan(void **state) {
+    (void)state;
+    if (!have_mpi()) skip();
+    cJSON *row = recovers("nan", "nan:rank=1:step=5", "divergence", NULL, NULL);
+    assert_int_equal((int)number(row, "step"), 5); /* the step that diverged */
+    const int from = (int)number(row, "resumed_from_step");
+    assert_int_equal((int)number(row, "steps_redone"), 4 - from);
+    cJSON_Delete(row);
+}
+
+/* The checkpoint of step 4 is damaged after it is written, then a rank is killed at step 6: the
+ * restart skips the damaged one and resumes from step 2 (steps 3..5 redone). Saves are
+ * synchronous here, so the damage is done before the kill. */
+static void test_corrupt_checkpoint(void **state) {
+    (void)state;
+    if (!have_mpi()) skip();
+    cJSON *row = recovers("corrupt", "corrupt-checkpoint:step=4,kill:rank=1:step=6", "crash", NULL,
+                          (const char *const[]){"--set", "checkpoint_async=false", NULL});
+    assert_int_equal((int)number(row, "resumed_from_step"), 2);
+    assert_int_equal((int)number(row, "steps_redone"), 3);
+    cJSON_Delete(row);
+    cJSON *c;
+    assert_int_equal(incidents_of("corrupt", "corrupt-checkpoint", &c), 1);
+    cJSON_Delete(c);
+}
+
+/* The last save fails as on a full disk: the run exits 1, the restart resumes from step 6. */
+static void test_enospc(void **state) {
+    (void)state;
+    if (!have_mpi()) skip();
+    cJSON *row = recovers("enospc", "enospc:rank=1:step=8", "exit", NULL, NULL);
+    assert_int_equal((int)number(row, "resumed_from_step"), 6);
+    assert_int_equal((int)number(row, "steps_redone"), 2);
+    cJSON_Delete(row);
+}
+
+/* Bad input (a global batch of 4 over 3 ranks) is not retried: exit 2, one incident. */
+static void test_bad_input_stops(void **state) {
+    (void)state;
+    if (!have_mpi()) skip();
+    run_result r = supervise("bad", NULL, 3, NULL, NULL);
+    if (r.code != 2) fail_msg("exit %d\n%s", r.code, r.err);
+    assert_null(strstr(r.err, "restart 1"));
+    result_free(&r);
+    cJSON *row;
+    assert_int_equal(incidents_of("bad", "bad-input", &row), 1);
+    assert_string_equal(cJSON_GetObjectItem(row, "action")->valuestring, "stop");
+    cJSON_Delete(row);
+}
+
+/* The same step diverging again after the rollback (the fault listed twice fires in two runs):
+ * the third run skips that step's batch. Steps before it keep the reference curve; from it on the
+ * curve is that of a plain run told to skip the batch (ZAYAC_SKIP_STEPS), which differs from the
+ * reference at that step. */
+static void test_repeated_divergence_skips_the_batch(void **state) {
+    (void)state;
+    if (!have_mpi()) skip();
+    run_result r = supervise("skip", "nan:rank=0:step=5,nan:rank=0:step=5", 2, NULL, NULL);
+    if (r.code != 0) fail_msg("exit %d\n%s\n%s", r.code, r.out, r.err);
+    result_free(&r);
+    cJSON *row;
+    assert_int_equal(incidents_of("skip", "divergence", &row), 2);
+    cJSON_Delete(row);
+    char p[512], *text;
+    snprintf(p, sizeof p, "%s/skip/incidents.jsonl", tmp);
+    assert_int_equal(zy_read_file(p, &text, NULL), ZY_OK);
+    assert_non_null(strstr(text, "\"action\":\"skip-batch\""));
+    free(text);
+    char out[256], cfg[256];
+    path(out, sizeof out, "skip_plain");
+    path(cfg, sizeof cfg, "train.json");
+    setenv("ZAYAC_SKIP_STEPS", "5", 1);
+    r = spawn_capture(mpirun, tmp,
+                      (const char *const[]){"--oversubscribe", "-n", "2", bin, "train", "--config",
+                                            cfg, "--out", out, NULL});
+    unsetenv("ZAYAC_SKIP_STEPS");
+    if (r.code != 0) fail_msg("plain run skipping step 5: exit %d\n%s", r.code, r.err);
+    result_free(&r);
+    double skipped[STEPS], plain[STEPS];
+    path(out, sizeof out, "skip");
+    assert_int_equal(step_losses(out, skipped), STEPS);
+    path(out, sizeof out, "skip_plain");
+    assert_int_equal(step_losses(out, plain), STEPS);
+    for (int i = 0; i < STEPS; i++) {
+        const double want = i < 4 ? reference[i] : plain[i];
+        if (fabs(skipped[i] - want) > 1e-6 * fabs(want))
+            fail_msg("step %d: %.9g, expected %.9g", i + 1, skipped[i], want);
+    }
+    assert_true(fabs(plain[4] - reference[4]) > 1e-6 * fabs(reference[4])); /* it did skip */
+}
+
+/* Rank 1 failing twice in a row: the run goes on with 1 rank (the largest count below 2 that
+ * divides the batch of 4), from the checkpoint the 2 ranks wrote; the curve stays the reference's
+ * to reduction-order noise (1 and 2 ranks sum the gradients in different orders). */
+static void test_failing_rank_means_fewer_ranks(void **state) {
+    (void)state;
+    if (!have_mpi()) skip();
+    run_result r = supervise("fewer", "kill:rank=1:step=3,kill:rank=1:step=5", 2, NULL, NULL);
+    if (r.code != 0) fail_msg("exit %d\n%s\n%s", r.code, r.out, r.err);
+    result_free(&r);
+    cJSON *row;
+    assert_int_equal(incidents_of("fewer", "crash", &row), 2);
+    cJSON_Delete(row);
+    char p[512], *text;
+    snprintf(p, sizeof p, "%s/fewer/incidents.jsonl", tmp);
+    assert_int_equal(zy_read_file(p, &text, NULL), ZY_OK);
+    assert_non_null(strstr(text, "restarting on 1 of 2 ranks"));
+    free(text);
+    char out[256], world[128];
+    path(out, sizeof out, "fewer");
+    double loss[STEPS];
+    assert_int_equal(step_losses(out, loss), STEPS);
+    double worst = 0;
+    for (int i = 0; i < STEPS; i++)
+        worst = fmax(worst, fabs(loss[i] - reference[i]) / fabs(reference[i]));
+    print_message("2 -> 1 ranks after rank 1 failed twice: worst relative loss difference %.2g\n",
+                  worst);
+    assert_true(worst <= 1e-4);
+    snprintf(p, sizeof p, "%s/metrics.jsonl", out);
+    assert_int_equal(zy_read_file(p, &text, NULL), ZY_OK);
+    snprintf(world, sizeof world, "{\"step\":%d,", STEPS);
+    const char *last = NULL; /* the last row of the last step: the run that finished */
+    for (const char *at = text; (at = strstr(at, world)) != NULL; at++) last = at;
+    assert_non_null(last);
+    const char *w = strstr(last, "\"world_size\":");
+    assert_non_null(w);
+    assert_int_equal(atoi(w + strlen("\"world_size\":")), 1);
+    free(text);
+}
+
+/* SIGTERM to the supervisor reaches the ranks through the launcher: they save and exit 3, so does
+ * the supervisor, and nothing is restarted. */
+static void test_sigterm_stops(void **state) {
+    (void)state;
+    if (!have_mpi()) skip();
+    char out[256], cfg[256], capture[300];
+    path(out, sizeof out, "term");
+    path(cfg, sizeof cfg, "train.json");
+    path(capture, sizeof capture, "term_stderr.txt");
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int fd = open("/dev/null", O_WRONLY),
+            fe = open(capture, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 1);
+        dup2(fe, 2);
+        execl(bin, bin, "supervise", "--backoff", "0", "--", bin, "launch", "--cpu", "-n", "2",
+              "--", bin, "train", "--config", cfg, "--out", out, "--steps", "100000", "--set",
+              "checkpoint_interval=0", (char *)NULL);
+        _exit(127);
+    }
+    char hb[400];
+    snprintf(hb, sizeof hb, "%s/.aegis/heartbeat/rank_0", out);
+    for (int i = 0; i < 600 && !zy_path_exists(hb); i++) usleep(100000);
+    assert_true(zy_path_exists(hb));
+    kill(pid, SIGTERM);
+    int status;
+    const double t0 = zy_now();
+    pid_t done = 0;
+    while ((done = waitpid(pid, &status, WNOHANG)) == 0 && zy_now() - t0 < 60) usleep(100000);
+    if (done == 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        fail_msg("the supervisor still ran 60 s after SIGTERM");
+    }
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 3);
+    long long newest = -1;
+    char root[300];
+    snprintf(root, sizeof root, "%s/checkpoints", out);
+    assert_true(ckpt_list(root, &newest) >= 1); /* the stop's checkpoint */
+    char *text;
+    assert_int_equal(zy_read_file(capture, &text, NULL), ZY_OK);
+    assert_null(strstr(text, "restart 1"));
+    free(text);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_kill),
+        cmocka_unit_test(test_exit),
+        cmocka_unit_test(test_hang),
+        cmocka_unit_test(test_nan),
+        cmocka_unit_test(test_corrupt_checkpoint),
+        cmocka_unit_test(test_enospc),
+        cmocka_unit_test(test_bad_input_stops),
+        cmocka_unit_test(test_repeated_divergence_skips_the_batch),
+        cmocka_unit_test(test_failing_rank_means_fewer_ranks),
+        cmocka_unit_test(test_sigterm_stops),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
