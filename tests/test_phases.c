@@ -360,6 +360,27 @@ static void test_resume_refusals(void **state) {
 }
 
 /* Phase configs that cannot run: exit 2 with the key named. */
+/* A later phase's data written by another tokenizer is refused (exit 2, naming the phase) when
+ * that phase starts, before any of its steps, as the first phase's is at start-up. */
+static void test_phase_data_of_another_tokenizer(void **state) {
+    (void)state;
+    run_result r = RUN("tokenizer", "train", "--input", "curated.txt", "--vocab-size", "300",
+                       "--out", "runs/other_tok.json");
+    expect_code(r, 0, "another tokenizer");
+    result_free(&r);
+    r = RUN("data", "prepare", "--tokenizer", "runs/other_tok.json", "--input", "curated.txt",
+            "--out", "runs/phases/other", "--val-fraction", "0.1");
+    expect_code(r, 0, "data prepare with another tokenizer");
+    result_free(&r);
+    const char *phases = "phases=[{\"steps\": 2}, {\"steps\": 2, \"data\": "
+                         "[{\"path\": \"runs/phases/other\", \"weight\": 1}]}]";
+    r = RUN("train", "--config", recipe, "--out", "runs/othertok", "--set", phases, "--set",
+            "eval_interval=0", "--set", "checkpoint_interval=0");
+    if (r.code != 2 || !strstr(r.err, "phases[1]") || !strstr(r.err, "runs/phases/other"))
+        fail_msg("exit %d, expected 2 naming phases[1] and the data:\n%s", r.code, r.err);
+    result_free(&r);
+}
+
 static void test_config_refusals(void **state) {
     (void)state;
     static const struct {
@@ -402,6 +423,7 @@ int main(void) {
         cmocka_unit_test(test_resume_in_phase2_is_exact),
         cmocka_unit_test(test_source_positions_kept),
         cmocka_unit_test(test_resume_refusals),
+        cmocka_unit_test(test_phase_data_of_another_tokenizer),
         cmocka_unit_test(test_config_refusals),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

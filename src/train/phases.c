@@ -113,6 +113,9 @@ static int open_phase(trainer *tr, int p, uint64_t rows) {
         return zy_fail("phases[%d]: the training data holds token id %d but the model's "
                        "vocabulary is %d",
                        p, batches_max_token(tr->train), tr->st.model.cfg.vocab_size);
+    /* as the first phase's data is checked at start-up: written by the run's tokenizer */
+    if (v->tokenizer[0] && batches_check_tokenizer(tr->train, v->tokenizer, "tokenizer") != ZY_OK)
+        return zy_fail_ctx("phases[%d]", p);
     uint64_t drawn[ZY_MAX_SOURCES];
     for (int s = 0; s < v->n_sources; s++) {
         const uint64_t tokens = ph->tokens[phases_source(ph, v->sources[s].path)];
