@@ -14,23 +14,7 @@
 #error "zayac needs PCRE2 10.34 or newer (matching on invalid UTF-8)"
 #endif
 
-/* A growable string. */
-typedef struct {
-    char *s;
-    size_t n, cap;
-} sbuf;
-
-static void sb_add(sbuf *b, const char *s, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        b->cap = 2 * (b->n + n + 1);
-        b->s = zy_realloc(b->s, b->cap);
-    }
-    memcpy(b->s + b->n, s, n);
-    b->n += n;
-    b->s[b->n] = 0;
-}
-
-static void sb_cp(sbuf *b, uint32_t c) { /* UTF-8 of one code point */
+static void sb_cp(tok_sbuf *b, uint32_t c) { /* UTF-8 of one code point */
     char u[4];
     size_t n;
     if (c < 0x80)
@@ -43,19 +27,19 @@ static void sb_cp(sbuf *b, uint32_t c) { /* UTF-8 of one code point */
     else
         u[0] = (char)(0xF0 | c >> 18), u[1] = (char)(0x80 | ((c >> 12) & 0x3F)),
         u[2] = (char)(0x80 | ((c >> 6) & 0x3F)), u[3] = (char)(0x80 | (c & 0x3F)), n = 4;
-    sb_add(b, u, n);
+    tok_sbuf_add(b, u, n);
 }
 
-static void sb_range(sbuf *b, uint32_t lo, uint32_t hi) {
+static void sb_range(tok_sbuf *b, uint32_t lo, uint32_t hi) {
     char r[40];
     int n = lo == hi ? snprintf(r, sizeof r, "\\x{%X}", lo)
                      : snprintf(r, sizeof r, "\\x{%X}-\\x{%X}", lo, hi);
-    sb_add(b, r, (size_t)n);
+    tok_sbuf_add(b, r, (size_t)n);
 }
 
 /* Appends to cls, as ranges, the code points of text that `prop` (a PCRE2 pattern of one
  * character) matches; returns how many. */
-static size_t collect_matches(const char *prop, const sbuf *text, sbuf *cls) {
+static size_t collect_matches(const char *prop, const tok_sbuf *text, tok_sbuf *cls) {
     int err;
     PCRE2_SIZE off;
     pcre2_code *re = pcre2_compile((PCRE2_SPTR)prop, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP,
@@ -89,8 +73,8 @@ static size_t collect_matches(const char *prop, const sbuf *text, sbuf *cls) {
 
 /* The inside of a character class for HF's set rs [n]: PCRE2's base class plus what it lacks; or,
  * if the base holds a code point HF's set does not, the full list of ranges. */
-static void class_body(sbuf *out, const char *base, const uint32_t (*rs)[2], int n) {
-    sbuf in = {0}, outside = {0}, extra = {0}, excess = {0};
+static void class_body(tok_sbuf *out, const char *base, const uint32_t (*rs)[2], int n) {
+    tok_sbuf in = {0}, outside = {0}, extra = {0}, excess = {0};
     uint32_t next = 0;
     for (int i = 0; i < n; i++) {
         for (uint32_t c = next; c < rs[i][0]; c++)
@@ -105,8 +89,8 @@ static void class_body(sbuf *out, const char *base, const uint32_t (*rs)[2], int
     snprintf(pos, sizeof pos, "[%s]", base);
     collect_matches(neg, &in, &extra);
     if (collect_matches(pos, &outside, &excess) == 0) {
-        sb_add(out, base, strlen(base));
-        if (extra.n) sb_add(out, extra.s, extra.n);
+        tok_sbuf_add(out, base, strlen(base));
+        if (extra.n) tok_sbuf_add(out, extra.s, extra.n);
     } else {
         for (int i = 0; i < n; i++) sb_range(out, rs[i][0], rs[i][1]);
     }
@@ -121,7 +105,7 @@ static pthread_once_t gpt2_once = PTHREAD_ONCE_INIT, word_once = PTHREAD_ONCE_IN
                       class_once = PTHREAD_ONCE_INIT;
 
 static void build_classes(void) {
-    sbuf L = {0}, N = {0};
+    tok_sbuf L = {0}, N = {0};
     class_body(&L, "\\p{L}", zy_gpt2_letters, zy_gpt2_n_letters);
     class_body(&N, "\\p{N}", zy_gpt2_digits, zy_gpt2_n_digits);
     letter_class = L.s;
@@ -151,14 +135,14 @@ const char *pretok_gpt2_pattern(void) {
 }
 
 static void build_word_pattern(void) {
-    sbuf w = {0}, p = {0};
+    tok_sbuf w = {0}, p = {0};
     /* Rust's \\w is Alphabetic + marks + Nd + Pc + joiners; the table adds the rest of Alphabetic
      */
     class_body(&w, "\\p{L}\\p{M}\\p{Nd}\\p{Nl}\\p{Pc}\\x{200C}\\x{200D}", zy_gpt2_word,
                zy_gpt2_n_word);
-    sb_add(&p, "^[", 2);
-    sb_add(&p, w.s, w.n);
-    sb_add(&p, "]", 1);
+    tok_sbuf_add(&p, "^[", 2);
+    tok_sbuf_add(&p, w.s, w.n);
+    tok_sbuf_add(&p, "]", 1);
     free(w.s);
     word_pattern = p.s;
 }

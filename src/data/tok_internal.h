@@ -9,9 +9,12 @@
 #ifndef ZY_TOK_INTERNAL_H
 #define ZY_TOK_INTERNAL_H
 
+#include "base/err.h"
 #include "data/hashmap.h"
 #include "data/pretok.h"
 #include "data/tokenizer.h"
+
+#include <string.h>
 
 /* Per-id flags. */
 enum { TOKF_MODEL = 1, TOKF_ADDED = 2, TOKF_SPECIAL = 4 };
@@ -234,5 +237,21 @@ int tok_parse_pre_tokenizer(const char *path, const struct cJSON *j, zy_tokenize
 int tok_parse_decoder(const char *path, const struct cJSON *j, zy_tokenizer *t);
 /* Frees the components of the pipeline. */
 void tok_pipeline_free(zy_tokenizer *t);
+
+/* A growable NUL-terminated string (the regex rewriter and the pre-tokenizer build text). */
+typedef struct {
+    char *s;
+    size_t n, cap;
+} tok_sbuf;
+
+static inline void tok_sbuf_add(tok_sbuf *b, const char *s, size_t n) {
+    if (b->n + n + 1 > b->cap) {
+        b->cap = 2 * (b->n + n + 1);
+        b->s = zy_realloc(b->s, b->cap);
+    }
+    memcpy(b->s + b->n, s, n);
+    b->n += n;
+    b->s[b->n] = 0;
+}
 
 #endif

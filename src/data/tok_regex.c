@@ -11,33 +11,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-    char *s;
-    size_t n, cap;
-} obuf;
-
-static void put(obuf *b, const char *s, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        b->cap = 2 * (b->n + n + 1);
-        b->s = zy_realloc(b->s, b->cap);
-    }
-    memcpy(b->s + b->n, s, n);
-    b->n += n;
-    b->s[b->n] = 0;
-}
-
-static void puts_(obuf *b, const char *s) {
-    put(b, s, strlen(s));
+static void puts_(tok_sbuf *b, const char *s) {
+    tok_sbuf_add(b, s, strlen(s));
 }
 
 /* A class (its inside), bracketed outside a class, or merged into the enclosing one. */
-static void put_class(obuf *b, const char *inside, int in_class, int negate) {
+static void put_class(tok_sbuf *b, const char *inside, int in_class, int negate) {
     if (!in_class) puts_(b, negate ? "[^" : "[");
     puts_(b, inside);
     if (!in_class) puts_(b, "]");
 }
 
-static int unsupported(obuf *b, const char *pat, const char *what) {
+static int unsupported(tok_sbuf *b, const char *pat, const char *what) {
     free(b->s);
     b->s = NULL;
     return zy_fail("pattern \"%.80s\" uses %s, which zayac cannot match as HF's regex engine "
@@ -66,8 +51,8 @@ static size_t property(const char *pat, size_t i, char *name, size_t cap, int *n
 }
 
 int tok_regex_translate(const char *pat, char **out) {
-    obuf b = {0};
-    put(&b, "", 0);
+    tok_sbuf b = {0};
+    tok_sbuf_add(&b, "", 0);
     int in_class = 0;
     size_t class_open = 0; /* where the inside of the current class starts */
     for (size_t i = 0; pat[i];) {
@@ -86,7 +71,7 @@ int tok_regex_translate(const char *pat, char **out) {
                 if (cls && !(in_class && neg))
                     put_class(&b, cls, in_class, neg);
                 else /* another property, or a negated one inside a class: PCRE2's own tables */
-                    put(&b, pat + i, k + 1);
+                    tok_sbuf_add(&b, pat + i, k + 1);
                 i += k + 1;
                 continue;
             }
@@ -107,17 +92,18 @@ int tok_regex_translate(const char *pat, char **out) {
                        isxdigit((unsigned char)pat[i + 3]) && isxdigit((unsigned char)pat[i + 4]) &&
                        isxdigit((unsigned char)pat[i + 5])) {
                 puts_(&b, "\\x{");
-                put(&b, pat + i + 2, 4);
+                tok_sbuf_add(&b, pat + i + 2, 4);
                 puts_(&b, "}");
                 i += 6;
                 continue;
             } else if (strchr("xoN", n) && pat[i + 2] == '{' && strchr(pat + i, '}')) {
                 size_t k = (size_t)(strchr(pat + i, '}') - (pat + i)) + 1; /* \x{..} whole */
-                put(&b, pat + i, k);
+                tok_sbuf_add(&b, pat + i, k);
                 i += k;
                 continue;
             } else {
-                put(&b, pat + i, 2); /* \S inside a class, \d, \r, \n, \x.., escaped symbols */
+                tok_sbuf_add(&b, pat + i,
+                             2); /* \S inside a class, \d, \r, \n, \x.., escaped symbols */
             }
             i += 2;
             continue;
@@ -126,22 +112,22 @@ int tok_regex_translate(const char *pat, char **out) {
             if (c == '[' && pat[i + 1] == ':') { /* a POSIX class: copied whole */
                 const char *close = strstr(pat + i, ":]");
                 if (!close) return unsupported(&b, pat, "an unterminated [:class:]");
-                put(&b, pat + i, (size_t)(close - (pat + i)) + 2);
+                tok_sbuf_add(&b, pat + i, (size_t)(close - (pat + i)) + 2);
                 i = (size_t)(close - pat) + 2;
                 continue;
             }
             if (c == '[') return unsupported(&b, pat, "a class inside a class");
             if (c == '&' && pat[i + 1] == '&') return unsupported(&b, pat, "class intersection &&");
             if (c == ']' && b.n > class_open) in_class = 0;
-            put(&b, &c, 1);
+            tok_sbuf_add(&b, &c, 1);
             i++;
             continue;
         }
         if (c == '[') {
             in_class = 1;
-            put(&b, "[", 1);
+            tok_sbuf_add(&b, "[", 1);
             i++;
-            if (pat[i] == '^') put(&b, "^", 1), i++;
+            if (pat[i] == '^') tok_sbuf_add(&b, "^", 1), i++;
             class_open = b.n; /* a ']' right here is a literal */
             continue;
         }
@@ -149,8 +135,9 @@ int tok_regex_translate(const char *pat, char **out) {
             size_t j = i + 2;
             while (pat[j] && strchr("imx-", pat[j])) j++;
             if (j > i + 2 && (pat[j] == ':' || pat[j] == ')')) {
-                put(&b, "(?", 2);
-                for (size_t k = i + 2; k < j; k++) put(&b, pat[k] == 'm' ? "s" : pat + k, 1);
+                tok_sbuf_add(&b, "(?", 2);
+                for (size_t k = i + 2; k < j; k++)
+                    tok_sbuf_add(&b, pat[k] == 'm' ? "s" : pat + k, 1);
                 i = j;
                 continue;
             }
@@ -174,13 +161,13 @@ int tok_regex_translate(const char *pat, char **out) {
                     continue;
                 }
                 if (pat[i + 1] == ',') {
-                    put(&b, "{0", 2);
+                    tok_sbuf_add(&b, "{0", 2);
                     i++;
                     continue;
                 }
             }
         }
-        put(&b, &c, 1);
+        tok_sbuf_add(&b, &c, 1);
         i++;
     }
     if (in_class) return unsupported(&b, pat, "an unterminated class");
