@@ -7,7 +7,7 @@
 #      same global batch): the two loss curves, and a stop at the middle + --resume on N GPUs
 #      against the uninterrupted N-GPU run (bit for bit).
 # Usage (from the zayac root; DATA holds tokenizer.json and data/ from `zayac data prepare`):
-#   DEBS=.ext/debs DATA=.ext/dpdata [ALGOS="default Ring Tree"] [ONE_GPU=1] [BASE=1] \
+#   DEBS=.ext/debs DATA=.ext/dpdata [ALGOS="default Ring Tree,Ring"] [ONE_GPU=1] [BASE=1] \
 #       bash scripts/gpu_dp_check.sh
 # ONE_GPU=0 skips the 1-GPU benchmark baselines, BASE=0 the zaya1-base widths. The summary and
 # the tails of failed runs' logs are printed at the end.
@@ -31,7 +31,7 @@ note "build done ($(($(date +%s) - t0)) s)"
 Z=$PWD/build/zayac
 
 # 1. the communicator
-for algo in ${ALGOS:-default Ring Tree}; do
+for algo in ${ALGOS:-default Ring Tree,Ring}; do
     env_algo=()
     [ "$algo" != default ] && env_algo=(NCCL_ALGO=$algo)
     env "${env_algo[@]}" timeout 90 build/tests/test_comm_nccl >"$OUT/comm_$algo.log" 2>&1

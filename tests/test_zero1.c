@@ -1,5 +1,6 @@
 /* ZeRO-1's weight sharing (train/zero1.h) on CPU ranks, with a compute copy attached as a GPU
- * model has one: after zero1_share_weights every rank's compute copy holds each owner's values
+ * model has one: after zero1_share_weights and the forward's waits (m->weights_needed, group by
+ * group) every rank's compute copy holds each owner's values
  * (matrices sent as compute copies, the rest sent in fp32 and cast by the receivers, the
  * embedding too, which the tied head reads from the compute copy), its fp32 non-matrix weights
  * are the owner's, and zero1_gather_masters makes every fp32 weight the owner's. The first 2-GPU
@@ -62,6 +63,17 @@ static int child_main(void) {
             compute[j] = m.params[j];
     if (zero1_share_weights(&z) != ZY_OK) {
         fprintf(stderr, "rank %d: share: %s\n", c.rank, zy_errmsg());
+        return 1;
+    }
+    /* the next forward waits group by group through the hook, which removes itself at the end */
+    if (!m.weights_needed) {
+        fprintf(stderr, "rank %d: the share installed no weights_needed hook\n", c.rank);
+        return 1;
+    }
+    for (int g = -1; g < m.cfg.num_hidden_layers && m.weights_needed; g++)
+        m.weights_needed(m.weights_needed_user, g);
+    if (m.weights_needed || z.share_pending) {
+        fprintf(stderr, "rank %d: the hook is still installed after the last layer\n", c.rank);
         return 1;
     }
     int kinds_seen[5] = {0};

@@ -115,6 +115,20 @@ int comm_complete(zy_comm *c) {
     return c->b->complete(c) == ZY_OK ? ZY_OK : comm_ctx(c, "complete");
 }
 
+int comm_mark(zy_comm *c, int slot) {
+    ZY_CHECK(c && c->b);
+    ZY_CHECKF(slot >= 0 && slot < ZY_COMM_MARKS, "comm_mark: slot %d", slot);
+    if (!c->b->mark) return ZY_OK;
+    return c->b->mark(c, slot) == ZY_OK ? ZY_OK : comm_ctx(c, "mark");
+}
+
+int comm_wait_mark(zy_comm *c, int slot) {
+    ZY_CHECK(c && c->b);
+    ZY_CHECKF(slot >= 0 && slot < ZY_COMM_MARKS, "comm_wait_mark: slot %d", slot);
+    if (!c->b->wait_mark) return ZY_OK;
+    return c->b->wait_mark(c, slot) == ZY_OK ? ZY_OK : comm_ctx(c, "wait_mark");
+}
+
 int comm_defer(zy_comm *c, int on) {
     ZY_CHECK(c && c->b);
     int rc = on ? ZY_OK : comm_complete(c);

@@ -47,6 +47,9 @@ typedef struct {
     /* completes the operations queued while deferred (NULL: the backend never defers) */
     int (*complete)(zy_comm *c);
     void (*free)(zy_comm *c);
+    /* comm_mark / comm_wait_mark (NULL: the backend never defers, so there is nothing to wait) */
+    int (*mark)(zy_comm *c, int slot);
+    int (*wait_mark)(zy_comm *c, int slot);
 } zy_comm_backend;
 
 struct zy_comm {
@@ -93,6 +96,15 @@ int comm_barrier(zy_comm *c);
  * nothing. An error of a deferred operation is reported by comm_complete. */
 int comm_defer(zy_comm *c, int on);
 int comm_complete(zy_comm *c);
+/* Partial completion, so the compute that needs a deferred operation's result waits for that one
+ * only (the weights broadcast after the update, layer by layer, while the next forward runs):
+ * comm_mark(c, slot) remembers the point after the operations queued so far; comm_wait_mark(c,
+ * slot) waits until every operation before that point has completed, guarded by the
+ * communicator's deadline like comm_complete (a host wait: work queued on the device before it
+ * keeps running). slot: 0 <= slot < ZY_COMM_MARKS. Host backends: nothing to wait for. */
+#define ZY_COMM_MARKS 1024
+int comm_mark(zy_comm *c, int slot);
+int comm_wait_mark(zy_comm *c, int slot);
 /* Bytes of one element. */
 size_t comm_dtype_size(zy_comm_dtype t);
 

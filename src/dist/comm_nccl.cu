@@ -27,6 +27,7 @@ typedef struct {
     float *one;         /* [1] device: the barrier's all-reduce */
     int broken;         /* an operation failed and the communicator was aborted */
     int pending;        /* operations queued under comm_defer and not yet waited for */
+    cudaEvent_t *marks; /* [ZY_COMM_MARKS] comm_mark's points (created when first used) */
     void *stage;        /* device copy of host buffers (grows to the largest seen) */
     size_t stage_bytes;
     char last[160]; /* the last of them, for messages */
@@ -278,6 +279,28 @@ static int op_run(zy_comm *c, const op_args *a) {
     return rc == ZY_OK ? ZY_OK : op_failed(m);
 }
 
+/* Records the point after the operations queued so far on the communicator's stream. */
+static int nccl_mark(zy_comm *c, int slot) {
+    nccl_impl *m = impl_of(c);
+    if (!m->marks) m->marks = (cudaEvent_t *)zy_calloc(ZY_COMM_MARKS, sizeof *m->marks);
+    if (!m->marks[slot])
+        ZY_CUDA_TRY(cudaEventCreateWithFlags(&m->marks[slot], cudaEventDisableTiming));
+    ZY_CUDA_TRY(cudaEventRecord(m->marks[slot], (cudaStream_t)m->dc.stream));
+    return ZY_OK;
+}
+
+/* Waits (guarded, as op_end) for a recorded point; an unrecorded slot has nothing to wait for. */
+static int nccl_wait_mark(zy_comm *c, int slot) {
+    nccl_impl *m = impl_of(c);
+    if (m->broken)
+        return zy_fail_runtime("the NCCL communicator was aborted after an earlier error");
+    if (!m->marks || !m->marks[slot]) return ZY_OK;
+    char what[224];
+    snprintf(what, sizeof what, "deferred operations up to mark %d (the last queued: %s)", slot,
+             m->last);
+    return dist_comm_wait_event(&m->dc, m->marks[slot], what) == ZY_OK ? ZY_OK : op_failed(m);
+}
+
 /* Waits for the operations queued under comm_defer. */
 static int nccl_complete(zy_comm *c) {
     nccl_impl *m = impl_of(c);
@@ -363,6 +386,9 @@ static void nccl_free(zy_comm *c) {
     if (m->done) ZY_CUDA_NOTE(st, cudaEventDestroy(m->done));
     if (m->one) ZY_CUDA_NOTE(st, cudaFree(m->one));
     if (m->stage) ZY_CUDA_NOTE(st, cudaFree(m->stage));
+    for (int i = 0; m->marks && i < ZY_COMM_MARKS; i++)
+        if (m->marks[i]) ZY_CUDA_NOTE(st, cudaEventDestroy(m->marks[i]));
+    free(m->marks);
     if (st != ZY_OK) /* nothing to return it to: said, as the other warnings are */
         fprintf(stderr, "warning: releasing the NCCL communicator: %s\n", zy_errmsg());
     free(m);
@@ -371,8 +397,9 @@ static void nccl_free(zy_comm *c) {
 
 /* Positional (C++17 has no designated initializers): the order of zy_comm_backend's fields. */
 static const zy_comm_backend nccl_backend = {
-    "nccl",    nccl_all_reduce, nccl_reduce_scatter, nccl_reduce,  nccl_all_gather, nccl_broadcast,
-    nccl_send, nccl_recv,       nccl_all_to_all,     nccl_barrier, nccl_complete,   nccl_free,
+    "nccl",         nccl_all_reduce, nccl_reduce_scatter, nccl_reduce,     nccl_all_gather,
+    nccl_broadcast, nccl_send,       nccl_recv,           nccl_all_to_all, nccl_barrier,
+    nccl_complete,  nccl_free,       nccl_mark,           nccl_wait_mark,
 };
 
 /* The watchdog's report of a blocking NCCL call that does not return or of a peer that died

@@ -139,15 +139,23 @@ static void layer_forward(zy_model *mo, zy_acts *a, int l, zy_layer_cache *cache
                     w->pm_rs, nn.w, N, D, eps);
 }
 
+static void weights_needed(zy_model *m, int layer) {
+    if (m->weights_needed) m->weights_needed(m->weights_needed_user, layer);
+}
+
 void trunk_forward(zy_model *m, zy_acts *a, zy_layer_cache *caches) {
     const zy_config *c = &m->cfg;
     const int N = a->B * a->T, D = c->hidden_size, V = c->vocab_size;
     zy_layer_acts *x0 = &a->layers[0];
+    weights_needed(m, -1);
     ops_embed_fwd(m->ctx, x0->h_in, m->w.emb, a->ids, m->w.in_bias, m->w.in_scale, N, D);
+    weights_needed(m, 0);
     ops_rmsnorm_fwd(m->ctx, x0->a, x0->rstd_a, x0->h_in, ZY_DTYPE_F32, m->w.layers[0].ln_in, N, D,
                     (float)c->rms_norm_eps);
-    for (int l = 0; l < c->num_hidden_layers; l++)
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        if (l + 1 < c->num_hidden_layers) weights_needed(m, l + 1); /* its input norm ends l */
         layer_forward(m, a, l, caches ? &caches[l] : NULL);
+    }
     ops_matmul(m->ctx, a->logits, a->xf, m->wc.emb, N, V, D, 0, 1, 1.0f, 0.0f); /* tied head */
 }
 

@@ -79,6 +79,13 @@ typedef struct {
      * it describes is queued on ctx's stream, not necessarily done. NULL: not called. */
     void (*grads_ready)(void *user, int layer);
     void *grads_ready_user;
+    /* Called by the forward before its first read of a group of weights, in order: -1 (the
+     * global entries: embedding, final norm) before the embedding, then l = 0, 1, ... before the
+     * first read of layer l's entries (layer l+1's before layer l, whose last norm is layer
+     * l+1's input norm). So weights still arriving from other ranks (ZeRO-1's broadcast after the
+     * update) are waited for only as they are needed. NULL: not called. */
+    void (*weights_needed)(void *user, int layer);
+    void *weights_needed_user;
 } zy_model;
 
 /* Builds the HF parameter table of a config into t (t is initialised here). */

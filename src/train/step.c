@@ -5,6 +5,7 @@
 #include "train/zero1.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -87,6 +88,8 @@ int step_init_training(zy_step *s, const zy_step_config *cfg, const zy_optim_con
 }
 
 void step_free(zy_step *s) {
+    if (s->have_zero && zero1_weights_ready(&s->zero) != ZY_OK) /* nothing left in flight */
+        fprintf(stderr, "warning: %s\n", zy_errmsg());
     free(s->ids);
     free(s->targets);
     free(s->counts);
@@ -110,6 +113,7 @@ static int reduce_over_ranks(zy_step *s, double *loss_sum) {
     zy_model *m = &s->model;
     const size_t LE1 = (size_t)m->cfg.num_hidden_layers * (m->cfg.num_experts + 1);
     ZY_TRY(comm_all_reduce(s->comm, loss_sum, 1, ZY_COMM_F64, ZY_COMM_SUM));
+    ZY_TRY(comm_all_reduce(s->comm, &s->stop_agreed, 1, ZY_COMM_I64, ZY_COMM_MAX));
     return comm_all_reduce(s->comm, s->step_counts, LE1, ZY_COMM_I64, ZY_COMM_SUM);
 }
 
@@ -130,6 +134,10 @@ static int clip(zy_step *s, double *norm) {
 
 int step_weights_whole(zy_step *s) {
     return s->have_zero ? zero1_gather_masters(&s->zero) : ZY_OK;
+}
+
+int step_weights_ready(zy_step *s) {
+    return s->have_zero ? zero1_weights_ready(&s->zero) : ZY_OK;
 }
 
 static void phase_end(const zy_step_hooks *h, zy_step_phase p) {
@@ -164,6 +172,7 @@ int step_run(zy_step *s, const zy_step_hooks *hooks, float lr, double *loss, dou
         for (int i = 0; i < LE1; i++) s->step_counts[i] += s->counts[i];
         phase_end(hooks, ZY_PHASE_ROUTE);
     }
+    s->stop_agreed = hooks && hooks->stop_vote ? hooks->stop_vote(hooks->user) : 0;
     if (world_of(s) > 1) ZY_TRY(reduce_over_ranks(s, &sum));
     *loss = sum / tokens;
     ZY_TRY(clip(s, grad_norm));

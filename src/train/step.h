@@ -50,6 +50,11 @@ typedef struct {
      * separate passes so each can be timed (one more pass over the logits). */
     void (*phase_end)(void *user, zy_step_phase p);
     void *user;
+    /* this rank's request to stop (e.g. a caught signal's number; 0 = none; NULL: never),
+     * asked once the step's loss is known and agreed over ranks inside the step's own reductions
+     * (s->stop_agreed), so the ranks stop at the same step without a collective of their own
+     * between steps (one would wait for the weights still travelling: zero1_share_weights) */
+    int64_t (*stop_vote)(void *user);
 } zy_step_hooks;
 
 typedef struct {
@@ -65,7 +70,9 @@ typedef struct {
     int32_t *ids, *targets;        /* [B, T] host: the micro-batch the next forward reads */
     int64_t *counts, *step_counts; /* [L, E+1] routed counts: of a micro-batch, of the step */
     int64_t step;                  /* optimizer steps completed */
-    zy_zero1 zero;                 /* ZeRO-1 over comm's ranks (train/zero1.h), when have_zero */
+    /* After step_run: the maximum over ranks of hooks->stop_vote (0 = carry on) */
+    int64_t stop_agreed;
+    zy_zero1 zero; /* ZeRO-1 over comm's ranks (train/zero1.h), when have_zero */
     int have_model, have_acts, have_opt, have_bal, have_zero;
 } zy_step;
 
@@ -98,6 +105,10 @@ void step_owned(const zy_step *s, int *first, int *last);
  * GPUs only the compute copy of other ranks' matrices is current (train/zero1.h). Collective; call
  * before reading model.params (a checkpoint, the replica check). */
 int step_weights_whole(zy_step *s);
+/* Waits for weights still arriving from their owners after the last step (ZeRO-1 overlaps them
+ * with the next forward, which waits by itself): call before anything but a forward or
+ * step_weights_whole reads or writes model.params or the compute copy. Nothing without ranks. */
+int step_weights_ready(zy_step *s);
 
 /* Runs one step at learning rate lr; *loss is the mean token loss over the step's micro-batches
  * (of every rank), *grad_norm the global gradient norm before clipping. Advances s->step. Fails

@@ -309,6 +309,11 @@ static void stop_signals_restore(const struct sigaction old[2]) {
 }
 
 /* The step's batch source: the next micro-batch of the training split. */
+static int64_t read_stop_signal(void *user) {
+    (void)user;
+    return stop_signal;
+}
+
 static int next_train_batch(void *user, int32_t *ids, int32_t *targets) {
     return batches_next(((trainer *)user)->train, ids, targets);
 }
@@ -456,11 +461,14 @@ int train_run(const zy_train_config *c, const zy_train_opts *o) {
         failed_after = -1;
         if ((rc = trainer_phase_begin_step(&tr)) != ZY_OK) break; /* a phase boundary */
         const zy_train_config *pc = tr.cfg;                       /* the phase's view */
+        /* an injected fault may write the weights: none may still be arriving */
+        if (getenv("ZAYAC_FAULT") && (rc = step_weights_ready(&tr.st)) != ZY_OK) break;
         fault_at_step(&tr.st.model, tr.st.step + 1, tr.ranks.comm.rank);
         skip_batch_if_marked(tr.train, tr.st.step + 1, pc->grad_accum, tr.st.ids, tr.st.targets);
         float lr = phases_lr(&tr.phases, tr.st.step);
         double t0 = zy_now(), loss, gnorm;
-        zy_step_hooks hooks = {.next_batch = next_train_batch, .user = &tr};
+        zy_step_hooks hooks = {
+            .next_batch = next_train_batch, .stop_vote = read_stop_signal, .user = &tr};
         rc = step_run(&tr.st, &hooks, lr, &loss, &gnorm);
         if (rc != ZY_OK) {
             zy_fail_ctx("step %lld", (long long)tr.st.step + 1);
@@ -494,10 +502,7 @@ int train_run(const zy_train_config *c, const zy_train_opts *o) {
                    cost.model_tflops, mfu, cost.mem_gib);
             fflush(stdout);
         }
-        int64_t asked = stop_signal; /* a signal to any rank stops them all at this step */
-        if (tr.ranks.comm.world > 1 &&
-            (rc = comm_all_reduce(&tr.ranks.comm, &asked, 1, ZY_COMM_I64, ZY_COMM_MAX)) != ZY_OK)
-            break;
+        const int64_t asked = tr.st.stop_agreed; /* a signal to any rank stops them all */
         const int signalled = asked != 0;
         const int stopping =
             (signalled || (o->stop_after > 0 && ran >= o->stop_after)) && tr.st.step < c->steps;
@@ -525,6 +530,7 @@ int train_run(const zy_train_config *c, const zy_train_opts *o) {
         }
     }
     stop_signals_restore(old_handlers);
+    if (rc == ZY_OK) rc = step_weights_ready(&tr.st);     /* the samples and the end read them */
     if (rc == ZY_OK) rc = trainer_finish_checkpoint(&tr); /* the last save must have landed */
     if (rc != ZY_OK && failed_after >= 0) zy_fail_ctx("after step %lld", failed_after);
     if (rc == ZY_OK && tr.metrics) rc = metrics_flush(tr.metrics);

@@ -80,6 +80,7 @@ int zero1_grads_done(zy_zero1 *z) {
     /* the reduces read the gradients on the communicator's stream: wait before anything else
      * touches them */
     const int rc = comm_defer(z->comm, 0);
+    if (z->share_failed) return zy_fail_ctx("receiving the updated weights from their owners");
     if (z->failed) return zy_fail_ctx("reducing the gradients to their owners");
     return rc;
 }
@@ -105,28 +106,26 @@ void zero1_scale_grads(zy_zero1 *z, float scale) {
     if (v.count) clip_scale_grads(z->m->ctx, &v, z->m->grads, scale);
 }
 
-/* Broadcasts from each owner the runs of its entries that pick() selects, from the fp32 masters
- * (compute 0) or the compute copy (compute 1: activation dtype). recast: after an fp32 broadcast
- * the receivers refresh their compute copy of the run from it (the owner's optimizer did its own).
- */
-static int broadcast_owned(zy_zero1 *z, int (*pick)(const zy_param *), int compute, int recast) {
+/* Broadcasts from each owner the runs of its entries of one group (zy_param.layer: -1 the global
+ * entries, else the layer) that pick() selects, from the fp32 masters (compute 0) or the compute
+ * copy (compute 1: activation dtype). */
+static int broadcast_group(zy_zero1 *z, int group, int (*pick)(const zy_param *), int compute) {
     zy_model *m = z->m;
     const zy_param_table *t = &m->table;
     const size_t esize = compute ? ops_act_size(m->ctx) : sizeof(float);
     const zy_comm_dtype dt = esize == 2 ? ZY_COMM_BF16 : ZY_COMM_F32;
     unsigned char *base = compute ? (unsigned char *)m->cparams : (unsigned char *)m->params;
     for (int a = 0; a < t->count;) {
-        if (!pick(&t->items[a])) {
+        if (t->items[a].layer != group || !pick(&t->items[a])) {
             a++;
             continue;
         }
         int b = a + 1;
-        while (b < t->count && pick(&t->items[b]) && z->owner[b] == z->owner[a]) b++;
+        while (b < t->count && t->items[b].layer == group && pick(&t->items[b]) &&
+               z->owner[b] == z->owner[a])
+            b++;
         const size_t off = t->items[a].offset, n = span_floats(t, a, b);
         ZY_TRY(comm_broadcast(z->comm, base + off * esize, n, dt, z->owner[a]));
-        if (recast && m->cparams && z->owner[a] != z->comm->rank)
-            ops_cast_to_act(m->ctx, (char *)m->cparams + off * ops_act_size(m->ctx),
-                            m->params + off, n);
         a = b;
     }
     return ZY_OK;
@@ -144,20 +143,82 @@ static int not_matrix(const zy_param *p) {
     return p->kind != ZY_PARAM_MATRIX;
 }
 
+/* After group g's fp32 entries arrived: the receivers cast them into their compute copy (the
+ * owner's optimizer wrote its own). */
+static void recast_group(zy_zero1 *z, int group) {
+    zy_model *m = z->m;
+    const zy_param_table *t = &m->table;
+    if (!m->cparams) return;
+    for (int i = 0; i < t->count; i++) {
+        const zy_param *p = &t->items[i];
+        if (p->layer == group && p->kind != ZY_PARAM_MATRIX && z->owner[i] != z->comm->rank)
+            ops_cast_to_act(m->ctx, (char *)m->cparams + p->offset * ops_act_size(m->ctx),
+                            m->params + p->offset, p->numel);
+    }
+}
+
+/* Waits for the broadcasts of every group up to `group` (their marks), in order. */
+static int wait_groups(zy_zero1 *z, int group) {
+    for (; z->next_group <= group; z->next_group++) {
+        ZY_TRY(comm_wait_mark(z->comm, z->next_group + 1));
+        recast_group(z, z->next_group);
+    }
+    return ZY_OK;
+}
+
+/* m->weights_needed during the forward after a share. */
+static void weights_needed(void *user, int group) {
+    zy_zero1 *z = user;
+    if (z->share_failed) return;
+    if (wait_groups(z, group) != ZY_OK) {
+        z->share_failed = 1;
+        return;
+    }
+    if (group == z->m->cfg.num_hidden_layers - 1 && zero1_weights_ready(z) != ZY_OK)
+        z->share_failed = 1;
+}
+
 int zero1_share_weights(zy_zero1 *z) {
-    if (!z->m->cparams) return broadcast_owned(z, any_entry, 0, 0); /* fp32 is what computes */
-    /* the optimizer wrote the owned entries' compute copy with their update; the rest is read in
-     * fp32 by the kernels, and the embedding in both (the lookup in fp32, the tied head's GEMM in
-     * the compute dtype): the receivers cast it */
-    ZY_TRY(broadcast_owned(z, is_matrix, 1, 0));
-    ZY_TRY(broadcast_owned(z, not_matrix, 0, 1));
-    z->stale = 1;
+    zy_model *m = z->m;
+    const int L = m->cfg.num_hidden_layers, gpu = m->cparams != NULL;
+    ZY_TRY(comm_defer(z->comm, 1));
+    /* in the order the forward reads them: global entries, then layer by layer */
+    for (int g = -1; g < L; g++) {
+        if (gpu) {
+            ZY_TRY(broadcast_group(z, g, is_matrix, 1));
+            ZY_TRY(broadcast_group(z, g, not_matrix, 0));
+        } else { /* fp32 is what computes */
+            ZY_TRY(broadcast_group(z, g, any_entry, 0));
+        }
+        ZY_TRY(comm_mark(z->comm, g + 1));
+    }
+    z->next_group = -1;
+    z->share_pending = 1;
+    z->stale = gpu;
+    m->weights_needed = weights_needed;
+    m->weights_needed_user = z;
+    return ZY_OK;
+}
+
+int zero1_weights_ready(zy_zero1 *z) {
+    if (!z->share_pending) return ZY_OK;
+    z->m->weights_needed = NULL;
+    z->m->weights_needed_user = NULL;
+    z->share_pending = 0;
+    const int rc = wait_groups(z, z->m->cfg.num_hidden_layers - 1);
+    const int done = comm_defer(z->comm, 0);
+    if (rc != ZY_OK || done != ZY_OK || z->share_failed) {
+        z->share_failed = 0;
+        return zy_fail_ctx("receiving the updated weights from their owners");
+    }
     return ZY_OK;
 }
 
 int zero1_gather_masters(zy_zero1 *z) {
+    ZY_TRY(zero1_weights_ready(z));
     if (!z->stale) return ZY_OK;
-    ZY_TRY(broadcast_owned(z, is_matrix, 0, 0));
+    for (int g = -1; g < z->m->cfg.num_hidden_layers; g++)
+        ZY_TRY(broadcast_group(z, g, is_matrix, 0));
     z->stale = 0;
     return ZY_OK;
 }

@@ -41,6 +41,9 @@ typedef struct {
     int *ready_at; /* [count] the grads_ready layer after which the entry's gradient is final */
     int failed;    /* a bucket's reduce failed: the error is in zy_errmsg */
     int stale;     /* other ranks' fp32 matrices are stale (a GPU share since the last gather) */
+    int share_pending; /* a share's broadcasts may still be running (zero1_weights_ready) */
+    int share_failed;  /* waiting for them failed in the forward's hook: error in zy_errmsg */
+    int next_group;    /* the first group (-1: global, else layer) not yet waited for */
 } zy_zero1;
 
 /* Splits the table of m over comm's ranks by update cost (oc decides it per tensor). */
@@ -58,8 +61,15 @@ int zero1_grads_done(zy_zero1 *z);
 int zero1_grad_sumsq(zy_zero1 *z, double *sumsq);
 /* Scales the owned gradients (clipping; the others are not read). */
 void zero1_scale_grads(zy_zero1 *z, float scale);
-/* After the optimizer step: every owner's updated weights to every rank (see the file comment). */
+/* After the optimizer step: every owner's updated weights to every rank (see the file comment),
+ * queued group by group (global entries, then layer by layer) without waiting: the next forward
+ * waits for each group just before it reads it (m->weights_needed), so the transfers overlap the
+ * forward of the layers before. Anything else that reads the weights calls zero1_weights_ready
+ * first. */
 int zero1_share_weights(zy_zero1 *z);
+/* Waits for the share's broadcasts still running (nothing after a forward: it waited); ends the
+ * communicator's deferred mode. Collective only in that every rank waits for the same transfers. */
+int zero1_weights_ready(zy_zero1 *z);
 /* Makes m->params (the fp32 masters) whole on every rank: nothing unless a GPU share left some
  * stale. Collective. */
 int zero1_gather_masters(zy_zero1 *z);
