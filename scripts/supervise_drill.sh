@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# A longer supervised run with several injected faults (docs/supervisor.md's table): the tiny
-# model on 2 CPU ranks for STEPS steps under `zayac supervise`, one fault of each kind, then the
-# same run undisturbed; prints the incidents, the summary and the worst relative loss difference.
+# A longer supervised run with several injected faults (the table of results/supervisor/README.md):
+# a 64-wide 2-layer model on 2 CPU ranks for 200 steps under `zayac supervise`, one fault of each
+# kind (the loss-spike detector on, spike.factor 3), then the same run undisturbed; prints the
+# incidents, the summary and the table (scripts/supervise_report.py: fault, step, rank, how it was
+# detected, detection and down time, steps redone; restarts, goodput, the worst relative loss
+# difference), also written to WORKDIR/table.md.
 # Usage: scripts/supervise_drill.sh [ZAYAC_BIN] [WORKDIR]   (needs Open MPI's mpirun)
 set -euo pipefail
 bin=$(realpath "${1:-build/zayac}")
@@ -21,27 +24,19 @@ cat > "$work/train.json" <<JSON
  "tokenizer": "$work/tok.json", "data": "$work/data", "batch_size": 8, "seq_len": 64,
  "steps": $steps, "eval_interval": 0, "checkpoint_interval": 20, "keep_checkpoints": 0,
  "log_interval": 50, "seed": 1, "device": "cpu", "dist": {"timeout_s": 300},
- "optimizer": {"name": "muon", "lr": 0.01}, "schedule": {"warmup": 10}}
+ "optimizer": {"name": "muon", "lr": 0.01}, "schedule": {"warmup": 10}, "spike": {"factor": 3}}
 JSON
 faults="kill:rank=1:step=31,exit:rank=0:step=57,hang:rank=1:step=83,nan:rank=0:step=109"
-faults="$faults,corrupt-checkpoint:step=140,kill:rank=1:step=147,enospc:rank=1:step=$steps"
-ZAYAC_FAULT=$faults "$bin" supervise --hang-timeout 5 --backoff 1 -- "$bin" launch --cpu -n 2 -- \
-    "$bin" train --config "$work/train.json" --out "$work/faulty" --set checkpoint_async=false \
-    > "$work/supervise.out" 2> "$work/supervise.err" || { tail "$work/supervise.err"; exit 1; }
+faults="$faults,corrupt-checkpoint:step=140,kill:rank=1:step=147,spike:rank=1:step=171"
+faults="$faults,enospc:rank=1:step=$steps"
+cmd=(supervise --hang-timeout 5 --backoff 1 -- "$bin" launch --cpu -n 2 -- "$bin" train
+    --config "$work/train.json" --out "$work/faulty" --set checkpoint_async=false)
+echo "command: ZAYAC_FAULT=$faults zayac ${cmd[*]}"
+ZAYAC_FAULT=$faults "$bin" "${cmd[@]}" > "$work/supervise.out" 2> "$work/supervise.err" ||
+    { tail "$work/supervise.err"; exit 1; }
+grep '^supervise: ' "$work/supervise.err" "$work/supervise.out" | sed 's/^[^:]*://'
 mpirun --oversubscribe -n 2 "$bin" train --config "$work/train.json" --out "$work/straight" \
     --set checkpoint_async=false > /dev/null
-cat "$work/faulty/incidents.jsonl"
-cat "$work/faulty/summary.json"
-python3 - "$work" "$steps" <<'PY'
-import json, sys
-work, steps = sys.argv[1], int(sys.argv[2])
-def losses(run):
-    out = {}
-    for line in open(f"{work}/{run}/metrics.jsonl"):
-        row = json.loads(line)
-        if "loss" in row: out[row["step"]] = row["loss"]
-    return out
-a, b = losses("faulty"), losses("straight")
-assert len(a) == len(b) == steps, (len(a), len(b))
-print("worst relative loss difference:", max(abs(a[s] - b[s]) / abs(b[s]) for s in b))
-PY
+python3 "$root/scripts/supervise_report.py" "$work/faulty" "$work/straight" "$steps" \
+    "$work/table.md"
+echo "processes left: $(pgrep -c -f "$work/[f]aulty" || true)"

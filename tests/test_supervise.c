@@ -1,10 +1,12 @@
 /* The supervisor and the fault-injection suite (issue 18), end to end through the CLI on 2 CPU
- * ranks: each injected fault (kill, exit, hang, nan, corrupt-checkpoint, enospc) under `zayac
- * supervise -- zayac launch --cpu -n 2 -- zayac train` ends with every step trained on the loss
- * curve of an undisturbed 2-rank run (reference: plain `mpirun -n 2 zayac train`, relative
+ * ranks: each injected fault (kill, exit, hang, nan, spike, corrupt-checkpoint, enospc) under
+ * `zayac supervise -- zayac launch --cpu -n 2 -- zayac train` ends with every step trained on the
+ * loss curve of an undisturbed 2-rank run (reference: plain `mpirun -n 2 zayac train`, relative
  * difference <= 1e-6), every checkpoint the run completed on disk and verifying, and the incident
  * in incidents.jsonl; --hang-timeout 5 acts within a few seconds; bad input stops without a
- * retry; SIGTERM to the supervisor saves and exits 3. Skips without MPI or mpirun. */
+ * retry; SIGTERM to the supervisor saves and exits 3. Skips without MPI or mpirun. Also the
+ * loss-spike detector itself (train/spike.h): where it fires, and that its running mean survives
+ * a resume exactly (one process, no MPI needed). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,6 +17,7 @@
 #include "base/timer.h"
 #include "dist/comm.h"
 #include "io/checkpoint.h"
+#include "train/spike.h"
 #include "corpus_util.h"
 #include "mpi_test_util.h"
 #include "spawn_util.h"
@@ -84,7 +87,6 @@ static int setup(void **state) {
     if (!mpi_test_find_mpirun(mpirun, sizeof mpirun)) mpirun[0] = 0;
     snprintf(tmp, sizeof tmp, "/tmp/zy_super_XXXXXX");
     assert_non_null(mkdtemp(tmp));
-    if (!have_mpi()) return 0;
     char corpus[256], tok[256], data[256], cfg[256], text[2048], out[256];
     path(corpus, sizeof corpus, "corpus.txt");
     assert_int_equal(corpus_write(corpus, 11, 160, 16), 0);
@@ -103,6 +105,7 @@ static int setup(void **state) {
     path(cfg, sizeof cfg, "train.json");
     snprintf(text, sizeof text, config_json, tmp, tmp);
     assert_int_equal(zy_write_file_atomic(cfg, text, strlen(text)), ZY_OK);
+    if (!have_mpi()) return 0;
     /* the undisturbed reference: plain mpirun, no supervisor */
     path(out, sizeof out, "reference");
     r = spawn_capture(mpirun, tmp,
@@ -202,11 +205,14 @@ static cJSON *recovers(const char *run, const char *fault, const char *kind,
     const cJSON *action = cJSON_GetObjectItem(row, "action");
     assert_string_equal(action->valuestring, "restart");
     const double downtime = number(row, "downtime_s");
+    const double detected = number(row, "detected_after_s");
     const double redone = number(row, "steps_redone");
-    print_message("%-40s worst relative loss difference %.2g; downtime %.2f s, %g steps redone\n",
-                  fault, worst, downtime, redone);
+    print_message("%-40s worst relative loss difference %.2g; detected after %.2f s, downtime "
+                  "%.2f s, %g steps redone\n",
+                  fault, worst, detected, downtime, redone);
     assert_true(worst <= 1e-6);
     assert_true(downtime > 0 && downtime < 60);
+    assert_true(detected >= 0 && detected <= downtime); /* both from the fault's announcement */
     assert_true(redone >= 0);
     return row;
 }
@@ -226,6 +232,7 @@ static void test_kill(void **state) {
     assert_int_equal((int)number(row, "rank"), 1);
     assert_int_equal((int)number(row, "step"), 4); /* the last step it completed */
     assert_int_equal((int)number(row, "status"), 128 + SIGKILL);
+    assert_string_equal(cJSON_GetObjectItem(row, "fault")->valuestring, "kill on rank 1 at step 5");
     resumed_consistently(row);
     cJSON_Delete(row);
 }
@@ -253,7 +260,8 @@ static void test_hang(void **state) {
     print_message("hang: the supervised run took %.1f s in all\n", took);
     assert_true(took < 100); /* far below the 120 s the job's collectives would wait */
     /* the detection itself: the hang was declared after 5 s and within a few more */
-    const double downtime = number(row, "downtime_s");
+    const double downtime = number(row, "downtime_s"), detected = number(row, "detected_after_s");
+    assert_true(detected >= 5 && detected < 15);
     assert_true(downtime >= 5 && downtime < 30);
     cJSON_Delete(row);
     char p[400];
@@ -268,6 +276,101 @@ static void test_nan(void **state) {
     assert_int_equal((int)number(row, "step"), 5); /* the step that diverged */
     const int from = (int)number(row, "resumed_from_step");
     assert_int_equal((int)number(row, "steps_redone"), 4 - from);
+    cJSON_Delete(row);
+}
+
+/* The loss-spike detector: past its warmup it fires on a loss above factor x the running mean and
+ * not on one below; a spike does not join the mean; the warmup and factor 0 never fire. */
+static void test_spike_detector_threshold(void **state) {
+    (void)state;
+    char why[160];
+    zy_spike s;
+    spike_init(&s, &(zy_spike_config){.factor = 2, .warmup = 3, .decay = 0.5f});
+    for (int i = 0; i < 3; i++) assert_int_equal(spike_check(&s, 4.0, why, sizeof why), 0);
+    assert_true(s.mean == 4.0);                                  /* threshold 8 */
+    assert_int_equal(spike_check(&s, 7.99, why, sizeof why), 0); /* below: joins the mean */
+    assert_true(fabs(s.mean - 5.995) < 1e-12);                   /* threshold 11.99 */
+    assert_int_equal(spike_check(&s, 12.0, why, sizeof why), 1); /* above */
+    assert_non_null(strstr(why, "loss spike"));
+    assert_non_null(strstr(why, "threshold 11.99"));
+    assert_true(fabs(s.mean - 5.995) < 1e-12); /* the spike left the mean alone */
+    assert_int_equal(spike_check(&s, 11.98, why, sizeof why), 0);
+    assert_int_equal(spike_check(&s, NAN, why, sizeof why), 0); /* the NaN check's, not here */
+    assert_int_equal((int)s.seen, 5);
+    /* within the warmup, or with factor 0, even a loss 100 times the mean passes */
+    spike_init(&s, &(zy_spike_config){.factor = 2, .warmup = 3, .decay = 0.5f});
+    assert_int_equal(spike_check(&s, 4.0, why, sizeof why), 0);
+    assert_int_equal(spike_check(&s, 400.0, why, sizeof why), 0);
+    spike_init(&s, &(zy_spike_config){.factor = 0, .warmup = 0, .decay = 0.5f});
+    assert_int_equal(spike_check(&s, 4.0, why, sizeof why), 0);
+    assert_int_equal(spike_check(&s, 400.0, why, sizeof why), 0);
+}
+
+/* The "loss_spike" record of the newest checkpoint of a run (its mean and step count). */
+static void spike_record(const char *run, int step, double *mean, double *steps) {
+    char p[512], *text;
+    snprintf(p, sizeof p, "%s/%s/checkpoints/step_%09d/train/state.json", tmp, run, step);
+    if (zy_read_file(p, &text, NULL) != ZY_OK) fail_msg("%s", zy_errmsg());
+    cJSON *st = cJSON_Parse(text);
+    free(text);
+    const cJSON *o = cJSON_GetObjectItem(st, "loss_spike");
+    if (!o) fail_msg("%s: no loss_spike", p);
+    *mean = number(o, "mean");
+    *steps = number(o, "steps");
+    cJSON_Delete(st);
+}
+
+/* The running mean is in every checkpoint: a run stopped after 3 steps and resumed ends with the
+ * mean of an uninterrupted run, to the bit (a resume that started the mean again would hold the
+ * mean of steps 4..8 only, over 5 steps). One process: no MPI needed. */
+static void test_spike_mean_survives_resume(void **state) {
+    (void)state;
+    char cfg[256], whole[256], parts[256];
+    path(cfg, sizeof cfg, "train.json");
+    path(whole, sizeof whole, "spike_whole");
+    path(parts, sizeof parts, "spike_parts");
+    const char *set = "spike.factor=3";
+    run_result r = spawn_capture(
+        bin, tmp,
+        (const char *const[]){"train", "--config", cfg, "--out", whole, "--set", set, NULL});
+    if (r.code != 0) fail_msg("uninterrupted: exit %d\n%s", r.code, r.err);
+    result_free(&r);
+    r = spawn_capture(bin, tmp,
+                      (const char *const[]){"train", "--config", cfg, "--out", parts, "--set", set,
+                                            "--stop-after", "3", NULL});
+    if (r.code != 3) fail_msg("stop after 3: exit %d\n%s", r.code, r.err);
+    result_free(&r);
+    r = spawn_capture(bin, tmp,
+                      (const char *const[]){"train", "--config", cfg, "--out", parts, "--set", set,
+                                            "--resume", NULL});
+    if (r.code != 0) fail_msg("resumed: exit %d\n%s", r.code, r.err);
+    assert_non_null(strstr(r.out, "(step 3)"));
+    result_free(&r);
+    double m1, n1, m2, n2;
+    spike_record("spike_whole", STEPS, &m1, &n1);
+    spike_record("spike_parts", STEPS, &m2, &n2);
+    print_message("loss-spike mean after %d steps: %.17g uninterrupted, %.17g resumed at 3\n",
+                  STEPS, m1, m2);
+    assert_true(n1 == STEPS && n2 == STEPS);
+    assert_true(m1 == m2);
+}
+
+/* A loss spike (rank 1's share of step 5's loss inflated, so the step's loss is about 100 times
+ * the mean) under the supervisor with spike.factor 3: the step fails before its update, the run
+ * rolls back and redoes it on the reference curve; the incident says "loss spike" with the loss
+ * and the threshold. */
+static void test_spike(void **state) {
+    (void)state;
+    if (!have_mpi()) skip();
+    cJSON *row =
+        recovers("spike", "spike:rank=1:step=5", "loss-spike", NULL,
+                 (const char *const[]){"--set", "spike.factor=3", "--set", "spike.warmup=2", NULL});
+    assert_int_equal((int)number(row, "step"), 5); /* the step that spiked */
+    const int from = (int)number(row, "resumed_from_step");
+    assert_int_equal((int)number(row, "steps_redone"), 4 - from);
+    const char *detail = cJSON_GetObjectItem(row, "detail")->valuestring;
+    if (!strstr(detail, "loss spike: loss ") || !strstr(detail, "threshold "))
+        fail_msg("detail: %s", detail);
     cJSON_Delete(row);
 }
 
@@ -444,6 +547,9 @@ int main(void) {
         cmocka_unit_test(test_exit),
         cmocka_unit_test(test_hang),
         cmocka_unit_test(test_nan),
+        cmocka_unit_test(test_spike),
+        cmocka_unit_test(test_spike_detector_threshold),
+        cmocka_unit_test(test_spike_mean_survives_resume),
         cmocka_unit_test(test_corrupt_checkpoint),
         cmocka_unit_test(test_enospc),
         cmocka_unit_test(test_bad_input_stops),

@@ -19,6 +19,7 @@ void incident_init(super_incident *in, double time, const char *kind, const char
     in->step = -1;
     in->status = -1;
     in->downtime_s = -1;
+    in->detected_s = -1;
     in->redone = -1;
     in->resumed_at = -1;
 }
@@ -57,10 +58,15 @@ void incident_write(incident_log *log, const super_incident *in) {
     add_known(o, "step", (double)in->step, in->step >= 0);
     add_known(o, "status", in->status, in->status >= 0);
     cJSON_AddStringToObject(o, "action", in->action);
+    add_known(o, "detected_after_s", in->detected_s, in->detected_s >= 0);
     add_known(o, "downtime_s", in->downtime_s, in->downtime_s >= 0);
     add_known(o, "steps_redone", (double)in->redone, in->redone >= 0);
     add_known(o, "resumed_from_step", (double)in->resumed_at, in->resumed_at >= 0);
     cJSON_AddStringToObject(o, "detail", in->detail);
+    if (in->fault[0])
+        cJSON_AddStringToObject(o, "fault", in->fault);
+    else
+        cJSON_AddNullToObject(o, "fault");
     char *text = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     fprintf(log->f, "%s\n", text);

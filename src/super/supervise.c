@@ -32,10 +32,13 @@ typedef struct {
     long long last_step;  /* the last step a heartbeat showed completed; -1 before the first */
     long long beat_step;  /* the step of its first heartbeat */
     int rank;             /* the first rank named as failing; -1 none */
-    int diverged, watchdog, hung;
+    int diverged, spiked, watchdog, hung; /* spiked: the divergence was a loss spike */
     long long diverged_step;
     char why[200];          /* the line that said what failed */
     char fault_line[120];   /* the last fault injected, when no error says more */
+    char fault[96];         /* the last injected fault that ends a run ("kill on rank 1 at ...") */
+    double fault_t;         /* when its line came (0: none) */
+    double ended_t;         /* when the run was seen to end, or declared hung */
     char last_corrupt[512]; /* every rank reports a skipped checkpoint: one incident */
     incident_log *log;
 } run_view;
@@ -93,6 +96,7 @@ static void on_line(void *user, int is_stderr, const char *line) {
     note_rank(v, line, "process rank ");
     if (strstr(line, "training diverged") && !v->diverged) {
         v->diverged = 1;
+        v->spiked = strstr(line, "loss spike") != NULL;
         v->diverged_step = number_after(line, "step ");
         snprintf(v->why, sizeof v->why, "%s", line);
     } else if (strstr(line, "did not return within") && !v->watchdog) {
@@ -100,6 +104,10 @@ static void on_line(void *user, int is_stderr, const char *line) {
         snprintf(v->why, sizeof v->why, "%s", line);
     } else if (!strncmp(line, "ZAYAC_FAULT: injecting ", 23)) {
         snprintf(v->fault_line, sizeof v->fault_line, "%s", line); /* the latest one */
+        if (strncmp(line + 23, "corrupt-checkpoint", 18)) {        /* that one ends no run */
+            snprintf(v->fault, sizeof v->fault, "%s", line + 23);
+            v->fault_t = wall_now(); /* read as it is written: the fault flushes it first */
+        }
     } else if (!v->why[0] && !strncmp(line, "zayac ", 6)) { /* the first error a command said */
         snprintf(v->why, sizeof v->why, "%s", line);
     }
@@ -231,6 +239,7 @@ static int run_once(const super_opts *o, char *const argv[], super_paths *p, sup
             break;
         }
     }
+    v->ended_t = wall_now();
     child_finish(&c, 2000);
     child_kill_all(&c); /* anything it left behind */
     read_beats(v, p->hb_dir);
@@ -242,6 +251,7 @@ static void describe_failure(const run_view *v, int code, int repeat_divergence,
                              super_incident *in) {
     const char *kind = v->hung       ? "hang"
                        : v->watchdog ? "hang"
+                       : v->spiked   ? "loss-spike"
                        : v->diverged ? "divergence"
                        : code == 2   ? "bad-input"
                        : code >= 128 ? "crash"
@@ -249,12 +259,17 @@ static void describe_failure(const run_view *v, int code, int repeat_divergence,
     const char *action = code == 2 && !v->hung ? "stop"
                          : repeat_divergence   ? "skip-batch"
                                                : "restart";
-    incident_init(in, v->hung ? v->progress_t : wall_now(), kind, action);
+    /* when it failed: the injected fault's announcement, else a hang's last progress, else when
+     * the run was seen to end (a crash is known no sooner) */
+    const double failed_t = v->fault_t > 0 ? v->fault_t : v->hung ? v->progress_t : v->ended_t;
+    incident_init(in, failed_t, kind, action);
     in->rank = v->rank;
     in->step = v->diverged && v->diverged_step > 0 ? v->diverged_step
                : v->last_step >= 0                 ? v->last_step
                                                    : v->first_step;
     in->status = v->hung ? -1 : code;
+    snprintf(in->fault, sizeof in->fault, "%s", v->fault);
+    if (v->fault_t > 0 || v->hung) in->detected_s = v->ended_t - failed_t;
     const char *why = v->why[0] ? v->why : v->fault_line;
     if (v->hung)
         snprintf(in->detail, sizeof in->detail, "no progress after step %lld%s%s", v->last_step,

@@ -17,10 +17,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-typedef enum { F_KILL, F_EXIT, F_HANG, F_NAN, F_CORRUPT, F_ENOSPC, F_KINDS } fault_kind;
+typedef enum { F_KILL, F_EXIT, F_HANG, F_NAN, F_SPIKE, F_CORRUPT, F_ENOSPC, F_KINDS } fault_kind;
 
 static const char *const kind_names[F_KINDS] = {
-    "kill", "exit", "hang", "nan", "corrupt-checkpoint", "enospc"};
+    "kill", "exit", "hang", "nan", "spike", "corrupt-checkpoint", "enospc"};
 
 typedef struct {
     int index; /* its place in the list: a fault listed twice fires twice */
@@ -38,7 +38,7 @@ static pthread_once_t parsed = PTHREAD_ONCE_INIT;
 static void bad_spec(const char *spec, const char *why) {
     fprintf(stderr,
             "ZAYAC_FAULT: '%s': %s (KIND[:rank=R][:step=S], kinds: kill, exit, hang, nan, "
-            "corrupt-checkpoint, enospc)\n",
+            "spike, corrupt-checkpoint, enospc)\n",
             spec, why);
     _exit(2);
 }
@@ -113,7 +113,7 @@ static void announce(fault_kind kind, long long step, int rank) {
     fflush(NULL);
 }
 
-void fault_at_step(zy_model *m, long long step, int rank) {
+void fault_at_step(zy_step *s, long long step, int rank) {
     if (!getenv("ZAYAC_FAULT")) return;
     if (find(F_KILL, step, rank)) {
         announce(F_KILL, step, rank);
@@ -130,8 +130,13 @@ void fault_at_step(zy_model *m, long long step, int rank) {
     if (find(F_NAN, step, rank)) {
         announce(F_NAN, step, rank);
         const float nan_value = NAN; /* one weight: the forward's loss becomes non-finite */
-        ops_copy(m->ctx, m->params, &nan_value, sizeof nan_value);
-        model_sync_compute_weights(m);
+        ops_copy(s->model.ctx, s->model.params, &nan_value, sizeof nan_value);
+        model_sync_compute_weights(&s->model);
+    }
+    if (find(F_SPIKE, step, rank)) {
+        announce(F_SPIKE, step, rank);
+        /* this rank's share of the loss: about 100 x the step's loss once summed over the ranks */
+        s->fault_loss_scale = 100.0 * (s->comm ? s->comm->world : 1);
     }
 }
 

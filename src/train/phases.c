@@ -185,6 +185,7 @@ static cJSON *phases_json(const zy_phases *ph, int upto) {
 }
 
 void trainer_phases_save(const trainer *tr, cJSON *state) {
+    spike_save(&tr->st.spike, state); /* rides this hook: see trainer.h */
     const zy_phases *ph = &tr->phases;
     if (!ph->phased) return;
     zy_phases tmp = *ph; /* the table as it stands, with the current phase's positions in it */

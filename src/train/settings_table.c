@@ -331,6 +331,14 @@ const zy_setting zy_settings[] = {
            "rope_theta, data, schedule, name}; what a phase leaves out carries on from the phase "
            "before (README: Phases)"),
     NUM("grad_clip", ZY_SET_FLOAT, grad_clip, 0, 1e9, "1", "global gradient-norm clip (0 = off)"),
+    NUM("spike.factor", ZY_SET_FLOAT, spike.factor, 0, 1e9, "0",
+        "a step whose loss is above this times the running mean of the losses before it fails "
+        "before its update, as a NaN loss does: the supervisor rolls back (0 = off; docs/"
+        "supervisor.md)"),
+    NUM("spike.warmup", ZY_SET_I64, spike.warmup, 0, 1e15, "100",
+        "first steps whose losses only feed the running mean"),
+    NUM("spike.decay", ZY_SET_FLOAT, spike.decay, 0, 0.999999, "0.99",
+        "decay per step of the running mean (an exponential moving average)"),
     BOOL("balance.enabled", balance_enabled, "true", "router balancing-bias controller on"),
     NUM("balance.step_size", ZY_SET_FLOAT, balance.step_size, 0, 1, "1e-3",
         "balancing-bias change per step at full confidence"),

@@ -81,6 +81,7 @@ int step_init_training(zy_step *s, const zy_step_config *cfg, const zy_optim_con
     ZY_TRY(optim_init_owned(&s->opt, s->ctx, oc, &s->model.table, first, last));
     s->have_opt = 1;
     optim_set_compute_copy(&s->opt, s->model.cparams); /* bf16 weights refreshed by the update */
+    spike_init(&s->spike, &cfg->spike);
     ZY_TRY(balance_init(&s->bal, bc, L, E));
     s->have_bal = 1;
     s->biases = zy_calloc((size_t)L, sizeof *s->biases);
@@ -173,12 +174,19 @@ int step_run(zy_step *s, const zy_step_hooks *hooks, float lr, double *loss, dou
         phase_end(hooks, ZY_PHASE_ROUTE);
     }
     s->stop_agreed = hooks && hooks->stop_vote ? hooks->stop_vote(hooks->user) : 0;
+    if (s->fault_loss_scale > 0) { /* an injected spike, as one rank's bad batch would give */
+        sum *= s->fault_loss_scale;
+        s->fault_loss_scale = 0;
+    }
     if (world_of(s) > 1) ZY_TRY(reduce_over_ranks(s, &sum));
     *loss = sum / tokens;
     ZY_TRY(clip(s, grad_norm));
     phase_end(hooks, ZY_PHASE_CLIP);
     if (s->cfg.stop_on_nonfinite && (!isfinite(*loss) || !isfinite(*grad_norm)))
         return zy_fail_runtime("loss %g, gradient norm %g: training diverged", *loss, *grad_norm);
+    char spike[160];
+    if (spike_check(&s->spike, *loss, spike, sizeof spike))
+        return zy_fail_runtime("%s: training diverged", spike);
     optim_step(&s->opt, &m->table, m->params, m->grads, lr);
     if (!s->have_zero && !s->opt.compute_copy) model_sync_compute_weights(m);
     phase_end(hooks, ZY_PHASE_OPTIM);

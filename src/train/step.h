@@ -14,6 +14,7 @@
 #include "model/model.h"
 #include "optim/balance.h"
 #include "optim/optim.h"
+#include "train/spike.h"
 #include "train/zero1.h"
 
 #include <stdint.h>
@@ -25,6 +26,7 @@ typedef struct {
     int stop_on_nonfinite; /* 1: a non-finite loss or gradient norm fails the step before the
                               update (training); 0: the update is applied anyway (benchmarks,
                               so every step costs the same) */
+    zy_spike_config spike; /* loss-spike detection (train/spike.h; factor 0: off) */
 } zy_step_config;
 
 /* The phases of a step, in order (the phase hook is called at the end of each). */
@@ -72,7 +74,10 @@ typedef struct {
     int64_t step;                  /* optimizer steps completed */
     /* After step_run: the maximum over ranks of hooks->stop_vote (0 = carry on) */
     int64_t stop_agreed;
-    zy_zero1 zero; /* ZeRO-1 over comm's ranks (train/zero1.h), when have_zero */
+    zy_zero1 zero;           /* ZeRO-1 over comm's ranks (train/zero1.h), when have_zero */
+    zy_spike spike;          /* the loss-spike detector's running mean */
+    double fault_loss_scale; /* ZAYAC_FAULT=spike: this rank's loss sum of the next step is
+                                multiplied by it before the ranks' sum (0: none) */
     int have_model, have_acts, have_opt, have_bal, have_zero;
 } zy_step;
 
@@ -112,8 +117,9 @@ int step_weights_ready(zy_step *s);
 
 /* Runs one step at learning rate lr; *loss is the mean token loss over the step's micro-batches
  * (of every rank), *grad_norm the global gradient norm before clipping. Advances s->step. Fails
- * (runtime: a retry from a checkpoint may help) on a non-finite loss or norm when
- * cfg.stop_on_nonfinite, when next_batch fails or a collective fails. */
+ * before the update (runtime: a retry from a checkpoint may help; the message ends "training
+ * diverged") on a non-finite loss or norm when cfg.stop_on_nonfinite, or on a loss spike
+ * (cfg.spike); also when next_batch fails or a collective fails. */
 int step_run(zy_step *s, const zy_step_hooks *hooks, float lr, double *loss, double *grad_norm);
 
 #endif

@@ -251,7 +251,8 @@ static int trainer_init(trainer *tr, const zy_train_config *c) {
     zy_step_config sc = {.grad_accum = c->grad_accum,
                          .grad_clip = c->grad_clip,
                          .balance = c->balance_enabled,
-                         .stop_on_nonfinite = 1};
+                         .stop_on_nonfinite = 1,
+                         .spike = c->spike};
     ZY_TRY(step_init_training(&tr->st, &sc, &c->optim, &c->balance));
     ZY_TRY(batches_open(&tr->train, c, 0, c->seed));
     ZY_TRY(batches_set_slice(tr->train, tr->ranks.comm.rank, tr->ranks.comm.world));
@@ -463,7 +464,7 @@ int train_run(const zy_train_config *c, const zy_train_opts *o) {
         const zy_train_config *pc = tr.cfg;                       /* the phase's view */
         /* an injected fault may write the weights: none may still be arriving */
         if (getenv("ZAYAC_FAULT") && (rc = step_weights_ready(&tr.st)) != ZY_OK) break;
-        fault_at_step(&tr.st.model, tr.st.step + 1, tr.ranks.comm.rank);
+        fault_at_step(&tr.st, tr.st.step + 1, tr.ranks.comm.rank);
         skip_batch_if_marked(tr.train, tr.st.step + 1, pc->grad_accum, tr.st.ids, tr.st.targets);
         float lr = phases_lr(&tr.phases, tr.st.step);
         double t0 = zy_now(), loss, gnorm;

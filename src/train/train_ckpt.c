@@ -134,7 +134,8 @@ int trainer_resume_from(trainer *tr, const char *dir) {
     if (!st) return zy_fail("%s: not valid JSON", path);
     int64_t opt_step = 0, bal_step = 0;
     rc = read_counters(tr, st, dir, path, &opt_step, &bal_step);
-    if (rc == ZY_OK) rc = trainer_phases_resume(tr, st, path); /* the phase, the data position */
+    if (rc == ZY_OK) rc = trainer_phases_resume(tr, st, path);   /* the phase, the data position */
+    if (rc == ZY_OK) rc = spike_resume(&tr->st.spike, st, path); /* the loss-spike mean */
     cJSON_Delete(st);
     tr->st.opt.step = opt_step;
     tr->st.bal.step = bal_step;

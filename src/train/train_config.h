@@ -10,6 +10,7 @@
 #include "optim/balance.h"
 #include "optim/optim.h"
 #include "optim/schedule.h"
+#include "train/spike.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -64,7 +65,8 @@ typedef struct {
     int64_t steps;
     zy_optim_config optim;
     zy_schedule schedule;
-    float grad_clip; /* 0 = off */
+    float grad_clip;       /* 0 = off */
+    zy_spike_config spike; /* loss-spike detection (train/spike.h) */
     zy_balance_config balance;
     int balance_enabled;
     int64_t eval_interval, eval_batches, checkpoint_interval, log_interval;

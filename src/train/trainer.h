@@ -77,8 +77,9 @@ int trainer_phases_check(const trainer *tr);
 /* At the start of each step: enters the phase the step trains in when it is another (its batch
  * shape, data with each source at its saved position, RoPE bases), announced on the console. */
 int trainer_phase_begin_step(trainer *tr);
-/* Adds the phase record (phase, step in it, each source's position, the phases that ran) to a
- * checkpoint's state.json object; nothing for a run without phases. */
+/* Adds the phase record (phase, step in it, each source's position, the phases that ran; nothing
+ * for a run without phases) to a checkpoint's state.json object, and the loss-spike detector's
+ * mean (train/spike.h: it is the one hook the checkpoint writer calls into state.json). */
 void trainer_phases_save(const trainer *tr, cJSON *state);
 /* From a checkpoint's state.json: enters the phase it was in (refusing, with the reason, what the
  * config cannot continue; reporting what changed in that phase) and restores the data position
