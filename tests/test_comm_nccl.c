@@ -226,6 +226,37 @@ static int check_reductions(zy_comm *c, zy_comm_dtype t, zy_comm_op op, size_t n
     return rc;
 }
 
+/* Partial completion: two broadcasts from rank 0 queued while deferred, a mark after each;
+ * waiting for the first mark leaves the first buffer final (on the host, without comm_complete),
+ * the second mark the second; a slot never marked has nothing to wait for. */
+static int check_marks(zy_comm *c) {
+    const size_t n[2] = {(1u << 22) + 5, 1000};
+    double *v[2];
+    void *d[2] = {NULL, NULL};
+    int rc = ZY_OK;
+    for (int k = 0; k < 2; k++) {
+        v[k] = zy_malloc(n[k] * sizeof *v[k]);
+        for (size_t i = 0; i < n[k]; i++) v[k][i] = mov_val(0, i + k, ZY_COMM_F32);
+        if (rc == ZY_OK) rc = dev_buf(ZY_COMM_F32, c->rank == 0 ? v[k] : NULL, n[k], &d[k]);
+    }
+    if (rc == ZY_OK) rc = comm_defer(c, 1);
+    for (int k = 0; k < 2 && rc == ZY_OK; k++) {
+        rc = comm_broadcast(c, d[k], n[k], ZY_COMM_F32, 0);
+        if (rc == ZY_OK) rc = comm_mark(c, k + 1);
+    }
+    if (rc == ZY_OK) rc = comm_wait_mark(c, ZY_COMM_MARKS - 1); /* never marked */
+    for (int k = 0; k < 2 && rc == ZY_OK; k++) {
+        rc = comm_wait_mark(c, k + 1);
+        if (rc == ZY_OK) rc = expect("broadcast up to its mark", ZY_COMM_F32, d[k], v[k], n[k]);
+    }
+    if (rc == ZY_OK) rc = comm_defer(c, 0);
+    for (int k = 0; k < 2; k++) {
+        cudaFree(d[k]);
+        free(v[k]);
+    }
+    return rc;
+}
+
 /* A data movement (all_gather, all_to_all) from in[n_in] into poison must give want[n_out]; n
  * elements per rank. */
 static int check_moved(zy_comm *c, const char *name,
@@ -363,6 +394,7 @@ static int play_all(zy_comm *c, rank_arg *a) {
         for (int s = 0; s < 2; s++) ZY_TRY(check_random_sum(c, t, rnd_sizes[s], &a->ident[k][s]));
     }
     ZY_TRY(check_order_after(c));
+    ZY_TRY(check_marks(c));
     /* host buffers (the step's scalars and counts) are staged through device memory */
     double h[3] = {c->rank + 1.0, 2.0 * c->rank, -1.0};
     int64_t counts[2] = {c->rank, 5};
