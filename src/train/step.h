@@ -37,7 +37,8 @@ typedef enum {
     ZY_PHASE_ROUTE, /* routed counts */
     ZY_PHASE_CLIP,
     ZY_PHASE_OPTIM, /* optimizer update and the bf16 weight refresh */
-    ZY_PHASE_SHARE, /* ZeRO-1: the owners' updated weights to every rank (empty on one rank) */
+    ZY_PHASE_SHARE, /* ZeRO-1: queueing the owners' updated weights to every rank (empty on one
+                       rank); the transfers run during the next forward, which waits for them */
     ZY_PHASE_BALANCE,
     ZY_STEP_NPHASES
 } zy_step_phase;
