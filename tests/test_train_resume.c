@@ -14,6 +14,7 @@
 #include "base/fileio.h"
 #include "base/rng.h"
 #include "ops/ops.h"
+#include "ckpt_compare.h"
 #include "corpus_util.h"
 #include "spawn_util.h"
 
@@ -238,7 +239,7 @@ static void test_resume_skips_corrupt(void **state) {
     result_free(&r);
 }
 
-static int metrics_lines(const char *out);
+static int step_rows(const char *out);
 
 /* `zayac train ARGS` expected to fail with bad input (2) saying `want` on stderr. */
 static void run_refused(const char *want, const char *const *args) {
@@ -271,16 +272,17 @@ static void test_out_dir_holds_a_run(void **state) {
     path(cfg, sizeof cfg, "train_cpu.json");
     path(out, sizeof out, "g");
     RUN_STOPPED("train", "--config", cfg, "--out", out, "--stop-after", "4");
-    const int before = metrics_lines(out); /* 4 steps and the validations */
+    const int before = step_rows(out); /* 4 steps */
     RUN_REFUSED("--overwrite", "train", "--config", cfg, "--out", out, "--stop-after", "1");
     RUN_REFUSED("give one", "train", "--config", cfg, "--out", out, "--resume", "--overwrite");
     snprintf(ck, sizeof ck, "%s/checkpoints", out);
     snprintf(aside, sizeof aside, "%s/.deleting_step_000000002.99", ck);
     assert_int_equal(zy_mkdirs(aside), ZY_OK); /* as a crash mid-delete leaves it */
     RUN_STOPPED("train", "--config", cfg, "--out", out, "--overwrite", "--stop-after", "1");
-    assert_int_equal(entries_named(ck, "step_"), 1);     /* step 1 only: step 4 went */
-    assert_int_equal(entries_named(ck, "\\."), 0);       /* nothing aside, nothing temporary */
-    assert_true(before >= 5 && metrics_lines(out) <= 2); /* step 1 (and its validation) alone */
+    assert_int_equal(entries_named(ck, "step_"), 1); /* step 1 only: step 4 went */
+    assert_int_equal(entries_named(ck, "\\."), 0);   /* nothing aside, nothing temporary */
+    assert_int_equal(before, 4);
+    assert_int_equal(step_rows(out), 1); /* step 1 alone */
 }
 
 /* --resume where checkpoints exist but none verifies is an error listing why, not a fresh start. */
@@ -371,7 +373,7 @@ static void test_background_saves(void **state) {
     if (r.code != 0) fail_msg("exit %d:\n%s\n%s", r.code, r.out, r.err);
     assert_non_null(strstr(r.err, "checkpoint step 4: writing checkpoint step 4: No space left"));
     assert_non_null(strstr(r.out, "waiting for checkpoint step"));
-    assert_non_null(strstr(r.out, "beside it"));
+    assert_non_null(strstr(r.out, "in the background"));
     result_free(&r);
     snprintf(ck, sizeof ck, "%s/checkpoints", out);
     char p[400];
@@ -396,18 +398,109 @@ static void test_background_saves(void **state) {
     r = spawn_capture(bin, tmp,
                       (const char *const[]){"train", "--config", cfg, "--out", out, "--set",
                                             "checkpoint_async=false", NULL});
-    if (r.code != 0 || strstr(r.out, "beside it") || !strstr(r.out, "training paused"))
+    if (r.code != 0 || strstr(r.out, "in the background") ||
+        !strstr(r.out, "checkpoint step 8: stall"))
         fail_msg("synchronous saves: exit %d:\n%s\n%s", r.code, r.out, r.err);
     result_free(&r);
 }
 
-/* Lines in a run's metrics.jsonl (0 while it does not exist). */
-static int metrics_lines(const char *out) {
+/* The metrics rows of a run that report a checkpoint (checkpoint_stall_s with the wait, the write
+ * time, the bytes and the rate): their steps and waits into steps[max], wait[max]; returns how
+ * many. */
+static int checkpoint_rows(const char *out, long long *steps, double *waits, int max) {
+    char p[512], *text;
+    snprintf(p, sizeof p, "%s/metrics.jsonl", out);
+    assert_int_equal(zy_read_file(p, &text, NULL), ZY_OK);
+    int n = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        cJSON *row = cJSON_Parse(line);
+        assert_non_null(row);
+        const cJSON *stall = cJSON_GetObjectItem(row, "checkpoint_stall_s");
+        if (stall) {
+            const cJSON *w = cJSON_GetObjectItem(row, "checkpoint_write_s"),
+                        *b = cJSON_GetObjectItem(row, "checkpoint_bytes"),
+                        *g = cJSON_GetObjectItem(row, "checkpoint_gb_per_s"),
+                        *wait = cJSON_GetObjectItem(row, "checkpoint_wait_s");
+            assert_true(cJSON_IsNumber(stall) && stall->valuedouble >= 0);
+            assert_true(cJSON_IsNumber(wait) && wait->valuedouble <= stall->valuedouble);
+            assert_true(cJSON_IsNumber(w) && w->valuedouble > 0);
+            assert_true(cJSON_IsNumber(b) && b->valuedouble > 10000); /* the tiny model's state */
+            assert_true(cJSON_IsNumber(g) && g->valuedouble > 0);
+            if (n < max) {
+                waits[n] = wait->valuedouble;
+                steps[n++] = (long long)cJSON_GetObjectItem(row, "step")->valuedouble;
+            }
+        }
+        cJSON_Delete(row);
+    }
+    free(text);
+    return n;
+}
+
+/* A checkpoint written in the background holds what a synchronous save of the same step holds,
+ * bit for bit: the snapshot (on a GPU: the weights and moments copied into pinned memory by
+ * queued copies) is what the writer writes, although training goes on meanwhile (each writer is
+ * held back 300 ms, so the next steps run before it writes). Each save has a metrics row and a
+ * console line with its stall (the wait for a write in it) and write time. */
+static void async_equals_sync(const char *device) {
+    char cfg[256], out_a[256], out_s[256];
+    snprintf(cfg, sizeof cfg, "%s/train_%s.json", tmp, device);
+    snprintf(out_a, sizeof out_a, "%s/async_%s", tmp, device);
+    snprintf(out_s, sizeof out_s, "%s/sync_%s", tmp, device);
+    setenv("ZAYAC_CKPT_DELAY_MS", "300", 1);
+    run_result r = spawn_capture(bin, tmp,
+                                 (const char *const[]){"train", "--config", cfg, "--out", out_a,
+                                                       "--set", "checkpoint_interval=2", NULL});
+    unsetenv("ZAYAC_CKPT_DELAY_MS");
+    if (r.code != 0 || !strstr(r.out, "checkpoint step 2: stall") ||
+        !strstr(r.out, "in the background"))
+        fail_msg("background saves on %s: exit %d:\n%s\n%s", device, r.code, r.out, r.err);
+    result_free(&r);
+    RUN_OK("train", "--config", cfg, "--out", out_s, "--set", "checkpoint_interval=2", "--set",
+           "checkpoint_async=false");
+    for (int step = 4; step <= 8; step += 2) { /* the three kept */
+        char da[400], ds[400], why[2048];
+        snprintf(da, sizeof da, "%s/checkpoints/step_%09d", out_a, step);
+        snprintf(ds, sizeof ds, "%s/checkpoints/step_%09d", out_s, step);
+        int tensors;
+        const int d = ckpt_compare(da, ds, &tensors, why, sizeof why);
+        if (d != 0)
+            fail_msg("step %d, background vs synchronous: %d differences:\n%s", step, d, why);
+        assert_true(tensors > 20);
+    }
+    for (int k = 0; k < 2; k++) {
+        long long steps[8];
+        double waits[8];
+        assert_int_equal(checkpoint_rows(k ? out_s : out_a, steps, waits, 8), 4);
+        for (int i = 0; i < 4; i++) assert_int_equal(steps[i], 2 * (i + 1));
+        /* training waits for every synchronous write; for the last background one the run does,
+         * not the training */
+        for (int i = 0; i < 4 && k == 1; i++) assert_true(waits[i] > 0);
+        if (k == 0) assert_true(waits[3] == 0);
+    }
+}
+
+static void test_background_save_equals_sync(void **state) {
+    (void)state;
+    async_equals_sync("cpu");
+}
+
+static void test_background_save_equals_sync_gpu(void **state) {
+    (void)state;
+    if (ops_cuda_device_count() == 0) skip();
+    async_equals_sync("cuda");
+}
+
+/* Step rows (with a loss) of a run's metrics.jsonl: its steps done (0 while it does not exist). */
+static int step_rows(const char *out) {
     char p[512], *text;
     snprintf(p, sizeof p, "%s/metrics.jsonl", out);
     if (zy_read_file(p, &text, NULL) != ZY_OK) return 0;
     int n = 0;
-    for (char *c = text; *c; c++) n += *c == '\n';
+    for (const char *c = text, *nl; (nl = strchr(c, '\n')) != NULL; c = nl + 1) {
+        const char *l = strstr(c, "\"loss\":");
+        n += l && l < nl;
+    }
     free(text);
     return n;
 }
@@ -435,8 +528,8 @@ static void test_sigterm_checkpoints_and_exits_3(void **state) {
     pid_t pid;
     assert_int_equal(posix_spawn(&pid, bin, &fa, NULL, (char *const *)argv, environ), 0);
     posix_spawn_file_actions_destroy(&fa);
-    for (int i = 0; i < 600 && metrics_lines(out_s) < 3; i++) usleep(100000);
-    assert_true(metrics_lines(out_s) >= 3);
+    for (int i = 0; i < 600 && step_rows(out_s) < 3; i++) usleep(100000);
+    assert_true(step_rows(out_s) >= 3);
     assert_int_equal(kill(pid, SIGTERM), 0);
     int status;
     assert_int_equal(waitpid(pid, &status, 0), pid);
@@ -446,7 +539,7 @@ static void test_sigterm_checkpoints_and_exits_3(void **state) {
         fail_msg("SIGTERM: status 0x%x, expected exit 3:\n%s", status, text);
     assert_non_null(strstr(text, "stopped on request"));
     free(text);
-    const int stopped_at = metrics_lines(out_s); /* one line per completed step */
+    const int stopped_at = step_rows(out_s); /* one row per completed step */
     snprintf(p, sizeof p, "%s/checkpoints/step_%09d/train/state.json", out_s, stopped_at);
     assert_true(zy_path_exists(p));
     /* two more steps after the resume == the same steps of a run never stopped */
@@ -511,9 +604,11 @@ int main(void) {
         cmocka_unit_test(test_resume_with_none_verifying),
         cmocka_unit_test(test_state_json_checked),
         cmocka_unit_test(test_background_saves),
+        cmocka_unit_test(test_background_save_equals_sync),
         cmocka_unit_test(test_sigterm_checkpoints_and_exits_3),
         cmocka_unit_test(test_resume_is_exact_gpu),
         cmocka_unit_test(test_gpu_tracks_cpu),
+        cmocka_unit_test(test_background_save_equals_sync_gpu),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

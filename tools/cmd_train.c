@@ -74,7 +74,10 @@ int cmd_train(int argc, char **argv) {
         {"--resume", 0, "continue from the newest complete checkpoint in the output folder", NULL},
         {"--overwrite", 0,
          "start afresh in an output folder that holds a run (its checkpoints are removed)", NULL},
-        {"--stop-after", 1, "stop (with a checkpoint) after N steps of this run", NULL},
+        {"--stop-after", 1,
+         "stop (with a checkpoint, exit 3) after N steps of this run; 0 saves the state as "
+         "resumed (or initialised) in this run's layout without a step",
+         NULL},
         {"--print-config", 0, "print the resolved config (every default) as JSON; train nothing",
          NULL},
         {"--list-settings", 0, "print the table of settings (markdown: key, type, default, ...)",
@@ -95,11 +98,11 @@ int cmd_train(int argc, char **argv) {
     const char *over[MAX_OVERRIDES];
     char *owned[MAX_OVERRIDES] = {0};
     int n_over = 0;
-    long long stop_after = 0;
+    long long stop_after = -1; /* never */
     rc = collect_sets(argc, argv, opts, over, &n_over);
     const int n_sets = n_over;
     if (rc == ZY_OK) rc = flag_overrides(opts, over, owned, &n_over);
-    if (rc == ZY_OK) rc = args_int_in(opts, "--stop-after", 0, 0, (long long)1e15, &stop_after);
+    if (rc == ZY_OK) rc = args_int_in(opts, "--stop-after", -1, 0, (long long)1e15, &stop_after);
     if (rc == ZY_OK && args_get(opts, "--resume") && args_get(opts, "--overwrite"))
         rc = zy_fail("--resume continues the run in the output folder, --overwrite starts over: "
                      "give one");

@@ -1,4 +1,5 @@
-/* CRC-32C with slicing-by-8 tables (about 1-2 GB/s per core, enough to checksum checkpoints). */
+/* CRC-32C: the SSE4.2 crc32 instruction where the CPU has it (about 8 GB/s on one core: a
+ * checkpoint's manifest checksums every byte it writes), else slicing-by-8 tables (1-2 GB/s). */
 #include "base/crc32c.h"
 
 #include <pthread.h>
@@ -18,10 +19,7 @@ static void build_table(void) {
             table[s][i] = (table[s - 1][i] >> 8) ^ table[0][table[s - 1][i] & 0xff];
 }
 
-uint32_t zy_crc32c(uint32_t crc, const void *data, size_t len) {
-    pthread_once(&table_once, build_table);
-    const uint8_t *p = data;
-    crc = ~crc;
+static uint32_t crc_tables(uint32_t crc, const uint8_t *p, size_t len) {
     while (len >= 8) {
         uint64_t w;
         memcpy(&w, p, 8); /* little-endian hosts only (x86-64, aarch64) */
@@ -33,5 +31,43 @@ uint32_t zy_crc32c(uint32_t crc, const void *data, size_t len) {
         len -= 8;
     }
     while (len--) crc = (crc >> 8) ^ table[0][(crc ^ *p++) & 0xff];
-    return ~crc;
+    return crc;
+}
+
+static int have_sse42;
+
+static void setup(void) {
+    build_table();
+#if defined(__x86_64__)
+    have_sse42 = __builtin_cpu_supports("sse4.2");
+#endif
+}
+
+#if defined(__x86_64__)
+/* The instruction computes the same reflected Castagnoli CRC as the tables, 8 bytes at a time. */
+__attribute__((target("sse4.2"))) static uint32_t crc_sse42(uint32_t crc, const uint8_t *p,
+                                                            size_t len) {
+    uint64_t c = crc;
+    for (; len >= 8; p += 8, len -= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        c = __builtin_ia32_crc32di(c, w);
+    }
+    crc = (uint32_t)c;
+    while (len--) crc = __builtin_ia32_crc32qi(crc, *p++);
+    return crc;
+}
+#endif
+
+uint32_t zy_crc32c(uint32_t crc, const void *data, size_t len) {
+    pthread_once(&table_once, setup);
+#if defined(__x86_64__)
+    if (have_sse42) return ~crc_sse42(~crc, data, len);
+#endif
+    return ~crc_tables(~crc, data, len);
+}
+
+uint32_t zy_crc32c_portable(uint32_t crc, const void *data, size_t len) {
+    pthread_once(&table_once, setup);
+    return ~crc_tables(~crc, data, len);
 }

@@ -256,6 +256,36 @@ void ops_copy(zy_ctx *ctx, void *dst, const void *src, size_t bytes) {
     cpu_copy(cpu_threads(ctx), dst, src, bytes);
 }
 
+void *ops_host_alloc(zy_ctx *ctx, size_t bytes) {
+#ifdef ZY_HAVE_CUDA
+    if (ctx->device == ZY_DEV_CUDA) return cuda_ops_host_alloc(ctx, bytes);
+#endif
+    (void)ctx;
+    return zy_malloc(bytes ? bytes : 1);
+}
+
+void ops_host_free(zy_ctx *ctx, void *p) {
+#ifdef ZY_HAVE_CUDA
+    if (ctx->device == ZY_DEV_CUDA) {
+        cuda_ops_host_free(ctx, p);
+        return;
+    }
+#endif
+    (void)ctx;
+    free(p);
+}
+
+/* Queued on the stream (CUDA); the CPU copies at once. */
+void ops_copy_async(zy_ctx *ctx, void *dst, const void *src, size_t bytes) {
+#ifdef ZY_HAVE_CUDA
+    if (ctx->device == ZY_DEV_CUDA) {
+        cuda_ops_copy_async(ctx, dst, src, bytes);
+        return;
+    }
+#endif
+    cpu_copy(cpu_threads(ctx), dst, src, bytes);
+}
+
 /* Sets n floats to value. */
 void ops_fill(zy_ctx *ctx, float *x, float value, size_t n) {
     ON_CUDA(ctx, "fill", cuda_ops_fill(ctx, x, value, n));

@@ -98,6 +98,18 @@ size_t ops_mem_available(zy_ctx *ctx);
  * returns when the copy is complete on the host side (a device-to-host copy waits for the device).
  */
 void ops_copy(zy_ctx *ctx, void *dst, const void *src, size_t bytes);
+/* Host memory for copies to and from ctx's device: page-locked on CUDA (cudaHostAlloc: the copy
+ * engines read and write it directly, at full bus speed, and ops_copy_async into it returns at
+ * once), ordinary memory on the CPU. Not zeroed. Pinning is slow and takes the memory from the
+ * host for good: allocate once and reuse. Memory the host cannot give ends the process (exit 1),
+ * as ops_alloc does. */
+void *ops_host_alloc(zy_ctx *ctx, size_t bytes);
+/* Frees memory from ops_host_alloc (NULL is ignored). */
+void ops_host_free(zy_ctx *ctx, void *p);
+/* ops_copy that returns once the copy is queued on ctx's stream, before it has run (CUDA): dst
+ * and src stay untouched until ops_sync(ctx); host memory from ops_host_alloc keeps it
+ * asynchronous (other host memory makes the runtime wait). The CPU copies at once. */
+void ops_copy_async(zy_ctx *ctx, void *dst, const void *src, size_t bytes);
 /* Sets n floats to value. */
 void ops_fill(zy_ctx *ctx, float *x, float value, size_t n);
 /* Sets bytes to zero. */

@@ -158,7 +158,6 @@ int optim_init_owned(zy_optim *opt, zy_ctx *ctx, const zy_optim_config *cfg,
     opt->momentum = ops_alloc(ctx, (opt->muon_total ? opt->muon_total : 1) * sizeof(float));
     if (on_cuda(ctx)) {
 #ifdef ZY_HAVE_CUDA
-        opt->host_state = zy_calloc(2 * opt->adam_total + opt->muon_total + 1, sizeof(float));
         opt->cuda = optim_cuda_init(ctx, opt, t, 0);
 #endif
     } else {
@@ -179,7 +178,7 @@ void optim_free(zy_optim *opt) {
     free(opt->method);
     free(opt->state_off);
     free(opt->work);
-    free(opt->host_state);
+    if (opt->host_state) ops_host_free(opt->ctx, opt->host_state);
     memset(opt, 0, sizeof *opt);
 }
 
@@ -330,8 +329,21 @@ static void state_entry(zy_state_tensor *s, const char *prefix, const zy_param *
     s->numel = p->numel;
 }
 
-/* Host addresses of the three state arrays: the state itself on the CPU, the mirror on CUDA. */
-static void host_views(const zy_optim *opt, float **m, float **v, float **mom) {
+void optim_state_mirror(zy_optim *opt) {
+    if (opt->host_state || !opt->ctx || !on_cuda(opt->ctx)) return;
+    const size_t n = 2 * opt->adam_total + opt->muon_total + 1;
+    opt->host_state = ops_host_alloc(opt->ctx, n * sizeof(float));
+    memset(opt->host_state, 0, n * sizeof(float));
+}
+
+int optim_state_mirrored(const zy_optim *opt) {
+    return opt->ctx && on_cuda(opt->ctx);
+}
+
+/* Host addresses of the three state arrays: the state itself on the CPU, the mirror on CUDA (made
+ * at first use). */
+static void host_views(zy_optim *opt, float **m, float **v, float **mom) {
+    optim_state_mirror(opt);
     if (opt->host_state) {
         *m = opt->host_state;
         *v = opt->host_state + opt->adam_total;
@@ -347,7 +359,7 @@ void optim_set_compute_copy(zy_optim *opt, void *bf16_params) {
     opt->compute_copy = opt->ctx && opt->ctx->device == ZY_DEV_CUDA ? bf16_params : NULL;
 }
 
-zy_state_tensor *optim_state_tensors(const zy_optim *opt, const zy_param_table *t, int *count) {
+zy_state_tensor *optim_state_tensors(zy_optim *opt, const zy_param_table *t, int *count) {
     ZY_CHECK(t->count == opt->n_params);
     zy_state_tensor *s = zy_calloc((size_t)(2 * t->count + 1), sizeof *s);
     float *hm, *hv, *hmom;
@@ -367,17 +379,20 @@ zy_state_tensor *optim_state_tensors(const zy_optim *opt, const zy_param_table *
     return s;
 }
 
+/* Three copies queued on the stream into pinned memory, then one wait: the time is the
+ * device-to-host transfer alone. */
 void optim_state_to_host(zy_optim *opt) {
-    if (!opt->host_state) return;
+    if (!optim_state_mirrored(opt)) return;
     float *hm, *hv, *hmom;
     host_views(opt, &hm, &hv, &hmom);
-    ops_copy(opt->ctx, hm, opt->exp_avg, opt->adam_total * sizeof(float));
-    ops_copy(opt->ctx, hv, opt->exp_avg_sq, opt->adam_total * sizeof(float));
-    ops_copy(opt->ctx, hmom, opt->momentum, opt->muon_total * sizeof(float));
+    ops_copy_async(opt->ctx, hm, opt->exp_avg, opt->adam_total * sizeof(float));
+    ops_copy_async(opt->ctx, hv, opt->exp_avg_sq, opt->adam_total * sizeof(float));
+    ops_copy_async(opt->ctx, hmom, opt->momentum, opt->muon_total * sizeof(float));
+    ops_sync(opt->ctx);
 }
 
 void optim_state_from_host(zy_optim *opt) {
-    if (!opt->host_state) return;
+    if (!optim_state_mirrored(opt)) return;
     float *hm, *hv, *hmom;
     host_views(opt, &hm, &hv, &hmom);
     ops_copy(opt->ctx, opt->exp_avg, hm, opt->adam_total * sizeof(float));

@@ -19,10 +19,12 @@
  * rounding (~1% relative); AdamW gives the CPU's bits.
  *
  * Checkpoints and the state on a GPU: optim_state_tensors always points into HOST memory: the
- * state itself on a CPU context, a host mirror of it on CUDA. Before saving, call
- * optim_state_to_host (device -> mirror); after loading into the entries, call
- * optim_state_from_host (mirror -> device). Both are no-ops on the CPU, so callers need not care
- * which device they run on. */
+ * state itself on a CPU context, a host mirror of it on CUDA (page-locked, made at first use or
+ * by optim_state_mirror). Before saving, call optim_state_to_host (device -> mirror); after
+ * loading into the entries, call optim_state_from_host (mirror -> device). Both are no-ops on the
+ * CPU, so callers need not care which device they run on. Only those two calls (and loads into
+ * the entries) change the mirror, so a background writer may read it while training goes on
+ * (optim_state_mirrored); the CPU's entries are the live state, which every step changes. */
 #ifndef ZY_OPTIM_H
 #define ZY_OPTIM_H
 
@@ -80,7 +82,8 @@ typedef struct {
     float *work; /* CPU: [work_floats] Muon update + Newton-Schulz workspace, largest matrix */
     size_t work_floats;
     float *host_state;   /* CUDA: host mirror [2 * adam_total + muon_total] (exp_avg, exp_avg_sq,
-                            momentum) for checkpoints; NULL on the CPU */
+                            momentum) for checkpoints, pinned (ops_host_alloc); NULL on the CPU
+                            and until first used */
     zy_optim_cuda *cuda; /* CUDA: chunk table, Muon batches, GEMM plans, workspace */
     void *compute_copy;  /* CUDA: bf16 [t->total] copy of params that each step refreshes for the
                             tensors it updates (the model's GEMM weights), or NULL */
@@ -127,9 +130,15 @@ void optim_set_compute_copy(zy_optim *opt, void *bf16_params);
  * tensors, "muon_momentum.<param>" for Muon tensors, each with the param's shape, pointing into
  * HOST memory: the state itself on the CPU, the host mirror on CUDA (see the top of this file).
  * Returns a heap array (free() it) and its length in *count. The step counter is opt->step. */
-zy_state_tensor *optim_state_tensors(const zy_optim *opt, const zy_param_table *t, int *count);
-/* CUDA: copies the device state into the host mirror (waits); call before saving the entries of
- * optim_state_tensors. No-op on the CPU. */
+zy_state_tensor *optim_state_tensors(zy_optim *opt, const zy_param_table *t, int *count);
+/* CUDA: makes the host mirror now (pinning takes a while: at the start of a run rather than at its
+ * first checkpoint). No-op on the CPU or when it exists. */
+void optim_state_mirror(zy_optim *opt);
+/* 1 when optim_state_tensors' entries are the CUDA host mirror (changed only by
+ * optim_state_to_host and loads), 0 when they are the live state (the CPU). */
+int optim_state_mirrored(const zy_optim *opt);
+/* CUDA: copies the device state into the host mirror (queued copies, one wait for the device);
+ * call before saving the entries of optim_state_tensors. No-op on the CPU. */
 void optim_state_to_host(zy_optim *opt);
 /* CUDA: copies the host mirror into the device state (waits); call after loading the entries of
  * optim_state_tensors. No-op on the CPU. */

@@ -254,6 +254,7 @@ static int trainer_init(trainer *tr, const zy_train_config *c) {
                          .stop_on_nonfinite = 1,
                          .spike = c->spike};
     ZY_TRY(step_init_training(&tr->st, &sc, &c->optim, &c->balance));
+    trainer_snapshot_init(tr);
     ZY_TRY(batches_open(&tr->train, c, 0, c->seed));
     ZY_TRY(batches_set_slice(tr->train, tr->ranks.comm.rank, tr->ranks.comm.world));
     const char *from = c->init_from[0] ? c->init_from : NULL;
@@ -279,7 +280,8 @@ static void trainer_free(trainer *tr) {
     batches_close(tr->train);
     batches_close(tr->val);
     step_free(&tr->st);
-    free(tr->params_host);
+    ops_host_free(&tr->ctx, tr->params_host);
+    free(tr->state_copy);
     ranks_free(&tr->ranks);
     ops_ctx_free(&tr->ctx);
     phases_free(&tr->phases);
@@ -452,13 +454,26 @@ int train_run(const zy_train_config *c, const zy_train_opts *o) {
     int stopped = 0;
     struct sigaction old_handlers[2];
     stop_signals_catch(old_handlers);
-    if (tr.st.step == 0 && c->eval_interval > 0) {
+    /* --stop-after 0: the state as loaded (or initialised) saved in this run's layout without a
+     * step: with --resume under M ranks, a checkpoint of N ranks rewritten for M (the same tensors
+     * by name, bit for bit: the reshape is this trainer's own load and save, so no separate
+     * converter can drift from them), or checked to load on M before GPU time is spent; without
+     * it, a fresh run's step-0 checkpoint */
+    if (o->stop_after == 0) {
+        rc = trainer_save_checkpoint(&tr);
+        if (rc == ZY_OK) rc = trainer_finish_checkpoint(&tr);
+        if (rc == ZY_OK)
+            printf("stopped on request (--stop-after 0) at step %lld after its checkpoint\n",
+                   (long long)tr.st.step);
+        stopped = rc == ZY_OK;
+    }
+    if (!stopped && tr.st.step == 0 && c->eval_interval > 0) {
         rc = evaluate(&tr, c->eval_batches, &last_val, NULL);
         if (rc == ZY_OK && tr.metrics) metrics_scalar(tr.metrics, "val_loss", 0, last_val);
         if (rc == ZY_OK) printf("step 0 | val loss %.4f\n", last_val);
     }
     long long failed_after = -1; /* the step the loop's bookkeeping is working on */
-    while (rc == ZY_OK && tr.st.step < c->steps) {
+    while (rc == ZY_OK && !stopped && tr.st.step < c->steps) {
         failed_after = -1;
         if ((rc = trainer_phase_begin_step(&tr)) != ZY_OK) break; /* a phase boundary */
         const zy_train_config *pc = tr.cfg;                       /* the phase's view */
@@ -506,7 +521,7 @@ int train_run(const zy_train_config *c, const zy_train_opts *o) {
         const int64_t asked = tr.st.stop_agreed; /* a signal to any rank stops them all */
         const int signalled = asked != 0;
         const int stopping =
-            (signalled || (o->stop_after > 0 && ran >= o->stop_after)) && tr.st.step < c->steps;
+            (signalled || (o->stop_after >= 0 && ran >= o->stop_after)) && tr.st.step < c->steps;
         if (!signalled && c->eval_interval > 0 &&
             (tr.st.step % c->eval_interval == 0 || tr.st.step == c->steps)) {
             rc = evaluate(&tr, c->eval_batches, &last_val, NULL);
@@ -520,8 +535,7 @@ int train_run(const zy_train_config *c, const zy_train_opts *o) {
         const int checkpoint =
             (c->checkpoint_interval > 0 && tr.st.step % c->checkpoint_interval == 0) ||
             tr.st.step == c->steps || stopping;
-        if (checkpoint && tr.ranks.comm.world > 1) rc = trainer_check_replicas(&tr);
-        if (rc == ZY_OK && checkpoint) rc = trainer_save_checkpoint(&tr); /* collective */
+        if (checkpoint) rc = trainer_save_checkpoint(&tr);                /* collective */
         if (stopping && rc == ZY_OK) rc = trainer_finish_checkpoint(&tr); /* written before 3 */
         if (stopping && rc == ZY_OK) {
             printf("stopped on request (%s) at step %lld after its checkpoint\n",

@@ -9,7 +9,8 @@
 typedef struct {
     int resume;         /* continue from the newest complete checkpoint in out_dir/checkpoints */
     int overwrite;      /* a fresh run into an out_dir that holds one: remove its checkpoints */
-    int64_t stop_after; /* stop (with a checkpoint) after this many steps in this run; 0 = never */
+    int64_t stop_after; /* stop (with a checkpoint) after this many steps in this run; -1 = never;
+                           0 = save the loaded (or initial) state at once */
     const char *config_json; /* the resolved training config, saved as out_dir/train_config.json */
 } zy_train_opts;
 

@@ -3,8 +3,10 @@
  *
  * The training thread takes a snapshot of what this rank writes: the fp32 weights of the tensors
  * it owns (ZeRO-1: current on their owner, so nothing is gathered) and their optimizer state;
- * rank 0 also the balancing state and state.json. That copy is the only pause. A writer thread
- * then writes the files (io/checkpoint.h's layout): rank r > 0 its model-(r+1)-of-W.safetensors
+ * rank 0 also the balancing state and state.json. The snapshot goes to host buffers made once at
+ * the start and reused (trainer.h): on a GPU pinned memory, filled by copies queued on the stream
+ * with one wait, so the pause is the device-to-host transfer. A writer thread then writes the
+ * files (io/checkpoint.h's layout): rank r > 0 its model-(r+1)-of-W.safetensors
  * and train_state.rank_R.safetensors into ROOT/.shards_step_N/, then a marker beside them
  * (done.rank_R, or failed.rank_R holding its error); rank 0 its own files, then it waits for
  * every marker (within dist.timeout_s) and commits the folder with the other ranks' files moved
@@ -245,8 +247,6 @@ static void job_free(trainer_save *j) {
     free(j->bound);
     free(j->so);
     free(j->sb);
-    free(j->data);
-    free(j->params);
     free(j->state_json);
     memset(j, 0, sizeof *j);
 }
@@ -258,6 +258,12 @@ static void copy_tensors(zy_state_tensor *st, int n, float **buf) {
         st[i].data = *buf;
         *buf += st[i].numel;
     }
+}
+
+static size_t floats_of(const zy_state_tensor *st, int n) {
+    size_t f = 0;
+    for (int i = 0; i < n; i++) f += st[i].numel;
+    return f;
 }
 
 static char *state_json(const trainer *tr) {
@@ -276,9 +282,16 @@ static char *state_json(const trainer *tr) {
     return json;
 }
 
-/* The training thread's part: what this rank writes, copied out of the live state. */
+void trainer_snapshot_init(trainer *tr) {
+    zy_model *m = &tr->st.model;
+    if (!tr->params_host) tr->params_host = ops_host_alloc(m->ctx, m->table.total * sizeof(float));
+    optim_state_mirror(&tr->st.opt);
+}
+
+/* The training thread's part: what this rank writes, copied out of the live state into the
+ * trainer's host buffers (trainer.h). On a GPU the copies are queued on the stream into pinned
+ * memory with one wait at the end, so the pause is the device-to-host transfer. */
 static int snapshot(trainer *tr, trainer_save *j) {
-    optim_state_to_host(&tr->st.opt); /* the moments' host mirror (itself on the CPU) */
     zy_model *m = &tr->st.model;
     memset(j, 0, sizeof *j);
     j->step = tr->st.step;
@@ -290,27 +303,46 @@ static int snapshot(trainer *tr, trainer_save *j) {
     j->config = m->cfg;
     snprintf(j->root, sizeof j->root, "%s", tr->ckpt_root);
     snprintf(j->tokenizer, sizeof j->tokenizer, "%s", tr->cfg->tokenizer);
-    j->so = optim_state_tensors(&tr->st.opt, &m->table, &j->no);
-    if (j->rank == 0) j->sb = balance_state_tensors(&tr->st.bal, &j->nb);
-    size_t floats = 0;
-    for (int i = 0; i < j->no; i++) floats += j->so[i].numel;
-    for (int i = 0; i < j->nb; i++) floats += j->sb[i].numel;
-    float *buf = j->data = zy_malloc((floats + 1) * sizeof *buf);
-    copy_tensors(j->so, j->no, &buf);
-    copy_tensors(j->sb, j->nb, &buf);
-    j->bytes = (double)floats * sizeof(float);
     /* the weights this rank owns (every rank's range: rank 0 writes the index) */
     j->bound = zy_calloc((size_t)j->world + 1, sizeof *j->bound);
     for (int r = 0; r <= j->world; r++)
         j->bound[r] = tr->st.have_zero ? tr->st.zero.bound[r] : (r ? m->table.count : 0);
     step_owned(&tr->st, &j->first, &j->last);
+    trainer_snapshot_init(tr);
+    if (j->world > 1) ZY_TRY(step_weights_whole(&tr->st)); /* the replica check reads them all */
+    /* a GPU copies the weights whole (one transfer serves the check and the shard); the CPU its
+     * span (the check reads the live weights) */
+    const int gpu = m->ctx->device == ZY_DEV_CUDA;
+    size_t lo = 0, hi = gpu ? m->table.total : 0;
+    if (!gpu && j->last > j->first) {
+        const zy_param *a = &m->table.items[j->first], *b = &m->table.items[j->last - 1];
+        lo = a->offset;
+        hi = b->offset + b->numel;
+    }
+    ops_copy_async(m->ctx, tr->params_host + lo, m->params + lo, (hi - lo) * sizeof(float));
+    optim_state_to_host(&tr->st.opt); /* CUDA: queued behind the weights, waits for both */
+    ops_sync(m->ctx);
+    if (j->world > 1) ZY_TRY(trainer_check_replicas(tr, gpu ? tr->params_host : m->params));
     if (j->last > j->first) {
         const zy_param *a = &m->table.items[j->first], *b = &m->table.items[j->last - 1];
-        const size_t span = b->offset + b->numel - a->offset;
-        j->params = zy_malloc(span * sizeof *j->params);
-        ops_copy(m->ctx, j->params, m->params + a->offset, span * sizeof *j->params);
-        j->bytes += (double)span * sizeof *j->params;
+        j->params = tr->params_host + a->offset;
+        j->bytes += (double)(b->offset + b->numel - a->offset) * sizeof(float);
     }
+    /* the state: the GPU's optimizer moments stay in the mirror they were copied to; what a step
+     * changes in place on the host (the CPU's moments, the balancing state) is copied */
+    j->so = optim_state_tensors(&tr->st.opt, &m->table, &j->no);
+    if (j->rank == 0) j->sb = balance_state_tensors(&tr->st.bal, &j->nb);
+    const int copy_so = !optim_state_mirrored(&tr->st.opt);
+    const size_t floats = (copy_so ? floats_of(j->so, j->no) : 0) + floats_of(j->sb, j->nb);
+    if (floats > tr->state_floats) {
+        free(tr->state_copy);
+        tr->state_copy = zy_malloc(floats * sizeof(float));
+        tr->state_floats = floats;
+    }
+    float *buf = tr->state_copy;
+    if (copy_so) copy_tensors(j->so, j->no, &buf);
+    copy_tensors(j->sb, j->nb, &buf);
+    j->bytes += (double)(floats_of(j->so, j->no) + floats_of(j->sb, j->nb)) * sizeof(float);
     if (j->rank == 0) j->state_json = state_json(tr);
     return ZY_OK;
 }
@@ -322,47 +354,83 @@ void trainer_drop_checkpoint(trainer *tr) {
     job_free(&tr->save);
 }
 
-int trainer_finish_checkpoint(trainer *tr) {
+/* Rank 0: the console line and the metrics row of a finished save (every rank's numbers:
+ * v = {the slowest pause, wait and write, the bytes of all}). */
+static void report(trainer *tr, const trainer_save *j, const double v[4]) {
+    const double gbps = v[2] > 0 ? v[3] / 1e9 / v[2] : 0;
+    char wait[64] = "";
+    if (v[1] >= 0.0005) snprintf(wait, sizeof wait, " (%.3f s of it waiting for the write)", v[1]);
+    printf("checkpoint step %lld: stall %.3f s%s, %.3f GB written in %.2f s (%.2f GB/s)%s -> %s",
+           j->step, v[0], wait, v[3] / 1e9, v[2], gbps,
+           tr->cfg->checkpoint_async ? " in the background" : "", j->dir);
+    if (j->world > 1) printf(" (weights identical on all %d ranks)", j->world);
+    printf("\n");
+    if (!tr->metrics) return;
+    metrics_scalar(tr->metrics, "checkpoint_stall_s", j->step, v[0]);
+    metrics_scalar(tr->metrics, "checkpoint_wait_s", j->step, v[1]);
+    metrics_scalar(tr->metrics, "checkpoint_write_s", j->step, v[2]);
+    metrics_scalar(tr->metrics, "checkpoint_bytes", j->step, v[3]);
+    metrics_scalar(tr->metrics, "checkpoint_gb_per_s", j->step, gbps);
+    metrics_scalar(tr->metrics, "world_size", j->step, j->world); /* the ranks that wrote it */
+}
+
+/* Joins the writer; training_waits: the step loop waits for it (the next save came first, or
+ * saves are synchronous), so the wait is part of the stall (not at the end of the run). */
+static int finish(trainer *tr, int training_waits) {
     trainer_save *j = &tr->save;
     if (!j->active) return ZY_OK;
-    if (pthread_tryjoin_np(j->thread, NULL) != 0) {
-        if (trainer_is_main(tr))
+    const double t0 = zy_now();
+    const int running = pthread_tryjoin_np(j->thread, NULL) != 0;
+    if (running) {
+        if (trainer_is_main(tr) && tr->cfg->checkpoint_async)
             printf("waiting for checkpoint step %lld to be written\n", j->step);
         pthread_join(j->thread, NULL);
     }
+    /* synchronous: the whole save is the wait; in the background only a write still going */
+    if (training_waits && (running || !tr->cfg->checkpoint_async)) j->wait_s = zy_now() - t0;
     j->active = 0;
-    /* every rank's outcome: a rank that failed says why on its stderr, the others name it */
-    int64_t failed = j->rc != ZY_OK;
-    int rc = comm_all_reduce(&tr->ranks.comm, &failed, 1, ZY_COMM_I64, ZY_COMM_MAX);
+    j->stall_s += j->wait_s;
+    /* every rank's outcome (a rank that failed says why on its stderr, the others name it) and
+     * its numbers: v = {failed, pause, wait, write} (the largest), then the bytes (summed) */
+    double v[5] = {j->rc != ZY_OK, j->stall_s, j->wait_s, j->write_s, j->bytes};
+    int rc = comm_all_reduce(&tr->ranks.comm, v, 4, ZY_COMM_F64, ZY_COMM_MAX);
+    if (rc == ZY_OK) rc = comm_all_reduce(&tr->ranks.comm, v + 4, 1, ZY_COMM_F64, ZY_COMM_SUM);
     if (rc == ZY_OK && j->rc != ZY_OK)
         rc = zy_fail_runtime("checkpoint step %lld: %s", j->step, j->err);
-    else if (rc == ZY_OK && failed)
+    else if (rc == ZY_OK && v[0] != 0)
         rc =
             zy_fail_runtime("checkpoint step %lld: another rank failed to write its part", j->step);
-    if (rc == ZY_OK && trainer_is_main(tr)) {
-        printf("checkpoint: %s", j->dir);
-        if (j->world > 1) printf(" (weights identical on all %d ranks)", j->world);
-        printf(" (training paused %.3f s; %.1f MB written in %.2f s%s)\n", j->stall_s,
-               j->bytes / 1e6, j->write_s, tr->cfg->checkpoint_async ? " beside it" : "");
-    }
+    if (rc == ZY_OK && trainer_is_main(tr)) report(tr, j, v + 1);
     job_free(j);
     return rc;
 }
 
+int trainer_finish_checkpoint(trainer *tr) {
+    return finish(tr, 0);
+}
+
 int trainer_save_checkpoint(trainer *tr) {
+    /* ZeRO-1's weights still arriving from the last step: the collectives below come after them
+     * (the wait is this save's: the next forward would have overlapped it) */
+    const double t0 = zy_now();
+    ZY_TRY(step_weights_ready(&tr->st));
+    const double ready_s = zy_now() - t0;
     /* at most one save in flight: the previous one ends first (reported if it failed: this one
      * is attempted anyway) */
-    if (tr->save.active && trainer_finish_checkpoint(tr) != ZY_OK)
+    if (tr->save.active && finish(tr, 1) != ZY_OK)
         fprintf(stderr, "warning: %s; saving step %lld next\n", zy_errmsg(),
                 (long long)tr->st.step);
-    const double t0 = zy_now();
+    const double t1 = zy_now();
     trainer_save *j = &tr->save;
-    ZY_TRY(snapshot(tr, j));
-    j->stall_s = zy_now() - t0;
+    if (snapshot(tr, j) != ZY_OK) {
+        job_free(j);
+        return ZY_ERR;
+    }
+    j->stall_s = ready_s + zy_now() - t1;
     if (pthread_create(&j->thread, NULL, writer_main, j) != 0) {
         job_free(j);
         return zy_fail_runtime("cannot start the checkpoint writer: %s", strerror(errno));
     }
     j->active = 1;
-    return tr->cfg->checkpoint_async ? ZY_OK : trainer_finish_checkpoint(tr);
+    return tr->cfg->checkpoint_async ? ZY_OK : finish(tr, 1);
 }

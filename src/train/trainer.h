@@ -27,12 +27,16 @@ typedef struct {
     char root[ZY_PATH_MAX + 16], tokenizer[ZY_PATH_MAX];
     zy_state_tensor *so, *sb; /* this rank's optimizer state; rank 0: the balancing state */
     int no, nb;
-    float *data;                    /* their values (owned copies) */
-    float *params;                  /* rank 0: the weights */
-    char *state_json;               /* rank 0 */
-    double bytes, stall_s, write_s; /* written; the training thread's pause; the writer's time */
-    int cancel; /* set (atomically) when the run ends without waiting for the save */
-    int rc;     /* the writer's result */
+    const float *params; /* the owned weights (entry first at 0), in trainer.params_host */
+    char *state_json;    /* rank 0 */
+    double bytes;        /* this rank's tensor bytes */
+    double stall_s;      /* the training thread's pause for it: the snapshot (and the replica
+                            check), then wait_s */
+    double wait_s;       /* the training thread waiting for the writer: the next save came
+                            before the write ended, or saves are synchronous */
+    double write_s;      /* the writer's time */
+    int cancel;          /* set (atomically) when the run ends without waiting for the save */
+    int rc;              /* the writer's result */
     char err[1024];
     char dir[4096]; /* rank 0: the folder committed */
 } trainer_save;
@@ -46,30 +50,45 @@ typedef struct {
     zy_ranks ranks;      /* the data-parallel ranks (world 1: this process alone) */
     double tokens_seen;
     char ckpt_root[ZY_PATH_MAX + 16];
-    float *params_host; /* [table.total] host copy of the weights for the replica check (CUDA) */
-    trainer_save save;  /* the checkpoint being written, if any */
-    zy_phases phases;   /* the run's phases (one when the config lists none) */
+    /* Host copies a save writes from, made at the start and reused by every save (a writer reads
+     * them until the next save, which waits for it first): */
+    float *params_host;  /* [table.total] the weights (pinned on a GPU: ops_host_alloc): a GPU
+                            copies them whole (the replica check reads them), the CPU its span */
+    float *state_copy;   /* the state a step changes under a writer: the balancing moments, and
+                            on the CPU the optimizer's (a GPU's are in its pinned mirror, optim.h) */
+    size_t state_floats; /* state_copy's size */
+    trainer_save save;   /* the checkpoint being written, if any */
+    zy_phases phases;    /* the run's phases (one when the config lists none) */
 } trainer;
 
 static inline int trainer_is_main(const trainer *tr) {
     return tr->ranks.comm.rank == 0;
 }
 
+/* Makes the host buffers saves are copied into (params_host, the optimizer's mirror), so the
+ * first checkpoint pauses no longer than the others and a host that cannot hold them fails at
+ * the start. */
+void trainer_snapshot_init(trainer *tr);
 /* Starts checkpoint step st.step under ckpt_root, collective over the ranks (ZeRO-1: each rank
  * writes the optimizer state it owns; rank 0 commits the folder): the training thread copies the
- * state, a writer thread writes it (train_save.c). A save still in flight is finished first; its
- * failure is reported, not returned. With checkpoint_async off it also finishes this one. */
+ * state (with several ranks, checking their weights agree), a writer thread writes it
+ * (train_save.c). A save still in flight is finished first; its failure is reported, not
+ * returned. With checkpoint_async off it also finishes this one. */
 int trainer_save_checkpoint(trainer *tr);
 /* Waits for the save in flight (if any) and agrees its outcome over the ranks: a runtime error
- * when any rank's part failed. Collective. */
+ * when any rank's part failed. Rank 0 reports it: a console line and a metrics row at the
+ * checkpoint's step: checkpoint_stall_s (the step loop's pause for it), checkpoint_wait_s (the
+ * part of it spent waiting for the write), checkpoint_write_s, each the slowest rank's;
+ * checkpoint_bytes (every rank's tensors), checkpoint_gb_per_s, world_size. Collective. */
 int trainer_finish_checkpoint(trainer *tr);
 /* Waits for the writer without a collective (the run is failing) and forgets the save. */
 void trainer_drop_checkpoint(trainer *tr);
 /* Loads a checkpoint folder: weights, this rank's optimizer state (by global name, from whichever
  * file holds it), balancing state, counters and the data position. */
 int trainer_resume_from(trainer *tr, const char *dir);
-/* Compares the ranks' CRC-32C of the weights: a runtime error when they differ. */
-int trainer_check_replicas(trainer *tr);
+/* Compares the ranks' checksums of the whole weights, `host` ([table.total] floats, this rank's
+ * copy on the host): a runtime error when they differ. Collective. */
+int trainer_check_replicas(trainer *tr, const float *host);
 
 /* Phases (phases.c). Checks every phase can run here (its batch splits over the ranks, its data
  * folders exist) before anything trains. */

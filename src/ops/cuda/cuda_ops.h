@@ -36,6 +36,9 @@ void *cuda_ops_alloc(zy_ctx *ctx, size_t bytes);
 void cuda_ops_free(zy_ctx *ctx, void *p);
 size_t cuda_ops_mem_available(zy_ctx *ctx);
 void cuda_ops_copy(zy_ctx *ctx, void *dst, const void *src, size_t bytes);
+void *cuda_ops_host_alloc(zy_ctx *ctx, size_t bytes);
+void cuda_ops_host_free(zy_ctx *ctx, void *p);
+void cuda_ops_copy_async(zy_ctx *ctx, void *dst, const void *src, size_t bytes);
 void cuda_ops_fill(zy_ctx *ctx, float *x, float value, size_t n);
 void cuda_ops_zero(zy_ctx *ctx, void *p, size_t bytes);
 void cuda_ops_matmul(zy_ctx *ctx, zy_act *C, const zy_act *A, const zy_act *B, int M, int N, int K,

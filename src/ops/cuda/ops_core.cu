@@ -153,6 +153,32 @@ void cuda_ops_copy(zy_ctx *ctx, void *dst, const void *src, size_t bytes) {
     ZY_CUDA_CHECK(cudaStreamSynchronize(cuda_stream(ctx)));
 }
 
+/* Page-locked host memory (see ops_host_alloc). */
+void *cuda_ops_host_alloc(zy_ctx *ctx, size_t bytes) {
+    (void)ctx;
+    void *p = NULL;
+    cudaError_t e = cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        zy_fatal_runtime_at(__FILE__, __LINE__, "cudaHostAlloc",
+                            "cannot pin %.2f GiB of host memory: %s", bytes / 1073741824.0,
+                            cudaGetErrorString(e));
+    }
+    return p;
+}
+
+void cuda_ops_host_free(zy_ctx *ctx, void *p) {
+    if (!p) return;
+    ZY_CUDA_CHECK(cudaStreamSynchronize(cuda_stream(ctx))); /* no copy still reads or writes it */
+    ZY_CUDA_CHECK(cudaFreeHost(p));
+}
+
+/* Any direction, queued on the context's stream. */
+void cuda_ops_copy_async(zy_ctx *ctx, void *dst, const void *src, size_t bytes) {
+    if (bytes == 0 || dst == src) return;
+    ZY_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cuda_stream(ctx)));
+}
+
 __global__ void fill_f32_kernel(float *x, float v, size_t n) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
