@@ -2,7 +2,7 @@
 # The supervisor on 2 GPUs (issue 18): kill and hang recovery with NCCL, with the recovery time.
 # `zayac supervise --hang-timeout S -- zayac launch -n 2 -- zayac train` on real text (bench-small's
 # widths, 2 layers, 4 experts, vocab 4096; global batch 16 x 512, Muon) with
-# ZAYAC_FAULT=kill:rank=1:step=30,spike:rank=0:step=60,hang:rank=1:step=90 (the loss-spike
+# ZAYAC_FAULT=kill:rank=1:step=30,spike:rank=0:step=60,hang:rank=0:step=90 (the loss-spike
 # detector on; the spike between them, so that rank 1 does not fail twice in a row, which would
 # move the run to 1 GPU), then the same run undisturbed. Prints the incidents, the summary, the table (fault,
 # how and how soon it was detected, downtime until the first new step, steps redone; goodput; the
@@ -19,7 +19,7 @@ OUT=${OUT:-/tmp/gpu_supervise_out}
 DATA=$(realpath "${DATA:-.ext/dpdata}")
 STEPS=${STEPS:-120}
 HANG_TIMEOUT=${HANG_TIMEOUT:-10}
-FAULTS="kill:rank=1:step=30,spike:rank=0:step=60,hang:rank=1:step=90"
+FAULTS=${FAULTS:-"kill:rank=1:step=30,spike:rank=0:step=60,hang:rank=0:step=90"}
 rm -rf "$OUT" && mkdir -p "$OUT"
 t0=$(date +%s)
 if [ "$DEVICE" = cuda ]; then
@@ -66,6 +66,7 @@ t1=$(date +%s)
 ZAYAC_FAULT=$FAULTS timeout 300 "$Z" "${cmd[@]}" >"$OUT/supervised.out" 2>"$OUT/supervised.err"
 echo "supervised run: exit $? in $(($(date +%s) - t1)) s"
 grep -hE '^supervise: |^ZAYAC_FAULT|did not return|fatal|error' "$OUT/supervised.err" "$OUT/supervised.out" | head -40
+grep -hE "^resumed from|^resume:" "$OUT/supervised.out" | head -10
 t1=$(date +%s)
 timeout 200 "$Z" "${LAUNCH[@]}" -- "$Z" train --config "$OUT/train.json" --out "$OUT/undisturbed" \
     >"$OUT/undisturbed.out" 2>&1

@@ -341,11 +341,15 @@ int super_run(const super_opts *o, char *const cmd[], int *exit_code) {
             snprintf(p.skip + k, sizeof p.skip - k, "%s%lld", k ? "," : "", v.diverged_step);
             snprintf(p.env_skip, sizeof p.env_skip, "ZAYAC_SKIP_STEPS=%s", p.skip);
         }
-        /* one rank failing again and again (a bad device or host): go on without it */
-        same_rank = s.open.rank >= 0 && s.open.rank == last_rank ? same_rank + 1 : 1;
-        last_rank = s.open.rank;
+        /* one rank failing again and again (a bad device or host): go on without it. A
+         * divergence is not one rank's failure (every rank sees the same reduced loss; which one
+         * reported it first is chance), so it neither counts nor breaks the run of failures. */
+        if (!v.diverged) {
+            same_rank = s.open.rank >= 0 && s.open.rank == last_rank ? same_rank + 1 : 1;
+            last_rank = s.open.rank;
+        }
         int from, to;
-        if (!repeat && s.open.rank >= 0 && same_rank >= FEWER_AFTER &&
+        if (!repeat && !v.diverged && s.open.rank >= 0 && same_rank >= FEWER_AFTER &&
             fewer_ranks(current, ranks_buf, sizeof ranks_buf, &from, &to)) {
             snprintf(s.open.action, sizeof s.open.action, "fewer-ranks");
             const size_t k = strlen(s.open.detail);
