@@ -3,8 +3,8 @@
 # `zayac supervise --hang-timeout S -- zayac launch -n 2 -- zayac train` on real text (bench-small's
 # widths, 2 layers, 4 experts, vocab 4096; global batch 16 x 512, Muon) with
 # ZAYAC_FAULT=kill:rank=1:step=30,spike:rank=0:step=60,hang:rank=0:step=90 (the loss-spike
-# detector on; the spike between them, so that rank 1 does not fail twice in a row, which would
-# move the run to 1 GPU), then the same run undisturbed. Prints the incidents, the summary, the table (fault,
+# detector on; the hang on rank 0, so that no rank fails twice in a row, which would move the run
+# to 1 GPU), then the same run undisturbed. Prints the incidents, the summary, the table (fault,
 # how and how soon it was detected, downtime until the first new step, steps redone; goodput; the
 # worst relative loss difference against the undisturbed run: scripts/supervise_report.py) and what
 # is left running afterwards (nothing should be). About 2 minutes with the build.
