@@ -494,6 +494,33 @@ static void test_failing_rank_means_fewer_ranks(void **state) {
     free(text);
 }
 
+/* One process without a launcher (its stdout a pipe, so block-buffered, and the progress lines
+ * rare): the restart is still accounted from the checkpoint it resumed from. The 2-GPU drill
+ * recorded "resumed from step 0" when the first heartbeat came before the buffered "resumed from"
+ * line; the heartbeat now carries the step the run started from. */
+static void test_resume_step_without_launcher(void **state) {
+    (void)state;
+    char out[256], cfg[256];
+    path(out, sizeof out, "plain");
+    path(cfg, sizeof cfg, "train.json");
+    setenv("ZAYAC_FAULT", "kill:rank=0:step=5", 1);
+    run_result r = spawn_capture(bin, tmp,
+                                 (const char *const[]){"supervise", "--backoff", "0", "--", bin,
+                                                       "train", "--config", cfg, "--out", out,
+                                                       "--set", "log_interval=100", "--set",
+                                                       "checkpoint_async=false", NULL});
+    unsetenv("ZAYAC_FAULT");
+    if (r.code != 0) fail_msg("exit %d\n%s\n%s", r.code, r.out, r.err);
+    result_free(&r);
+    cJSON *row;
+    assert_int_equal(incidents_of("plain", "crash", &row), 1);
+    assert_int_equal((int)number(row, "step"), 4);
+    /* the step-4 checkpoint (written before step 5 began: checkpoint_async off) */
+    assert_int_equal((int)number(row, "resumed_from_step"), 4);
+    assert_int_equal((int)number(row, "steps_redone"), 0);
+    cJSON_Delete(row);
+}
+
 /* SIGTERM to the supervisor reaches the ranks through the launcher: they save and exit 3, so does
  * the supervisor, and nothing is restarted. */
 static void test_sigterm_stops(void **state) {
@@ -555,6 +582,7 @@ int main(void) {
         cmocka_unit_test(test_bad_input_stops),
         cmocka_unit_test(test_repeated_divergence_skips_the_batch),
         cmocka_unit_test(test_failing_rank_means_fewer_ranks),
+        cmocka_unit_test(test_resume_step_without_launcher),
         cmocka_unit_test(test_sigterm_stops),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -28,7 +28,8 @@ enum {
 /* What one run of the command showed. */
 typedef struct {
     double started, first_beat_t, last_beat_t, progress_t;
-    long long first_step; /* the step it started from (its "resumed from" line; else 0) */
+    long long first_step; /* the step it started from (its heartbeat's, else its "resumed from"
+                             line; else 0) */
     long long last_step;  /* the last step a heartbeat showed completed; -1 before the first */
     long long beat_step;  /* the step of its first heartbeat */
     int rank;             /* the first rank named as failing; -1 none */
@@ -117,7 +118,7 @@ static void on_line(void *user, int is_stderr, const char *line) {
 static void read_beats(run_view *v, const char *dir) {
     DIR *d = opendir(dir);
     if (!d) return;
-    long long furthest = -1;
+    long long furthest = -1, start = -1;
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         if (strncmp(e->d_name, "rank_", 5)) continue;
@@ -126,11 +127,19 @@ static void read_beats(run_view *v, const char *dir) {
         if (zy_read_file(path, &text, NULL) != ZY_OK) continue;
         char *end;
         const long long step = strtoll(text, &end, 10);
-        if (end != text && *end == ' ' && step > furthest) furthest = step;
+        if (end != text && *end == ' ' && step > furthest) {
+            furthest = step;
+            char *rest; /* "STEP TIME START": where the run resumed */
+            strtod(end, &rest);
+            char *stop;
+            const long long from = strtoll(rest, &stop, 10);
+            if (stop != rest) start = from;
+        }
         free(text);
     }
     closedir(d);
     if (furthest < 0) return;
+    if (start >= 0) v->first_step = start;
     const double t = wall_now();
     if (v->last_step < 0) v->beat_step = furthest, v->first_beat_t = t;
     if (furthest > v->last_step) v->last_step = furthest, v->last_beat_t = t, v->progress_t = t;

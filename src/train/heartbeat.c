@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-void heartbeat_beat(long long step, int rank) {
+void heartbeat_beat(long long step, long long start_step, int rank) {
     const char *dir = getenv("ZAYAC_HEARTBEAT_DIR");
     if (!dir || !*dir) return;
     static int made;
@@ -19,6 +19,6 @@ void heartbeat_beat(long long step, int rank) {
     if (!f) return; /* the supervisor sees no progress and says so; training need not stop */
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    fprintf(f, "%lld %.3f\n", step, ts.tv_sec + ts.tv_nsec * 1e-9);
+    fprintf(f, "%lld %.3f %lld\n", step, ts.tv_sec + ts.tv_nsec * 1e-9, start_step);
     fclose(f);
 }

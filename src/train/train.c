@@ -410,9 +410,10 @@ int train_run(const zy_train_config *c, const zy_train_opts *o) {
             rc = none_verifies(tr.ckpt_root, &found);
         if (rc == ZY_OK && found.dir[0]) {
             rc = trainer_resume_from(&tr, found.dir);
-            if (rc == ZY_OK)
+            if (rc == ZY_OK) { /* now, not when the next progress line flushes */
                 printf("resumed from %s (step %lld)\n", found.dir, (long long)tr.st.step);
-            else
+                fflush(stdout);
+            } else
                 zy_fail_ctx("resuming from %s", found.dir);
         } else if (rc == ZY_OK) {
             printf("resume: no checkpoint under %s; starting fresh\n", tr.ckpt_root);
@@ -491,7 +492,7 @@ int train_run(const zy_train_config *c, const zy_train_opts *o) {
             break;
         }
         failed_after = tr.st.step; /* what fails from here on names the step it follows */
-        heartbeat_beat(tr.st.step, tr.ranks.comm.rank);
+        heartbeat_beat(tr.st.step, first_step, tr.ranks.comm.rank);
         tr.tokens_seen += (double)pc->batch_size * pc->seq_len * pc->grad_accum;
         ran++;
         double dt = zy_now() - t0;
