@@ -494,6 +494,27 @@ static void test_failing_rank_means_fewer_ranks(void **state) {
     free(text);
 }
 
+/* The same two failures, further apart than --rank-failure-window: not a bad rank but two
+ * unrelated failures (in a month-long run a rank failing on day 2 and on day 9 is no reason to
+ * drop a GPU), so both are plain restarts on 2 ranks. */
+static void test_rank_failures_far_apart_keep_the_ranks(void **state) {
+    (void)state;
+    if (!have_mpi()) skip();
+    run_result r = supervise("apart", "kill:rank=1:step=3,kill:rank=1:step=5", 2,
+                             (const char *const[]){"--rank-failure-window", "0", NULL}, NULL);
+    if (r.code != 0) fail_msg("exit %d\n%s\n%s", r.code, r.out, r.err);
+    result_free(&r);
+    char p[512], *text;
+    snprintf(p, sizeof p, "%s/apart/incidents.jsonl", tmp);
+    assert_int_equal(zy_read_file(p, &text, NULL), ZY_OK);
+    assert_null(strstr(text, "fewer-ranks"));
+    free(text);
+    cJSON *row;
+    assert_int_equal(incidents_of("apart", "crash", &row), 2);
+    assert_string_equal(cJSON_GetObjectItem(row, "action")->valuestring, "restart");
+    cJSON_Delete(row);
+}
+
 /* One process without a launcher (its stdout a pipe, so block-buffered, and the progress lines
  * rare): the restart is still accounted from the checkpoint it resumed from. The 2-GPU drill
  * recorded "resumed from step 0" when the first heartbeat came before the buffered "resumed from"
@@ -583,6 +604,7 @@ int main(void) {
         cmocka_unit_test(test_repeated_divergence_skips_the_batch),
         cmocka_unit_test(test_failing_rank_means_fewer_ranks),
         cmocka_unit_test(test_resume_step_without_launcher),
+        cmocka_unit_test(test_rank_failures_far_apart_keep_the_ranks),
         cmocka_unit_test(test_sigterm_stops),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -12,7 +12,8 @@
 #include <string.h>
 
 static const char *synopsis =
-    "zayac supervise [--out DIR] [--max-restarts K] [--hang-timeout S] [--backoff S] -- CMD...\n"
+    "zayac supervise [--out DIR] [--max-restarts K] [--hang-timeout S] [--backoff S]\n"
+    "                [--rank-failure-window S] -- CMD...\n"
     "Runs CMD and keeps it going: exit 0 ends it, exit 2 (bad input) stops it, a crash, a signal,\n"
     "exit 1, a hang or a divergence restarts it with --resume from the newest checkpoint that\n"
     "verifies. SIGTERM/SIGINT go to the run (which saves and exits 3); then the supervisor exits "
@@ -44,6 +45,10 @@ int cmd_supervise(int argc, char **argv) {
         {"--backoff", 1,
          "seconds before a restart, doubled after each restart that made no progress (default 5)",
          NULL},
+        {"--rank-failure-window", 1,
+         "seconds within which the same rank failing again counts as repeated: the run goes on "
+         "with fewer ranks (default 3600)",
+         NULL},
         {"--help", 0, "this help", NULL},
         {NULL, 0, NULL, NULL},
     };
@@ -57,10 +62,11 @@ int cmd_supervise(int argc, char **argv) {
     }
     char **cmd = argv + dashes + 1;
     long long restarts;
-    double hang, backoff;
+    double hang, backoff, window;
     if (args_int_in(opts, "--max-restarts", 10, 0, 100000, &restarts) != ZY_OK ||
         args_double_in(opts, "--hang-timeout", 600, "[0, inf)", &hang) != ZY_OK ||
-        args_double_in(opts, "--backoff", 5, "[0, 3600]", &backoff) != ZY_OK)
+        args_double_in(opts, "--backoff", 5, "[0, 3600]", &backoff) != ZY_OK ||
+        args_double_in(opts, "--rank-failure-window", 3600, "[0, inf)", &window) != ZY_OK)
         return args_usage_error("supervise", synopsis, opts);
     const char *out = args_get(opts, "--out");
     if (!out) out = command_out(cmd);
@@ -69,6 +75,7 @@ int cmd_supervise(int argc, char **argv) {
                     .hang_timeout_s = hang,
                     .startup_timeout_s = fmax(hang, 120),
                     .backoff_s = backoff,
+                    .rank_window_s = window,
                     .stop_signal = &stop_signal};
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);

@@ -309,6 +309,7 @@ int super_run(const super_opts *o, char *const cmd[], int *exit_code) {
     ZY_TRY(incident_log_open(&s.log, incidents));
     const double t0 = wall_now();
     int restarts = 0, fruitless = 0, stop_asked = 0, same_rank = 0, last_rank = -1, ncmd = 0;
+    double last_rank_t = 0; /* when last_rank failed */
     long long last_diverged = -1;
     while (cmd[ncmd]) ncmd++;
     char **current = zy_calloc((size_t)ncmd + 1, sizeof *current), ranks_buf[16];
@@ -354,8 +355,11 @@ int super_run(const super_opts *o, char *const cmd[], int *exit_code) {
          * divergence is not one rank's failure (every rank sees the same reduced loss; which one
          * reported it first is chance), so it neither counts nor breaks the run of failures. */
         if (!v.diverged) {
-            same_rank = s.open.rank >= 0 && s.open.rank == last_rank ? same_rank + 1 : 1;
+            const int again = s.open.rank >= 0 && s.open.rank == last_rank &&
+                              s.open.time - last_rank_t <= o->rank_window_s;
+            same_rank = again ? same_rank + 1 : 1;
             last_rank = s.open.rank;
+            last_rank_t = s.open.time;
         }
         int from, to;
         if (!repeat && !v.diverged && s.open.rank >= 0 && same_rank >= FEWER_AFTER &&

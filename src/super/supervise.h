@@ -10,12 +10,14 @@
 #include <signal.h>
 
 typedef struct {
-    const char *out_dir;                /* incidents.jsonl, summary.json, .aegis/ (its state) */
-    int max_restarts;                   /* restarts allowed before giving up (exit 1) */
-    double hang_timeout_s;              /* no step for this long: hung (0: not watched) */
-    double startup_timeout_s;           /* the same before the first step of a run */
-    double backoff_s;                   /* wait before a restart, doubled after each failure
-                                           that made no progress (at most 60 s) */
+    const char *out_dir;      /* incidents.jsonl, summary.json, .aegis/ (its state) */
+    int max_restarts;         /* restarts allowed before giving up (exit 1) */
+    double hang_timeout_s;    /* no step for this long: hung (0: not watched) */
+    double startup_timeout_s; /* the same before the first step of a run */
+    double backoff_s;         /* wait before a restart, doubled after each failure
+                                 that made no progress (at most 60 s) */
+    double rank_window_s;     /* a rank's failures count as repeated (the run goes on with fewer
+                                 ranks) only when the next comes within this many seconds */
     volatile sig_atomic_t *stop_signal; /* set by the caller's handler: pass it on, then stop */
 } super_opts;
 
