@@ -515,6 +515,36 @@ static void test_rank_failures_far_apart_keep_the_ranks(void **state) {
     cJSON_Delete(row);
 }
 
+/* --max-restarts bounds the restarts that get no further, not all of them: three failures, each
+ * past the one before, with --max-restarts 1 still finish the run (a long run that fails now
+ * and then must not give up), while a command that fails at the same point again gives up after
+ * one restart with exit 1. */
+static void test_max_restarts_counts_restarts_without_progress(void **state) {
+    (void)state;
+    if (!have_mpi()) skip();
+    run_result r = supervise("moving", "kill:rank=1:step=3,kill:rank=0:step=5,kill:rank=1:step=7",
+                             2, (const char *const[]){"--max-restarts", "1", NULL}, NULL);
+    if (r.code != 0) fail_msg("exit %d\n%s\n%s", r.code, r.out, r.err);
+    result_free(&r);
+    cJSON *row;
+    assert_int_equal(incidents_of("moving", "crash", &row), 3);
+    cJSON_Delete(row);
+    char out[256];
+    path(out, sizeof out, "stuck");
+    r = spawn_capture(bin, tmp,
+                      (const char *const[]){"supervise", "--out", out, "--backoff", "0",
+                                            "--max-restarts", "1", "--", "false", NULL});
+    assert_int_equal(r.code, 1);
+    result_free(&r);
+    assert_int_equal(incidents_of("stuck", "exit", &row), 2);
+    cJSON_Delete(row);
+    char p[512], *text;
+    snprintf(p, sizeof p, "%s/stuck/incidents.jsonl", tmp);
+    assert_int_equal(zy_read_file(p, &text, NULL), ZY_OK);
+    assert_non_null(strstr(text, "give-up"));
+    free(text);
+}
+
 /* One process without a launcher (its stdout a pipe, so block-buffered, and the progress lines
  * rare): the restart is still accounted from the checkpoint it resumed from. The 2-GPU drill
  * recorded "resumed from step 0" when the first heartbeat came before the buffered "resumed from"
@@ -605,6 +635,7 @@ int main(void) {
         cmocka_unit_test(test_failing_rank_means_fewer_ranks),
         cmocka_unit_test(test_resume_step_without_launcher),
         cmocka_unit_test(test_rank_failures_far_apart_keep_the_ranks),
+        cmocka_unit_test(test_max_restarts_counts_restarts_without_progress),
         cmocka_unit_test(test_sigterm_stops),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -37,7 +37,10 @@ int cmd_supervise(int argc, char **argv) {
     zy_opt opts[] = {
         {"--out", 1, "folder of incidents.jsonl and summary.json (default: CMD's --out, else .)",
          NULL},
-        {"--max-restarts", 1, "restarts before giving up with exit 1 (default 10)", NULL},
+        {"--max-restarts", 1,
+         "restarts in a row that get no further than the furthest failure so far, before giving "
+         "up with exit 1 (default 10; a run that moves past each failure goes on)",
+         NULL},
         {"--hang-timeout", 1,
          "seconds without a new step that mean the run hung (default 600; 0: not watched; "
          "before a run's first step: at least 120)",

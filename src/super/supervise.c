@@ -310,6 +310,11 @@ int super_run(const super_opts *o, char *const cmd[], int *exit_code) {
     const double t0 = wall_now();
     int restarts = 0, fruitless = 0, stop_asked = 0, same_rank = 0, last_rank = -1, ncmd = 0;
     double last_rank_t = 0; /* when last_rank failed */
+    /* restarts in a row that did not get past the furthest failure so far (--max-restarts
+     * bounds these, not all restarts: a month-long run that fails now and then but moves on
+     * each time must not give up, one that fails at the same place again and again must) */
+    long long furthest_failure = -1;
+    int stuck = 0;
     long long last_diverged = -1;
     while (cmd[ncmd]) ncmd++;
     char **current = zy_calloc((size_t)ncmd + 1, sizeof *current), ranks_buf[16];
@@ -337,7 +342,10 @@ int super_run(const super_opts *o, char *const cmd[], int *exit_code) {
         const int repeat = v.diverged && v.diverged_step > 0 && v.diverged_step == last_diverged;
         describe_failure(&v, code, repeat, &s.open);
         if (v.diverged) last_diverged = v.diverged_step;
-        if (!strcmp(s.open.action, "stop") || restarts >= o->max_restarts) {
+        const long long reached = v.last_step >= 0 ? v.last_step : v.first_step;
+        stuck = reached > furthest_failure ? 0 : stuck + 1;
+        if (reached > furthest_failure) furthest_failure = reached;
+        if (!strcmp(s.open.action, "stop") || stuck >= o->max_restarts) {
             if (strcmp(s.open.action, "stop"))
                 snprintf(s.open.action, sizeof s.open.action, "give-up");
             s.open.downtime_s = 0;
@@ -374,9 +382,11 @@ int super_run(const super_opts *o, char *const cmd[], int *exit_code) {
         }
         char rank[32] = "";
         if (s.open.rank >= 0) snprintf(rank, sizeof rank, ", rank %d", s.open.rank);
-        fprintf(stderr, "supervise: %s%s (%s); %s from the newest checkpoint (restart %d of %d)\n",
+        fprintf(stderr,
+                "supervise: %s%s (%s); %s from the newest checkpoint (restart %d; failures in "
+                "a row at or before step %lld: %d of %d allowed)\n",
                 s.open.kind, rank, s.open.detail[0] ? s.open.detail : "no message", s.open.action,
-                restarts + 1, o->max_restarts);
+                restarts + 1, furthest_failure, stuck, o->max_restarts);
         s.have_open = 1;
         s.prev = v;
         s.log.restarts = ++restarts;

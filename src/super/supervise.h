@@ -11,7 +11,8 @@
 
 typedef struct {
     const char *out_dir;      /* incidents.jsonl, summary.json, .aegis/ (its state) */
-    int max_restarts;         /* restarts allowed before giving up (exit 1) */
+    int max_restarts;         /* restarts in a row that get no further than the furthest failure so
+                                 far, before giving up (exit 1) */
     double hang_timeout_s;    /* no step for this long: hung (0: not watched) */
     double startup_timeout_s; /* the same before the first step of a run */
     double backoff_s;         /* wait before a restart, doubled after each failure
@@ -22,8 +23,8 @@ typedef struct {
 } super_opts;
 
 /* Runs cmd (argv[0] found on PATH) under supervision; *exit_code is the supervisor's status (0,
- * 1 after max_restarts, 2 bad input, 3 stopped on request). ZY_ERR when its own files cannot be
- * written or the command cannot be started. */
+ * 1 after max_restarts fruitless restarts, 2 bad input, 3 stopped on request). ZY_ERR when its own
+ * files cannot be written or the command cannot be started. */
 int super_run(const super_opts *o, char *const cmd[], int *exit_code);
 
 #endif
