@@ -46,8 +46,8 @@ c["num_hidden_layers"] = 4
 c["layer_types"] = c["layer_types"][:4]
 json.dump(c, open(sys.argv[1], "w"), indent=1)
 EOF
-note "| model | optim | GPUs | batch/GPU x seq | ms/step | tokens/s | tokens/s per GPU | per GPU vs 1 | MFU | optimizer GiB per rank (max) | device GiB |"
-note "|---|---|---|---|---|---|---|---|---|---|---|"
+note "| model | optim | GPUs | batch/GPU x seq | ms/step | tokens/s | tokens/s per GPU | per GPU vs 1 | ms/step median | per GPU vs 1, medians | MFU | optimizer GiB per rank (max) | device GiB |"
+note "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 bench() { # model-args label optim batch seq n
     local f="$OUT/bench_$2_$3_n$6"
     timeout 120 $Z bench train -n "$6" $1 --batch "$4" --seq "$5" --optim "$3" --steps 10 --warmup 3 \
@@ -56,11 +56,16 @@ bench() { # model-args label optim batch seq n
 import json, os, sys
 j = json.load(open(sys.argv[1]))
 per = j["tokens_per_s"] / j["world_size"]
-ratio = per / json.load(open(sys.argv[2]))["tokens_per_s"] if os.path.exists(sys.argv[2]) else float("nan")
+one = json.load(open(sys.argv[2])) if os.path.exists(sys.argv[2]) else None
+ratio = per / one["tokens_per_s"] if one else float("nan")
+# per GPU vs 1 from the median step times (each GPU's batch is the 1-GPU batch): one slow step
+# moves the mean, not this
+ratio_med = one["step_ms"]["median"] / j["step_ms"]["median"] if one else float("nan")
 m = j["memory"]
-print("| %s | %s | %s | %s x %s | %.1f | %.0f | %.0f | %.3f | %.1f%% | %.2f | %.1f |" % (
+print("| %s | %s | %s | %s x %s | %.1f | %.0f | %.0f | %.3f | %.1f | %.3f | %.1f%% | %.2f | %.1f |" % (
     sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6], sys.argv[7], j["step_ms"]["mean"],
-    j["tokens_per_s"], per, ratio, 100 * j["mfu"], m["optimizer_bytes"] / 2**30, j["mem_gib"]))
+    j["tokens_per_s"], per, ratio, j["step_ms"]["median"], ratio_med, 100 * j["mfu"],
+    m["optimizer_bytes"] / 2**30, j["mem_gib"]))
 EOF
 }
 counts="$N"
