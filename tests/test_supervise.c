@@ -92,25 +92,16 @@ static int setup(void **state) {
     assert_int_equal(corpus_write(corpus, 11, 160, 16), 0);
     path(tok, sizeof tok, "tok.json");
     path(data, sizeof data, "data");
-    const char *t[] = {"tokenizer", "train", "--input", corpus, "--vocab-size",
-                       "320",       "--out", tok,       NULL};
-    run_result r = spawn_capture(bin, tmp, t);
-    assert_int_equal(r.code, 0);
-    result_free(&r);
-    const char *d[] = {"data",  "prepare", "--tokenizer",    tok,   "--input", corpus,
-                       "--out", data,      "--val-fraction", "0.1", NULL};
-    r = spawn_capture(bin, tmp, d);
-    assert_int_equal(r.code, 0);
-    result_free(&r);
+    assert_int_equal(corpus_tokenize(bin, tmp, corpus, "320", "0.1", tok, data), 0);
     path(cfg, sizeof cfg, "train.json");
     snprintf(text, sizeof text, config_json, tmp, tmp);
     assert_int_equal(zy_write_file_atomic(cfg, text, strlen(text)), ZY_OK);
     if (!have_mpi()) return 0;
     /* the undisturbed reference: plain mpirun, no supervisor */
     path(out, sizeof out, "reference");
-    r = spawn_capture(mpirun, tmp,
-                      (const char *const[]){"--oversubscribe", "-n", "2", bin, "train", "--config",
-                                            cfg, "--out", out, NULL});
+    run_result r = spawn_capture(mpirun, tmp,
+                                 (const char *const[]){"--oversubscribe", "-n", "2", bin, "train",
+                                                       "--config", cfg, "--out", out, NULL});
     if (r.code != 0) fail_msg("reference run: exit %d\n%s", r.code, r.err);
     result_free(&r);
     assert_int_equal(step_losses(out, reference), STEPS);

@@ -151,16 +151,7 @@ static int setup(void **state) {
     path(corpus, sizeof corpus, "corpus.txt");
     path(tok, sizeof tok, "tok.json");
     path(data, sizeof data, "data");
-    const char *t[] = {"tokenizer", "train", "--input", corpus, "--vocab-size",
-                       "320",       "--out", tok,       NULL};
-    run_result r = spawn_capture(bin, tmp, t);
-    assert_int_equal(r.code, 0);
-    result_free(&r);
-    const char *d[] = {"data",  "prepare", "--tokenizer",    tok,   "--input", corpus,
-                       "--out", data,      "--val-fraction", "0.1", NULL};
-    r = spawn_capture(bin, tmp, d);
-    assert_int_equal(r.code, 0);
-    result_free(&r);
+    assert_int_equal(corpus_tokenize(bin, tmp, corpus, "320", "0.1", tok, data), 0);
     path(cfg, sizeof cfg, "train.json");
     snprintf(text, sizeof text, config_json, tmp, tmp);
     assert_int_equal(zy_write_file_atomic(cfg, text, strlen(text)), ZY_OK);

@@ -81,9 +81,7 @@ static int setup(void **state) {
     path(corpus, sizeof corpus, "corpus.txt");
     path(tok, sizeof tok, "tok.json");
     path(data, sizeof data, "data");
-    RUN_OK("tokenizer", "train", "--input", corpus, "--vocab-size", "320", "--out", tok);
-    RUN_OK("data", "prepare", "--tokenizer", tok, "--input", corpus, "--out", data,
-           "--val-fraction", "0.1");
+    assert_int_equal(corpus_tokenize(bin, tmp, corpus, "320", "0.1", tok, data), 0);
     const char *devices[2] = {"cpu", "cuda"};
     for (int i = 0; i < 2; i++) {
         char cfg[256], text[2048];
