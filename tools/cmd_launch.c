@@ -5,9 +5,9 @@
 #include "args.h"
 #include "base/err.h"
 #include "cmds.h"
+#include "base/proc.h"
 #include "dist/launch.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -53,31 +53,16 @@ static int parse_int(const char *name, const char *v, long lo, long hi, long *ou
     return ZY_OK;
 }
 
-/* CPU ranks are MPI ranks: replace this process with `mpirun --oversubscribe -n N CMD...` (its exit
- * status is the job's; signals reach the ranks through it). As root, Open MPI also wants
- * OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 in the environment. */
 /* Sends sig to the processes whose parent is `parent` (mpirun's ranks on this host: Open MPI
- * forks them itself), from /proc/N/stat ("pid (comm) state ppid ..."). */
+ * forks them itself). */
 static void signal_children(pid_t parent, int sig) {
-    DIR *d = opendir("/proc");
-    if (!d) return;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
-        char path[300], buf[512];
-        snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
-        FILE *f = fopen(path, "r");
-        if (!f) continue;
-        size_t k = fread(buf, 1, sizeof buf - 1, f);
-        fclose(f);
-        buf[k] = 0;
-        const char *close = strrchr(buf, ')'); /* the command name may hold spaces */
-        int ppid = 0;
-        char state;
-        if (close && sscanf(close + 1, " %c %d", &state, &ppid) == 2 && ppid == parent)
-            kill((pid_t)atoi(e->d_name), sig);
-    }
-    closedir(d);
+    enum { MAX_PROCS = 65536 };
+    pid_t *pid = zy_malloc(MAX_PROCS * sizeof *pid), *ppid = zy_malloc(MAX_PROCS * sizeof *ppid);
+    const int n = zy_proc_list(pid, ppid, MAX_PROCS);
+    for (int i = 0; i < n; i++)
+        if (ppid[i] == parent) kill(pid[i], sig);
+    free(pid);
+    free(ppid);
 }
 
 /* CPU ranks: the command under `mpirun -n N`, as a child. A stop signal to the launcher goes to

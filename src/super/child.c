@@ -1,8 +1,8 @@
 /* See child.h. */
 #include "super/child.h"
 #include "base/err.h"
+#include "base/proc.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -109,27 +109,8 @@ void child_signal(const super_child *c, int sig) {
 static int descendants(pid_t root, pid_t *out, int max) {
     enum { MAX_PROCS = 65536 };
     pid_t *pid = zy_malloc(MAX_PROCS * sizeof *pid), *ppid = zy_malloc(MAX_PROCS * sizeof *ppid);
-    int n = 0, found = 0;
-    DIR *d = opendir("/proc");
-    struct dirent *e;
-    while (d && (e = readdir(d)) != NULL && n < MAX_PROCS) {
-        if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
-        char path[300], buf[512];
-        snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
-        FILE *f = fopen(path, "r");
-        if (!f) continue;
-        size_t k = fread(buf, 1, sizeof buf - 1, f);
-        fclose(f);
-        buf[k] = 0;
-        const char *close_paren = strrchr(buf, ')'); /* the name may hold spaces */
-        char state;
-        int parent;
-        if (close_paren && sscanf(close_paren + 1, " %c %d", &state, &parent) == 2) {
-            pid[n] = (pid_t)atoi(e->d_name);
-            ppid[n++] = (pid_t)parent;
-        }
-    }
-    if (d) closedir(d);
+    const int n = zy_proc_list(pid, ppid, MAX_PROCS);
+    int found = 0;
     /* breadth first: each found process's children join the list */
     for (int head = -1; head < found; head++) {
         const pid_t parent = head < 0 ? root : out[head];
