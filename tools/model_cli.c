@@ -2,6 +2,9 @@
 #include "model_cli.h"
 #include "base/err.h"
 #include "base/fileio.h"
+#include "train/memory.h"
+
+#include <stdio.h>
 
 int cli_config(zy_config *cfg, const char *model_dir, const char *config_path, const char *preset) {
     if (!!model_dir + !!config_path + !!preset > 1)
@@ -33,6 +36,11 @@ int cli_load_model(zy_model *m, zy_ctx *ctx, const char *dir, int with_grads, co
     ZY_TRY(cli_skip_bias(opts, &rule));
     zy_config cfg;
     ZY_TRY(config_load(&cfg, dir));
+    /* sized before anything is allocated: a model the machine cannot hold is bad input (exit 2),
+     * not an allocation failing (or the OOM killer) halfway through loading */
+    char what[4200];
+    snprintf(what, sizeof what, "loading the model of %s", dir);
+    ZY_TRY(mem_check(ctx, &cfg, 0, 0, NULL, 1, 1, what));
     ZY_TRY(model_init(m, &cfg, ctx, with_grads));
     if (hf_load_model(m, dir, rule) != ZY_OK) {
         model_free(m);
