@@ -1,21 +1,26 @@
 #!/usr/bin/env bash
 # zayac against PyTorch (HF transformers' ZAYA, eager and torch.compile) on the same GPU, the same
-# config (bench-small), the same batch (8 x 2048) and AdamW, in one call of the lent GPU machine;
-# also Muon's cost per step against AdamW. Builds zayac, runs
-#   zayac bench train --optim adamw (measures the bf16 matmul peak), then --optim muon (same peak),
-#   the PyTorch baseline compiled, then eager,
-# and prints a table with the ratios. Usage (from the zayac root):
+# config and batch, in one call of the lent GPU machine, for each case of $CASES:
+#   small     bench-small, batch 8 x 2048: AdamW, and Muon's cost per step against AdamW
+#   base      bench-base (zaya1-base's widths, 8 layers), batch 4 x 4096 (BASELINES.md's case)
+#   small32k  bench-small's widths at max_position_embeddings 32768, batch 1 x 32768
+# Per case: zayac bench train --optim adamw (the first run measures the bf16 matmul peak, the
+# others reuse it), the PyTorch baseline compiled, then eager; and a table with the ratio against
+# the faster of the two. Usage (from the zayac root):
 #   [DEPS_ROOT=dir | DEBS=.ext/debs] [TORCH_BASELINE=.ext/torch_zaya_baseline.py] [OUT=dir] \
-#       bash scripts/bench_vs_torch.sh
+#       [CASES=small,base,small32k] [NO_EAGER=base] bash scripts/bench_vs_torch.sh
 # DEPS_ROOT: Debian packages already unpacked with dpkg -x (passed to make); else the .deb files
-# of $DEBS are unpacked into /tmp/zy_deps when there are any. Everything lands in $OUT (logs,
-# zayac_*.json, hf_*.json, summary.md). BUDGET_S (default 470) caps the whole run: each step's
-# time limit shrinks to what is left, and a step with under 20 s left is skipped.
+# of $DEBS are unpacked into /tmp/zy_deps when there are any. Everything lands in $OUT (logs and
+# JSON packed into logs.tgz, summary.md, steps.txt). BUDGET_S (default 540) caps the whole run:
+# each step's time limit shrinks to what is left, and a step with under 20 s left is skipped.
+# NO_EAGER: cases whose HF eager run is skipped (BASELINES.md: eager ran out of memory at base).
 set -u
 export PATH=/usr/local/cuda/bin:$PATH PYTHONUNBUFFERED=1 OMP_WAIT_POLICY=passive
 OUT=${OUT:-/tmp/bench_vs_torch}
 TB=${TORCH_BASELINE:-.ext/torch_zaya_baseline.py}
-BUDGET_S=${BUDGET_S:-470}
+BUDGET_S=${BUDGET_S:-540}
+CASES=${CASES:-small,base,small32k}
+NO_EAGER=${NO_EAGER:-}
 STEPS=${STEPS:-20}
 mkdir -p "$OUT"
 T0=$(date +%s)
@@ -59,36 +64,57 @@ fi
     nproc
 } >"$OUT/machine.log" 2>&1
 
-# --- zayac
+# --- zayac and PyTorch, case by case
 step build 240 make -j16 "${MAKE_DEPS[@]}" CUDA=1 all
 Z=build/zayac
-COMMON=(bench train --preset bench-small --batch 8 --seq 2048 --steps "$STEPS" --profile)
-if [ -x $Z ]; then
-    step zayac_adamw 120 $Z "${COMMON[@]}" --optim adamw --json "$OUT/zayac_adamw.json"
-else
-    echo "zayac did not build: see $OUT/build.log" | tee -a "$OUT/steps.txt"
-    tail -20 "$OUT/build.log"
-fi
-# the Muon run uses the peak measured by the AdamW run: one denominator for both MFUs
-PEAK=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["peak_tflops"] or "")' \
-    "$OUT/zayac_adamw.json" 2>/dev/null)
+[ -x $Z ] || { echo "zayac did not build: see $OUT/build.log" | tee -a "$OUT/steps.txt"; tail -20 "$OUT/build.log"; }
+[ -f "$TB" ] || echo "no PyTorch baseline at $TB (TORCH_BASELINE): skipped" | tee -a "$OUT/steps.txt"
+# bench-small's widths at 32k positions (the preset stops at 2048)
+python3 -c 'import json,sys; c=json.load(open("configs/bench-small.json")); c["max_position_embeddings"]=32768; json.dump(c, open(sys.argv[1], "w"), indent=1)' \
+    "$OUT/bench-small-32k.json"
+PEAK=
+# the peak measured by the first zayac run: one denominator for every MFU
+peak_of() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["peak_tflops"] or "")' "$1" 2>/dev/null; }
 
-# --- PyTorch: the baseline script's arguments are hidden layers experts moe_inter seq batch vocab
-# compile; it builds the model, runs 3 warm-up and 10 timed steps and prints one JSON line.
-# torch.compile goes first: it is the number the target is set against and the slowest to start.
-if [ -f "$TB" ]; then
-    step hf_compile 330 python3 "$TB" 1024 12 16 1024 2048 8 32768 1
-else
-    echo "no PyTorch baseline at $TB (TORCH_BASELINE): skipped" | tee -a "$OUT/steps.txt"
-fi
-[ -x $Z ] && step zayac_muon 120 $Z "${COMMON[@]}" --optim muon ${PEAK:+--peak-tflops "$PEAK"} \
-    --json "$OUT/zayac_muon.json"
-[ -f "$TB" ] && step hf_eager 150 python3 "$TB" 1024 12 16 1024 2048 8 32768 0
+# run_case CASE BATCH SEQ STEPS "HF_ARGS" MODEL_ARGS...: zayac AdamW (and Muon for small), HF
+# compiled and eager; HF_ARGS: the baseline's hidden layers experts moe_inter seq batch vocab
+run_case() {
+    local c=$1 b=$2 t=$3 n=$4 hf=$5
+    shift 5
+    local model=("$@")
+    local zc=(bench train "${model[@]}" --batch "$b" --seq "$t" --steps "$n" --profile)
+    if [ -x $Z ]; then
+        step ${c}_zayac_adamw 150 $Z "${zc[@]}" --optim adamw ${PEAK:+--peak-tflops "$PEAK"} \
+            --json "$OUT/${c}_zayac_adamw.json"
+        [ -z "$PEAK" ] && PEAK=$(peak_of "$OUT/${c}_zayac_adamw.json")
+    fi
+    # torch.compile first: the number the targets are set against and the slowest to start
+    [ -f "$TB" ] && step ${c}_hf_compile 240 python3 "$TB" $hf 1
+    [ -x $Z ] && [ "$c" = small ] && step ${c}_zayac_muon 120 $Z "${zc[@]}" --optim muon \
+        ${PEAK:+--peak-tflops "$PEAK"} --json "$OUT/${c}_zayac_muon.json"
+    if [ -f "$TB" ]; then
+        case ",$NO_EAGER," in
+        *",$c,"*) echo "${c}_hf_eager skipped (NO_EAGER)" | tee -a "$OUT/steps.txt" ;;
+        *) step ${c}_hf_eager 120 python3 "$TB" $hf 0 ;;
+        esac
+    fi
+}
+for c in ${CASES//,/ }; do
+    case $c in
+    small) run_case small 8 2048 "$STEPS" "1024 12 16 1024 2048 8 32768" --preset bench-small ;;
+    base) run_case base 4 4096 10 "2048 8 16 2048 4096 4 262272" --preset bench-base ;;
+    small32k) run_case small32k 1 32768 10 "1024 12 16 1024 32768 1 32768" \
+        --config "$OUT/bench-small-32k.json" ;;
+    *) echo "unknown case '$c' in CASES (small, base, small32k)" | tee -a "$OUT/steps.txt" ;;
+    esac
+done
 
 # --- the comparison
 cat >"$OUT/compare.py" <<'EOF'
 import json, os, sys
-out = sys.argv[1]
+out, cases = sys.argv[1], sys.argv[2].split(",")
+CASES = {"small": ("bench-small", "8 x 2048", 2.0), "base": ("bench-base", "4 x 4096", 1.5),
+         "small32k": ("bench-small widths at 32k", "1 x 32768", 1.5)}
 def load(name):
     try: return json.load(open(os.path.join(out, name)))
     except Exception: return None
@@ -100,88 +126,96 @@ def hf(name):  # the last JSON line with tokens_per_s in the baseline's log
             try: return json.loads(ln)
             except ValueError: pass
     return None
-za, zm = load("zayac_adamw.json"), load("zayac_muon.json")
-he, hc = hf("hf_eager"), hf("hf_compile")
-for name, v in (("hf_eager", he), ("hf_compile", hc)):
-    if v: json.dump(v, open(os.path.join(out, name + ".json"), "w"), indent=1)
-peak = (za or zm or {}).get("peak_tflops")
+runs = {}
+for c in cases:
+    runs[c] = dict(za=load(c + "_zayac_adamw.json"), zm=load(c + "_zayac_muon.json"),
+                   he=hf(c + "_hf_eager"), hc=hf(c + "_hf_compile"))
+    for k, name in (("he", "_hf_eager"), ("hc", "_hf_compile")):
+        if runs[c][k]: json.dump(runs[c][k], open(os.path.join(out, c + name + ".json"), "w"), indent=1)
+zs = [z for r in runs.values() for z in (r["za"], r["zm"]) if z]
+peak = zs[0].get("peak_tflops") if zs else None
+gpu = (zs[0].get("machine") or {}).get("gpu") if zs else None
 L = []
 P = L.append
-gpu = ((za or zm or {}).get("machine") or {}).get("gpu") or "GPU"
-P(f"# zayac vs HF transformers ZAYA: bench-small, batch 8 x 2048, one {gpu}")
+P(f"# zayac vs HF transformers ZAYA, one {gpu or 'GPU'}, every run in this call")
 P("")
-P("| run | step ms (mean) | tokens/s | model TFLOP/s | MFU | memory GiB |")
-P("|---|---|---|---|---|---|")
+if peak: P(f"MFU against the bf16 matmul peak zayac measured on this GPU: {peak:.0f} TFLOP/s (8192^3 GEMM).")
 def zrow(label, z):
     if not z: P(f"| {label} | failed or skipped | | | | |"); return
     mfu = z.get("mfu")
+    mfu = f"{100 * mfu:.1f}%" if mfu is not None else "n/a"
     P(f"| {label} | {z['step_ms']['mean']:.1f} (min {z['step_ms']['min']:.1f}) | {z['tokens_per_s']:,.0f} | "
-      f"{z['model_tflops']:.1f} | {100 * mfu:.1f}% | {z['mem_gib']:.1f} (device {z['memory'].get('device_used_gib') or 0:.1f}) |"
-      if mfu is not None else
-      f"| {label} | {z['step_ms']['mean']:.1f} | {z['tokens_per_s']:,.0f} | {z['model_tflops']:.1f} | n/a | {z['mem_gib']:.1f} |")
+      f"{z['model_tflops']:.1f} | {mfu} | {z['mem_gib']:.1f} (device {z['memory'].get('device_used_gib') or 0:.1f}) |")
 def hrow(label, h):
     if not h: P(f"| {label} | failed or skipped | | | | |"); return
     mfu = f"{100 * h['tflops'] / peak:.1f}%" if peak else "n/a"
     P(f"| {label} | {h['step_ms']:.1f} | {h['tokens_per_s']:,.0f} | {h['tflops']:.1f} | {mfu} | "
       f"{h['mem_gb'] * 1e9 / 2**30:.1f} (max allocated) |")
-zrow("zayac, AdamW", za)
-zrow("zayac, Muon", zm)
-hrow("HF eager (sdpa)", he)
-hrow("HF + torch.compile", hc)
-P("")
-if peak: P(f"MFU against the bf16 matmul peak zayac measured on this GPU: {peak:.0f} TFLOP/s (8192^3 GEMM).")
-if za and hc:
-    flz, flh = za["flops_per_token"], hc["tflops"] * 1e12 / hc["tokens_per_s"]
-    P(f"Model FLOPs per token: zayac {flz / 1e6:.1f} M, the baseline's count {flh / 1e6:.1f} M.")
-P("")
-P("## ratios (tokens/s)")
 def ratio(label, a, b, target=None):
     if a and b:
         r = a / b
         P(f"- {label}: **{r:.3f}**" + (f" (target >= {target}: {'met' if r >= target else 'NOT met'})" if target else ""))
     else:
         P(f"- {label}: n/a (a run failed or was skipped)")
-ratio("zayac AdamW / HF eager", za and za["tokens_per_s"], he and he["tokens_per_s"])
-ratio("zayac AdamW / HF + torch.compile", za and za["tokens_per_s"], hc and hc["tokens_per_s"], 1.5)
-ratio("zayac Muon / HF + torch.compile", zm and zm["tokens_per_s"], hc and hc["tokens_per_s"])
-P("")
-P("## Muon against AdamW (zayac)")
-if za and zm:
-    a, m = za["step_ms"]["mean"], zm["step_ms"]["mean"]
-    P(f"- step: AdamW {a:.2f} ms, Muon {m:.2f} ms: {m - a:+.2f} ms per step ({m / a:.3f}x)")
-    pa, pm = za.get("phases_ms") or {}, zm.get("phases_ms") or {}
-    if "optimizer" in pa and "optimizer" in pm:
-        P(f"- optimizer phase of the profiled step: AdamW {pa['optimizer']:.2f} ms, Muon {pm['optimizer']:.2f} ms")
-    P(f"- optimizer state: AdamW {za['memory']['optimizer_bytes'] / 2**30:.2f} GiB, Muon {zm['memory']['optimizer_bytes'] / 2**30:.2f} GiB")
-else:
-    P("- n/a (a zayac run failed or was skipped)")
-for label, z in (("AdamW", za), ("Muon", zm)):
-    if not z or not z.get("breakdown"): continue
+tps = lambda r: r and r["tokens_per_s"]
+for c in cases:
+    if c not in CASES: continue
+    name, batch, target = CASES[c]
+    za, zm, he, hc = (runs[c][k] for k in ("za", "zm", "he", "hc"))
     P("")
-    P(f"## zayac {label}: one profiled step, {z['profiled_step_ms']:.1f} ms wall")
-    ph = z.get("phases_ms") or {}
-    P("phases: " + ", ".join(f"{k} {v:.2f}" for k, v in ph.items()) + " ms")
+    P(f"## {name}, batch {batch}, AdamW")
     P("")
-    P("| op | calls | ms/step | % |")
-    P("|---|---|---|---|")
-    tot = 0
-    for o in z["breakdown"][:15]:
-        P(f"| {o['op']} | {o['calls']} | {o['ms_per_step']:.3f} | {o['pct']:.1f} |")
-    for o in z["breakdown"]: tot += o["ms_per_step"]
-    P(f"| (all {len(z['breakdown'])} ops) | | {tot:.3f} | {100 * tot / z['profiled_step_ms']:.1f} |")
+    P("| run | step ms (mean) | tokens/s | model TFLOP/s | MFU | memory GiB |")
+    P("|---|---|---|---|---|---|")
+    zrow("zayac, AdamW", za)
+    if c == "small": zrow("zayac, Muon", zm)
+    hrow("HF eager (sdpa)", he)
+    hrow("HF + torch.compile", hc)
+    if za and hc:
+        flz, flh = za["flops_per_token"], hc["tflops"] * 1e12 / hc["tokens_per_s"]
+        P(f"\nModel FLOPs per token: zayac {flz / 1e6:.1f} M, the baseline's count {flh / 1e6:.1f} M.")
+    P("")
+    best = max([h for h in (he, hc) if h], key=lambda h: h["tokens_per_s"], default=None)
+    which = "n/a" if not best else ("HF eager" if best is he else "HF + torch.compile")
+    ratio(f"zayac AdamW / the faster HF ({which})", tps(za), tps(best), target)
+    ratio("zayac AdamW / HF eager", tps(za), tps(he))
+    ratio("zayac AdamW / HF + torch.compile", tps(za), tps(hc))
+    if c == "small":
+        P("")
+        P("### Muon against AdamW (zayac)")
+        if za and zm:
+            a, m = za["step_ms"]["mean"], zm["step_ms"]["mean"]
+            P(f"- step: AdamW {a:.2f} ms, Muon {m:.2f} ms: {m - a:+.2f} ms per step ({m / a:.3f}x; target <= 1.3x)")
+            pa, pm = za.get("phases_ms") or {}, zm.get("phases_ms") or {}
+            if "optimizer" in pa and "optimizer" in pm:
+                P(f"- optimizer phase of the profiled step: AdamW {pa['optimizer']:.2f} ms, Muon {pm['optimizer']:.2f} ms")
+            P(f"- optimizer state: AdamW {za['memory']['optimizer_bytes'] / 2**30:.2f} GiB, Muon {zm['memory']['optimizer_bytes'] / 2**30:.2f} GiB")
+        else:
+            P("- n/a (a zayac run failed or was skipped)")
+    for label, z in (("AdamW", za), ("Muon", zm)):
+        if not z or not z.get("breakdown"): continue
+        P("")
+        P(f"### zayac {label}, {name}: one profiled step, {z['profiled_step_ms']:.1f} ms wall")
+        ph = z.get("phases_ms") or {}
+        P("phases: " + ", ".join(f"{k} {v:.2f}" for k, v in ph.items()) + " ms")
+        P("")
+        P("| op | calls | ms/step | % |")
+        P("|---|---|---|---|")
+        for o in z["breakdown"][:15]:
+            P(f"| {o['op']} | {o['calls']} | {o['ms_per_step']:.3f} | {o['pct']:.1f} |")
+        tot = sum(o["ms_per_step"] for o in z["breakdown"])
+        P(f"| (all {len(z['breakdown'])} ops) | | {tot:.3f} | {100 * tot / z['profiled_step_ms']:.1f} |")
 open(os.path.join(out, "summary.md"), "w").write("\n".join(L) + "\n")
 print("\n".join(L))
 EOF
-python3 "$OUT/compare.py" "$OUT"
+python3 "$OUT/compare.py" "$OUT" "$CASES"
 echo "=== steps"
 cat "$OUT/steps.txt"
-for f in zayac_adamw zayac_muon; do
-    [ -f "$OUT/$f.log" ] && ! [ -f "$OUT/$f.json" ] && { echo "=== $f.log (tail)"; tail -15 "$OUT/$f.log"; }
-done
-for f in hf_eager hf_compile; do
-    [ -f "$OUT/$f.log" ] && ! [ -f "$OUT/$f.json" ] && { echo "=== $f.log (tail)"; tail -15 "$OUT/$f.log"; }
+for f in "$OUT"/*_zayac_*.log "$OUT"/*_hf_*.log; do
+    [ -f "$f" ] && ! [ -f "${f%.log}.json" ] && { echo "=== $(basename "$f") (tail)"; tail -15 "$f"; }
 done
 echo "total $(($(date +%s) - T0)) s" | tee -a "$OUT/steps.txt"
-# the GPU machine returns at most 8 files: keep summary.md, the JSON results and steps.txt, pack
-# the logs and helpers into logs.tgz
-(cd "$OUT" && tar czf logs.tgz --remove-files $(ls | grep -vE '^(summary\.md|steps\.txt|.*\.json|logs\.tgz)$'))
+# the GPU machine returns at most 8 files: keep summary.md and steps.txt, pack the JSON results
+# into results.tgz and the logs and helpers into logs.tgz
+(cd "$OUT" && tar czf results.tgz --remove-files *.json 2>/dev/null
+    tar czf logs.tgz --remove-files $(ls | grep -vE '^(summary\.md|steps\.txt|results\.tgz|logs\.tgz)$'))

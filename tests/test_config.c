@@ -314,8 +314,8 @@ static void test_malformed_json(void **state) {
 
 static void test_presets(void **state) {
     (void)state;
-    const char *names[] = {"tiny", "bench-small", "zaya1-base"};
-    for (int i = 0; i < 3; i++) {
+    const char *names[] = {"tiny", "bench-small", "zaya1-base", "bench-base"};
+    for (int i = 0; i < 4; i++) {
         assert_string_equal(config_preset_name(i), names[i]);
         zy_config a, b;
         assert_int_equal(config_preset(&a, names[i]), ZY_OK);
@@ -329,7 +329,7 @@ static void test_presets(void **state) {
         assert_memory_equal(&a, &b, sizeof a);
         assert_int_equal(config_validate(&a, names[i]), ZY_OK);
     }
-    assert_null(config_preset_name(3));
+    assert_null(config_preset_name(4));
     zy_config c;
     assert_int_equal(config_preset(&c, "tiny"), ZY_OK);
     assert_int_equal(c.hidden_size, 128);
@@ -354,6 +354,11 @@ static void test_presets(void **state) {
     assert_int_equal(c.num_hidden_layers, 40);
     assert_int_equal(c.moe_intermediate_size, 2048);
     assert_true(c.rope[0].theta == 1e4 && c.rope[0].partial_rotary_factor == 0.5);
+    zy_config base = c; /* bench-base: zaya1-base with 8 layers, nothing else changed */
+    assert_int_equal(config_preset(&c, "bench-base"), ZY_OK);
+    assert_int_equal(c.num_hidden_layers, 8);
+    base.num_hidden_layers = 8;
+    assert_memory_equal(&c, &base, sizeof c);
     assert_int_equal(config_preset(&c, "nope"), ZY_ERR);
     assert_non_null(strstr(zy_errmsg(), "preset 'nope'"));
     assert_int_equal(config_preset(&c, "../etc/x"), ZY_ERR);

@@ -9,11 +9,14 @@
  * the classic-cuBLAS fallback of the GEMMs;
  *  - batching: same-shape matrices of several "layers" and expert stacks grouped into one call,
  *    and the same groups cut into several calls, each matrix checked against the CPU;
+ *  - the symmetric products by block rows (Gram sides of 512 and 1024: 2 and 4 block rows) and
+ *    the previous scheme (whole products, the normalise kernel), both against the CPU;
  *  - clipping: the global norm (relative 1e-6), the scale, buffers and padding left alone, NaN,
  *    more segments than one launch takes;
  *  - the state's round trip through the host mirror, and a resumed step bit-identical;
  *  - the balancing-bias update (bit-identical);
- * and prints (asserts nothing about) one AdamW step and one Muon step on bench-small's table.
+ * and prints (asserts nothing about) one AdamW step and one Muon step, as now and as before issue
+ * 19, on bench-small's and bench-base's tables.
  * ZAYAC_OPTGPU_NO_BENCH=1 skips the timing (for compute-sanitizer runs). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -33,7 +36,7 @@
 #include "optim/optim_cuda.h"
 #else
 typedef struct { /* the plan summary of optim_cuda.h, for a build without CUDA (tests skip) */
-    int adam_chunks, muon_groups, muon_batches, muon_mats, lt_missing;
+    int adam_chunks, muon_groups, muon_batches, muon_mats, lt_missing, muon_blocked;
 } zy_optim_cuda_info;
 #endif
 
@@ -324,8 +327,8 @@ static void compare_muon(const zy_param_table *t, const float *got, const float 
 
 /* One step from zero parameters at lr 1 with no scale rule: the parameters become minus the
  * orthogonalised update (AdamW tensors take a sign step), on the CPU and on the GPU. */
-static void muon_one_step(const zy_param_table *t, size_t batch_elems, int legacy, float **out_gpu,
-                          float **out_cpu) {
+static void muon_one_step(const zy_param_table *t, size_t batch_elems, int legacy, int previous,
+                          float **out_gpu, float **out_cpu) {
     zy_optim_config cfg;
     optim_config_default(&cfg);
     cfg.muon_scale = ZY_MUON_SCALE_NONE;
@@ -338,6 +341,9 @@ static void muon_one_step(const zy_param_table *t, size_t batch_elems, int legac
         og.cuda = optim_cuda_init(&gpu, &og, t, batch_elems);
     }
     optim_cuda_set_legacy_gemm(og.cuda, legacy);
+    optim_cuda_set_previous(og.cuda, previous);
+#else
+    (void)previous;
 #endif
     float *p = calloc(t->total, sizeof *p), *g = malloc(t->total * sizeof *g);
     fill_normal(g, t->total, 1.0f);
@@ -353,21 +359,45 @@ static void muon_one_step(const zy_param_table *t, size_t batch_elems, int legac
     free(g);
 }
 
+/* The GPU plan of t's default optimiser with its Muon cut into calls of at most batch_elems
+ * elements (0: the default). */
+static zy_optim_cuda_info plan_of(const zy_param_table *t, size_t batch_elems) {
+    zy_optim_cuda_info info = {0};
+#ifdef ZY_HAVE_CUDA
+    zy_optim_config cfg;
+    optim_config_default(&cfg);
+    zy_optim og;
+    assert_int_equal(optim_init(&og, &gpu, &cfg, t), ZY_OK);
+    if (batch_elems) {
+        optim_cuda_free(&gpu, og.cuda);
+        og.cuda = optim_cuda_init(&gpu, &og, t, batch_elems);
+    }
+    optim_cuda_plan_info(og.cuda, &info);
+    optim_free(&og);
+#else
+    (void)t, (void)batch_elems;
+#endif
+    return info;
+}
+
+/* muon_one_step, then compare_muon from zero parameters under `what`. */
+static void muon_check(const zy_param_table *t, size_t batch_elems, int legacy, int previous,
+                       const char *what) {
+    float *zero = calloc(t->total, sizeof *zero), *pg, *pc;
+    muon_one_step(t, batch_elems, legacy, previous, &pg, &pc);
+    compare_muon(t, pg, pc, zero, 1, what);
+    free(pg);
+    free(pc);
+    free(zero);
+}
+
 static void test_muon_vs_cpu(void **state) {
     (void)state;
     NEED_GPU();
     zy_param_table t;
     muon_table(&t);
-    float *zero = calloc(t.total, sizeof *zero), *pg, *pc, *pg2, *pc2;
-    muon_one_step(&t, 0, 0, &pg, &pc);
-    compare_muon(&t, pg, pc, zero, 1, "one step (cuBLASLt)");
-    muon_one_step(&t, 0, 1, &pg2, &pc2);
-    compare_muon(&t, pg2, pc2, zero, 1, "one step (classic cuBLAS)");
-    free(pg);
-    free(pc);
-    free(pg2);
-    free(pc2);
-    free(zero);
+    muon_check(&t, 0, 0, 0, "one step (cuBLASLt)");
+    muon_check(&t, 0, 1, 0, "one step (classic cuBLAS)");
     params_free(&t);
 }
 
@@ -440,37 +470,39 @@ static void test_muon_batching(void **state) {
         snprintf(name, sizeof name, "layers.%d.experts", l);
         params_add(&t, name, 3, (int64_t[]){4, 32, 48}, ZY_PARAM_MATRIX, l);
     }
-#ifdef ZY_HAVE_CUDA
-    zy_optim_config cfg;
-    optim_config_default(&cfg);
-    zy_optim og;
-    assert_int_equal(optim_init(&og, &gpu, &cfg, &t), ZY_OK);
-    zy_optim_cuda_info info;
-    optim_cuda_plan_info(og.cuda, &info);
+    zy_optim_cuda_info info = plan_of(&t, 0);
     assert_int_equal(info.muon_groups, 2);
     assert_int_equal(info.muon_mats, 18);
     assert_int_equal(info.muon_batches, 2);
     assert_int_equal(info.adam_chunks, 3);
-    optim_cuda_free(&gpu, og.cuda);
-    og.cuda = optim_cuda_init(&gpu, &og, &t, 4 * 32 * 48);
-    optim_cuda_plan_info(og.cuda, &info);
+    info = plan_of(&t, 4 * 32 * 48);
     assert_int_equal(info.muon_groups, 2);
     assert_int_equal(info.muon_batches, 5);
     printf("batching: %d groups, %d matrices, %d calls when cut; %d GEMM shapes without a "
            "cuBLASLt algorithm\n",
            info.muon_groups, info.muon_mats, info.muon_batches, info.lt_missing);
-    optim_free(&og);
-#endif
-    float *zero = calloc(t.total, sizeof *zero), *pg, *pc, *pg2, *pc2;
-    muon_one_step(&t, 0, 0, &pg, &pc);
-    compare_muon(&t, pg, pc, zero, 1, "batched by shape");
-    muon_one_step(&t, 4 * 32 * 48, 0, &pg2, &pc2);
-    compare_muon(&t, pg2, pc2, zero, 1, "batched, cut into calls of 4");
-    free(pg);
-    free(pc);
-    free(pg2);
-    free(pc2);
-    free(zero);
+    muon_check(&t, 0, 0, 0, "batched by shape");
+    muon_check(&t, 4 * 32 * 48, 0, 0, "batched, cut into calls of 4");
+    params_free(&t);
+}
+
+/* Gram sides of 512 (2 block rows: wide, tall) and 1024 (4: wide with an expert stack, tall),
+ * and a side of 256 that stays whole; then the same as before issue 19. */
+static void test_muon_blocked(void **state) {
+    (void)state;
+    NEED_GPU();
+    zy_param_table t;
+    params_init(&t);
+    params_add(&t, "wide2", 2, (int64_t[]){512, 640}, ZY_PARAM_MATRIX, 0);
+    params_add(&t, "tall2", 2, (int64_t[]){648, 512}, ZY_PARAM_MATRIX, 0);
+    params_add(&t, "experts4", 3, (int64_t[]){2, 1024, 1032}, ZY_PARAM_MATRIX, 0);
+    params_add(&t, "tall4", 2, (int64_t[]){1040, 1024}, ZY_PARAM_MATRIX, 1);
+    params_add(&t, "whole", 2, (int64_t[]){256, 264}, ZY_PARAM_MATRIX, 1);
+    zy_optim_cuda_info info = plan_of(&t, 0);
+    assert_int_equal(info.muon_groups, 5);
+    assert_int_equal(info.muon_blocked, 4); /* cuBLASLt runs every block on Hopper */
+    muon_check(&t, 0, 0, 0, "symmetric products by block rows");
+    muon_check(&t, 0, 0, 1, "as before issue 19");
     params_free(&t);
 }
 
@@ -720,12 +752,10 @@ static void time_steps(zy_optim *o, const zy_param_table *t, float *p, const flo
     }
 }
 
-static void test_bench_small_timing(void **state) {
-    (void)state;
-    NEED_GPU();
-    if (getenv("ZAYAC_OPTGPU_NO_BENCH")) skip();
+/* One preset's table: AdamW everywhere, then Muon as before issue 19 and as now. */
+static void time_preset(const char *preset) {
     zy_config mc;
-    assert_int_equal(config_preset(&mc, "bench-small"), ZY_OK);
+    assert_int_equal(config_preset(&mc, preset), ZY_OK);
     zy_param_table t;
     model_build_table(&t, &mc);
     size_t mat = 0;
@@ -740,18 +770,19 @@ static void test_bench_small_timing(void **state) {
     float *p = ops_alloc(&gpu, t.total * sizeof *p), *g = ops_alloc(&gpu, t.total * sizeof *g);
     fill_dev(p, t.total, 0.02f);
     fill_dev(g, t.total, 1e-3f);
-    double best[2], mean[2];
+    double best[3], mean[3]; /* AdamW, Muon before issue 19, Muon now */
     zy_optim_cuda_info info = {0};
-    for (int muon = 0; muon < 2; muon++) {
+    for (int run = 0; run < 3; run++) {
         zy_optim_config cfg;
         optim_config_default(&cfg);
-        cfg.use_muon = muon;
+        cfg.use_muon = run > 0;
         zy_optim o;
         assert_int_equal(optim_init(&o, &gpu, &cfg, &t), ZY_OK);
 #ifdef ZY_HAVE_CUDA
-        if (muon) optim_cuda_plan_info(o.cuda, &info);
+        if (run > 0) optim_cuda_plan_info(o.cuda, &info);
+        if (run > 0) optim_cuda_set_previous(o.cuda, run == 1);
 #endif
-        time_steps(&o, &t, p, g, 5, &best[muon], &mean[muon]);
+        time_steps(&o, &t, p, g, 5, &best[run], &mean[run]);
         optim_free(&o);
     }
     /* clipping: the norm (one sync) and the scale */
@@ -763,26 +794,38 @@ static void test_bench_small_timing(void **state) {
         ops_sync(&gpu);
         clip_best = fmin(clip_best, (zy_now() - t0) * 1e3);
     }
-    printf("bench-small optimiser step (%.1fM params, %.1fM in %d Muon matrices of %d shapes, %d "
-           "Newton-Schulz calls, %d GEMM shapes without cuBLASLt):\n"
-           "  AdamW everywhere: %.2f ms (mean %.2f)\n"
-           "  Muon + AdamW:     %.2f ms (mean %.2f), x%.1f AdamW; Newton-Schulz %.1f TFLOP, "
-           "%.0f TFLOP/s over the whole step\n"
-           "  clip_grad_norm (norm + scale): %.2f ms\n",
-           t.total / 1e6, mat / 1e6, info.muon_mats, info.muon_groups, info.muon_batches,
-           info.lt_missing, best[0], mean[0], best[1], mean[1], best[1] / best[0], flops / 1e12,
-           flops / (best[1] * 1e-3) / 1e12, clip_best);
+    printf("%s optimiser step (%.1fM params, %.1fM in %d Muon matrices of %d shapes, %d "
+           "Newton-Schulz calls, %d shapes by block rows, %d GEMM shapes without cuBLASLt):\n"
+           "  AdamW everywhere:          %.2f ms (mean %.2f)\n",
+           preset, t.total / 1e6, mat / 1e6, info.muon_mats, info.muon_groups, info.muon_batches,
+           info.muon_blocked, info.lt_missing, best[0], mean[0]);
+    for (int run = 1; run < 3; run++)
+        printf("  Muon + AdamW, %s %.2f ms (mean %.2f), x%.2f AdamW, +%.2f ms; Newton-Schulz "
+               "%.1f TFLOP (whole products), %.0f TFLOP/s-equivalent over the whole step\n",
+               run == 1 ? "before:    " : "now:       ", best[run], mean[run], best[run] / best[0],
+               best[run] - best[0], flops / 1e12, flops / (best[run] * 1e-3) / 1e12);
+    printf("  Muon now / before: %.3f\n  clip_grad_norm (norm + scale): %.2f ms\n",
+           best[2] / best[1], clip_best);
     ops_free(&gpu, p);
     ops_free(&gpu, g);
     params_free(&t);
 }
 
+static void test_bench_timing(void **state) {
+    (void)state;
+    NEED_GPU();
+    if (getenv("ZAYAC_OPTGPU_NO_BENCH")) skip();
+    time_preset("bench-small");
+    time_preset("bench-base");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_adamw_vs_cpu),   cmocka_unit_test(test_muon_vs_cpu),
-        cmocka_unit_test(test_muon_steps),     cmocka_unit_test(test_muon_batching),
-        cmocka_unit_test(test_clip_vs_cpu),    cmocka_unit_test(test_state_round_trip),
-        cmocka_unit_test(test_balance_vs_cpu), cmocka_unit_test(test_bench_small_timing),
+        cmocka_unit_test(test_adamw_vs_cpu),     cmocka_unit_test(test_muon_vs_cpu),
+        cmocka_unit_test(test_muon_steps),       cmocka_unit_test(test_muon_batching),
+        cmocka_unit_test(test_muon_blocked),     cmocka_unit_test(test_clip_vs_cpu),
+        cmocka_unit_test(test_state_round_trip), cmocka_unit_test(test_balance_vs_cpu),
+        cmocka_unit_test(test_bench_timing),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

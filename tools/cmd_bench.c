@@ -501,7 +501,7 @@ static int train_parse(const zy_opt *opts, bench_train_opts *o) {
     if (config && preset) return zy_fail("give --config FILE or --preset NAME, not both");
     if (!config && !preset)
         return zy_fail("name a model: --config FILE (an HF config.json) or --preset NAME "
-                       "(tiny, bench-small, zaya1-base)");
+                       "(tiny, bench-small, bench-base, zaya1-base)");
     ZY_TRY(cli_config(&o->model, NULL, config, preset));
     snprintf(o->model_name, sizeof o->model_name, "%s", config ? config : preset);
     ZY_TRY(train_opt_device(args_get(opts, "--device"), &o->device, &o->gpu));
@@ -564,7 +564,7 @@ static int bench_train(int argc, char **argv) {
          "--batch is per rank",
          NULL},
         {"--config", 1, "model config.json (HF) to benchmark", NULL},
-        {"--preset", 1, "model preset: tiny, bench-small or zaya1-base", NULL},
+        {"--preset", 1, "model preset: tiny, bench-small, bench-base or zaya1-base", NULL},
         {"--device", 1, "cpu, cuda or cuda:N (default: cuda when a GPU is visible)", NULL},
         {"--batch", 1, "sequences per step (default 8)", NULL},
         {"--seq", 1, "tokens per sequence (default 2048)", NULL},

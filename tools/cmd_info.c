@@ -12,7 +12,7 @@ int cmd_info(int argc, char **argv) {
     zy_opt opts[] = {
         {"--model", 1, "HF checkpoint folder (config.json + safetensors)", NULL},
         {"--config", 1, "an HF config.json file", NULL},
-        {"--preset", 1, "a preset: tiny, bench-small, zaya1-base", NULL},
+        {"--preset", 1, "a preset: tiny, bench-small, bench-base, zaya1-base", NULL},
         {"--json", 0, "print the config as HF config.json only", NULL},
         {"--help", 0, "this help", NULL},
         {NULL, 0, NULL, NULL},

@@ -13,7 +13,7 @@
 
 int cmd_init(int argc, char **argv) {
     zy_opt opts[] = {
-        {"--preset", 1, "a preset: tiny, bench-small, zaya1-base", NULL},
+        {"--preset", 1, "a preset: tiny, bench-small, bench-base, zaya1-base", NULL},
         {"--config", 1, "an HF config.json file", NULL},
         {"--out", 1, "output folder (created; must not hold a checkpoint already)", NULL},
         {"--seed", 1, "initialisation seed (default 1)", NULL},

@@ -82,13 +82,16 @@ typedef struct {
 static const preset_dims presets[] = {
     {"bench-small", 1024, 8, 2, 128, 16, 1024, 256, 32768},
     {"zaya1-base", 2048, 8, 2, 128, 16, 2048, 256, 262272},
+    {"bench-base", 2048, 8, 2, 128, 16, 2048, 256, 262272}, /* zaya1-base's widths, 8 layers */
 };
 
 int bench_gemm_preset_shapes(const char *preset, int tokens, bench_gemm_shape *out, int max) {
     const preset_dims *p = NULL;
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
         if (!strcmp(presets[i].name, preset)) p = &presets[i];
-    if (!p) return zy_fail("unknown preset '%s' (expected bench-small or zaya1-base)", preset);
+    if (!p)
+        return zy_fail("unknown preset '%s' (expected bench-small, bench-base or zaya1-base)",
+                       preset);
     if (tokens < 1) return zy_fail("tokens per step must be positive, got %d", tokens);
     int per_expert = tokens / p->e > 0 ? tokens / p->e : 1; /* balanced top-1 routing */
     /* A linear layer Y[M,N] = X[M,K] W[N,K]^T; qkv fuses q (Hq*d), k (Hk*d) and the current and

@@ -37,7 +37,7 @@ typedef struct {
     bench_dtype dtypes[3];
     int ndtypes;
     int tokens;                     /* tokens per step for the preset shapes (16384) */
-    char presets[128];              /* comma-separated: bench-small, zaya1-base */
+    char presets[128];              /* comma-separated: bench-small, bench-base, zaya1-base */
     double target_ms;               /* timed run length per shape */
     double warmup_ms;               /* sustained load before timing each shape */
     int algos;                      /* cuBLASLt heuristic candidates tried per shape (best kept) */

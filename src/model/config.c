@@ -681,21 +681,37 @@ int config_save(const zy_config *c, const char *dir) {
 
 /* ---- presets ---- */
 
+/* configs/zaya1-base.json */
+static const char zaya1_base_json[] =
+    "{\"model_type\": \"zaya\", \"vocab_size\": 262272, \"hidden_size\": 2048, "
+    "\"num_hidden_layers\": 40, \"num_attention_heads\": 8, \"num_key_value_heads\": 2, "
+    "\"head_dim\": 128, \"num_experts\": 16, \"num_experts_per_tok\": 1, "
+    "\"moe_intermediate_size\": 2048, \"router_hidden_size\": 256, "
+    "\"max_position_embeddings\": 4096, \"cca_time0\": 2, \"cca_time1\": 2, "
+    "\"rms_norm_eps\": 1e-05, \"initializer_range\": 0.02, \"pad_token_id\": 0, "
+    "\"bos_token_id\": 2, \"eos_token_id\": 1, \"rope_parameters\": {"
+    "\"hybrid\": {\"rope_type\": \"default\", \"rope_theta\": 10000.0, "
+    "\"partial_rotary_factor\": 0.5}, \"hybrid_sliding\": {\"rope_type\": \"default\", "
+    "\"rope_theta\": 10000.0, \"partial_rotary_factor\": 0.5}}}";
+
 /* Built-in copies of configs/<name>.json, so the binary works from any directory. A test checks
  * that each equals its file. */
 static const struct {
     const char *name, *json;
+    int layers; /* > 0: num_hidden_layers instead of the JSON's (a cut of a larger preset) */
 } builtin_presets[] = {
-    {"tiny", "{\"model_type\": \"zaya\", \"vocab_size\": 4096, \"hidden_size\": 128, "
-             "\"num_hidden_layers\": 4, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, "
-             "\"head_dim\": 32, \"num_experts\": 4, \"num_experts_per_tok\": 1, "
-             "\"moe_intermediate_size\": 128, \"router_hidden_size\": 32, "
-             "\"max_position_embeddings\": 2048, \"cca_time0\": 2, \"cca_time1\": 2, "
-             "\"rms_norm_eps\": 1e-05, \"initializer_range\": 0.02, \"pad_token_id\": 0, "
-             "\"bos_token_id\": 2, \"eos_token_id\": 1, \"rope_parameters\": {"
-             "\"hybrid\": {\"rope_type\": \"default\", \"rope_theta\": 10000.0, "
-             "\"partial_rotary_factor\": 0.5}, \"hybrid_sliding\": {\"rope_type\": \"default\", "
-             "\"rope_theta\": 10000.0, \"partial_rotary_factor\": 0.5}}}"},
+    {"tiny",
+     "{\"model_type\": \"zaya\", \"vocab_size\": 4096, \"hidden_size\": 128, "
+     "\"num_hidden_layers\": 4, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, "
+     "\"head_dim\": 32, \"num_experts\": 4, \"num_experts_per_tok\": 1, "
+     "\"moe_intermediate_size\": 128, \"router_hidden_size\": 32, "
+     "\"max_position_embeddings\": 2048, \"cca_time0\": 2, \"cca_time1\": 2, "
+     "\"rms_norm_eps\": 1e-05, \"initializer_range\": 0.02, \"pad_token_id\": 0, "
+     "\"bos_token_id\": 2, \"eos_token_id\": 1, \"rope_parameters\": {"
+     "\"hybrid\": {\"rope_type\": \"default\", \"rope_theta\": 10000.0, "
+     "\"partial_rotary_factor\": 0.5}, \"hybrid_sliding\": {\"rope_type\": \"default\", "
+     "\"rope_theta\": 10000.0, \"partial_rotary_factor\": 0.5}}}",
+     0},
     {"bench-small",
      "{\"model_type\": \"zaya\", \"vocab_size\": 32768, \"hidden_size\": 1024, "
      "\"num_hidden_layers\": 12, \"num_attention_heads\": 8, \"num_key_value_heads\": 2, "
@@ -706,18 +722,10 @@ static const struct {
      "\"bos_token_id\": 2, \"eos_token_id\": 106, \"rope_parameters\": {"
      "\"hybrid\": {\"rope_type\": \"default\", \"rope_theta\": 5000000.0, "
      "\"partial_rotary_factor\": 0.5}, \"hybrid_sliding\": {\"rope_type\": \"default\", "
-     "\"rope_theta\": 10000.0, \"partial_rotary_factor\": 0.5}}}"},
-    {"zaya1-base",
-     "{\"model_type\": \"zaya\", \"vocab_size\": 262272, \"hidden_size\": 2048, "
-     "\"num_hidden_layers\": 40, \"num_attention_heads\": 8, \"num_key_value_heads\": 2, "
-     "\"head_dim\": 128, \"num_experts\": 16, \"num_experts_per_tok\": 1, "
-     "\"moe_intermediate_size\": 2048, \"router_hidden_size\": 256, "
-     "\"max_position_embeddings\": 4096, \"cca_time0\": 2, \"cca_time1\": 2, "
-     "\"rms_norm_eps\": 1e-05, \"initializer_range\": 0.02, \"pad_token_id\": 0, "
-     "\"bos_token_id\": 2, \"eos_token_id\": 1, \"rope_parameters\": {"
-     "\"hybrid\": {\"rope_type\": \"default\", \"rope_theta\": 10000.0, "
-     "\"partial_rotary_factor\": 0.5}, \"hybrid_sliding\": {\"rope_type\": \"default\", "
-     "\"rope_theta\": 10000.0, \"partial_rotary_factor\": 0.5}}}"},
+     "\"rope_theta\": 10000.0, \"partial_rotary_factor\": 0.5}}}",
+     0},
+    {"zaya1-base", zaya1_base_json, 0},
+    {"bench-base", zaya1_base_json, 8}, /* zaya1-base's widths, 8 layers (issue 19) */
 };
 #define N_BUILTIN ((int)(sizeof builtin_presets / sizeof builtin_presets[0]))
 
@@ -731,9 +739,10 @@ int config_preset_builtin(zy_config *c, const char *name) {
         char src[96];
         snprintf(src, sizeof src, "built-in preset %s", name);
         ZY_TRY(config_parse_json(c, builtin_presets[i].json, src));
+        if (builtin_presets[i].layers > 0) c->num_hidden_layers = builtin_presets[i].layers;
         return config_validate(c, src);
     }
-    return zy_fail("preset '%s': unknown (known: tiny, bench-small, zaya1-base)", name);
+    return zy_fail("preset '%s': unknown (known: tiny, bench-small, bench-base, zaya1-base)", name);
 }
 
 /* Looks for ROOT/configs/<name>.json; returns 1 and fills `out` when the file exists. */

@@ -73,9 +73,10 @@ int config_load(zy_config *c, const char *path);
 char *config_to_json(const zy_config *c);
 /* Writes config.json into a directory atomically. */
 int config_save(const zy_config *c, const char *dir);
-/* Fills and validates a named preset: "tiny", "bench-small", "zaya1-base", from configs/<name>.json
- * under $ZAYAC_ROOT, the current directory or the executable's folder and its parents when found
- * (a broken file there is an error, not skipped), else from the built-in copy. */
+/* Fills and validates a named preset: "tiny", "bench-small", "bench-base", "zaya1-base", from
+ * configs/<name>.json under $ZAYAC_ROOT, the current directory or the executable's folder and its
+ * parents when found (a broken file there is an error, not skipped), else from the built-in copy.
+ */
 int config_preset(zy_config *c, const char *name);
 
 /* Fills a built-in preset, ignoring configs/ files (the copy compiled into the binary). */

@@ -6,17 +6,22 @@
  * Muon: the matrices of all Muon tensors (an [E, out, in] stack gives E of them) are grouped by
  * shape at init, whatever layer they come from, and each group is cut into calls ("batches") of at
  * most batch_elems elements. Per batch: the momentum kernel (mom = mu mom + g, the Nesterov update
- * u, and per-chunk sums of u^2), the normalise kernel (each block sums its matrix's chunk sums in a
- * fixed order, in double, and writes X = bf16(u / (||u|| + 1e-7))), five quintic Newton-Schulz
- * steps as three strided-batched bf16 GEMMs each (fp32 accumulation, bf16 results):
+ * u written as bf16 into the X buffer, and per-chunk sums of u^2), the normalise kernel (each block
+ * sums its matrix's chunk sums in a fixed order, in double, and scales X in place by
+ * 1 / (||u|| + 1e-7): 4 bytes an element instead of re-reading g and the momentum), five quintic
+ * Newton-Schulz steps as strided-batched bf16 GEMMs (fp32 accumulation, bf16 results):
  *     A = X X^T,   B = c A A + b A,   X' = B X + a X        (wide: rows <= cols)
  *     A = X^T X,   B = c A A + b A,   X' = X B + a X        (tall: the Gram matrix is cols^2)
- through the context's GEMM module (ops/cuda/gemm.h, cuda_gemm_run: its plan cache, planned at
+ * A and B are symmetric: for a Gram side s >= 512 they are computed by kb block rows of s / kb
+ * rows, block row i only up to its diagonal block ((kb + 1) / (2 kb) of the FLOPs: 5/8 at kb 4),
+ * and the mirror kernel copies the lower blocks onto the upper ones (it moves s^2 bf16 elements
+ * a matrix; at s = 1024 the GEMM work it saves takes 2-4x as long on an H100). Every GEMM goes
+ * through the context's GEMM module (ops/cuda/gemm.h, cuda_gemm_run: its plan cache, planned at
  * init; cuBLASLt, whose D may differ from C so that nothing is copied; classic cuBLAS where
- * cuBLASLt has no algorithm), and last the apply kernel p -= lr (scale u + wd p). The X buffers
- * hold each matrix row-major with rows padded to a multiple of 8 elements (column-major
- * [cols, rows] for cuBLAS); the batch strides are multiples of 128 elements so every matrix starts
- * 256-byte aligned.
+ * cuBLASLt has no algorithm; blocks only where cuBLASLt runs them all). Last, the apply kernel:
+ * p -= lr (scale u + wd p). The X buffers hold each matrix row-major with rows padded to a multiple
+ * of 8 elements (column-major [cols, rows] for cuBLAS); the batch strides are multiples of 128
+ * elements so every matrix starts 256-byte aligned.
  *
  * Clipping: the non-buffer tensors become segments (contiguous tensors merged), passed by value in
  * launches of up to SEG_MAX; a block sums its chunk's squares in double, blocks write partials in
@@ -71,15 +76,18 @@ typedef struct {
     float wd;      /* weight decay of the tensor's kind */
 } adam_chunk;
 
+#define NS_KB_MAX 4  /* block rows of the symmetric products */
+#define MIRROR_T  32 /* tile of the mirror kernel */
+
 /* The Newton-Schulz GEMMs of one (shape, batch count). */
 typedef struct {
-    int64_t rows, cols;     /* each matrix [rows, cols] row-major */
-    int64_t s, l;           /* min and max of rows, cols: the Gram matrix is [s, s] */
-    int tall;               /* rows > cols */
-    int64_t ldx, lds;       /* leading dimensions (elements) of X (cols padded) and of the Gram */
-    int64_t sx, ss;         /* batch strides of X and of the Gram buffers */
-    int count;              /* matrices per call */
-    cuda_gemm_desc gemm[3]; /* Gram, polynomial, update (ns_descs) */
+    int64_t rows, cols; /* each matrix [rows, cols] row-major */
+    int64_t s, l;       /* min and max of rows, cols: the Gram matrix is [s, s] */
+    int tall;           /* rows > cols */
+    int64_t ldx, lds;   /* leading dimensions (elements) of X (cols padded) and of the Gram */
+    int64_t sx, ss;     /* batch strides of X and of the Gram buffers */
+    int count;          /* matrices per call */
+    int kb;             /* block rows of A and B (1: whole products; ns_block_rows) */
 } ns_shape;
 
 /* One Newton-Schulz call: count matrices of one shape. */
@@ -104,60 +112,73 @@ struct zy_optim_cuda {
     bf16 *x[2], *ga, *gb; /* workspace: iterates, Gram A, polynomial B */
     float *part;          /* [count * nchunk] chunk sums of u^2 */
     int legacy;
+    int previous; /* bench/test hook: the previous scheme (optim_cuda_set_previous) */
     int lt_missing;
 };
 
-/* The three GEMMs of one quintic step over sh->count matrices, row-major (gemm.h) on the X
- * buffer's [rows, cols] matrices (rows ldx apart) and the [s, s] Gram buffers (rows lds apart):
- *   0: A = X X^T (wide) or X^T X (tall)          C = D = Gram A
- *   1: B = c A A + b A                            C = A, D = Gram B
- *   2: X' = B X + a X (wide) or X B + a X (tall)  C = X, D = the other X buffer
- * cuBLAS sees X as column-major [cols, rows]: gemm.h's mapping gives it the same transposes,
- * layouts and strides as the column-major formulation of the header comment. Leading dimensions
- * are given, so each is planned for its exact sizes. */
-static void ns_descs(ns_shape *sh) {
-    const int s = (int)sh->s, l = (int)sh->l;
-    for (int i = 0; i < 3; i++) {
-        cuda_gemm_desc *g = &sh->gemm[i];
-        memset(g, 0, sizeof *g);
-        g->dtype_ab = g->dtype_c = CUDA_GEMM_BF16;
-        g->batch = sh->count;
-        g->alpha = 1.0f;
-    }
-    cuda_gemm_desc *g = &sh->gemm[0]; /* [s, s] over K = l: wide X [s, l], tall X [l, s] */
-    g->M = g->N = s, g->K = l;
-    g->transA = sh->tall, g->transB = !sh->tall;
-    g->lda = g->ldb = sh->ldx, g->ldc = sh->lds;
-    g->stride_a = g->stride_b = sh->sx, g->stride_c = sh->ss;
-    g = &sh->gemm[1];
-    g->M = g->N = g->K = s;
-    g->lda = g->ldb = g->ldc = sh->lds;
-    g->stride_a = g->stride_b = g->stride_c = sh->ss;
-    g->alpha = NS_C, g->beta = NS_B;
-    g = &sh->gemm[2];
-    if (sh->tall) { /* X' [l, s] = X [l, s] B [s, s] + a X */
-        g->M = l, g->N = s, g->K = s;
-        g->lda = sh->ldx, g->ldb = sh->lds, g->stride_a = sh->sx, g->stride_b = sh->ss;
-    } else { /* X' [s, l] = B [s, s] X [s, l] + a X */
-        g->M = s, g->N = l, g->K = s;
-        g->lda = sh->lds, g->ldb = sh->ldx, g->stride_a = sh->ss, g->stride_b = sh->sx;
-    }
-    g->ldc = sh->ldx, g->stride_c = sh->sx;
-    g->beta = NS_A;
+/* Block rows of the symmetric products for a Gram side s: enough to save FLOPs, few enough that
+ * each block stays a large GEMM (s / kb >= 256), and s / kb a multiple of the mirror's tile. */
+static int ns_block_rows(int64_t s) {
+    for (int kb = NS_KB_MAX; kb > 1; kb /= 2)
+        if (s / kb >= 256 && s % (kb * MIRROR_T) == 0) return kb;
+    return 1;
 }
 
-/* The operands of GEMM `which` of a step whose iterate is x (y: the other X buffer). */
+/* The GEMMs of one quintic step over sh->count matrices, row-major (gemm.h) on the X buffer's
+ * [rows, cols] matrices (rows ldx apart) and the [s, s] Gram buffers (rows lds apart); with kb
+ * block rows of h = s / kb rows, block row i (r0 = i h) up to column n = (i + 1) h:
+ *   0: A[r0:r0+h, :n] = X[r0:r0+h] X[:n]^T (wide) or X[:, r0:r0+h]^T X[:, :n] (tall)
+ *   1: B[r0:r0+h, :n] = c A[r0:r0+h, :] A[:, :n] + b A[r0:r0+h, :n]   (C = A, D = Gram B)
+ *   2: X' = B X + a X (wide) or X B + a X (tall), whole   (C = X, D = the other X buffer)
+ * kb = 1 is the whole product. cuBLAS sees X as column-major [cols, rows]: gemm.h's mapping gives
+ * it the same transposes, layouts and strides as the column-major formulation of the header
+ * comment. Leading dimensions are given, so each is planned for its exact sizes. */
+static cuda_gemm_desc ns_desc(const ns_shape *sh, int which, int i, int kb) {
+    const int s = (int)sh->s, l = (int)sh->l, h = s / kb;
+    cuda_gemm_desc g;
+    memset(&g, 0, sizeof g);
+    g.dtype_ab = g.dtype_c = CUDA_GEMM_BF16;
+    g.batch = sh->count;
+    g.alpha = 1.0f;
+    if (which == 0) { /* [h, n] over K = l: wide X [s, l], tall X [l, s] */
+        g.M = h, g.N = (i + 1) * h, g.K = l;
+        g.transA = sh->tall, g.transB = !sh->tall;
+        g.lda = g.ldb = sh->ldx, g.ldc = sh->lds;
+        g.stride_a = g.stride_b = sh->sx, g.stride_c = sh->ss;
+    } else if (which == 1) {
+        g.M = h, g.N = (i + 1) * h, g.K = s;
+        g.lda = g.ldb = g.ldc = sh->lds;
+        g.stride_a = g.stride_b = g.stride_c = sh->ss;
+        g.alpha = NS_C, g.beta = NS_B;
+    } else {
+        if (sh->tall) { /* X' [l, s] = X [l, s] B [s, s] + a X */
+            g.M = l, g.N = s, g.K = s;
+            g.lda = sh->ldx, g.ldb = sh->lds, g.stride_a = sh->sx, g.stride_b = sh->ss;
+        } else { /* X' [s, l] = B [s, s] X [s, l] + a X */
+            g.M = s, g.N = l, g.K = s;
+            g.lda = sh->lds, g.ldb = sh->ldx, g.stride_a = sh->ss, g.stride_b = sh->sx;
+        }
+        g.ldc = sh->ldx, g.stride_c = sh->sx;
+        g.beta = NS_A;
+    }
+    return g;
+}
+
+/* The operands of GEMM `which`, block row i of kb, of a step whose iterate is x (y: the other X
+ * buffer). */
 typedef struct {
     const void *A, *B, *C;
     void *D;
 } ns_ops;
 
-static ns_ops ns_operands(const zy_optim_cuda *c, const ns_shape *sh, int which, bf16 *x, bf16 *y) {
+static ns_ops ns_operands(const zy_optim_cuda *c, const ns_shape *sh, int which, int i, int kb,
+                          bf16 *x, bf16 *y) {
+    const int64_t r0 = i * (sh->s / kb);
     ns_ops o;
-    if (which == 0)
-        o.A = o.B = x, o.C = o.D = c->ga;
+    if (which == 0) /* rows r0.. of X (wide) or its columns r0.. (tall), against X's first n */
+        o.A = x + (sh->tall ? r0 : r0 * sh->ldx), o.B = x, o.C = o.D = c->ga + r0 * sh->lds;
     else if (which == 1)
-        o.A = o.B = o.C = c->ga, o.D = c->gb;
+        o.A = o.C = c->ga + r0 * sh->lds, o.B = c->ga, o.D = c->gb + r0 * sh->lds;
     else
         o.A = sh->tall ? x : c->gb, o.B = sh->tall ? c->gb : x, o.C = x, o.D = y;
     return o;
@@ -195,6 +216,22 @@ static void plan_adam(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, const 
     c->chunks = (adam_chunk *)ops_alloc(ctx, n * sizeof *h);
     ops_copy(ctx, c->chunks, h, n * sizeof *h);
     free(h);
+}
+
+/* Plans the GEMMs of sh's quintic step (at sh->kb) in the context's GEMM module; returns how many
+ * have no cuBLASLt algorithm (classic cuBLAS, which copies C's whole extent into D before a GEMM
+ * whose D is not C: that would overwrite other block rows, so blocks need cuBLASLt). */
+static int ns_prepare(zy_ctx *ctx, const zy_optim_cuda *c, const ns_shape *sh) {
+    int missing = 0;
+    for (int k = 0; k < 3; k++)
+        for (int j = 0; j < (k == 2 ? 1 : sh->kb); j++) {
+            const cuda_gemm_desc g = ns_desc(sh, k, j, sh->kb);
+            const ns_ops o = ns_operands(c, sh, k, j, sh->kb, c->x[0], c->x[1]);
+            int lt = 1;
+            ZY_STATUS_CHECK(cuda_gemm_prepare(&cuda_st(ctx)->gemm, &g, o.D, o.C, o.A, o.B, &lt));
+            missing += !lt;
+        }
+    return missing;
 }
 
 /* Groups the Muon matrices by shape, cuts the groups into batches, builds their GEMM plans and
@@ -265,7 +302,7 @@ static void plan_muon(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, const 
                 sh->ldx = round_up(cc, 8), sh->lds = round_up(sh->s, 8);
                 sh->sx = round_up(sh->ldx * r, 128), sh->ss = round_up(sh->lds * sh->s, 128);
                 sh->count = count;
-                ns_descs(sh);
+                sh->kb = ns_block_rows(sh->s);
                 shape_of[which] = c->nshapes++;
             }
             muon_batch *b = &c->batches[c->nbatches++];
@@ -293,14 +330,15 @@ static void plan_muon(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, const 
     c->gb = (bf16 *)ops_alloc(ctx, max_s * sizeof(bf16));
     c->part = (float *)ops_alloc(ctx, max_part * sizeof(float));
     /* the plans now, so the first step pays nothing; the two X buffers align alike */
-    for (int i = 0; i < c->nshapes; i++)
-        for (int k = 0; k < 3; k++) {
-            const ns_ops o = ns_operands(c, &c->shapes[i], k, c->x[0], c->x[1]);
-            int lt = 1;
-            ZY_STATUS_CHECK(cuda_gemm_prepare(&cuda_st(ctx)->gemm, &c->shapes[i].gemm[k], o.D, o.C,
-                                              o.A, o.B, &lt));
-            c->lt_missing += !lt;
+    for (int i = 0; i < c->nshapes; i++) {
+        ns_shape *sh = &c->shapes[i];
+        int missing = ns_prepare(ctx, c, sh);
+        if (missing && sh->kb > 1) { /* block rows only where cuBLASLt runs every block */
+            sh->kb = 1;
+            missing = ns_prepare(ctx, c, sh);
         }
+        c->lt_missing += missing;
+    }
     free(goff);
     free(moff);
     free(grp);
@@ -338,12 +376,18 @@ void optim_cuda_set_legacy_gemm(zy_optim_cuda *c, int legacy) {
     c->legacy = legacy;
 }
 
+void optim_cuda_set_previous(zy_optim_cuda *c, int previous) {
+    c->previous = previous;
+}
+
 void optim_cuda_plan_info(const zy_optim_cuda *c, zy_optim_cuda_info *info) {
     info->adam_chunks = c->nchunks;
     info->muon_groups = c->ngroups;
     info->muon_batches = c->nbatches;
     info->muon_mats = c->nmat;
     info->lt_missing = c->lt_missing;
+    info->muon_blocked = 0;
+    for (int i = 0; i < c->nshapes; i++) info->muon_blocked += c->shapes[i].kb > 1;
 }
 
 /* ---- AdamW ---- */
@@ -431,34 +475,93 @@ __device__ __forceinline__ float muon_u(float g, float mi, float mu, int nestero
     return nesterov ? __fadd_rn(g, __fmul_rn(mu, mi)) : mi;
 }
 
-/* mom = mu mom + g; part[m * nchunk + chunk] = sum of u^2 over the block's chunk. */
+/* mom = mu mom + g; part[m * nchunk + chunk] = sum of u^2 over the block's chunk; X = bf16(u)
+ * unless X is NULL (the previous scheme, whose normalise kernel recomputes u). */
 template <int VEC>
 __global__ void __launch_bounds__(NT)
     muon_momentum_kernel(const float *__restrict__ g, float *__restrict__ mom,
                          const uint64_t *__restrict__ goff, const uint64_t *__restrict__ moff,
-                         int64_t mn, float mu, int nesterov, float *__restrict__ part) {
+                         int64_t mn, float mu, int nesterov, float *__restrict__ part, int64_t cols,
+                         int64_t ldx, int64_t sx, bf16 *__restrict__ X) {
     const int m = blockIdx.y;
     const float *gm = g + goff[m];
     float *mm = mom + moff[m];
+    bf16 *xm = X ? X + (int64_t)m * sx : NULL;
     const int64_t lo = (int64_t)blockIdx.x * MUON_CH, hi = min(mn, lo + MUON_CH);
     float acc = 0.0f;
     for (int64_t e = lo + (int64_t)threadIdx.x * VEC; e < hi; e += NT * VEC) {
-        float gv[VEC], mv[VEC];
+        float gv[VEC], mv[VEC], uv[VEC];
         zy_load<float, VEC>(gm + e, gv);
         zy_load<float, VEC>(mm + e, mv);
 #pragma unroll
         for (int k = 0; k < VEC; k++) {
             mv[k] = __fadd_rn(__fmul_rn(mu, mv[k]), gv[k]);
-            const float u = muon_u(gv[k], mv[k], mu, nesterov);
-            acc += u * u;
+            uv[k] = muon_u(gv[k], mv[k], mu, nesterov);
+            acc += uv[k] * uv[k];
         }
         zy_store<float, VEC>(mm + e, mv);
+        if (!xm) continue;
+        if (VEC > 1) /* cols % 8 == 0: rows are not padded */
+            zy_store<bf16, VEC>(xm + e, uv);
+        else
+            xm[x_index(e, cols, ldx)] = __float2bfloat16_rn(uv[0]);
     }
     const float s = zy_block_sum(acc);
     if (threadIdx.x == 0) part[(int64_t)m * gridDim.x + blockIdx.x] = s;
 }
 
-/* X = bf16(u * inv), inv = 1 / (||u|| + 1e-7) from the matrix's chunk sums (fixed order, double),
+/* 1 / (||u|| + 1e-7) of matrix m from its nchunk chunk sums (fixed order, double), into *inv;
+ * the block's first warp computes it, every thread may read it after the barrier. */
+__device__ __forceinline__ void muon_inv_norm(const float *__restrict__ part, int m, int nchunk,
+                                              float *inv) {
+    if (threadIdx.x < 32) {
+        double s = 0;
+        for (int j = threadIdx.x; j < nchunk; j += 32) s += part[(int64_t)m * nchunk + j];
+        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (threadIdx.x == 0) *inv = (float)(1.0 / (sqrt(s) + NS_EPS));
+    }
+    __syncthreads();
+}
+
+/* X *= 1 / (||u|| + 1e-7) in place over each matrix's rows * ldx elements (padding included:
+ * nothing reads it), 8 at a time (ldx % 8 == 0, sx % 128 == 0); grid (chunks of MUON_CH, count). */
+__global__ void __launch_bounds__(NT)
+    muon_scale_kernel(const float *__restrict__ part, int nchunk, int64_t n, int64_t sx,
+                      bf16 *__restrict__ X) {
+    __shared__ float s_inv;
+    const int m = blockIdx.y;
+    muon_inv_norm(part, m, nchunk, &s_inv);
+    const float inv = s_inv;
+    bf16 *xm = X + (int64_t)m * sx;
+    const int64_t lo = (int64_t)blockIdx.x * MUON_CH, hi = min(n, lo + MUON_CH);
+    for (int64_t e = lo + (int64_t)threadIdx.x * 8; e < hi; e += NT * 8) {
+        float v[8];
+        zy_load<bf16, 8>(xm + e, v);
+#pragma unroll
+        for (int k = 0; k < 8; k++) v[k] = __fmul_rn(v[k], inv);
+        zy_store<bf16, 8>(xm + e, v);
+    }
+}
+
+/* The upper blocks of each symmetric [s, s] matrix of G (rows ld apart, stride ss) from the lower
+ * ones: G[r][c] = G[c][r] wherever c's block (of h rows) is right of r's; grid (tiles^2, count),
+ * block (MIRROR_T, 8), through a shared tile so both sides are read and written by rows. */
+__global__ void __launch_bounds__(MIRROR_T * 8)
+    ns_mirror_kernel(bf16 *__restrict__ G, int64_t ld, int64_t ss, int tiles, int h) {
+    __shared__ bf16 tile[MIRROR_T][MIRROR_T + 1];
+    const int tr = blockIdx.x / tiles, tc = blockIdx.x % tiles; /* destination tile */
+    if ((tc * MIRROR_T) / h <= (tr * MIRROR_T) / h) return;     /* not in an upper block */
+    bf16 *g = G + (int64_t)blockIdx.y * ss;
+    const int x = threadIdx.x;
+    for (int y = threadIdx.y; y < MIRROR_T; y += 8) /* source: rows of tile (tc, tr) */
+        tile[y][x] = g[(int64_t)(tc * MIRROR_T + y) * ld + tr * MIRROR_T + x];
+    __syncthreads();
+    for (int y = threadIdx.y; y < MIRROR_T; y += 8)
+        g[(int64_t)(tr * MIRROR_T + y) * ld + tc * MIRROR_T + x] = tile[x][y];
+}
+
+/* The previous scheme's normalisation (optim_cuda_set_previous):
+ * X = bf16(u * inv), inv = 1 / (||u|| + 1e-7) from the matrix's chunk sums (fixed order, double),
  * u recomputed from g and the advanced momentum exactly as the momentum kernel made it. */
 template <int VEC>
 __global__ void __launch_bounds__(NT)
@@ -467,14 +570,8 @@ __global__ void __launch_bounds__(NT)
                           int64_t mn, int64_t cols, int64_t ldx, int64_t sx, float mu, int nesterov,
                           const float *__restrict__ part, bf16 *__restrict__ X) {
     __shared__ float s_inv;
-    const int m = blockIdx.y, nchunk = gridDim.x;
-    if (threadIdx.x < 32) {
-        double s = 0;
-        for (int j = threadIdx.x; j < nchunk; j += 32) s += part[(int64_t)m * nchunk + j];
-        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-        if (threadIdx.x == 0) s_inv = (float)(1.0 / (sqrt(s) + NS_EPS));
-    }
-    __syncthreads();
+    const int m = blockIdx.y;
+    muon_inv_norm(part, m, gridDim.x, &s_inv);
     const float inv = s_inv;
     const float *gm = g + goff[m], *mm = mom + moff[m];
     bf16 *xm = X + (int64_t)m * sx;
@@ -520,17 +617,29 @@ __global__ void __launch_bounds__(NT)
 
 /* ---- Newton-Schulz GEMMs ---- */
 
+/* The lower blocks of each [s, s] matrix of G copied onto the upper ones (kb block rows). */
+static void ns_mirror(zy_ctx *ctx, const ns_shape *sh, int kb, bf16 *G) {
+    const int tiles = (int)(sh->s / MIRROR_T);
+    ns_mirror_kernel<<<dim3((unsigned)(tiles * tiles), (unsigned)sh->count), dim3(MIRROR_T, 8), 0,
+                       cuda_stream(ctx)>>>(G, sh->lds, sh->ss, tiles, (int)(sh->s / kb));
+    ZY_CUDA_CHECK_LAUNCH();
+}
+
 /* `steps` quintic iterations on the count matrices of *x (swapping *x and *y as it goes), through
- * the context's GEMM module (classic cuBLAS for every GEMM while the test hook says so). */
-static void newton_schulz(zy_ctx *ctx, zy_optim_cuda *c, const ns_shape *sh, int steps, bf16 **x,
-                          bf16 **y) {
+ * the context's GEMM module (classic cuBLAS for every GEMM while the test hook says so); A and B
+ * by kb block rows, mirrored. */
+static void newton_schulz(zy_ctx *ctx, zy_optim_cuda *c, const ns_shape *sh, int kb, int steps,
+                          bf16 **x, bf16 **y) {
     cuda_gemm_ctx *gc = &cuda_st(ctx)->gemm;
     for (int it = 0; it < steps; it++) {
         for (int k = 0; k < 3; k++) {
-            cuda_gemm_desc g = sh->gemm[k];
-            g.classic = c->legacy;
-            const ns_ops o = ns_operands(c, sh, k, *x, *y);
-            ZY_STATUS_CHECK(cuda_gemm_run(gc, &g, o.D, o.C, o.A, o.B, cuda_stream(ctx)));
+            for (int i = 0; i < (k == 2 ? 1 : kb); i++) {
+                cuda_gemm_desc g = ns_desc(sh, k, i, kb);
+                g.classic = c->legacy;
+                const ns_ops o = ns_operands(c, sh, k, i, kb, *x, *y);
+                ZY_STATUS_CHECK(cuda_gemm_run(gc, &g, o.D, o.C, o.A, o.B, cuda_stream(ctx)));
+            }
+            if (k < 2 && kb > 1) ns_mirror(ctx, sh, kb, k == 0 ? c->ga : c->gb);
         }
         bf16 *tmp = *x;
         *x = *y;
@@ -579,12 +688,22 @@ void optim_cuda_step(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, float *
         const ns_shape *sh = &c->shapes[b->shape];
         const int64_t mn = sh->rows * sh->cols;
         const uint64_t *goff = c->goff + b->first, *moff = c->moff + b->first;
-        MUON_LAUNCH(muon_momentum_kernel, b, grads, opt->momentum, goff, moff, mn, mu, nesterov,
-                    c->part);
-        MUON_LAUNCH(muon_normalise_kernel, b, grads, opt->momentum, goff, moff, mn, sh->cols,
-                    sh->ldx, sh->sx, mu, nesterov, c->part, c->x[0]);
+        if (c->previous) { /* momentum, then u recomputed, normalised and cast; whole products */
+            MUON_LAUNCH(muon_momentum_kernel, b, grads, opt->momentum, goff, moff, mn, mu, nesterov,
+                        c->part, sh->cols, sh->ldx, sh->sx, (bf16 *)NULL);
+            MUON_LAUNCH(muon_normalise_kernel, b, grads, opt->momentum, goff, moff, mn, sh->cols,
+                        sh->ldx, sh->sx, mu, nesterov, c->part, c->x[0]);
+        } else { /* momentum writing bf16 u, then X scaled in place */
+            MUON_LAUNCH(muon_momentum_kernel, b, grads, opt->momentum, goff, moff, mn, mu, nesterov,
+                        c->part, sh->cols, sh->ldx, sh->sx, c->x[0]);
+            const int64_t nx = sh->rows * sh->ldx;
+            muon_scale_kernel<<<dim3((unsigned)((nx + MUON_CH - 1) / MUON_CH), (unsigned)b->count),
+                                NT, 0, cuda_stream(ctx)>>>(c->part, b->nchunk, nx, sh->sx, c->x[0]);
+            ZY_CUDA_CHECK_LAUNCH();
+        }
         bf16 *x = c->x[0], *y = c->x[1];
-        newton_schulz(ctx, c, sh, cfg->muon_ns_steps, &x, &y);
+        const int kb = c->previous || c->legacy ? 1 : sh->kb; /* blocks need cuBLASLt */
+        newton_schulz(ctx, c, sh, kb, cfg->muon_ns_steps, &x, &y);
         const float su = lr * b->scale;
         MUON_LAUNCH(muon_apply_kernel, b, params, goff, mn, sh->cols, sh->ldx, sh->sx, x, su, decay,
                     (bf16 *)opt->compute_copy);

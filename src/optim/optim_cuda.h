@@ -32,6 +32,7 @@ typedef struct {
     int muon_batches; /* Newton-Schulz calls per step (a group splits when over the cap) */
     int muon_mats;    /* Muon matrices (an [E, out, in] stack counts E) */
     int lt_missing;   /* GEMM shapes cuBLASLt had no algorithm for (classic cuBLAS runs them) */
+    int muon_blocked; /* Newton-Schulz shapes whose symmetric products go by block rows */
 } zy_optim_cuda_info;
 
 /* Plans opt (cfg, method and state_off already set from t) for the GPU: uploads the AdamW chunk
@@ -48,8 +49,11 @@ void optim_cuda_free(zy_ctx *ctx, zy_optim_cuda *c);
 void optim_cuda_step(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, float *params,
                      const float *grads, float lr_now, double bc1, double bc2);
 /* Test hook: 1 runs every Newton-Schulz GEMM through classic cuBLAS (cublasGemmStridedBatchedEx)
- * instead of cuBLASLt, 0 restores the default. */
+ * instead of cuBLASLt, as whole products (block rows need cuBLASLt); 0 restores the default. */
 void optim_cuda_set_legacy_gemm(zy_optim_cuda *c, int legacy);
+/* Bench/test hook: 1 runs Muon as before issue 19 (the normalise kernel re-reading g and the
+ * momentum, A and B as whole GEMMs; planned at first use), 0 restores the default. Same math. */
+void optim_cuda_set_previous(zy_optim_cuda *c, int previous);
 /* Fills *info from the plan. */
 void optim_cuda_plan_info(const zy_optim_cuda *c, zy_optim_cuda_info *info);
 
