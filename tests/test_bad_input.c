@@ -193,11 +193,12 @@ static void test_jobs_larger_than_memory(void **state) {
                 ARGS("needs", "activations"));
 }
 
-/* An allocation that fails although the sizing check passed (here an address-space limit the check
- * does not see: ulimit -v, or under ASan its allocation cap) is a runtime failure: a message and
- * exit 1, not SIGABRT, and no output. logits loads a model of 4.3 GB of fp32 weights under a 2 GB
- * limit (room for the mapped CUDA libraries, about 0.9 GB of address space; OpenBLAS on one
- * thread: with many, its start-up buffers alone pass the limit and it retries forever). */
+/* An allocation that fails although the sizing check passed is a runtime failure: a message and
+ * exit 1, not SIGABRT, and no output. logits loads a model of 4.3 GB of fp32 weights while ASan's
+ * allocator refuses anything over 2 GB (and returns NULL as libc's malloc does). The failure is
+ * injected through ASan (CI's test build): an address-space limit (ulimit -v or -d) cannot stand in
+ * for it, because OpenBLAS, failing its start-up buffers under one on a many-core machine, retries
+ * forever before main. Other builds skip with that reason. */
 static void test_allocation_failure_is_runtime(void **state) {
     (void)state;
     char dir[256], cfg[300], tokens[700], out[256];
@@ -215,7 +216,6 @@ static void test_allocation_failure_is_runtime(void **state) {
     const char *asan = getenv("ASAN_OPTIONS");
     char *saved = asan ? zy_strdup(asan) : NULL, opts[1200];
 #if defined(__SANITIZE_ADDRESS__)
-    /* ASan reserves terabytes of shadow, so no address-space limit: its allocator's cap instead */
     snprintf(opts, sizeof opts, "%s%sallocator_may_return_null=1:max_allocation_size_mb=2048",
              asan ? asan : "", asan && *asan ? ":" : "");
     setenv("ASAN_OPTIONS", opts, 1);
@@ -223,14 +223,8 @@ static void test_allocation_failure_is_runtime(void **state) {
                 ARGS("out of host memory allocating"));
 #else
     (void)opts;
-    run_result r =
-        spawn_capture("/bin/sh", tmp,
-                      ARGS("-c", "ulimit -v 2097152 && OPENBLAS_NUM_THREADS=1 exec \"$0\" \"$@\"",
-                           bin, "logits", "--model", dir, "--tokens", tokens, "--out", out));
-    if (r.code != 1 || !strstr(r.err, "out of host memory allocating"))
-        fail_msg("expected exit 1 and 'out of host memory allocating'; got exit %d, stderr:\n%s",
-                 r.code, r.err);
-    result_free(&r);
+    free(saved);
+    skip(); /* see above: the failure is injected through ASan, which this build lacks */
 #endif
     if (saved)
         setenv("ASAN_OPTIONS", saved, 1);
