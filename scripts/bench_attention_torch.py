@@ -1,11 +1,12 @@
 """Times torch.nn.functional.scaled_dot_product_attention (bf16, is_causal=True, enable_gqa=True)
 forward, backward and forward+backward on the ZAYA1 attention shapes (Hq=8, Hk=2, d=128;
-B=8 T=2048 and B=4 T=4096), with CUDA events (median of many runs after a warm-up), for the
+B=8 T=2048, B=4 T=4096 and B=1 T=32768), with CUDA events (median of many runs after a warm-up), for the
 default backend choice and each backend forced, in two layouts: zayac's token-major rows
 ([B,T,H,d] viewed as [B,H,T,d], as HF calls it) and torch's contiguous [B,H,T,d].
 Prints one RESULT line per measurement. With --ours FILE (the output of
 `dev/test_attention_variants --bench`) it also prints the comparison table (markdown) of zayac's kernels
-against the fastest torch configuration. Runs on the GPU machine (dev/scripts/gpu_attention.sh)."""
+against the fastest torch configuration. Runs on the GPU machine (dev/scripts/gpu_attention.sh,
+scripts/gpu_attention_cudnn.sh)."""
 import argparse
 import contextlib
 import sys
@@ -14,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 HQ, HK, D = 8, 2, 128
-SHAPES = [(8, 2048), (4, 4096)]
+SHAPES = [(8, 2048), (4, 4096), (1, 32768)]
 
 
 def median_ms(fn, warm=5, reps=30):

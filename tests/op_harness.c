@@ -22,20 +22,9 @@ static int init_cpu(zy_ctx *ctx) {
     return 1;
 }
 
-static int init_cuda(zy_ctx *ctx) {
+/* A CUDA context on GPU 0 with options o: 1, or 0 without a GPU. */
+static int init_cuda_opts(zy_ctx *ctx, zy_cuda_opts o) {
     if (ops_cuda_device_count() == 0) return 0;
-    if (ops_ctx_init_cuda(ctx, 0) != ZY_OK) {
-        print_error("CUDA context: %s\n", zy_errmsg());
-        return -1;
-    }
-    return 1;
-}
-
-/* The expert GEMMs by 256-row blocks (zy_cuda_opts.expert_chunk). */
-static int init_cuda_chunk(zy_ctx *ctx) {
-    if (ops_cuda_device_count() == 0) return 0;
-    zy_cuda_opts o = ops_cuda_opts_default();
-    o.expert_chunk = 1;
     if (ops_ctx_init_cuda_opts(ctx, 0, &o) != ZY_OK) {
         print_error("CUDA context: %s\n", zy_errmsg());
         return -1;
@@ -43,12 +32,32 @@ static int init_cuda_chunk(zy_ctx *ctx) {
     return 1;
 }
 
+static int init_cuda(zy_ctx *ctx) {
+    return init_cuda_opts(ctx, ops_cuda_opts_default());
+}
+
+/* The expert GEMMs by 256-row blocks (zy_cuda_opts.expert_chunk). */
+static int init_cuda_chunk(zy_ctx *ctx) {
+    zy_cuda_opts o = ops_cuda_opts_default();
+    o.expert_chunk = 1;
+    return init_cuda_opts(ctx, o);
+}
+
+/* Attention through cuDNN where it loads and takes the shape (cuda.attention = auto): each shape
+ * names its backend on stderr; without cuDNN this repeats the "cuda" row. */
+static int init_cuda_cudnn(zy_ctx *ctx) {
+    zy_cuda_opts o = ops_cuda_opts_default();
+    o.attention = ZY_ATTN_AUTO;
+    return init_cuda_opts(ctx, o);
+}
+
 /* The CPU compared with itself checks the cases (every output written, same inputs per run) where
  * no GPU is present. A HIP backend adds its entry here. */
 static const oh_backend oh_backends[] = {{"cpu", init_cpu, NULL},
                                          {"cpu", init_cpu, NULL},
                                          {"cuda", init_cuda, NULL},
-                                         {"cuda+chunk", init_cuda_chunk, "expert_matmul"}};
+                                         {"cuda+chunk", init_cuda_chunk, "expert_matmul"},
+                                         {"cuda+cudnn", init_cuda_cudnn, "attention"}};
 #define NBACK ((int)(sizeof oh_backends / sizeof oh_backends[0]))
 
 static zy_ctx ctxs[NBACK];

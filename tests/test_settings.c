@@ -112,6 +112,8 @@ static void test_range_errors(void **state) {
                  "schedule.kind = \"linear\" is not one of: constant, cosine, wsd", NULL);
     expect_error("{\"data\": \"x\", \"device\": \"tpu\"}", NULL,
                  "device = \"tpu\" is not one of: auto, cpu, cuda", NULL);
+    expect_error("{\"data\": \"x\", \"cuda\": {\"attention\": \"flash\"}}", NULL,
+                 "cuda.attention = \"flash\" is not one of: auto, zayac, cudnn", NULL);
     expect_error("{\"data\": \"x\", \"balance\": {\"enabled\": 2}}", NULL,
                  "balance.enabled must be true or false, found 2", NULL);
     expect_error("{\"data\": \"x\", \"out_dir\": 7}", NULL, "out_dir must be a string, found 7",
@@ -146,9 +148,10 @@ static void test_set_types(void **state) {
                           "data=[{\"path\": \"a\", \"weight\": 2}, {\"path\": \"b\"}]",
                           "samples.prompts=[\"x\", \"y\"]",
                           "cuda.expert_chunk=true",
+                          "cuda.attention=cudnn",
                           "seed=9007199254740992"};
     zy_train_config c;
-    if (train_config_build(&c, p, over, 9, NULL) != ZY_OK) fail_msg("%s", zy_errmsg());
+    if (train_config_build(&c, p, over, 10, NULL) != ZY_OK) fail_msg("%s", zy_errmsg());
     assert_true(c.optim.lr == 1e-3f);
     assert_int_equal(c.optim.muon_nesterov, 0);
     assert_string_equal(c.out_dir, "quoted\"dir");
@@ -159,6 +162,7 @@ static void test_set_types(void **state) {
     assert_int_equal(c.n_prompts, 2);
     assert_string_equal(c.prompts[1], "y");
     assert_int_equal(c.cuda.expert_chunk, 1);
+    assert_int_equal(c.cuda.attention, ZY_ATTN_CUDNN);
     assert_true(c.seed == 9007199254740992ull);
 }
 

@@ -524,6 +524,8 @@ static int train_parse(const zy_opt *opts, bench_train_opts *o) {
                          &o->cuda.expert_streams));
     ZY_TRY(
         train_opt_int(opts, "--expert-chunk", o->cuda.expert_chunk, 0, 1, &o->cuda.expert_chunk));
+    ZY_TRY(args_choice(opts, "--attention", zy_attention_backend_names, o->cuda.attention,
+                       &o->cuda.attention));
     return bench_train_check(o);
 }
 
@@ -580,6 +582,8 @@ static int bench_train(int argc, char **argv) {
         {"--threads", 1, "CPU threads (default: OpenMP's)", NULL},
         {"--expert-streams", 1, "CUDA streams the expert GEMMs share (cuda.expert_streams)", NULL},
         {"--expert-chunk", 1, "1: expert GEMMs by 256-row blocks (cuda.expert_chunk)", NULL},
+        {"--attention", 1,
+         "attention kernels: zayac, cudnn or auto (cuda.attention; default zayac)", NULL},
         {"--help", 0, "this help", NULL},
         {NULL, 0, NULL, NULL}};
     int done = args_cli("bench train", "(--preset NAME | --config FILE) [options]", opts, argc,

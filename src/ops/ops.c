@@ -95,8 +95,11 @@ void ops_ctx_init_cpu(zy_ctx *ctx, int num_threads) {
     ctx->act_dtype = ZY_DTYPE_F32;
 }
 
+const char *const zy_attention_backend_names[] = {"auto", "zayac", "cudnn", NULL};
+
 zy_cuda_opts ops_cuda_opts_default(void) {
-    return (zy_cuda_opts){.expert_streams = ZY_EXPERT_STREAMS_DEFAULT, .expert_chunk = 0};
+    return (zy_cuda_opts){
+        .expert_streams = ZY_EXPERT_STREAMS_DEFAULT, .expert_chunk = 0, .attention = ZY_ATTN_ZAYAC};
 }
 
 /* A CUDA context on GPU gpu with bf16 activations and the default options. */
@@ -113,6 +116,8 @@ int ops_ctx_init_cuda_opts(zy_ctx *ctx, int gpu, const zy_cuda_opts *opts) {
                        ZY_EXPERT_STREAMS_MAX);
     if (o.expert_chunk != 0 && o.expert_chunk != 1)
         return zy_fail("cuda.expert_chunk = %d must be 0 or 1", o.expert_chunk);
+    if (o.attention < ZY_ATTN_AUTO || o.attention > ZY_ATTN_CUDNN)
+        return zy_fail("cuda.attention = %d is not a zy_attention_backend", o.attention);
 #ifdef ZY_HAVE_CUDA
     return cuda_ops_ctx_init(ctx, gpu, &o);
 #else

@@ -41,11 +41,19 @@ void ops_ctx_init_cpu(zy_ctx *ctx, int num_threads);
 /* How a CUDA context runs the expert GEMMs (the training config's cuda.* settings). */
 #define ZY_EXPERT_STREAMS_MAX     16
 #define ZY_EXPERT_STREAMS_DEFAULT 2
+/* Which kernels run causal attention's forward and backward (cuda.attention; docs/attention.md):
+ * AUTO cuDNN's fused attention where libcudnn.so.9 loads and builds a deterministic plan for the
+ * shape, else zayac's; ZAYAC always zayac's; CUDNN always cuDNN's (the context fails to start
+ * without the library, a shape it refuses ends the process). Decoding is always zayac's. */
+typedef enum { ZY_ATTN_AUTO = 0, ZY_ATTN_ZAYAC = 1, ZY_ATTN_CUDNN = 2 } zy_attention_backend;
+/* Their names, by value, NULL-terminated: "auto", "zayac", "cudnn". */
+extern const char *const zy_attention_backend_names[];
 typedef struct {
     int expert_streams; /* side streams the expert GEMMs share, 1..ZY_EXPERT_STREAMS_MAX */
     int expert_chunk;   /* 1: forward and input-gradient GEMMs by 256-row blocks in one call */
+    int attention;      /* zy_attention_backend */
 } zy_cuda_opts;
-/* The defaults: ZY_EXPERT_STREAMS_DEFAULT streams, no blocks. */
+/* The defaults: ZY_EXPERT_STREAMS_DEFAULT streams, no blocks, zayac's attention. */
 zy_cuda_opts ops_cuda_opts_default(void);
 /* CUDA context on GPU `gpu` with bf16 activations and the default options. */
 int ops_ctx_init_cuda(zy_ctx *ctx, int gpu);

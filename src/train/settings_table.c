@@ -375,6 +375,10 @@ const zy_setting zy_settings[] = {
         TEXT(ZY_EXPERT_STREAMS_DEFAULT), "CUDA streams the expert GEMMs share"),
     BOOL("cuda.expert_chunk", cuda.expert_chunk, "false",
          "run the expert GEMMs by 256-row blocks in one batched call"),
+    PICK("cuda.attention", ZY_SET_ENUM, cuda.attention, zy_attention_backend_names, "\"zayac\"",
+         "attention kernels: zayac's; cudnn (cuDNN's fused attention, loaded at run time; "
+         "deterministic backward); auto (cuDNN where it loads and takes the shape within 2 GiB "
+         "of workspace, else zayac's; docs/attention.md)"),
     NUM("dist.timeout_s", ZY_SET_FLOAT, dist_timeout_s, 1, 86400, "300",
         "data parallel: longest wait for another rank before the run fails (a dead or stuck "
         "rank); covers rank 0's checkpoint writes"),

@@ -1,6 +1,6 @@
 /* The device state behind a CUDA zy_ctx (ctx->cuda), shared by the ops/cuda/ops_*.cu files: the
  * stream every op runs on, the cuBLASLt context, one workspace for the backward column sums, the
- * attention backward scratch and the profiler's events. C++ only. */
+ * attention backward scratch, cuDNN's attention plans and the profiler's events. C++ only. */
 #ifndef ZY_OPS_CUDA_STATE_H
 #define ZY_OPS_CUDA_STATE_H
 
@@ -33,6 +33,8 @@ typedef struct {
     int expert_chunk; /* zy_cuda_opts.expert_chunk: blocked expert GEMMs (ops_experts.cu) */
     void *ws;         /* column-sum workspace (grown on demand by cuda_ws) */
     size_t ws_bytes;
+    int attention;            /* zy_cuda_opts.attention: zy_attention_backend */
+    struct cudnn_attn *cudnn; /* cuDNN's handle and plans (ops_attention.cu); NULL when unused */
     /* profiler */
     cudaEvent_t *ev; /* [2 * CUDA_PROF_SLOTS] start/stop pairs */
     const char **ev_name;
@@ -48,6 +50,10 @@ static inline cuda_state *cuda_st(zy_ctx *ctx) {
 static inline cudaStream_t cuda_stream(zy_ctx *ctx) {
     return ((cuda_state *)ctx->cuda)->stream;
 }
+/* Sets up the attention backend of opts->attention (ops_attention.cu) on a context whose stream
+ * exists; ZY_ERR (bad input) when CUDNN is asked for and cuDNN cannot load. */
+int cuda_attention_ctx_init(zy_ctx *ctx, int backend);
+void cuda_attention_ctx_free(cuda_state *s);
 /* A workspace of at least bytes (reallocated after a device sync when too small: only the first
  * steps of a run grow it). Not for two ops at once. */
 void *cuda_ws(zy_ctx *ctx, size_t bytes);

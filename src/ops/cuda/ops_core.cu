@@ -54,6 +54,11 @@ int cuda_ops_ctx_init(zy_ctx *ctx, int gpu, const zy_cuda_opts *opts) {
     ctx->act_dtype = ZY_DTYPE_BF16;
     ctx->gpu = gpu;
     ctx->cuda = s;
+    if (cuda_attention_ctx_init(ctx, opts->attention) != ZY_OK) {
+        cuda_ops_ctx_free(ctx);
+        memset(ctx, 0, sizeof *ctx);
+        return ZY_ERR;
+    }
     return ZY_OK;
 }
 
@@ -70,6 +75,7 @@ void cuda_ops_ctx_free(zy_ctx *ctx) {
     }
     if (s->fork) cudaEventDestroy(s->fork);
     if (s->ws) cudaFree(s->ws);
+    cuda_attention_ctx_free(s);
     if (s->ev) {
         for (int i = 0; i < 2 * CUDA_PROF_SLOTS; i++) cudaEventDestroy(s->ev[i]);
         free(s->ev);

@@ -1,15 +1,14 @@
 /* Dense ops of ops.h on CUDA: GEMMs through cuBLASLt (gemm.cu), y += x, bias and its gradient,
- * embedding, RMSNorm, residual scaling, GELU, SwiGLU, cross-entropy and attention. The add, bias
- * and residual-scaling kernels live here; the rest wraps norm.cu, elementwise.cu, xent.cu and
- * attention.cu. Everything runs asynchronously on the context's stream, except the cross-entropy,
- * which returns the loss sum to the host (ops.h) and so waits for the stream.
+ * embedding, RMSNorm, residual scaling, GELU, SwiGLU and cross-entropy (attention:
+ * ops_attention.cu). The add, bias and residual-scaling kernels live here; the rest wraps norm.cu,
+ * elementwise.cu and xent.cu. Everything runs asynchronously on the context's stream, except the
+ * cross-entropy, which returns the loss sum to the host (ops.h) and so waits for the stream.
  *
  * Row kernels use "tiles": blocks of ZY_COL_TX x ZY_COL_TY threads, a thread owning W consecutive
  * columns (loaded with one vector access) of the rows its lane visits, so per-column parameters are
  * read once per thread. Parameter gradients are column sums over rows: every block sums one chunk
  * of rows (zy_col_chunks) into per-chunk partials in the workspace, and a finishing kernel adds the
  * chunks in a fixed order (in double), so the result is deterministic and needs no atomics. */
-#include "ops/cuda/attention.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/cuda_state.h"
 #include "ops/cuda/kernels.h"
@@ -463,24 +462,4 @@ double cuda_ops_xent_fwd_bwd(zy_ctx *ctx, zy_act *dlogits, const zy_act *logits,
     memcpy(&cnt, head + sizeof(double), sizeof cnt);
     if (count) *count = cnt;
     return sum;
-}
-
-/* ---- attention ---- */
-
-void cuda_ops_attention_fwd(zy_ctx *ctx, zy_act *out, float *lse, const zy_act *q, const zy_act *k,
-                            const zy_act *v, int B, int T, int Hq, int Hk, int d, float scale,
-                            int window) {
-    ZY_STATUS_CHECK(
-        cuda_attention_fwd(q, k, v, out, lse, B, T, Hq, Hk, d, scale, window, cuda_stream(ctx)));
-}
-
-/* Scratch (fp32 dq accumulator and row sums) from the context's workspace. */
-void cuda_ops_attention_bwd(zy_ctx *ctx, zy_act *dq, zy_act *dk, zy_act *dv, const zy_act *dout,
-                            const zy_act *out, const float *lse, const zy_act *q, const zy_act *k,
-                            const zy_act *v, int B, int T, int Hq, int Hk, int d, float scale,
-                            int window) {
-    size_t sb = cuda_attention_bwd_scratch_bytes(B, T, Hq, d);
-    void *scratch = sb ? cuda_ws(ctx, sb) : NULL;
-    ZY_STATUS_CHECK(cuda_attention_bwd(dout, q, k, v, out, lse, dq, dk, dv, scratch, sb, B, T, Hq,
-                                       Hk, d, scale, window, cuda_stream(ctx)));
 }

@@ -1,0 +1,67 @@
+/* Causal GQA attention through cuDNN's fused flash-attention (the graph that cudnn-frontend's SDPA
+ * forward and backward nodes build, in the backend API; cudnn_graph.h loads the library). Same
+ * contract and layout as cuda_attention_fwd/bwd (ops/cuda/attention.h): q, out, dout, dq
+ * [N = B*T, Hq*d], k, v, dk, dv [N, Hk*d] bf16, token-major (cuDNN sees them as [B, H, T, d] with
+ * strides); query t sees keys s <= t, and s > t - window when window > 0.
+ * lse [B, Hq, T] fp32 is cuDNN's softmax stats: max + log(sum exp(S - max)) of S = scale * q.k
+ * over the visible keys, the natural-log logsumexp, the same quantity cuda_attention_fwd saves,
+ * so either backward reads either forward's lse; zayac still keeps one backend per shape for both
+ * directions (ops_dense.cu).
+ * The backward is deterministic when the shape says so: no fp32 dq accumulator (cuDNN's atomics),
+ * the dP-workspace kernel cudnn-frontend picks for set_deterministic_algorithm on Hopper, and no
+ * engine that cuDNN notes as non-deterministic. A handle holds the plans it built, one per shape,
+ * forward and backward together; a shape cuDNN refuses is remembered with the reason. Usable from
+ * C; not thread-safe (one handle per stream). */
+#ifndef ZY_CUDA_ATTENTION_CUDNN_H
+#define ZY_CUDA_ATTENTION_CUDNN_H
+
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct cudnn_attn cudnn_attn;
+
+/* One attention problem: the plan cache's key. deterministic: the backward must give the same
+ * bits on every call (training always asks for it; the benchmark also times the other). */
+typedef struct {
+    int B, T, Hq, Hk, d, window;
+    float scale;
+    int deterministic;
+} cudnn_attn_shape;
+
+/* Loads cuDNN (once per process) and creates a handle on the current device whose work runs on
+ * stream s. ZY_ERR with a runtime error saying why cuDNN is unusable. */
+int cudnn_attn_create(cudnn_attn **out, cudaStream_t s);
+void cudnn_attn_destroy(cudnn_attn *a);
+/* cudnnGetVersion() of the loaded library (91400 = 9.14.0); 0 when not loaded. */
+long cudnn_attn_version(void);
+
+/* Builds (once) the forward and backward plans of shape sh. ZY_OK with the workspace bytes each
+ * direction needs (NULL to skip); ZY_ERR with a runtime error saying why cuDNN cannot run it (an
+ * impossible shape, a refused graph, only non-deterministic engines); the same answer on every
+ * later call. */
+int cudnn_attn_prepare(cudnn_attn *a, const cudnn_attn_shape *sh, size_t *fwd_ws, size_t *bwd_ws);
+/* 1 when sh was prepared before (its plans built or its refusal remembered), else 0. */
+int cudnn_attn_seen(cudnn_attn *a, const cudnn_attn_shape *sh);
+/* One line on the plans of a shape (cuDNN's version, each direction's engine and workspace), or
+ * the reason cuDNN refused it; prepares the shape when needed. */
+const char *cudnn_attn_describe(cudnn_attn *a, const cudnn_attn_shape *sh);
+
+/* out and lse from q, k, v (prepares the shape when needed). ws: device memory of at least the
+ * forward's workspace bytes (may be NULL when that is 0). Asynchronous on the handle's stream. */
+int cudnn_attn_fwd(cudnn_attn *a, const cudnn_attn_shape *sh, const void *q, const void *k,
+                   const void *v, void *out, float *lse, void *ws, size_t ws_bytes);
+/* dq, dk, dv (overwritten) from dout and the forward's q, k, v, out, lse. ws: at least the
+ * backward's workspace bytes (the row sums rowsum(dout * out), seq lengths, cuDNN's own). */
+int cudnn_attn_bwd(cudnn_attn *a, const cudnn_attn_shape *sh, const void *dout, const void *q,
+                   const void *k, const void *v, const void *out, const float *lse, void *dq,
+                   void *dk, void *dv, void *ws, size_t ws_bytes);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

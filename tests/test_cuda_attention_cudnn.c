@@ -1,0 +1,321 @@
+/* Tests of cuDNN's attention (ops/cuda/attention_cudnn.h) against zayac's CUDA kernels
+ * (ops/cuda/attention.h, themselves tested against the CPU op): out, lse, dq, dk, dv on small and
+ * ZAYA1 shapes (Hq 8, Hk 2, d 128; T off the multiples of 128, windows, B > 1, Hq = Hk), the
+ * backward run twice with bitwise-identical results, and the shapes cuDNN must refuse. The op
+ * table (tests/op_cases_attention.c, backend "cuda+cudnn") runs the same through ops.h against the
+ * CPU op. Skipped without a GPU or without cuDNN (libcudnn.so.9), with the reason.
+ *
+ * Tolerances: each backend rounds the products' operands and its outputs to bf16 and is within
+ * about 3e-3 RMS-relative of the fp32 CPU reference (op_cases_attention.c bounds it by 1e-2), so
+ * the two backends' out, dq, dk, dv differ by a relative L2 error under 1e-2 too. lse is fp32 from
+ * the same bf16 inputs with fp32 accumulation on both sides: within 1e-3 absolute (values near
+ * log T). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "base/err.h"
+#include "base/rng.h"
+#include "ops/ops.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef ZY_HAVE_CUDA
+#include "ops/cuda/attention.h"
+#include "ops/cuda/attention_cudnn.h"
+
+#include <cuda_runtime_api.h>
+
+static zy_rng rng;
+
+#include "attention_test_util.h"
+
+static cudnn_attn *cudnn;
+
+/* 1 when the GPU and cuDNN are there; otherwise prints why the test is skipped. */
+static int have_cudnn(void) {
+    static int tried, ok;
+    if (!tried) {
+        tried = 1;
+        if (!have_gpu()) {
+            printf("    no GPU: skipped\n");
+        } else if (cudnn_attn_create(&cudnn, 0) != ZY_OK) {
+            printf("    %s: skipped\n", zy_errmsg());
+        } else {
+            ok = 1;
+            printf("    cuDNN %ld\n", cudnn_attn_version());
+        }
+        fflush(stdout);
+    }
+    return ok;
+}
+
+/* The device buffers of one problem: inputs, and each backend's outputs. */
+typedef struct {
+    void *q, *k, *v, *dout;
+    void *out[2], *dq[2], *dk[2], *dv[2]; /* [0] zayac, [1] cuDNN */
+    float *lse[2];
+    void *ws;
+    size_t ws_bytes;
+    size_t nq, nk, nl;
+} att_bufs;
+
+static void *dev_alloc(size_t bytes) {
+    void *p = NULL;
+    CK(cudaMalloc(&p, bytes ? bytes : 1));
+    CK(cudaMemset(p, 0xff, bytes ? bytes : 1)); /* NaN in bf16 and fp32: unwritten shows */
+    return p;
+}
+
+/* Random bf16 q, k, v, dout (normal, sd 1) on the GPU; outputs poisoned. */
+static void bufs_init(att_bufs *b, const cudnn_attn_shape *sh, size_t ws_bytes) {
+    memset(b, 0, sizeof *b);
+    b->nq = (size_t)sh->B * sh->T * sh->Hq * sh->d;
+    b->nk = (size_t)sh->B * sh->T * sh->Hk * sh->d;
+    b->nl = (size_t)sh->B * sh->Hq * sh->T;
+    void **in[4] = {&b->q, &b->k, &b->v, &b->dout};
+    const size_t n_in[4] = {b->nq, b->nk, b->nk, b->nq};
+    for (int i = 0; i < 4; i++) {
+        uint16_t *bits;
+        free(rand_bf16(n_in[i], 1.0f, &bits));
+        *in[i] = dev_alloc(n_in[i] * 2);
+        CK(cudaMemcpy(*in[i], bits, n_in[i] * 2, cudaMemcpyHostToDevice));
+        free(bits);
+    }
+    for (int s = 0; s < 2; s++) {
+        b->out[s] = dev_alloc(b->nq * 2), b->dq[s] = dev_alloc(b->nq * 2);
+        b->dk[s] = dev_alloc(b->nk * 2), b->dv[s] = dev_alloc(b->nk * 2);
+        b->lse[s] = (float *)dev_alloc(b->nl * sizeof(float));
+    }
+    b->ws_bytes = ws_bytes;
+    b->ws = dev_alloc(ws_bytes);
+}
+
+static void bufs_free(att_bufs *b) {
+    void *p[] = {b->q, b->k, b->v, b->dout, b->ws};
+    for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) CK(cudaFree(p[i]));
+    for (int s = 0; s < 2; s++) {
+        void *o[] = {b->out[s], b->dq[s], b->dk[s], b->dv[s], b->lse[s]};
+        for (int i = 0; i < 5; i++) CK(cudaFree(o[i]));
+    }
+}
+
+/* Relative L2 distance of two bf16 device arrays, and the count of non-finite values in a or b. */
+static double rel_l2_bf16(const void *a, const void *b, size_t n, size_t *bad) {
+    uint16_t *ha = malloc(n * 2), *hb = malloc(n * 2);
+    assert_true(ha && hb);
+    CK(cudaMemcpy(ha, a, n * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(hb, b, n * 2, cudaMemcpyDeviceToHost));
+    double num = 0, den = 0;
+    *bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        double x = zy_bf16_to_f32(ha[i]), y = zy_bf16_to_f32(hb[i]);
+        if (!isfinite(x) || !isfinite(y)) {
+            ++*bad;
+            continue;
+        }
+        num += (x - y) * (x - y), den += y * y;
+    }
+    free(ha), free(hb);
+    return sqrt(num / (den > 0 ? den : 1));
+}
+
+static double max_abs_f32(const float *a, const float *b, size_t n, size_t *bad) {
+    float *ha = malloc(n * sizeof(float)), *hb = malloc(n * sizeof(float));
+    assert_true(ha && hb);
+    CK(cudaMemcpy(ha, a, n * sizeof(float), cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(hb, b, n * sizeof(float), cudaMemcpyDeviceToHost));
+    double m = 0;
+    *bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(ha[i]) || !isfinite(hb[i])) {
+            ++*bad;
+            continue;
+        }
+        m = fmax(m, fabs((double)ha[i] - hb[i]));
+    }
+    free(ha), free(hb);
+    return m;
+}
+
+/* Both backends' forward and backward on one shape; cuDNN's outputs against zayac's. optional:
+ * a refusal is printed and passes (cuda.attention = auto runs zayac's kernels there). */
+static void compare_case(const cudnn_attn_shape *sh, int optional) {
+    size_t ws_fwd = 0, ws_bwd = 0;
+    int rc = cudnn_attn_prepare(cudnn, sh, &ws_fwd, &ws_bwd);
+    printf("    B=%d T=%-5d Hq=%d Hk=%d d=%-3d win=%-4d: %s\n", sh->B, sh->T, sh->Hq, sh->Hk, sh->d,
+           sh->window, cudnn_attn_describe(cudnn, sh));
+    fflush(stdout);
+    if (rc != ZY_OK && optional) return;
+    if (rc != ZY_OK) fail_msg("cuDNN refused the shape: %s", zy_errmsg());
+    const size_t ours = cuda_attention_bwd_scratch_bytes(sh->B, sh->T, sh->Hq, sh->d);
+    size_t ws = ws_fwd > ws_bwd ? ws_fwd : ws_bwd;
+    att_bufs b;
+    bufs_init(&b, sh, ws > ours ? ws : ours);
+    const int B = sh->B, T = sh->T, Hq = sh->Hq, Hk = sh->Hk, d = sh->d, W = sh->window;
+    if (cuda_attention_fwd(b.q, b.k, b.v, b.out[0], b.lse[0], B, T, Hq, Hk, d, sh->scale, W, 0) !=
+            ZY_OK ||
+        cuda_attention_bwd(b.dout, b.q, b.k, b.v, b.out[0], b.lse[0], b.dq[0], b.dk[0], b.dv[0],
+                           b.ws, ours, B, T, Hq, Hk, d, sh->scale, W, 0) != ZY_OK)
+        fail_msg("zayac: %s", zy_errmsg());
+    CK(cudaDeviceSynchronize());
+    if (cudnn_attn_fwd(cudnn, sh, b.q, b.k, b.v, b.out[1], b.lse[1], b.ws, b.ws_bytes) != ZY_OK ||
+        cudnn_attn_bwd(cudnn, sh, b.dout, b.q, b.k, b.v, b.out[1], b.lse[1], b.dq[1], b.dk[1],
+                       b.dv[1], b.ws, b.ws_bytes) != ZY_OK)
+        fail_msg("cuDNN: %s", zy_errmsg());
+    CK(cudaDeviceSynchronize());
+    size_t bad[5];
+    double e_out = rel_l2_bf16(b.out[1], b.out[0], b.nq, &bad[0]);
+    double e_lse = max_abs_f32(b.lse[1], b.lse[0], b.nl, &bad[1]);
+    double e_dq = rel_l2_bf16(b.dq[1], b.dq[0], b.nq, &bad[2]);
+    double e_dk = rel_l2_bf16(b.dk[1], b.dk[0], b.nk, &bad[3]);
+    double e_dv = rel_l2_bf16(b.dv[1], b.dv[0], b.nk, &bad[4]);
+    printf("      cuDNN vs zayac: out %.2e, lse %.2e (max abs), dq %.2e, dk %.2e, dv %.2e "
+           "(rel L2); non-finite %zu %zu %zu %zu %zu\n",
+           e_out, e_lse, e_dq, e_dk, e_dv, bad[0], bad[1], bad[2], bad[3], bad[4]);
+    fflush(stdout);
+    bufs_free(&b);
+    for (int i = 0; i < 5; i++) assert_int_equal(bad[i], 0);
+    assert_true(e_out < 1e-2);
+    assert_true(e_lse < 1e-3);
+    assert_true(e_dq < 1e-2);
+    assert_true(e_dk < 1e-2);
+    assert_true(e_dv < 1e-2);
+}
+
+static cudnn_attn_shape shape(int B, int T, int Hq, int Hk, int d, int window) {
+    cudnn_attn_shape sh = {B, T, Hq, Hk, d, window, 1.0f / sqrtf((float)d), 1};
+    return sh;
+}
+
+/* Small shapes: T a multiple of 128 and not, windows (shorter than a tile, not a multiple of one),
+ * B > 1, Hq = Hk, d = 64. */
+static void test_small(void **state) {
+    (void)state;
+    if (!have_cudnn()) skip();
+    const cudnn_attn_shape cs[] = {
+        shape(1, 128, 2, 1, 64, 0),    shape(2, 200, 8, 2, 128, 0),    shape(2, 256, 4, 4, 64, 0),
+        shape(2, 384, 8, 2, 128, 100), shape(1, 1000, 8, 2, 128, 257), shape(3, 77, 4, 2, 128, 0),
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) compare_case(&cs[i], 0);
+}
+
+/* The ZAYA1 shapes: B x T = 8 x 2048, 4 x 4096, 1 x 32768 at Hq 8, Hk 2, d 128 (the last needs a
+ * 16 GiB dP workspace for the deterministic backward: cuDNN may refuse it). */
+static void test_zaya1(void **state) {
+    (void)state;
+    if (!have_cudnn()) skip();
+    const cudnn_attn_shape cs[] = {shape(8, 2048, 8, 2, 128, 0), shape(4, 4096, 8, 2, 128, 0),
+                                   shape(1, 32768, 8, 2, 128, 0)};
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) compare_case(&cs[i], cs[i].T > 4096);
+}
+
+/* The deterministic backward gives the same bits on every run (outputs and workspace poisoned in
+ * between): what exact resume on the GPU needs. */
+static void test_repeat(void **state) {
+    (void)state;
+    if (!have_cudnn()) skip();
+    const cudnn_attn_shape cs[] = {shape(2, 1000, 8, 2, 128, 0), shape(8, 2048, 8, 2, 128, 0),
+                                   shape(1, 600, 8, 2, 128, 129)};
+    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        const cudnn_attn_shape *sh = &cs[c];
+        size_t ws_fwd = 0, ws_bwd = 0;
+        if (cudnn_attn_prepare(cudnn, sh, &ws_fwd, &ws_bwd) != ZY_OK) fail_msg("%s", zy_errmsg());
+        att_bufs b;
+        bufs_init(&b, sh, ws_fwd > ws_bwd ? ws_fwd : ws_bwd);
+        if (cudnn_attn_fwd(cudnn, sh, b.q, b.k, b.v, b.out[1], b.lse[1], b.ws, b.ws_bytes) != ZY_OK)
+            fail_msg("%s", zy_errmsg());
+        void *g[3] = {b.dq[1], b.dk[1], b.dv[1]};
+        const size_t n[3] = {b.nq, b.nk, b.nk};
+        uint16_t *first[3], *cur = malloc(b.nq * 2);
+        size_t diff[3] = {0, 0, 0};
+        assert_non_null(cur);
+        for (int i = 0; i < 3; i++) assert_non_null(first[i] = malloc(n[i] * 2));
+        for (int r = 0; r < 3; r++) {
+            for (int i = 0; i < 3; i++) CK(cudaMemset(g[i], 0xff, n[i] * 2));
+            CK(cudaMemset(b.ws, 0xff, b.ws_bytes ? b.ws_bytes : 1));
+            if (cudnn_attn_bwd(cudnn, sh, b.dout, b.q, b.k, b.v, b.out[1], b.lse[1], g[0], g[1],
+                               g[2], b.ws, b.ws_bytes) != ZY_OK)
+                fail_msg("%s", zy_errmsg());
+            CK(cudaDeviceSynchronize());
+            for (int i = 0; i < 3; i++) {
+                uint16_t *dst = r == 0 ? first[i] : cur;
+                CK(cudaMemcpy(dst, g[i], n[i] * 2, cudaMemcpyDeviceToHost));
+                if (r > 0)
+                    for (size_t e = 0; e < n[i]; e++) diff[i] += first[i][e] != cur[e];
+            }
+        }
+        size_t nan = 0;
+        for (int i = 0; i < 3; i++)
+            for (size_t e = 0; e < n[i]; e++) nan += (first[i][e] & 0x7fff) > 0x7f80;
+        printf("    B=%d T=%-5d win=%-4d, 3 runs: elements differing from run 1: dq %zu dk %zu "
+               "dv %zu; NaN %zu (%s)\n",
+               sh->B, sh->T, sh->window, diff[0], diff[1], diff[2], nan,
+               cudnn_attn_describe(cudnn, sh));
+        fflush(stdout);
+        for (int i = 0; i < 3; i++) free(first[i]);
+        free(cur);
+        bufs_free(&b);
+        assert_int_equal(nan, 0);
+        assert_int_equal(diff[0] + diff[1] + diff[2], 0);
+    }
+}
+
+/* Shapes cuDNN cannot take are refused with the reason, the same on a second call, and leave no
+ * error behind them for the others. */
+static void test_refused(void **state) {
+    (void)state;
+    if (!have_cudnn()) skip();
+    const struct {
+        cudnn_attn_shape sh;
+        const char *why;
+    } cs[] = {{shape(1, 1, 8, 2, 128, 0), "T = 1"},
+              {shape(1, 64, 8, 2, 132, 0), "head dim 132"},
+              {shape(1, 64, 6, 4, 64, 0), "impossible shape"}};
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)
+        for (int rep = 0; rep < 2; rep++) {
+            assert_int_equal(cudnn_attn_prepare(cudnn, &cs[i].sh, NULL, NULL), ZY_ERR);
+            if (!strstr(zy_errmsg(), cs[i].why))
+                fail_msg("expected '%s' in '%s'", cs[i].why, zy_errmsg());
+            assert_int_equal(cudnn_attn_seen(cudnn, &cs[i].sh), 1);
+        }
+    cudnn_attn_shape ok = shape(1, 128, 2, 1, 64, 0);
+    if (cudnn_attn_prepare(cudnn, &ok, NULL, NULL) != ZY_OK) fail_msg("%s", zy_errmsg());
+}
+
+#else
+static void test_small(void **state) {
+    (void)state;
+    skip();
+}
+static void test_zaya1(void **state) {
+    (void)state;
+    skip();
+}
+static void test_repeat(void **state) {
+    (void)state;
+    skip();
+}
+static void test_refused(void **state) {
+    (void)state;
+    skip();
+}
+#endif
+
+int main(void) {
+#ifdef ZY_HAVE_CUDA
+    rng = zy_rng_init(20261125, 19);
+#endif
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_small),
+        cmocka_unit_test(test_repeat),
+        cmocka_unit_test(test_zaya1),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
