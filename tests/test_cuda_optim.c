@@ -486,17 +486,17 @@ static void test_muon_batching(void **state) {
     params_free(&t);
 }
 
-/* Gram sides of 1024 (2 block rows of 512: wide with an expert stack, tall), and of 512 and 256,
- * which stay whole (blocks under 512 rows); then the same as before issue 19. */
+/* Gram sides of 2048 (4 block rows of 512: wide with an expert stack, tall), and of 1024 and 256,
+ * which stay whole (under NS_BLOCK_MIN_SIDE); then the same as before issue 19. */
 static void test_muon_blocked(void **state) {
     (void)state;
     NEED_GPU();
     zy_param_table t;
     params_init(&t);
-    params_add(&t, "wide2", 2, (int64_t[]){512, 640}, ZY_PARAM_MATRIX, 0);
-    params_add(&t, "tall2", 2, (int64_t[]){648, 512}, ZY_PARAM_MATRIX, 0);
-    params_add(&t, "experts4", 3, (int64_t[]){2, 1024, 1032}, ZY_PARAM_MATRIX, 0);
-    params_add(&t, "tall4", 2, (int64_t[]){1040, 1024}, ZY_PARAM_MATRIX, 1);
+    params_add(&t, "wide2", 2, (int64_t[]){1024, 1040}, ZY_PARAM_MATRIX, 0);
+    params_add(&t, "tall2", 2, (int64_t[]){1056, 1024}, ZY_PARAM_MATRIX, 0);
+    params_add(&t, "experts4", 3, (int64_t[]){2, 2048, 2064}, ZY_PARAM_MATRIX, 0);
+    params_add(&t, "tall4", 2, (int64_t[]){2080, 2048}, ZY_PARAM_MATRIX, 1);
     params_add(&t, "whole", 2, (int64_t[]){256, 264}, ZY_PARAM_MATRIX, 1);
     zy_optim_cuda_info info = plan_of(&t, 0);
     assert_int_equal(info.muon_groups, 5);

@@ -582,8 +582,8 @@ static int bench_train(int argc, char **argv) {
         {"--threads", 1, "CPU threads (default: OpenMP's)", NULL},
         {"--expert-streams", 1, "CUDA streams the expert GEMMs share (cuda.expert_streams)", NULL},
         {"--expert-chunk", 1, "1: expert GEMMs by 256-row blocks (cuda.expert_chunk)", NULL},
-        {"--attention", 1,
-         "attention kernels: zayac, cudnn or auto (cuda.attention; default zayac)", NULL},
+        {"--attention", 1, "attention kernels: zayac, cudnn or auto (cuda.attention; default auto)",
+         NULL},
         {"--help", 0, "this help", NULL},
         {NULL, 0, NULL, NULL}};
     int done = args_cli("bench train", "(--preset NAME | --config FILE) [options]", opts, argc,

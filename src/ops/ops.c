@@ -99,7 +99,7 @@ const char *const zy_attention_backend_names[] = {"auto", "zayac", "cudnn", NULL
 
 zy_cuda_opts ops_cuda_opts_default(void) {
     return (zy_cuda_opts){
-        .expert_streams = ZY_EXPERT_STREAMS_DEFAULT, .expert_chunk = 0, .attention = ZY_ATTN_ZAYAC};
+        .expert_streams = ZY_EXPERT_STREAMS_DEFAULT, .expert_chunk = 0, .attention = ZY_ATTN_AUTO};
 }
 
 /* A CUDA context on GPU gpu with bf16 activations and the default options. */

@@ -76,9 +76,9 @@ typedef struct {
     float wd;      /* weight decay of the tensor's kind */
 } adam_chunk;
 
-#define NS_KB_MAX         4   /* block rows of the symmetric products */
-#define MIRROR_T          32  /* tile of the mirror kernel */
-#define NS_BLOCK_MIN_ROWS 512 /* rows of a block of the symmetric products, at least */
+#define NS_KB_MAX         4    /* block rows of the symmetric products */
+#define MIRROR_T          32   /* tile of the mirror kernel */
+#define NS_BLOCK_MIN_SIDE 2048 /* the smallest Gram side computed by block rows */
 
 /* The Newton-Schulz GEMMs of one (shape, batch count). */
 typedef struct {
@@ -117,14 +117,15 @@ struct zy_optim_cuda {
     int lt_missing;
 };
 
-/* Block rows of the symmetric products for a Gram side s: enough to save FLOPs, few enough that
- * each block stays a large GEMM (s / kb >= NS_BLOCK_MIN_ROWS), and s / kb a multiple of the
- * mirror's tile. Measured on an H100 (scripts/gpu_muon_bench.sh): 4 blocks of 512 rows at s = 2048
- * (bench-base) made the optimizer step 0.93x as long; 4 blocks of 256 rows at s = 1024
- * (bench-small) 1.09x: blocks that small lose more GEMM efficiency than the FLOPs they save. */
+/* Block rows of the symmetric products for a Gram side s: only from NS_BLOCK_MIN_SIDE up, and
+ * s / kb a multiple of the mirror's tile. Measured on an H100 (scripts/gpu_muon_bench.sh): at
+ * s = 2048 (bench-base) 4 blocks of 512 rows made the optimizer step 0.93x as long; at s = 1024
+ * (bench-small) 4 blocks of 256 rows 1.09x and 2 blocks of 512 rows 1.06x: the smaller GEMMs and
+ * the mirror cost more than the FLOPs they save there. */
 static int ns_block_rows(int64_t s) {
+    if (s < NS_BLOCK_MIN_SIDE) return 1;
     for (int kb = NS_KB_MAX; kb > 1; kb /= 2)
-        if (s / kb >= NS_BLOCK_MIN_ROWS && s % (kb * MIRROR_T) == 0) return kb;
+        if (s % (kb * MIRROR_T) == 0) return kb;
     return 1;
 }
 

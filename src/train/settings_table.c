@@ -375,7 +375,7 @@ const zy_setting zy_settings[] = {
         TEXT(ZY_EXPERT_STREAMS_DEFAULT), "CUDA streams the expert GEMMs share"),
     BOOL("cuda.expert_chunk", cuda.expert_chunk, "false",
          "run the expert GEMMs by 256-row blocks in one batched call"),
-    PICK("cuda.attention", ZY_SET_ENUM, cuda.attention, zy_attention_backend_names, "\"zayac\"",
+    PICK("cuda.attention", ZY_SET_ENUM, cuda.attention, zy_attention_backend_names, "\"auto\"",
          "attention kernels: zayac's; cudnn (cuDNN's fused attention, loaded at run time; "
          "deterministic backward); auto (cuDNN where it loads and takes the shape within 2 GiB "
          "of workspace, else zayac's; docs/attention.md)"),
