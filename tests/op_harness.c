@@ -32,8 +32,12 @@ static int init_cuda_opts(zy_ctx *ctx, zy_cuda_opts o) {
     return 1;
 }
 
+/* zayac's own kernels everywhere (attention pinned to them: the default, auto, would hand it to
+ * cuDNN, and the "cuda+cudnn" row covers that). */
 static int init_cuda(zy_ctx *ctx) {
-    return init_cuda_opts(ctx, ops_cuda_opts_default());
+    zy_cuda_opts o = ops_cuda_opts_default();
+    o.attention = ZY_ATTN_ZAYAC;
+    return init_cuda_opts(ctx, o);
 }
 
 /* The expert GEMMs by 256-row blocks (zy_cuda_opts.expert_chunk). */

@@ -53,7 +53,7 @@ typedef struct {
     int expert_chunk;   /* 1: forward and input-gradient GEMMs by 256-row blocks in one call */
     int attention;      /* zy_attention_backend */
 } zy_cuda_opts;
-/* The defaults: ZY_EXPERT_STREAMS_DEFAULT streams, no blocks, zayac's attention. */
+/* The defaults: ZY_EXPERT_STREAMS_DEFAULT streams, no blocks, ZY_ATTN_AUTO attention. */
 zy_cuda_opts ops_cuda_opts_default(void);
 /* CUDA context on GPU `gpu` with bf16 activations and the default options. */
 int ops_ctx_init_cuda(zy_ctx *ctx, int gpu);

@@ -6,7 +6,7 @@
  * lse [B, Hq, T] fp32 is cuDNN's softmax stats: max + log(sum exp(S - max)) of S = scale * q.k
  * over the visible keys, the natural-log logsumexp, the same quantity cuda_attention_fwd saves,
  * so either backward reads either forward's lse; zayac still keeps one backend per shape for both
- * directions (ops_dense.cu).
+ * directions (ops_attention.cu).
  * The backward is deterministic when the shape says so: no fp32 dq accumulator (cuDNN's atomics),
  * the dP-workspace kernel cudnn-frontend picks for set_deterministic_algorithm on Hopper, and no
  * engine that cuDNN notes as non-deterministic. A handle holds the plans it built, one per shape,
