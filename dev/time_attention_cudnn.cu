@@ -2,9 +2,13 @@
  * (ops/cuda/attention_cudnn.h: the deterministic backward training uses, and the default one with
  * an fp32 dq accumulator that torch SDPA runs) on the ZAYA1 shapes (Hq 8, Hk 2, d 128, causal;
  * B x T = 8 x 2048, 4 x 4096, 1 x 32768): the median of many runs with CUDA events, TFLOP/s with
- * the causal forward's 2 B T^2 Hq d FLOPs and the backward counted as 2.5 times that. Prints one
- * JSON line per measurement as it goes, then a markdown table. Inputs are random non-zero bf16.
- * Needs a GPU; exit status 1 when a call fails, 2 when cuDNN is unavailable. */
+ * the causal forward's 2 B T^2 Hq d FLOPs and the backward counted as 2.5 times that. Where the
+ * deterministic backward runs in chunks of query rows (its single pass past the 2 GiB workspace
+ * cap: 1 x 32768), two more backward columns: the single pass anyway (workspace past the cap),
+ * and the chunks with bf16 dk, dv from cuDNN (the deterministic column has fp32 when cuDNN builds
+ * it); the chunk size and workspace are printed with the plans. Prints one JSON line per
+ * measurement as it goes, then a markdown table. Inputs are random non-zero bf16. Needs a GPU;
+ * exit status 1 when a call fails, 2 when cuDNN is unavailable. */
 #include "ops/cuda/attention.h"
 #include "ops/cuda/attention_cudnn.h"
 #include "base/bf16.h"
@@ -30,10 +34,28 @@ static void fill_bf16(void *dev, size_t n, uint64_t seed) {
     free(h);
 }
 
-enum { IMPL_ZAYAC, IMPL_CUDNN_DET, IMPL_CUDNN_NONDET, NIMPL };
-static const char *const impl_name[NIMPL] = {"zayac", "cudnn (deterministic)",
-                                             "cudnn (dq atomics)"};
-static const char *const impl_key[NIMPL] = {"zayac", "cudnn_det", "cudnn_nondet"};
+enum {
+    IMPL_ZAYAC,
+    IMPL_CUDNN_DET,
+    IMPL_CUDNN_ONEPASS,
+    IMPL_CUDNN_CHUNK_BF16,
+    IMPL_CUDNN_NONDET,
+    NIMPL
+};
+static const char *const impl_name[NIMPL] = {
+    "zayac", "cudnn (deterministic)", "cudnn (deterministic, one pass)",
+    "cudnn (deterministic, chunks with bf16 dk/dv)", "cudnn (dq atomics)"};
+static const char *const impl_key[NIMPL] = {"zayac", "cudnn_det", "cudnn_det_onepass",
+                                            "cudnn_det_chunks_bf16", "cudnn_nondet"};
+
+/* The limits each cuDNN variant's plans are built and run under (the handle's, set before every
+ * call): the defaults, no cap (one pass), bf16 dk/dv per chunk. */
+static void set_limits(cudnn_attn *c, int impl) {
+    cudnn_attn_limits l = {0, 0, CUDNN_ATTN_GRADS_AUTO};
+    if (impl == IMPL_CUDNN_ONEPASS) l.workspace_cap = (size_t)1 << 40;
+    if (impl == IMPL_CUDNN_CHUNK_BF16) l.grads = CUDNN_ATTN_GRADS_BF16;
+    cudnn_attn_set_limits(c, &l);
+}
 
 typedef struct {
     int B, T, reps;
@@ -61,6 +83,7 @@ static int run_pass(cudnn_attn *c, int impl, int bwd, const cudnn_attn_shape *sh
                                   b->ws, sb, sh->B, sh->T, sh->Hq, sh->Hk, sh->d, sh->scale,
                                   sh->window, 0);
     }
+    set_limits(c, impl);
     if (!bwd) return cudnn_attn_fwd(c, sh, b->q, b->k, b->v, b->out, b->lse, b->ws, b->ws_bytes);
     return cudnn_attn_bwd(c, sh, b->dout, b->q, b->k, b->v, b->out, b->lse, b->dq, b->dk, b->dv,
                           b->ws, b->ws_bytes);
@@ -109,15 +132,20 @@ int main(void) {
     }
     printf("cuDNN %ld\n", cudnn_attn_version());
     float ms[NS][NIMPL][2];
+    int chunk[NS];
     for (int s = 0; s < NS; s++) {
         const int B = shapes[s].B, T = shapes[s].T;
         const size_t nq = (size_t)B * T * Hq * d, nk = (size_t)B * T * Hk * d;
         cudnn_attn_shape sh[NIMPL];
         size_t ws = cuda_attention_bwd_scratch_bytes(B, T, Hq, d);
+        chunk[s] = 0;
         for (int i = 0; i < NIMPL; i++) {
             cudnn_attn_shape x = {B, T, Hq, Hk, d, 0, 0.08838834764831845f, i != IMPL_CUDNN_NONDET};
             sh[i] = x;
             if (i == IMPL_ZAYAC) continue;
+            /* the one-pass and bf16-chunk variants only where the deterministic one is chunked */
+            if ((i == IMPL_CUDNN_ONEPASS || i == IMPL_CUDNN_CHUNK_BF16) && !chunk[s]) continue;
+            set_limits(c, i);
             size_t f = 0, g = 0;
             cudaEvent_t t0, t1; /* plan building time, for the record */
             ZY_CUDA_CHECK(cudaEventCreate(&t0));
@@ -130,6 +158,16 @@ int main(void) {
             cudaEventElapsedTime(&build_ms, t0, t1);
             printf("B=%d T=%d %s: %s (plans built in %.0f ms)\n", B, T, impl_name[i],
                    rc == ZY_OK ? cudnn_attn_describe(c, &sh[i]) : zy_errmsg(), build_ms);
+            cudnn_attn_plan_info info;
+            if (rc == ZY_OK && cudnn_attn_plan_get(c, &sh[i], &info) == ZY_OK) {
+                printf("  backward: %s", info.chunk ? "" : "one pass");
+                if (info.chunk)
+                    printf("%d chunks of %d query rows, dk/dv per chunk in %s", info.nchunks,
+                           info.chunk, info.grads_f32 ? "fp32" : "bf16");
+                printf(", workspace %.1f MiB (cuDNN's %.1f MiB)\n", info.bwd_ws / 1048576.0,
+                       (info.chunk ? info.chunk_ws : info.bwd_ws) / 1048576.0);
+                if (i == IMPL_CUDNN_DET) chunk[s] = info.chunk;
+            }
             fflush(stdout);
             if (f > ws) ws = f;
             if (g > ws) ws = g;
@@ -147,6 +185,12 @@ int main(void) {
         const double fl = 2.0 * B * (double)T * T * Hq * d;
         for (int i = 0; i < NIMPL; i++)
             for (int bwd = 0; bwd < 2; bwd++) {
+                /* the variants differ from the deterministic one only in a chunked backward */
+                const int variant = i == IMPL_CUDNN_ONEPASS || i == IMPL_CUDNN_CHUNK_BF16;
+                if (variant && (!bwd || !chunk[s])) {
+                    ms[s][i][bwd] = 0;
+                    continue;
+                }
                 float t = time_pass(c, i, bwd, &sh[i], &b, shapes[s].reps);
                 ms[s][i][bwd] = t;
                 double tf = t > 0 ? (bwd ? 2.5 : 1.0) * fl / (t * 1e9) : 0;
@@ -160,17 +204,21 @@ int main(void) {
         ZY_CUDA_CHECK(cudaFree(b.lse));
         ZY_CUDA_CHECK(cudaFree(b.ws));
     }
-    printf("\n| B x T | pass | zayac ms (TFLOP/s) | cuDNN det. ms (TFLOP/s) | cuDNN atomics ms "
-           "(TFLOP/s) | zayac / cuDNN det. |\n|---|---|---|---|---|---|\n");
+    printf("\n| B x T | pass | zayac ms (TFLOP/s) | cuDNN det. ms (TFLOP/s) | cuDNN det. one pass "
+           "| cuDNN det. chunks, bf16 dk/dv | cuDNN atomics ms (TFLOP/s) | zayac / cuDNN det. "
+           "|\n|---|---|---|---|---|---|---|---|\n");
     for (int s = 0; s < NS; s++)
         for (int bwd = 0; bwd < 2; bwd++) {
             const double fl =
                 (bwd ? 2.5 : 1.0) * 2.0 * shapes[s].B * (double)shapes[s].T * shapes[s].T * Hq * d;
-            printf("| %d x %d | %s |", shapes[s].B, shapes[s].T, bwd ? "bwd" : "fwd");
+            printf("| %d x %d | %s%s |", shapes[s].B, shapes[s].T, bwd ? "bwd" : "fwd",
+                   bwd && chunk[s] ? " (chunked)" : "");
             for (int i = 0; i < NIMPL; i++) {
                 float t = ms[s][i][bwd];
                 if (t > 0)
                     printf(" %.3f (%.0f) |", t, fl / (t * 1e9));
+                else if (t == 0)
+                    printf(" - |");
                 else
                     printf(" failed |");
             }

@@ -2,13 +2,16 @@
  * of cudnn-frontend's composite SDPA nodes, written against the backend API (cudnn_graph.h), with
  * strides for zayac's token-major rows, and a cache of their plans per shape. */
 #include "ops/cuda/attention_cudnn.h"
+#include "ops/cuda/cuda_util.h"
 #include "ops/cuda/cudnn_graph.h"
 
 #include "base/err.h"
 
 #include <cuda_runtime.h>
 #include <float.h>
+#include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +29,13 @@ int cudnn_attn_create(cudnn_attn **out, cudaStream_t s) {
 void cudnn_attn_destroy(cudnn_attn *a) {}
 int cudnn_attn_prepare(cudnn_attn *a, const cudnn_attn_shape *sh, size_t *f, size_t *b) {
     return zy_fail_runtime("cuDNN unavailable: zayac was built without the cuDNN headers");
+}
+void cudnn_attn_set_limits(cudnn_attn *a, const cudnn_attn_limits *l) {}
+size_t cudnn_attn_workspace_cap(const cudnn_attn *a) {
+    return CUDNN_ATTN_WORKSPACE_CAP;
+}
+int cudnn_attn_plan_get(cudnn_attn *a, const cudnn_attn_shape *sh, cudnn_attn_plan_info *info) {
+    return cudnn_attn_prepare(a, sh, NULL, NULL);
 }
 int cudnn_attn_seen(cudnn_attn *a, const cudnn_attn_shape *sh) {
     return 0;
@@ -63,31 +73,71 @@ enum {
     U_ONE,
     U_SEQ_Q,
     U_SEQ_KV,
-    U_DQ_ACCUM
+    U_DQ_ACCUM,
+    U_SQ,      /* bottom-right alignment: s_q (int32 by value) */
+    U_SKV,     /* and s_kv */
+    U_WINDOW_I /* the window as int32, bottom-right with sequence lengths */
 };
 
-#define ALIGN_UP(x) (((x) + 255) & ~(size_t)255)
+#define ALIGN_UP(x)            (((x) + 255) & ~(size_t)255)
+
+/* The oldest cuDNN whose SDPA graphs take the bottom-right-aligned causal mask for any
+ * s_q <= s_kv (cudnn-frontend: 9.3 for the alignment at all, 9.6 for sizes off multiples of 64). */
+#define CUDNN_BOTTOM_RIGHT_MIN 90600
+
+/* One chunk of a chunked backward: queries [q0, q0 + Tq) against keys [k0, k0 + Tkv), k0 + Tkv =
+ * q0 + Tq, so query row i of the chunk is key column i + (Tkv - Tq) (bottom-right alignment). */
+typedef struct {
+    int q0, Tq, k0, Tkv;
+    int pad;                   /* the padding-mask workaround (Tkv % 128 != 0 on cuDNN <= 9.15) */
+    int32_t sq, skv, window_i; /* by-value scalars: s_q, s_kv, the window */
+    float window;              /* the left bound's f32 scalar: window - (Tkv - Tq) */
+    int plan;                  /* the chunk whose graph g it runs (chunks of one geometry share) */
+    cg_graph g;                /* built when plan is the chunk's own index */
+} attn_chunk;
 
 /* One shape's plans, or the reason cuDNN refused it. */
 typedef struct {
     cudnn_attn_shape key;
+    cudnn_attn_limits lim; /* the limits it was built under (part of the key) */
     int ok;
     char reason[512];
-    cg_graph fwd, bwd;
-    int pad;         /* backward with the padding-mask workaround (seq lengths in seqlen) */
-    int32_t *seqlen; /* device [2B]: T for every sequence, queries then keys */
+    cg_graph fwd, bwd; /* bwd: the single pass (not built when chunked) */
+    int pad;           /* single pass with the padding-mask workaround (seq lengths in seqlen) */
+    int32_t *seqlen;   /* device [2B]: T for every sequence, queries then keys */
     /* the values of the by-value scalars, alive as long as the plans */
     float scale, neg_inf, window, one;
-    /* backward workspace: [row sums | dq accumulator | cuDNN's] */
+    /* backward workspace: [row sums | dq accumulator | cuDNN's]; chunked: [row sums of a chunk |
+     * fp32 sums of dk, dv | a chunk's dk, dv | cuDNN's for the largest chunk] */
     size_t rowsum_bytes, accum_bytes, bwd_ws, fwd_ws;
-    char desc[200];
+    /* the chunked backward: nchunks > 0 plans of chunk query rows */
+    int chunk, nchunks, grads_f32;
+    attn_chunk *chunks;
+    int32_t *chunk_seqlen; /* device [nchunks][2B]: each chunk's s_q, then s_kv, per sequence */
+    size_t sum_bytes, part_bytes, chunk_ws;
+    attn_chunk probe; /* the last chunk plan built while sizing chunks (reused when it fits) */
+    int probe_tc;     /* its chunk size (0: none held) */
+    char note[400];   /* why a shape past the cap is not chunked, or why dk/dv came out in bf16 */
+    char desc[640];
 } attn_plan;
 
 struct cudnn_attn {
     cudnnHandle_t handle;
+    cudaStream_t stream;
+    cudnn_attn_limits lim;
     attn_plan **plans;
     int nplans;
 };
+
+/* l with its zero fields set to the defaults. */
+static cudnn_attn_limits limits_of(const cudnn_attn_limits *l) {
+    cudnn_attn_limits n = {CUDNN_ATTN_WORKSPACE_CAP, 0, CUDNN_ATTN_GRADS_AUTO};
+    if (!l) return n;
+    if (l->workspace_cap) n.workspace_cap = l->workspace_cap;
+    if (l->max_chunk > 0) n.max_chunk = l->max_chunk < 128 ? 128 : l->max_chunk / 128 * 128;
+    if (l->grads == CUDNN_ATTN_GRADS_F32 || l->grads == CUDNN_ATTN_GRADS_BF16) n.grads = l->grads;
+    return n;
+}
 
 int cudnn_attn_create(cudnn_attn **out, cudaStream_t s) {
     *out = NULL;
@@ -103,8 +153,30 @@ int cudnn_attn_create(cudnn_attn **out, cudaStream_t s) {
         free(a);
         return zy_fail_runtime("cuDNN: cudnnCreate/cudnnSetStream: %s", cudnn_fn.error_string(st));
     }
+    a->stream = s;
+    a->lim = limits_of(NULL);
     *out = a;
     return ZY_OK;
+}
+
+void cudnn_attn_set_limits(cudnn_attn *a, const cudnn_attn_limits *l) {
+    a->lim = limits_of(l);
+}
+
+size_t cudnn_attn_workspace_cap(const cudnn_attn *a) {
+    return a->lim.workspace_cap;
+}
+
+/* Releases the chunked backward's plans and buffers. */
+static void free_chunks(attn_plan *p) {
+    for (int i = 0; i < p->nchunks; i++)
+        if (p->chunks[i].plan == i) cg_free(&p->chunks[i].g);
+    free(p->chunks);
+    if (p->chunk_seqlen) cudaFree(p->chunk_seqlen);
+    if (p->probe_tc) cg_free(&p->probe.g);
+    p->chunks = NULL;
+    p->chunk_seqlen = NULL;
+    p->nchunks = p->chunk = p->probe_tc = 0;
 }
 
 void cudnn_attn_destroy(cudnn_attn *a) {
@@ -113,6 +185,7 @@ void cudnn_attn_destroy(cudnn_attn *a) {
         attn_plan *p = a->plans[i];
         cg_free(&p->fwd);
         cg_free(&p->bwd);
+        free_chunks(p);
         if (p->seqlen) cudaFree(p->seqlen);
         free(p);
     }
@@ -128,24 +201,26 @@ static cg_layout layout(int64_t d0, int64_t d1, int64_t d2, int64_t d3, int64_t 
     cg_layout l = {{d0, d1, d2, d3}, {s0, s1, s2, s3}};
     return l;
 }
-/* [B, H, T, d] over token-major rows [B*T, H*d] (q, k, v, out and their gradients). */
-static cg_layout rows_bhtd(int64_t B, int64_t H, int64_t T, int64_t d) {
-    return layout(B, H, T, d, T * H * d, d, H * d, 1);
+/* [B, H, n, d] over token-major rows [B*T, H*d] (q, k, v, out and their gradients): n rows of
+ * each sequence of T (n < T for a chunk, whose pointer starts at its first row). */
+static cg_layout rows_bhtd(int64_t B, int64_t H, int64_t n, int64_t d, int64_t T) {
+    return layout(B, H, n, d, T * H * d, d, H * d, 1);
 }
-/* The same transposed in its last two dims, [B, H, d, T] (K and V as the products read them). */
-static cg_layout rows_bhdt(int64_t B, int64_t H, int64_t T, int64_t d) {
-    return layout(B, H, d, T, T * H * d, d, 1, H * d);
+/* The same transposed in its last two dims, [B, H, d, n] (K and V as the products read them). */
+static cg_layout rows_bhdt(int64_t B, int64_t H, int64_t n, int64_t d, int64_t T) {
+    return layout(B, H, d, n, T * H * d, d, 1, H * d);
 }
-/* Scores [B, H, T, T] and their transpose (a view with swapped strides). */
-static cg_layout scores(int64_t B, int64_t H, int64_t T) {
-    return layout(B, H, T, T, H * T * T, T * T, T, 1);
+/* Scores [B, H, m, n] and their transpose [B, H, n, m] (a view with swapped strides). */
+static cg_layout scores(int64_t B, int64_t H, int64_t m, int64_t n) {
+    return layout(B, H, m, n, H * m * n, m * n, n, 1);
 }
-static cg_layout scores_t(int64_t B, int64_t H, int64_t T) {
-    return layout(B, H, T, T, H * T * T, T * T, 1, T);
+static cg_layout scores_t(int64_t B, int64_t H, int64_t m, int64_t n) {
+    return layout(B, H, n, m, H * m * n, m * n, 1, n);
 }
-/* Per-row values [B, H, T, 1] (lse, row sums), zayac's lse layout [B, H, T]. */
-static cg_layout per_row(int64_t B, int64_t H, int64_t T) {
-    return layout(B, H, T, 1, H * T, T, 1, 1);
+/* Per-row values [B, H, n, 1] in rows of T per head (lse [B, H, T]; n = T, or a chunk's rows
+ * from its first); dense when n = T. */
+static cg_layout per_row(int64_t B, int64_t H, int64_t n, int64_t T) {
+    return layout(B, H, n, 1, H * T, T, 1, 1);
 }
 /* A gradient per query head before the sum over a key head's group, [B, Hq, T, d] dense. */
 static cg_layout per_head(int64_t B, int64_t H, int64_t T, int64_t d) {
@@ -154,28 +229,54 @@ static cg_layout per_head(int64_t B, int64_t H, int64_t T, int64_t d) {
 
 /* ---- the graphs ---- */
 
-/* s with -inf where query t (axis 2) may not see key c (axis 3): c > t, and c <= t - window when
- * window is given (the value of the window as a float scalar). The right bound, then the left,
- * each with its own index generators, as cudnn-frontend's diagonal band nodes lay them out (the
- * fusion matches these patterns). */
-static cg_desc mask_band(cg_graph *g, cg_desc s, cg_layout l, cg_desc neg_inf, cg_desc window) {
+/* x op y in int32 along axis 3: an index shifted by a sequence length or the window, as the
+ * frontend's band mask computes it. */
+static cg_desc shift_index(cg_graph *g, cudnnPointwiseMode_t mode, cg_desc x, cg_desc y,
+                           cg_layout l) {
+    cg_desc z = cg_virtual(g, CUDNN_DATA_INT32, l);
+    cg_pointwise(g, mode, CUDNN_DATA_INT32, x, y, NULL, z, 3);
+    return z;
+}
+
+/* s with -inf where query row r (axis 2) may not see key column c (axis 3): the right bound, then
+ * the left, each with its own index generators, as cudnn-frontend's diagonal band nodes lay them
+ * out (the fusion matches these patterns).
+ * Right bound: keep r >= c. Bottom-right aligned (sq and skv given: int32 scalars, or the
+ * [B, 1, 1, 1] sequence lengths), the row index plus the s_kv - s_q offset before the compare:
+ * keep r + skv - sq >= c.
+ * Left bound (a window): keep c + window > r, window an f32 scalar (with the bottom-right
+ * alignment and fixed lengths its value is the window less s_kv - s_q); with sequence lengths,
+ * window_i an int32 scalar: keep c + window_i - skv + sq > r. */
+static cg_desc mask_band(cg_graph *g, cg_desc s, cg_layout l, cg_desc neg_inf, cg_desc window,
+                         cg_desc sq, cg_desc skv, cg_desc window_i) {
     const cudnnDataType_t f32 = CUDNN_DATA_FLOAT, i32 = CUDNN_DATA_INT32, b = CUDNN_DATA_BOOLEAN;
     cg_desc row = cg_virtual(g, i32, l), col = cg_virtual(g, i32, l);
     cg_pointwise(g, CUDNN_POINTWISE_GEN_INDEX, f32, s, NULL, NULL, row, 2);
     cg_pointwise(g, CUDNN_POINTWISE_GEN_INDEX, f32, s, NULL, NULL, col, 3);
+    if (skv) {
+        row = shift_index(g, CUDNN_POINTWISE_ADD, row, skv, l);
+        row = shift_index(g, CUDNN_POINTWISE_SUB, row, sq, l);
+    }
     cg_desc keep = cg_pw(g, CUDNN_POINTWISE_CMP_GE, b, row, col, NULL, b, l);
     s = cg_pw(g, CUDNN_POINTWISE_BINARY_SELECT, f32, s, neg_inf, keep, f32, l);
-    if (!window) return s;
+    if (!window && !window_i) return s;
     row = cg_virtual(g, i32, l), col = cg_virtual(g, i32, l);
     cg_pointwise(g, CUDNN_POINTWISE_GEN_INDEX, f32, s, NULL, NULL, row, 2);
     cg_pointwise(g, CUDNN_POINTWISE_GEN_INDEX, f32, s, NULL, NULL, col, 3);
-    cg_desc shifted = cg_pw(g, CUDNN_POINTWISE_ADD, f32, col, window, NULL, f32, l);
+    cg_desc shifted;
+    if (window_i) {
+        shifted = shift_index(g, CUDNN_POINTWISE_ADD, col, window_i, l);
+        shifted = shift_index(g, CUDNN_POINTWISE_SUB, shifted, skv, l);
+        shifted = shift_index(g, CUDNN_POINTWISE_ADD, shifted, sq, l);
+    } else {
+        shifted = cg_pw(g, CUDNN_POINTWISE_ADD, f32, col, window, NULL, f32, l);
+    }
     keep = cg_pw(g, CUDNN_POINTWISE_CMP_GT, b, shifted, row, NULL, b, l);
     return cg_pw(g, CUDNN_POINTWISE_BINARY_SELECT, f32, s, neg_inf, keep, f32, l);
 }
 
 /* s with -inf outside the first seq_q rows and seq_kv columns of each sequence: the workaround
- * cudnn-frontend applies to the backward when T is not a multiple of 128 on cuDNN <= 9.15. */
+ * cudnn-frontend applies to the backward when s_kv is not a multiple of 128 on cuDNN <= 9.15. */
 static cg_desc mask_padding(cg_graph *g, cg_desc s, cg_layout l, cg_desc neg_inf, cg_desc seq_q,
                             cg_desc seq_kv) {
     const cudnnDataType_t f32 = CUDNN_DATA_FLOAT, i32 = CUDNN_DATA_INT32, b = CUDNN_DATA_BOOLEAN;
@@ -192,11 +293,11 @@ static cg_desc mask_padding(cg_graph *g, cg_desc s, cg_layout l, cg_desc neg_inf
 static void build_fwd(cg_graph *g, const cudnn_attn_shape *sh) {
     const int64_t B = sh->B, T = sh->T, Hq = sh->Hq, Hk = sh->Hk, d = sh->d;
     const cudnnDataType_t f32 = CUDNN_DATA_FLOAT, bf16 = CUDNN_DATA_BFLOAT16;
-    const cg_layout ls = scores(B, Hq, T), lr = per_row(B, Hq, T);
-    cg_desc q = cg_tensor(g, U_Q, bf16, rows_bhtd(B, Hq, T, d));
-    cg_desc kt = cg_tensor(g, U_K, bf16, rows_bhdt(B, Hk, T, d));
-    cg_desc v = cg_tensor(g, U_V, bf16, rows_bhtd(B, Hk, T, d));
-    cg_desc o = cg_tensor(g, U_O, bf16, rows_bhtd(B, Hq, T, d));
+    const cg_layout ls = scores(B, Hq, T, T), lr = per_row(B, Hq, T, T);
+    cg_desc q = cg_tensor(g, U_Q, bf16, rows_bhtd(B, Hq, T, d, T));
+    cg_desc kt = cg_tensor(g, U_K, bf16, rows_bhdt(B, Hk, T, d, T));
+    cg_desc v = cg_tensor(g, U_V, bf16, rows_bhtd(B, Hk, T, d, T));
+    cg_desc o = cg_tensor(g, U_O, bf16, rows_bhtd(B, Hq, T, d, T));
     cg_desc stats = cg_tensor(g, U_STATS, f32, lr);
     cg_desc scale = cg_scalar(g, U_SCALE, f32), neg_inf = cg_scalar(g, U_NEG_INF, f32);
     cg_desc window = sh->window > 0 ? cg_scalar(g, U_WINDOW, f32) : NULL;
@@ -204,7 +305,7 @@ static void build_fwd(cg_graph *g, const cudnn_attn_shape *sh) {
     cg_desc s = cg_virtual(g, f32, ls); /* [B, Hq, T, T] */
     cg_matmul(g, q, kt, s, NULL, NULL, NULL);
     s = cg_pw(g, CUDNN_POINTWISE_MUL, f32, s, scale, NULL, f32, ls);
-    s = mask_band(g, s, ls, neg_inf, window);
+    s = mask_band(g, s, ls, neg_inf, window, NULL, NULL, NULL);
     /* softmax with its stats: max, exp(s - max), their sum, stats = max + log(sum) */
     cg_desc mx = cg_virtual(g, f32, lr), sum = cg_virtual(g, f32, lr);
     cg_reduction(g, CUDNN_REDUCE_TENSOR_MAX, s, mx);
@@ -218,37 +319,61 @@ static void build_fwd(cg_graph *g, const cudnn_attn_shape *sh) {
     cg_matmul(g, p, v, o, NULL, NULL, NULL);
 }
 
+/* The rows a backward graph covers: Tq query rows and Tkv key rows (from the pointers the caller
+ * passes) of sequences T tokens apart; dk, dv written as grad_type; br: the bottom-right-aligned
+ * mask (Tkv > Tq); pad: the padding-mask workaround. The single pass is Tq = Tkv = T, bf16. */
+typedef struct {
+    int64_t Tq, Tkv, T;
+    cudnnDataType_t grad_type;
+    int br, pad;
+} bwd_rows;
+
 /* dq, dk, dv from dout and the forward's tensors: P = exp(mask(scale q k^T) - lse), dv = P^T dout,
  * dS = P (dout v^T - rowsum(dout * out)) scale, dk = dS^T q, dq = dS k; with GQA the per-query-
  * head dk, dv are summed over each key head's group. deterministic: dq straight from the product
  * (no fp32 accumulator, the dP-workspace kernel); otherwise through an fp32 accumulator that
  * cuDNN fills with atomics. */
-static void build_bwd(cg_graph *g, const cudnn_attn_shape *sh, int pad) {
-    const int64_t B = sh->B, T = sh->T, Hq = sh->Hq, Hk = sh->Hk, d = sh->d;
-    const cudnnDataType_t f32 = CUDNN_DATA_FLOAT, bf16 = CUDNN_DATA_BFLOAT16;
-    const cg_layout ls = scores(B, Hq, T), lst = scores_t(B, Hq, T), lr = per_row(B, Hq, T);
-    cg_desc q = cg_tensor(g, U_Q, bf16, rows_bhtd(B, Hq, T, d));
-    cg_desc kt = cg_tensor(g, U_K, bf16, rows_bhdt(B, Hk, T, d));
-    cg_desc vt = cg_tensor(g, U_V, bf16, rows_bhdt(B, Hk, T, d));
-    cg_desc o = cg_tensor(g, U_O, bf16, rows_bhtd(B, Hq, T, d));
-    cg_desc dout = cg_tensor(g, U_DO, bf16, rows_bhtd(B, Hq, T, d));
-    cg_desc stats = cg_tensor(g, U_STATS, f32, lr);
-    cg_desc dq = cg_tensor(g, U_DQ, bf16, rows_bhtd(B, Hq, T, d));
-    cg_desc dk = cg_tensor(g, U_DK, bf16, rows_bhtd(B, Hk, T, d));
-    cg_desc dv = cg_tensor(g, U_DV, bf16, rows_bhtd(B, Hk, T, d));
+static void build_bwd(cg_graph *g, const cudnn_attn_shape *sh, const bwd_rows *r) {
+    const int64_t B = sh->B, T = r->T, Tq = r->Tq, Tkv = r->Tkv, Hq = sh->Hq, Hk = sh->Hk,
+                  d = sh->d;
+    const cudnnDataType_t f32 = CUDNN_DATA_FLOAT, bf16 = CUDNN_DATA_BFLOAT16,
+                          i32 = CUDNN_DATA_INT32;
+    const cg_layout ls = scores(B, Hq, Tq, Tkv), lst = scores_t(B, Hq, Tq, Tkv);
+    const cg_layout lr = per_row(B, Hq, Tq, Tq); /* dense: the row sums */
+    cg_desc q = cg_tensor(g, U_Q, bf16, rows_bhtd(B, Hq, Tq, d, T));
+    cg_desc kt = cg_tensor(g, U_K, bf16, rows_bhdt(B, Hk, Tkv, d, T));
+    cg_desc vt = cg_tensor(g, U_V, bf16, rows_bhdt(B, Hk, Tkv, d, T));
+    cg_desc o = cg_tensor(g, U_O, bf16, rows_bhtd(B, Hq, Tq, d, T));
+    cg_desc dout = cg_tensor(g, U_DO, bf16, rows_bhtd(B, Hq, Tq, d, T));
+    cg_desc stats = cg_tensor(g, U_STATS, f32, per_row(B, Hq, Tq, T));
+    cg_desc dq = cg_tensor(g, U_DQ, bf16, rows_bhtd(B, Hq, Tq, d, T));
+    cg_desc dk = cg_tensor(g, U_DK, r->grad_type, rows_bhtd(B, Hk, Tkv, d, T));
+    cg_desc dv = cg_tensor(g, U_DV, r->grad_type, rows_bhtd(B, Hk, Tkv, d, T));
     cg_desc scale = cg_scalar(g, U_SCALE, f32), neg_inf = cg_scalar(g, U_NEG_INF, f32);
     cg_desc one = cg_scalar(g, U_ONE, f32);
-    cg_desc window = sh->window > 0 ? cg_scalar(g, U_WINDOW, f32) : NULL;
     cg_desc seq_q = NULL, seq_kv = NULL;
-    if (pad) {
+    if (r->pad) {
         const cg_layout lb = layout(B, 1, 1, 1, 1, 1, 1, 1);
-        seq_q = cg_tensor(g, U_SEQ_Q, CUDNN_DATA_INT32, lb);
-        seq_kv = cg_tensor(g, U_SEQ_KV, CUDNN_DATA_INT32, lb);
+        seq_q = cg_tensor(g, U_SEQ_Q, i32, lb);
+        seq_kv = cg_tensor(g, U_SEQ_KV, i32, lb);
+    }
+    /* the band: bottom-right offsets from the sequence lengths when there are any (as the frontend
+     * does), else from by-value s_q, s_kv */
+    cg_desc window = NULL, window_i = NULL, sq = NULL, skv = NULL;
+    if (r->br) {
+        sq = r->pad ? seq_q : cg_scalar(g, U_SQ, i32);
+        skv = r->pad ? seq_kv : cg_scalar(g, U_SKV, i32);
+    }
+    if (sh->window > 0) {
+        if (r->br && r->pad)
+            window_i = cg_scalar(g, U_WINDOW_I, i32);
+        else
+            window = cg_scalar(g, U_WINDOW, f32);
     }
 
-    /* row sums D = rowsum(dout * out), [B, Hq, T, 1], kept in the workspace */
+    /* row sums D = rowsum(dout * out), [B, Hq, Tq, 1], kept in the workspace */
     cg_desc prod = cg_pw(g, CUDNN_POINTWISE_MUL, f32, dout, o, NULL, f32,
-                         layout(B, Hq, T, d, Hq * T * d, T * d, Hq * d, 1));
+                         layout(B, Hq, Tq, d, Hq * Tq * d, Tq * d, Hq * d, 1));
     cg_desc red = cg_virtual(g, f32, lr);
     cg_reduction(g, CUDNN_REDUCE_TENSOR_ADD, prod, red);
     cg_desc rowsum = cg_tensor(g, U_ROWSUM, f32, lr);
@@ -258,15 +383,15 @@ static void build_bwd(cg_graph *g, const cudnn_attn_shape *sh, int pad) {
     cg_desc s = cg_virtual(g, f32, ls);
     cg_matmul(g, q, kt, s, seq_q, seq_kv, NULL);
     s = cg_pw(g, CUDNN_POINTWISE_MUL, f32, s, scale, NULL, f32, ls);
-    if (pad) s = mask_padding(g, s, ls, neg_inf, seq_q, seq_kv);
+    if (r->pad) s = mask_padding(g, s, ls, neg_inf, seq_q, seq_kv);
     s = cg_pw(g, CUDNN_POINTWISE_SUB, f32, s, stats, NULL, f32, ls);
-    s = mask_band(g, s, ls, neg_inf, window);
+    s = mask_band(g, s, ls, neg_inf, window, sq, skv, window_i);
     cg_desc p = cg_pw(g, CUDNN_POINTWISE_EXP, f32, s, NULL, NULL, f32, ls);
 
     /* dv = P^T dout (summed over the group) */
     cg_desc pt = cg_virtual(g, bf16, lst);
     cg_reshape(g, p, pt);
-    cg_desc dv_heads = Hq == Hk ? dv : cg_virtual(g, bf16, per_head(B, Hq, T, d));
+    cg_desc dv_heads = Hq == Hk ? dv : cg_virtual(g, bf16, per_head(B, Hq, Tkv, d));
     cg_matmul(g, pt, dout, dv_heads, seq_kv, NULL, seq_q);
     if (Hq != Hk) cg_reduction(g, CUDNN_REDUCE_TENSOR_ADD, dv_heads, dv);
 
@@ -280,23 +405,63 @@ static void build_bwd(cg_graph *g, const cudnn_attn_shape *sh, int pad) {
     /* dk = dS^T q (summed over the group) */
     cg_desc dst = cg_virtual(g, bf16, lst);
     cg_reshape(g, ds, dst);
-    cg_desc dk_heads = Hq == Hk ? dk : cg_virtual(g, bf16, per_head(B, Hq, T, d));
+    cg_desc dk_heads = Hq == Hk ? dk : cg_virtual(g, bf16, per_head(B, Hq, Tkv, d));
     cg_matmul(g, dst, q, dk_heads, seq_kv, NULL, seq_q);
     if (Hq != Hk) cg_reduction(g, CUDNN_REDUCE_TENSOR_ADD, dk_heads, dk);
 
     /* dq = dS k, k seen untransposed */
-    cg_desc k = cg_virtual(g, bf16, rows_bhtd(B, Hk, T, d));
+    cg_desc k = cg_virtual(g, bf16, rows_bhtd(B, Hk, Tkv, d, T));
     cg_reshape(g, kt, k);
     if (sh->deterministic) {
         cg_matmul(g, ds, k, dq, seq_q, NULL, seq_kv);
     } else {
-        cg_desc acc = cg_tensor(g, U_DQ_ACCUM, f32, per_head(B, Hq, T, d));
+        cg_desc acc = cg_tensor(g, U_DQ_ACCUM, f32, per_head(B, Hq, Tq, d));
         cg_matmul(g, ds, k, acc, seq_q, NULL, seq_kv);
         cg_pointwise(g, CUDNN_POINTWISE_IDENTITY, f32, acc, NULL, NULL, dq, -1);
     }
 }
 
+/* ---- the chunks' dk, dv sums ---- */
+
+/* One chunk's dk and dv (blockIdx.y: 0 dk, 1 dv) into the fp32 sums, over key rows [lo, hi) of
+ * every sequence (T * hd elements apart; hd = Hk * d, a multiple of 8): rows from add_from on add
+ * the sum the later chunks left (the others start it), and rows from fin on are final (no earlier
+ * chunk sees them) and go to the bf16 output instead of the sum. Each element gets the same
+ * additions in the same order on every run. */
+template <typename P>
+__global__ void chunk_sum_kernel(const P *part_k, const P *part_v, float *sum_k, float *sum_v,
+                                 __nv_bfloat16 *dk, __nv_bfloat16 *dv, int64_t seq_elems, int hd,
+                                 int lo, int hi, int add_from, int fin, int64_t n8) {
+    const P *part = blockIdx.y ? part_v : part_k;
+    float *sum = blockIdx.y ? sum_v : sum_k;
+    __nv_bfloat16 *out = blockIdx.y ? dv : dk;
+    const int64_t per_seq8 = (int64_t)(hi - lo) * hd / 8;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n8;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t b = i / per_seq8, e = (i - b * per_seq8) * 8;
+        const int t = lo + (int)(e / hd);
+        const int64_t off = b * seq_elems + (int64_t)lo * hd + e;
+        float v[8];
+        zy_load<P, 8>(part + off, v);
+        if (t >= add_from) {
+            float s[8];
+            zy_load<float, 8>(sum + off, s);
+#pragma unroll
+            for (int k = 0; k < 8; k++) v[k] += s[k];
+        }
+        if (t >= fin)
+            zy_store<__nv_bfloat16, 8>(out + off, v);
+        else
+            zy_store<float, 8>(sum + off, v);
+    }
+}
+
 /* ---- the plan cache ---- */
+
+static int same_limits(const cudnn_attn_limits *a, const cudnn_attn_limits *b) {
+    return a->workspace_cap == b->workspace_cap && a->max_chunk == b->max_chunk &&
+           a->grads == b->grads;
+}
 
 static int same_shape(const cudnn_attn_shape *a, const cudnn_attn_shape *b) {
     return a->B == b->B && a->T == b->T && a->Hq == b->Hq && a->Hk == b->Hk && a->d == b->d &&
@@ -319,7 +484,277 @@ static void shape_refusal(const cudnn_attn_shape *sh, long version, char *why, s
         snprintf(why, n, "scores index past int64");
 }
 
-/* Builds p's plans; ZY_ERR with the reason in p->reason. */
+/* A device copy of n int32 values; NULL with a runtime error. */
+static int32_t *device_ints(const int32_t *host, size_t n) {
+    int32_t *dev = NULL;
+    cudaError_t e = cudaMalloc((void **)&dev, n * sizeof *host);
+    if (e == cudaSuccess) e = cudaMemcpy(dev, host, n * sizeof *host, cudaMemcpyHostToDevice);
+    if (e == cudaSuccess) return dev;
+    if (dev) cudaFree(dev);
+    zy_fail_runtime("sequence lengths: %s", cudaGetErrorString(e));
+    return NULL;
+}
+
+/* The single-pass backward of p; ZY_ERR with the reason in p->reason. */
+static int build_single(cudnn_attn *a, attn_plan *p) {
+    const cudnn_attn_shape *sh = &p->key;
+    const bwd_rows rows = {sh->T, sh->T, sh->T, CUDNN_DATA_BFLOAT16, 0, p->pad};
+    cg_init(&p->bwd, a->handle);
+    build_bwd(&p->bwd, sh, &rows);
+    if (cg_plan(&p->bwd, sh->deterministic, "attention backward") != ZY_OK) goto fail;
+    if (p->pad && !p->seqlen) {
+        const size_t n = 2 * (size_t)sh->B;
+        int32_t *host = (int32_t *)malloc(n * sizeof *host);
+        if (!host) {
+            zy_fail_runtime("out of host memory");
+            goto fail;
+        }
+        for (size_t i = 0; i < n; i++) host[i] = sh->T;
+        p->seqlen = device_ints(host, n);
+        free(host);
+        if (!p->seqlen) goto fail;
+    }
+    p->rowsum_bytes = ALIGN_UP((size_t)sh->B * sh->Hq * sh->T * sizeof(float));
+    p->accum_bytes =
+        sh->deterministic ? 0 : ALIGN_UP((size_t)sh->B * sh->Hq * sh->T * sh->d * sizeof(float));
+    p->bwd_ws = p->rowsum_bytes + p->accum_bytes + (size_t)p->bwd.workspace;
+    return ZY_OK;
+fail:
+    snprintf(p->reason, sizeof p->reason, "%s", zy_errmsg());
+    cg_free(&p->bwd);
+    return ZY_ERR;
+}
+
+/* ---- chunk sizes ---- */
+
+/* Chunk i of p's shape at chunk size tc (query rows; a multiple of 128): its rows, keys (from the
+ * first 128-row block a window lets its first query see) and scalars; no plan. */
+static attn_chunk chunk_at(const attn_plan *p, int tc, int i) {
+    const cudnn_attn_shape *sh = &p->key;
+    attn_chunk c;
+    memset(&c, 0, sizeof c);
+    c.q0 = i * tc;
+    c.Tq = sh->T - c.q0 < tc ? sh->T - c.q0 : tc;
+    const int first_key = sh->window > 0 ? c.q0 - sh->window + 1 : 0;
+    c.k0 = first_key > 0 ? first_key / 128 * 128 : 0;
+    c.Tkv = c.q0 + c.Tq - c.k0;
+    /* cudnn-frontend's condition for the workaround is on s_kv alone; here s_q is off 128 only in
+     * a last chunk, whose s_kv then is too */
+    c.pad = c.Tkv % 128 != 0 && cudnn_lib_version() <= 91500;
+    c.sq = c.Tq;
+    c.skv = c.Tkv;
+    c.window_i = sh->window;
+    c.window = (float)(sh->window - (c.Tkv - c.Tq));
+    return c;
+}
+
+static int chunk_count(const attn_plan *p, int tc) {
+    return (p->key.T + tc - 1) / tc;
+}
+
+/* The chunk with the most scores (Tq Tkv) at chunk size tc: the one whose dP workspace is
+ * largest. */
+static int largest_chunk(const attn_plan *p, int tc, double *scores_out) {
+    int best = 0;
+    double most = -1;
+    for (int i = 0; i < chunk_count(p, tc); i++) {
+        attn_chunk c = chunk_at(p, tc, i);
+        double n = (double)c.Tq * c.Tkv;
+        if (n > most) most = n, best = i;
+    }
+    if (scores_out) *scores_out = most * p->key.B * p->key.Hq;
+    return best;
+}
+
+/* The chunked backward's own workspace at chunk size tc: one chunk's row sums, the fp32 sums of
+ * dk and dv, and a chunk's dk and dv (fp32 or bf16). */
+static size_t chunk_scratch(const attn_plan *p, int tc, int f32) {
+    const cudnn_attn_shape *sh = &p->key;
+    const size_t kv = (size_t)sh->B * sh->T * sh->Hk * sh->d;
+    return ALIGN_UP((size_t)sh->B * sh->Hq * tc * sizeof(float)) + 2 * ALIGN_UP(kv * 4) +
+           2 * ALIGN_UP(kv * (f32 ? 4 : 2));
+}
+
+/* Builds chunk c's plan (dk, dv in fp32 or bf16); ZY_ERR with cuDNN's reason. */
+static int build_chunk(cudnn_attn *a, attn_plan *p, attn_chunk *c, int f32) {
+    const bwd_rows rows = {c->Tq,          c->Tkv,
+                           p->key.T,       f32 ? CUDNN_DATA_FLOAT : CUDNN_DATA_BFLOAT16,
+                           c->Tkv > c->Tq, c->pad};
+    char what[128];
+    snprintf(what, sizeof what, "attention backward chunk (s_q %d, s_kv %d, dk/dv %s)", c->Tq,
+             c->Tkv, f32 ? "fp32" : "bf16");
+    cg_init(&c->g, a->handle);
+    build_bwd(&c->g, &p->key, &rows);
+    if (cg_plan(&c->g, 1, what) == ZY_OK) return ZY_OK;
+    cg_free(&c->g);
+    return ZY_ERR;
+}
+
+/* cuDNN's workspace for the largest chunk at chunk size tc, from its plan (kept in p->probe for
+ * the final build). ZY_ERR when cuDNN refuses the chunk. */
+static int probe_chunk(cudnn_attn *a, attn_plan *p, int tc, int f32, int64_t *ws) {
+    if (p->probe_tc) cg_free(&p->probe.g);
+    p->probe_tc = 0;
+    p->probe = chunk_at(p, tc, largest_chunk(p, tc, NULL));
+    ZY_TRY(build_chunk(a, p, &p->probe, f32));
+    p->probe_tc = tc;
+    *ws = p->probe.g.workspace;
+    return ZY_OK;
+}
+
+/* Builds every chunk's plan at chunk size tc; ZY_OK with the largest cuDNN workspace in *ws, or
+ * ZY_ERR with cuDNN's reason (nothing kept). */
+static int build_all_chunks(cudnn_attn *a, attn_plan *p, int tc, int f32, size_t *ws) {
+    const int n = chunk_count(p, tc);
+    p->chunks = (attn_chunk *)calloc(n, sizeof *p->chunks);
+    if (!p->chunks) return zy_fail_runtime("out of host memory");
+    *ws = 0;
+    for (int i = 0; i < n; i++) {
+        attn_chunk *c = &p->chunks[i];
+        *c = chunk_at(p, tc, i);
+        c->plan = i;
+        for (int j = 0; j < i && c->plan == i; j++)
+            if (p->chunks[j].Tq == c->Tq && p->chunks[j].Tkv == c->Tkv) c->plan = j;
+        if (c->plan == i) {
+            if (p->probe_tc == tc && p->probe.Tq == c->Tq && p->probe.Tkv == c->Tkv) {
+                c->g = p->probe.g; /* its plan built already */
+                p->probe_tc = 0;
+            } else if (build_chunk(a, p, c, f32) != ZY_OK) {
+                c->plan = -1;
+                p->nchunks = i + 1;
+                free_chunks(p);
+                return ZY_ERR;
+            }
+        }
+        p->nchunks = i + 1;
+        if ((size_t)c->g.workspace > *ws) *ws = (size_t)c->g.workspace;
+    }
+    /* every chunk's sequence lengths (only the padded ones read theirs) */
+    int32_t *host = (int32_t *)malloc((size_t)n * 2 * p->key.B * sizeof *host);
+    if (!host) {
+        free_chunks(p);
+        return zy_fail_runtime("out of host memory");
+    }
+    for (int i = 0; i < n; i++)
+        for (int b = 0; b < p->key.B; b++) {
+            host[(size_t)i * 2 * p->key.B + b] = p->chunks[i].Tq;
+            host[(size_t)i * 2 * p->key.B + p->key.B + b] = p->chunks[i].Tkv;
+        }
+    p->chunk_seqlen = device_ints(host, (size_t)n * 2 * p->key.B);
+    free(host);
+    if (!p->chunk_seqlen) {
+        free_chunks(p);
+        return ZY_ERR;
+    }
+    p->chunk = tc;
+    return ZY_OK;
+}
+
+/* The largest chunk size (a multiple of 128, at least two chunks, at most lim.max_chunk) whose
+ * backward workspace, cuDNN's for the largest chunk plus chunk_scratch, fits the cap, with every
+ * chunk's plan built (dk, dv in fp32 or bf16). cuDNN's workspace is read from a plan of the
+ * largest chunk: the first guess takes it as dP alone (B Hq Tq Tkv bf16), the next ones scale
+ * the bytes per score it reported, between the largest size known to fit and the smallest known
+ * not to. ZY_ERR with the reason (cuDNN's refusal, or no size fits). */
+static int size_chunks(cudnn_attn *a, attn_plan *p, int f32) {
+    const cudnn_attn_shape *sh = &p->key;
+    const double cap = (double)p->lim.workspace_cap;
+    int top = (sh->T - 1) / 128 * 128;
+    if (p->lim.max_chunk > 0 && p->lim.max_chunk < top) top = p->lim.max_chunk;
+    if (top < 128) return zy_fail_runtime("T = %d is too short to chunk", sh->T);
+    double per_score = 2.0; /* dP in bf16 */
+    int fit = 0, over = top + 128;
+    for (int tries = 0; tries < 12; tries++) {
+        /* the largest size in (fit, over) that the bytes per score predict to fit */
+        int tc = over - 128;
+        double n = 0;
+        for (; tc > fit; tc -= 128) {
+            largest_chunk(p, tc, &n);
+            if (per_score * n + (double)chunk_scratch(p, tc, f32) <= cap) break;
+        }
+        if (tc <= fit) {
+            if (fit) break;
+            largest_chunk(p, 128, &n);
+            return zy_fail_runtime("chunks of 128 query rows would need %.1f MiB of workspace, "
+                                   "past the cap of %.1f MiB",
+                                   (per_score * n + chunk_scratch(p, 128, f32)) / 1048576.0,
+                                   cap / 1048576.0);
+        }
+        int64_t ws = 0;
+        ZY_TRY(probe_chunk(a, p, tc, f32, &ws));
+        if ((double)ws + (double)chunk_scratch(p, tc, f32) <= cap)
+            fit = tc;
+        else
+            over = tc;
+        per_score = n > 0 ? (double)ws / n : per_score;
+        if (per_score <= 0) per_score = 1e-9; /* no workspace at all: any size that fits scratch */
+    }
+    if (!fit) return zy_fail_runtime("no chunk size fits the cap of %.1f MiB", cap / 1048576.0);
+    /* the other chunks' plans; a chunk needing more than the largest one moves a size down */
+    for (int tc = fit, k = 0; tc >= 128 && k < 4; tc -= 128, k++) {
+        size_t ws = 0;
+        ZY_TRY(build_all_chunks(a, p, tc, f32, &ws));
+        if ((double)ws + (double)chunk_scratch(p, tc, f32) <= cap) {
+            const size_t kv = (size_t)sh->B * sh->T * sh->Hk * sh->d;
+            p->grads_f32 = f32;
+            p->chunk_ws = ws;
+            p->rowsum_bytes = ALIGN_UP((size_t)sh->B * sh->Hq * tc * sizeof(float));
+            p->accum_bytes = 0;
+            p->sum_bytes = ALIGN_UP(kv * 4);
+            p->part_bytes = ALIGN_UP(kv * (f32 ? 4 : 2));
+            p->bwd_ws = chunk_scratch(p, tc, f32) + ws;
+            if (p->probe_tc) cg_free(&p->probe.g);
+            p->probe_tc = 0;
+            return ZY_OK;
+        }
+        free_chunks(p);
+    }
+    return zy_fail_runtime("no chunk size fits the cap of %.1f MiB", cap / 1048576.0);
+}
+
+/* The chunked backward of p: dk, dv in fp32 from cuDNN first (unless lim.grads says bf16), bf16
+ * when cuDNN refuses that or it fits no chunk size (the reason in p->note). ZY_ERR with why in
+ * p->note. */
+static int build_chunks(cudnn_attn *a, attn_plan *p) {
+    const long version = cudnn_lib_version();
+    if (version < CUDNN_BOTTOM_RIGHT_MIN) {
+        snprintf(p->note, sizeof p->note,
+                 "chunked backward refused: the bottom-right causal mask needs cuDNN %d or newer",
+                 CUDNN_BOTTOM_RIGHT_MIN);
+        return ZY_ERR;
+    }
+    char f32_why[300] = "";
+    for (int f32 = 1; f32 >= 0; f32--) {
+        if ((f32 && p->lim.grads == CUDNN_ATTN_GRADS_BF16) ||
+            (!f32 && p->lim.grads == CUDNN_ATTN_GRADS_F32))
+            continue;
+        int rc = size_chunks(a, p, f32);
+        if (p->probe_tc) cg_free(&p->probe.g);
+        p->probe_tc = 0;
+        if (rc == ZY_OK) {
+            if (!f32 && f32_why[0])
+                snprintf(p->note, sizeof p->note, "dk/dv per chunk in bf16, not fp32: %s", f32_why);
+            zy_err_clear();
+            return ZY_OK;
+        }
+        if (f32) {
+            snprintf(f32_why, sizeof f32_why, "%s", zy_errmsg());
+        } else {
+            snprintf(p->note, sizeof p->note, "chunked backward refused: %s%s%s", zy_errmsg(),
+                     f32_why[0] ? "; with fp32 dk/dv: " : "", f32_why);
+            zy_err_clear();
+            return ZY_ERR;
+        }
+    }
+    snprintf(p->note, sizeof p->note, "chunked backward refused: %s", f32_why);
+    zy_err_clear();
+    return ZY_ERR;
+}
+
+/* Builds p's plans: the forward; the backward in one pass, or in chunks when it is deterministic
+ * and one pass would need more workspace than the cap (or lim.max_chunk asks for chunks). A
+ * shape past the cap whose chunks cuDNN refuses keeps the single pass (cuda.attention = auto then
+ * leaves it to zayac's kernels). ZY_ERR with the reason in p->reason. */
 static int build_plans(cudnn_attn *a, attn_plan *p) {
     const cudnn_attn_shape *sh = &p->key;
     const long version = cudnn_lib_version();
@@ -333,48 +768,74 @@ static int build_plans(cudnn_attn *a, attn_plan *p) {
     cg_init(&p->fwd, a->handle);
     cg_init(&p->bwd, a->handle);
     build_fwd(&p->fwd, sh);
-    build_bwd(&p->bwd, sh, p->pad);
-    int rc = cg_plan(&p->fwd, 0, "attention forward");
-    if (rc == ZY_OK) rc = cg_plan(&p->bwd, sh->deterministic, "attention backward");
-    if (rc != ZY_OK) {
+    if (cg_plan(&p->fwd, 0, "attention forward") != ZY_OK) {
         snprintf(p->reason, sizeof p->reason, "%s", zy_errmsg());
         return ZY_ERR;
     }
-    if (p->pad) {
-        const size_t n = 2 * (size_t)sh->B;
-        int32_t *host = (int32_t *)malloc(n * sizeof *host);
-        if (!host) {
-            snprintf(p->reason, sizeof p->reason, "out of host memory");
-            return ZY_ERR;
-        }
-        for (size_t i = 0; i < n; i++) host[i] = sh->T;
-        cudaError_t e = cudaMalloc((void **)&p->seqlen, n * sizeof *host);
-        if (e == cudaSuccess)
-            e = cudaMemcpy(p->seqlen, host, n * sizeof *host, cudaMemcpyHostToDevice);
-        free(host);
-        if (e != cudaSuccess) {
-            snprintf(p->reason, sizeof p->reason, "sequence lengths: %s", cudaGetErrorString(e));
-            return ZY_ERR;
-        }
-    }
     p->fwd_ws = (size_t)p->fwd.workspace;
-    p->rowsum_bytes = ALIGN_UP((size_t)sh->B * sh->Hq * sh->T * sizeof(float));
-    p->accum_bytes =
-        sh->deterministic ? 0 : ALIGN_UP((size_t)sh->B * sh->Hq * sh->T * sh->d * sizeof(float));
-    p->bwd_ws = p->rowsum_bytes + p->accum_bytes + (size_t)p->bwd.workspace;
-    snprintf(p->desc, sizeof p->desc,
-             "cuDNN %ld: forward engine %lld (workspace %.1f MiB), backward engine %lld%s "
-             "(workspace %.1f MiB)%s",
-             version, (long long)p->fwd.engine, p->fwd_ws / 1048576.0, (long long)p->bwd.engine,
-             sh->deterministic ? ", deterministic" : "", p->bwd_ws / 1048576.0,
-             p->pad ? ", padding mask (T % 128 != 0)" : "");
+    /* dP alone (B Hq T^2 bf16) past the cap: no need to build the single pass to know */
+    const double cap = (double)p->lim.workspace_cap;
+    const double dp = 2.0 * sh->B * sh->Hq * (double)sh->T * sh->T;
+    const int forced = p->lim.max_chunk > 0 && sh->T > p->lim.max_chunk;
+    int single = !sh->deterministic || (!forced && dp <= cap);
+    if (single) {
+        ZY_TRY(build_single(a, p));
+        if (!sh->deterministic || (!forced && (double)p->bwd_ws <= cap)) return ZY_OK;
+    }
+    if (build_chunks(a, p) == ZY_OK) {
+        if (single) cg_free(&p->bwd);
+        return ZY_OK;
+    }
+    if (!single && build_single(a, p) != ZY_OK) {
+        const size_t n = strlen(p->reason);
+        if (n + 3 < sizeof p->reason)
+            snprintf(p->reason + n, sizeof p->reason - n, "; %s", (const char *)p->note);
+        return ZY_ERR;
+    }
     return ZY_OK;
 }
 
-/* The shape's cache entry, built on first sight. */
+/* Appends to p->desc what fmt says, cut at its end. */
+static void desc_add(attn_plan *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void desc_add(attn_plan *p, const char *fmt, ...) {
+    const size_t used = strlen(p->desc);
+    if (used + 1 >= sizeof p->desc) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(p->desc + used, sizeof p->desc - used, fmt, ap);
+    va_end(ap);
+}
+
+/* p's line for cudnn_attn_describe. */
+static void describe_plan(attn_plan *p) {
+    const cudnn_attn_shape *sh = &p->key;
+    p->desc[0] = 0;
+    desc_add(p, "cuDNN %ld: forward engine %lld (workspace %.1f MiB), ", cudnn_lib_version(),
+             (long long)p->fwd.engine, p->fwd_ws / 1048576.0);
+    int plans = 0;
+    for (int i = 0; i < p->nchunks; i++) plans += p->chunks[i].plan == i;
+    if (p->chunk)
+        desc_add(p,
+                 "backward in %d chunks of %d query rows (bottom-right causal mask; %d plans), "
+                 "engine %lld, "
+                 "dk/dv per chunk in %s summed in fp32, deterministic (workspace %.1f MiB: "
+                 "cuDNN's %.1f MiB for the largest chunk, %.1f MiB of sums and row sums)",
+                 p->nchunks, p->chunk, plans,
+                 (long long)p->chunks[p->chunks[p->nchunks - 1].plan].g.engine,
+                 p->grads_f32 ? "fp32" : "bf16", p->bwd_ws / 1048576.0, p->chunk_ws / 1048576.0,
+                 (p->bwd_ws - p->chunk_ws) / 1048576.0);
+    else
+        desc_add(p, "backward engine %lld%s (workspace %.1f MiB)%s", (long long)p->bwd.engine,
+                 sh->deterministic ? ", deterministic" : "", p->bwd_ws / 1048576.0,
+                 p->pad ? ", padding mask (T % 128 != 0)" : "");
+    if (p->note[0]) desc_add(p, "; %s", p->note);
+}
+
+/* The cache entry of sh under a's limits, built on first sight. */
 static attn_plan *find_plan(cudnn_attn *a, const cudnn_attn_shape *sh) {
     for (int i = 0; i < a->nplans; i++)
-        if (same_shape(&a->plans[i]->key, sh)) return a->plans[i];
+        if (same_shape(&a->plans[i]->key, sh) && same_limits(&a->plans[i]->lim, &a->lim))
+            return a->plans[i];
     attn_plan **grown = (attn_plan **)realloc(a->plans, (a->nplans + 1) * sizeof *grown);
     attn_plan *p = (attn_plan *)calloc(1, sizeof *p);
     if (!grown || !p) {
@@ -384,10 +845,14 @@ static attn_plan *find_plan(cudnn_attn *a, const cudnn_attn_shape *sh) {
     }
     a->plans = grown;
     p->key = *sh;
+    p->lim = a->lim;
     p->ok = build_plans(a, p) == ZY_OK;
-    if (!p->ok) { /* keep the reason, release what was built */
+    if (p->ok) {
+        describe_plan(p);
+    } else { /* keep the reason, release what was built */
         cg_free(&p->fwd);
         cg_free(&p->bwd);
+        free_chunks(p);
     }
     a->plans[a->nplans++] = p;
     return p;
@@ -402,9 +867,22 @@ int cudnn_attn_prepare(cudnn_attn *a, const cudnn_attn_shape *sh, size_t *fwd_ws
     return ZY_OK;
 }
 
+int cudnn_attn_plan_get(cudnn_attn *a, const cudnn_attn_shape *sh, cudnn_attn_plan_info *info) {
+    ZY_TRY(cudnn_attn_prepare(a, sh, NULL, NULL));
+    const attn_plan *p = find_plan(a, sh);
+    memset(info, 0, sizeof *info);
+    info->chunk = p->chunk;
+    info->nchunks = p->nchunks;
+    info->grads_f32 = p->grads_f32;
+    info->fwd_ws = p->fwd_ws;
+    info->bwd_ws = p->bwd_ws;
+    info->chunk_ws = p->chunk_ws;
+    return ZY_OK;
+}
+
 int cudnn_attn_seen(cudnn_attn *a, const cudnn_attn_shape *sh) {
     for (int i = 0; i < a->nplans; i++)
-        if (same_shape(&a->plans[i]->key, sh)) return 1;
+        if (same_shape(&a->plans[i]->key, sh) && same_limits(&a->plans[i]->lim, &a->lim)) return 1;
     return 0;
 }
 
@@ -435,11 +913,86 @@ int cudnn_attn_fwd(cudnn_attn *a, const cudnn_attn_shape *sh, const void *q, con
     return cg_execute(&p->fwd, sh->window > 0 ? 8 : 7, uids, ptrs, ws, "attention forward");
 }
 
+/* The chunked backward: the chunks from the last to the first, each one's dk, dv summed into the
+ * fp32 sums right after it (the same order on every run), the bf16 dk, dv written as their rows
+ * become final. */
+static int bwd_chunked(cudnn_attn *a, attn_plan *p, const void *dout, const void *q, const void *k,
+                       const void *v, const void *out, const float *lse, void *dq, void *dk,
+                       void *dv, void *ws) {
+    const cudnn_attn_shape *sh = &p->key;
+    const size_t qrow = (size_t)sh->Hq * sh->d * 2, krow = (size_t)sh->Hk * sh->d * 2;
+    const size_t grow = (size_t)sh->Hk * sh->d * (p->grads_f32 ? 4 : 2);
+    char *w = (char *)ws;
+    char *rowsum = w, *sum_k = w + p->rowsum_bytes, *sum_v = sum_k + p->sum_bytes;
+    char *part_k = sum_v + p->sum_bytes, *part_v = part_k + p->part_bytes;
+    char *own = part_v + p->part_bytes;
+    for (int c = p->nchunks - 1; c >= 0; c--) {
+        attn_chunk *x = &p->chunks[c];
+        cg_graph *g = &p->chunks[x->plan].g;
+        const int br = x->Tkv > x->Tq;
+        int64_t uids[19] = {U_Q,  U_K,  U_V,      U_O,     U_DO,      U_STATS, U_DQ,
+                            U_DK, U_DV, U_ROWSUM, U_SCALE, U_NEG_INF, U_ONE};
+        void *ptrs[19] = {(char *)q + x->q0 * qrow,
+                          (char *)k + x->k0 * krow,
+                          (char *)v + x->k0 * krow,
+                          (char *)out + x->q0 * qrow,
+                          (char *)dout + x->q0 * qrow,
+                          (void *)(lse + x->q0),
+                          (char *)dq + x->q0 * qrow,
+                          part_k + x->k0 * grow,
+                          part_v + x->k0 * grow,
+                          rowsum,
+                          &p->scale,
+                          &p->neg_inf,
+                          &p->one};
+        int n = 13;
+        if (sh->window > 0) {
+            if (br && x->pad)
+                uids[n] = U_WINDOW_I, ptrs[n++] = &x->window_i;
+            else
+                uids[n] = U_WINDOW, ptrs[n++] = &x->window;
+        }
+        if (br && !x->pad) {
+            uids[n] = U_SQ, ptrs[n++] = &x->sq;
+            uids[n] = U_SKV, ptrs[n++] = &x->skv;
+        }
+        if (x->pad) {
+            int32_t *len = p->chunk_seqlen + (size_t)c * 2 * sh->B;
+            uids[n] = U_SEQ_Q, ptrs[n++] = len;
+            uids[n] = U_SEQ_KV, ptrs[n++] = len + sh->B;
+        }
+        ZY_TRY(cg_execute(g, n, uids, ptrs, g->workspace ? own : NULL, "attention backward chunk"));
+        /* key rows [k0, q0 + Tq): those the later chunks saw (from their first key on) add to
+         * the sums; those no earlier chunk sees (from q0 on) are final */
+        const int hd = sh->Hk * sh->d, hi = x->q0 + x->Tq;
+        const int add_from = c == p->nchunks - 1 ? INT_MAX : p->chunks[c + 1].k0;
+        const int64_t n8 = (int64_t)sh->B * (hi - x->k0) * hd / 8;
+        const int64_t want = (n8 + 255) / 256;
+        const dim3 grid((unsigned)(want < 4096 ? want : 4096), 2);
+        const int64_t seq = (int64_t)sh->T * hd;
+        if (p->grads_f32)
+            chunk_sum_kernel<float><<<grid, 256, 0, a->stream>>>(
+                (const float *)part_k, (const float *)part_v, (float *)sum_k, (float *)sum_v,
+                (__nv_bfloat16 *)dk, (__nv_bfloat16 *)dv, seq, hd, x->k0, hi, add_from, x->q0, n8);
+        else
+            chunk_sum_kernel<__nv_bfloat16><<<grid, 256, 0, a->stream>>>(
+                (const __nv_bfloat16 *)part_k, (const __nv_bfloat16 *)part_v, (float *)sum_k,
+                (float *)sum_v, (__nv_bfloat16 *)dk, (__nv_bfloat16 *)dv, seq, hd, x->k0, hi,
+                add_from, x->q0, n8);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess)
+            return zy_fail_runtime("cuDNN attention backward: chunk sums: %s",
+                                   cudaGetErrorString(e));
+    }
+    return ZY_OK;
+}
+
 int cudnn_attn_bwd(cudnn_attn *a, const cudnn_attn_shape *sh, const void *dout, const void *q,
                    const void *k, const void *v, const void *out, const float *lse, void *dq,
                    void *dk, void *dv, void *ws, size_t ws_bytes) {
     attn_plan *p = ready_plan(a, sh, ws_bytes, 1);
     if (!p) return ZY_ERR;
+    if (p->chunk) return bwd_chunked(a, p, dout, q, k, v, out, lse, dq, dk, dv, ws);
     char *w = (char *)ws;
     void *rowsum = w, *accum = w + p->rowsum_bytes, *own = w + p->rowsum_bytes + p->accum_bytes;
     int64_t uids[17] = {U_Q,  U_K,  U_V,      U_O,     U_DO,      U_STATS, U_DQ,

@@ -57,7 +57,7 @@ typedef struct {
     int64_t dim[4], stride[4];
 } cg_layout;
 
-#define CG_MAX_DESC 160
+#define CG_MAX_DESC 256 /* the backward with a window, padding and bottom-right mask: ~170 */
 
 /* A graph being built: every descriptor it created (destroyed together by cg_free, after the plan
  * that uses them), its operations in order, the next id for virtual tensors and the first error. */

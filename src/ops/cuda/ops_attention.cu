@@ -27,14 +27,15 @@ void cuda_attention_ctx_free(cuda_state *s) {
     s->cudnn = NULL;
 }
 
-/* cuDNN's deterministic backward keeps dP in its workspace, B Hq T^2 bf16 (8 x 2048: 0.5 GiB;
- * 4 x 4096: 1 GiB; 1 x 32768: 16 GiB): past this, cuda.attention = auto leaves the shape to
- * zayac's kernels, whose scratch stays linear in T there (attention.h). */
-#define CUDNN_AUTO_MAX_WORKSPACE ((size_t)2 << 30)
-
 /* 1 when cuDNN runs this shape on ctx (its plans built; workspace bytes of each direction in
- * *ws_fwd, *ws_bwd), 0 for zayac's kernels. The first sight of a shape prints the choice; under
- * cuda.attention = cudnn a shape cuDNN refuses ends the process. */
+ * *ws_fwd, *ws_bwd), 0 for zayac's kernels. The first sight of a shape prints the choice (with the
+ * backward's chunks when it runs in chunks); under cuda.attention = cudnn a shape cuDNN refuses
+ * ends the process.
+ * cuDNN's deterministic backward keeps dP in its workspace, B Hq T^2 bf16 (8 x 2048: 0.5 GiB;
+ * 4 x 4096: 1 GiB; 1 x 32768: 16 GiB). Past the workspace cap (2 GiB) it runs over chunks of query
+ * rows that fit it (attention_cudnn.h); when cuDNN refuses those, cuda.attention = auto leaves the
+ * shape to zayac's kernels, whose scratch stays linear in T there (attention.h), and cudnn runs
+ * the single pass anyway. */
 static int use_cudnn(zy_ctx *ctx, const cudnn_attn_shape *sh, size_t *ws_fwd, size_t *ws_bwd) {
     cuda_state *s = cuda_st(ctx);
     if (!s->cudnn) return 0;
@@ -45,12 +46,17 @@ static int use_cudnn(zy_ctx *ctx, const cudnn_attn_shape *sh, size_t *ws_fwd, si
         zy_fatal_runtime_at(__FILE__, __LINE__, "cuda.attention = cudnn",
                             "B=%d T=%d Hq=%d Hk=%d d=%d window=%d: %s", sh->B, sh->T, sh->Hq,
                             sh->Hk, sh->d, sh->window, zy_errmsg());
-    const int too_big = ok && s->attention == ZY_ATTN_AUTO && bwd > CUDNN_AUTO_MAX_WORKSPACE;
-    if (first)
+    const size_t cap = cudnn_attn_workspace_cap(s->cudnn);
+    const int too_big = ok && s->attention == ZY_ATTN_AUTO && bwd > cap;
+    if (first) {
+        char why[96] = "";
+        if (too_big)
+            snprintf(why, sizeof why,
+                     "cuDNN's backward workspace is past %.3g GiB: ", cap / 1073741824.0);
         fprintf(stderr, "zayac: attention B=%d T=%d Hq=%d Hk=%d d=%d window=%d: %s%s%s\n", sh->B,
                 sh->T, sh->Hq, sh->Hk, sh->d, sh->window, ok && !too_big ? "" : "zayac's kernels; ",
-                too_big ? "cuDNN's backward workspace is past 2 GiB: " : "",
-                cudnn_attn_describe(s->cudnn, sh));
+                why, cudnn_attn_describe(s->cudnn, sh));
+    }
     if (!ok) zy_err_clear();
     if (!ok || too_big) return 0;
     if (ws_fwd) *ws_fwd = fwd;
