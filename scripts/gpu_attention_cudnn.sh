@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # cuDNN's attention backend (cuda.attention; docs/attention.md) on the GPU machine, in one call,
 # printing as it goes: build zayac with CUDA against the Debian packages in $DEBS; the tests
-# (tests/test_cuda_attention_cudnn: cuDNN against zayac's kernels on small and ZAYA1 shapes,
-# determinism, refused shapes; the op table's attention cases on the "cuda+cudnn" backend against
+# (tests/test_cuda_attention_cudnn: cuDNN against zayac's kernels on small and ZAYA1 shapes, the
+# chunked backward, determinism, refused shapes; the op table's attention cases on the "cuda+cudnn" backend against
 # the CPU op); the timings of zayac's kernels and cuDNN's on the ZAYA1 shapes
 # (dev/time_attention_cudnn) and torch SDPA's (scripts/bench_attention_torch.py); and a short
 # `zayac bench train` on bench-small with --attention zayac, then cudnn. Every step runs even when
@@ -39,13 +39,14 @@ step build 150 sh -c "make -j$NJ DEPS_ROOT=$DEPS_ROOT CUDA=1 all build/tests/tes
 }
 export ZAYAC_BIN=$PWD/build/zayac ZAYAC_ROOT=$PWD
 
-step "test_cuda_attention_cudnn" 75 build/tests/test_cuda_attention_cudnn
+# the chunked cases build many plans (one per chunk geometry, and probes): a longer limit
+step "test_cuda_attention_cudnn" 300 build/tests/test_cuda_attention_cudnn
 # the op table's attention cases through ops.h on cuda.attention = auto, against the CPU op (each
 # shape's backend is named on stderr: look for "cuDNN 9..." against "zayac's kernels")
 step "op table: attention on cuda+cudnn" 45 env OH_SELF=0 OH_FILTER='cuda+cudnn*' \
     build/tests/test_ops_backends
 
-step "timings: zayac vs cuDNN" 45 build/dev/time_attention_cudnn
+step "timings: zayac vs cuDNN" 180 build/dev/time_attention_cudnn
 step "timings: torch SDPA" 60 python3 scripts/bench_attention_torch.py
 
 # bench-small, 8 x 2048: ms per step with each backend (--peak-tflops skips the GEMM peak probe)
