@@ -4,9 +4,8 @@
  * B x T = 8 x 2048, 4 x 4096, 1 x 32768): the median of many runs with CUDA events, TFLOP/s with
  * the causal forward's 2 B T^2 Hq d FLOPs and the backward counted as 2.5 times that. Where the
  * deterministic backward runs in chunks of query rows (its single pass past the 2 GiB workspace
- * cap: 1 x 32768), two more backward columns: the single pass anyway (workspace past the cap),
- * and the chunks with bf16 dk, dv from cuDNN (the deterministic column has fp32 when cuDNN builds
- * it); the chunk size and workspace are printed with the plans. Prints one JSON line per
+ * cap: 1 x 32768), one more backward column: the single pass anyway (workspace past the cap); the
+ * chunk size and workspace are printed with the plans. Prints one JSON line per
  * measurement as it goes, then a markdown table. Inputs are random non-zero bf16. Needs a GPU;
  * exit status 1 when a call fails, 2 when cuDNN is unavailable. */
 #include "ops/cuda/attention.h"
@@ -34,26 +33,17 @@ static void fill_bf16(void *dev, size_t n, uint64_t seed) {
     free(h);
 }
 
-enum {
-    IMPL_ZAYAC,
-    IMPL_CUDNN_DET,
-    IMPL_CUDNN_ONEPASS,
-    IMPL_CUDNN_CHUNK_BF16,
-    IMPL_CUDNN_NONDET,
-    NIMPL
-};
+enum { IMPL_ZAYAC, IMPL_CUDNN_DET, IMPL_CUDNN_ONEPASS, IMPL_CUDNN_NONDET, NIMPL };
 static const char *const impl_name[NIMPL] = {
-    "zayac", "cudnn (deterministic)", "cudnn (deterministic, one pass)",
-    "cudnn (deterministic, chunks with bf16 dk/dv)", "cudnn (dq atomics)"};
+    "zayac", "cudnn (deterministic)", "cudnn (deterministic, one pass)", "cudnn (dq atomics)"};
 static const char *const impl_key[NIMPL] = {"zayac", "cudnn_det", "cudnn_det_onepass",
-                                            "cudnn_det_chunks_bf16", "cudnn_nondet"};
+                                            "cudnn_nondet"};
 
 /* The limits each cuDNN variant's plans are built and run under (the handle's, set before every
- * call): the defaults, no cap (one pass), bf16 dk/dv per chunk. */
+ * call): the defaults, or no cap (one pass). */
 static void set_limits(cudnn_attn *c, int impl) {
-    cudnn_attn_limits l = {0, 0, CUDNN_ATTN_GRADS_AUTO};
+    cudnn_attn_limits l = {0, 0};
     if (impl == IMPL_CUDNN_ONEPASS) l.workspace_cap = (size_t)1 << 40;
-    if (impl == IMPL_CUDNN_CHUNK_BF16) l.grads = CUDNN_ATTN_GRADS_BF16;
     cudnn_attn_set_limits(c, &l);
 }
 
@@ -126,7 +116,7 @@ int main(void) {
     const time_shape shapes[] = {{8, 2048, 50}, {4, 4096, 30}, {1, 32768, 10}};
     enum { NS = sizeof shapes / sizeof shapes[0] };
     cudnn_attn *c = NULL;
-    if (cudnn_attn_create(&c, 0) != ZY_OK) {
+    if (cudnn_attn_create(&c, 0, 0) != ZY_OK) {
         printf("%s\n", zy_errmsg());
         return 2;
     }
@@ -143,8 +133,8 @@ int main(void) {
             cudnn_attn_shape x = {B, T, Hq, Hk, d, 0, 0.08838834764831845f, i != IMPL_CUDNN_NONDET};
             sh[i] = x;
             if (i == IMPL_ZAYAC) continue;
-            /* the one-pass and bf16-chunk variants only where the deterministic one is chunked */
-            if ((i == IMPL_CUDNN_ONEPASS || i == IMPL_CUDNN_CHUNK_BF16) && !chunk[s]) continue;
+            /* the one-pass variant only where the deterministic one is chunked */
+            if (i == IMPL_CUDNN_ONEPASS && !chunk[s]) continue;
             set_limits(c, i);
             size_t f = 0, g = 0;
             cudaEvent_t t0, t1; /* plan building time, for the record */
@@ -161,9 +151,7 @@ int main(void) {
             cudnn_attn_plan_info info;
             if (rc == ZY_OK && cudnn_attn_plan_get(c, &sh[i], &info) == ZY_OK) {
                 printf("  backward: %s", info.chunk ? "" : "one pass");
-                if (info.chunk)
-                    printf("%d chunks of %d query rows, dk/dv per chunk in %s", info.nchunks,
-                           info.chunk, info.grads_f32 ? "fp32" : "bf16");
+                if (info.chunk) printf("%d chunks of %d query rows", info.nchunks, info.chunk);
                 printf(", workspace %.1f MiB (cuDNN's %.1f MiB)\n", info.bwd_ws / 1048576.0,
                        (info.chunk ? info.chunk_ws : info.bwd_ws) / 1048576.0);
                 if (i == IMPL_CUDNN_DET) chunk[s] = info.chunk;
@@ -185,9 +173,8 @@ int main(void) {
         const double fl = 2.0 * B * (double)T * T * Hq * d;
         for (int i = 0; i < NIMPL; i++)
             for (int bwd = 0; bwd < 2; bwd++) {
-                /* the variants differ from the deterministic one only in a chunked backward */
-                const int variant = i == IMPL_CUDNN_ONEPASS || i == IMPL_CUDNN_CHUNK_BF16;
-                if (variant && (!bwd || !chunk[s])) {
+                /* the one pass differs from the deterministic one only in a chunked backward */
+                if (i == IMPL_CUDNN_ONEPASS && (!bwd || !chunk[s])) {
                     ms[s][i][bwd] = 0;
                     continue;
                 }
@@ -205,8 +192,7 @@ int main(void) {
         ZY_CUDA_CHECK(cudaFree(b.ws));
     }
     printf("\n| B x T | pass | zayac ms (TFLOP/s) | cuDNN det. ms (TFLOP/s) | cuDNN det. one pass "
-           "| cuDNN det. chunks, bf16 dk/dv | cuDNN atomics ms (TFLOP/s) | zayac / cuDNN det. "
-           "|\n|---|---|---|---|---|---|---|---|\n");
+           "| cuDNN atomics ms (TFLOP/s) | zayac / cuDNN det. |\n|---|---|---|---|---|---|---|\n");
     for (int s = 0; s < NS; s++)
         for (int bwd = 0; bwd < 2; bwd++) {
             const double fl =

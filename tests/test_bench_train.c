@@ -248,7 +248,7 @@ static void test_cli_json(void **state) {
     snprintf(path, sizeof path, "%s/out/r.json", tmp);
     snprintf(line, sizeof line,
              "--config %s/small.json --device cpu --threads 1 --batch 2 --seq 16 --steps 2 "
-             "--warmup 1 --profile --json %s",
+             "--warmup 1 --profile --attention-workspace-gib 0.5 --json %s",
              tmp, path);
     run_result r = bench_train_cli(line);
     if (r.code != 0) fail_msg("exit %d:\n%s\n%s", r.code, r.out, r.err);
@@ -267,6 +267,8 @@ static void test_cli_json(void **state) {
     assert_string_equal(get(j, "config")->valuestring, cfg);
     assert_string_equal(get(j, "device")->valuestring, "cpu");
     assert_string_equal(get(j, "optim")->valuestring, "adamw");
+    assert_string_equal(get(j, "attention")->valuestring, "auto");
+    assert_true(num(j, "attention_workspace_gib") == 0.5);
     assert_true(num(j, "batch") == 2 && num(j, "seq") == 16 && num(j, "steps") == 2);
     const cJSON *sm = get(j, "step_ms");
     double mean = num(sm, "mean"), mn = num(sm, "min");
@@ -347,6 +349,7 @@ static void test_cli_errors(void **state) {
         {"--preset tiny --device cpu --lr 0", "--lr"},
         {"--preset tiny --device cpu --peak-tflops -5", "--peak-tflops"},
         {"--preset tiny --device cpu --seed -1", "--seed"},
+        {"--preset tiny --device cpu --attention-workspace-gib 0.01", "--attention-workspace-gib"},
         {small, NULL}, /* filled below: the small model's sequence limit */
     };
     snprintf(many, sizeof many, "%s --seq 65", small);

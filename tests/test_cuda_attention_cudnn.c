@@ -1,11 +1,11 @@
 /* Tests of cuDNN's attention (ops/cuda/attention_cudnn.h) against zayac's CUDA kernels
  * (ops/cuda/attention.h, themselves tested against the CPU op): out, lse, dq, dk, dv on small and
  * ZAYA1 shapes (Hq 8, Hk 2, d 128; T off the multiples of 128, windows, B > 1, Hq = Hk), the
- * backward run in chunks of query rows (forced by a chunk limit or a small workspace cap; the
- * chunks' dk, dv from cuDNN in fp32 when it builds that, and in bf16), the backward run twice with
- * bitwise-identical results (single pass and chunked), and the shapes cuDNN must refuse. The op
- * table (tests/op_cases_attention.c, backend "cuda+cudnn") runs the same through ops.h against the
- * CPU op. Skipped without a GPU or without cuDNN (libcudnn.so.9), with the reason.
+ * backward run in chunks of query rows (forced by a chunk limit or a small workspace cap), the
+ * backward run twice with bitwise-identical results (single pass and chunked), and the shapes cuDNN
+ * must refuse. The op table (tests/op_cases_attention.c, backend "cuda+cudnn") runs the same
+ * through ops.h against the CPU op. Skipped without a GPU or without cuDNN (libcudnn.so.9), with
+ * the reason.
  *
  * Tolerances: each backend rounds the products' operands and its outputs to bf16 and is within
  * about 3e-3 RMS-relative of the fp32 CPU reference (op_cases_attention.c bounds it by 1e-2), so
@@ -46,7 +46,7 @@ static int have_cudnn(void) {
         tried = 1;
         if (!have_gpu()) {
             printf("    no GPU: skipped\n");
-        } else if (cudnn_attn_create(&cudnn, 0) != ZY_OK) {
+        } else if (cudnn_attn_create(&cudnn, 0, 0) != ZY_OK) {
             printf("    %s: skipped\n", zy_errmsg());
         } else {
             ok = 1;
@@ -145,9 +145,9 @@ static double max_abs_f32(const float *a, const float *b, size_t n, size_t *bad)
     return m;
 }
 
-/* The chunk limits of the chunked cases: chunks of at most max_chunk rows, dk/dv as grads. */
-static cudnn_attn_limits chunk_limits(int max_chunk, int grads) {
-    cudnn_attn_limits l = {0, max_chunk, grads};
+/* The chunk limits of the chunked cases: chunks of at most max_chunk rows. */
+static cudnn_attn_limits chunk_limits(int max_chunk) {
+    cudnn_attn_limits l = {0, max_chunk};
     return l;
 }
 
@@ -161,11 +161,8 @@ static int prepare_checked(const cudnn_attn_shape *sh, const cudnn_attn_limits *
     printf("    B=%d T=%-5d Hq=%d Hk=%d d=%-3d win=%-4d", sh->B, sh->T, sh->Hq, sh->Hk, sh->d,
            sh->window);
     if (l)
-        printf(" (cap %.1f MiB, chunks <= %d, dk/dv %s)",
-               cudnn_attn_workspace_cap(cudnn) / 1048576.0, l->max_chunk,
-               l->grads == CUDNN_ATTN_GRADS_BF16  ? "bf16"
-               : l->grads == CUDNN_ATTN_GRADS_F32 ? "fp32"
-                                                  : "auto");
+        printf(" (cap %.1f MiB, chunks <= %d)", cudnn_attn_workspace_cap(cudnn) / 1048576.0,
+               l->max_chunk);
     printf(": %s\n", cudnn_attn_describe(cudnn, sh));
     fflush(stdout);
     if (rc != ZY_OK) return ZY_ERR;
@@ -263,8 +260,8 @@ static void test_zaya1(void **state) {
 
 /* The backward in chunks of query rows, forced on small shapes by a chunk limit: T a multiple of
  * the chunk and not (a short last chunk, off 128), B > 1, windows (keys from the first block a
- * chunk sees; with T off 128 too), Hq = Hk at d 64; each with the chunks' dk, dv as cuDNN builds
- * them (fp32 when it can) and in bf16. Then the chunk size chosen by a small workspace cap. */
+ * chunk sees; with T off 128 too), Hq = Hk at d 64. Then the chunk size chosen by a small
+ * workspace cap. */
 static void test_chunked(void **state) {
     (void)state;
     if (!have_cudnn()) skip();
@@ -277,26 +274,13 @@ static void test_chunked(void **state) {
         {shape(2, 1000, 8, 2, 128, 129), 256}, {shape(2, 768, 4, 4, 64, 0), 256},
         {shape(3, 640, 8, 2, 128, 0), 384},
     };
-    const int grads[2] = {CUDNN_ATTN_GRADS_AUTO, CUDNN_ATTN_GRADS_BF16};
-    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)
-        for (int g = 0; g < 2; g++) {
-            const cudnn_attn_limits l = chunk_limits(cs[i].chunk, grads[g]);
-            compare_limited(&cs[i].sh, 0, &l, cs[i].chunk);
-        }
-    /* fp32 dk/dv alone: when cuDNN refuses them the shape keeps its single pass (AUTO ran bf16
-     * above), printed and passing */
-    const cudnn_attn_limits f32 = chunk_limits(256, CUDNN_ATTN_GRADS_F32);
-    cudnn_attn_plan_info info;
-    if (prepare_checked(&cs[0].sh, &f32, -2, NULL, NULL) != ZY_OK ||
-        cudnn_attn_plan_get(cudnn, &cs[0].sh, &info) != ZY_OK)
-        fail_msg("%s", zy_errmsg());
-    if (info.chunk)
-        compare_limited(&cs[0].sh, 0, &f32, 256);
-    else
-        printf("      cuDNN refuses fp32 dk/dv per chunk\n");
-    /* a cap below the single pass's 16 MiB of dP: the largest chunk that fits it (4 MiB of fp32
-     * dk, dv sums and parts, 16 bytes of dP per score of the largest chunk) */
-    const cudnn_attn_limits capped = {(size_t)14 << 20, 0, CUDNN_ATTN_GRADS_AUTO};
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        const cudnn_attn_limits l = chunk_limits(cs[i].chunk);
+        compare_limited(&cs[i].sh, 0, &l, cs[i].chunk);
+    }
+    /* a cap below the single pass's 16 MiB of dP: the largest chunk that fits it (3 MiB of fp32
+     * dk, dv sums and bf16 parts, 16 bytes of dP per score of the largest chunk) */
+    const cudnn_attn_limits capped = {(size_t)14 << 20, 0};
     compare_limited(&cs[0].sh, 0, &capped, -1);
 }
 
@@ -308,10 +292,10 @@ static void test_zaya1_chunked(void **state) {
     (void)state;
     if (!have_cudnn()) skip();
     const cudnn_attn_shape sh = shape(1, 8192, 8, 2, 128, 0);
-    const cudnn_attn_limits probe = chunk_limits(2048, CUDNN_ATTN_GRADS_AUTO);
+    const cudnn_attn_limits probe = chunk_limits(2048);
     size_t ws_bwd = 0;
     if (prepare_checked(&sh, &probe, 2048, NULL, &ws_bwd) != ZY_OK) fail_msg("%s", zy_errmsg());
-    const cudnn_attn_limits capped = {ws_bwd, 0, CUDNN_ATTN_GRADS_AUTO};
+    const cudnn_attn_limits capped = {ws_bwd, 0};
     cudnn_attn_plan_info info;
     if (prepare_checked(&sh, &capped, -1, NULL, NULL) != ZY_OK ||
         cudnn_attn_plan_get(cudnn, &sh, &info) != ZY_OK)
@@ -327,17 +311,13 @@ static void test_repeat(void **state) {
     if (!have_cudnn()) skip();
     const struct {
         cudnn_attn_shape sh;
-        int chunk, grads;
-    } cs[] = {{shape(2, 1000, 8, 2, 128, 0), 0, 0},
-              {shape(8, 2048, 8, 2, 128, 0), 0, 0},
-              {shape(1, 600, 8, 2, 128, 129), 0, 0},
-              {shape(2, 1000, 8, 2, 128, 0), 256, CUDNN_ATTN_GRADS_AUTO},
-              {shape(2, 1000, 8, 2, 128, 0), 256, CUDNN_ATTN_GRADS_BF16},
-              {shape(1, 1024, 8, 2, 128, 300), 256, CUDNN_ATTN_GRADS_AUTO},
-              {shape(1, 8192, 8, 2, 128, 0), 2048, CUDNN_ATTN_GRADS_AUTO}};
+        int chunk;
+    } cs[] = {{shape(2, 1000, 8, 2, 128, 0), 0},     {shape(8, 2048, 8, 2, 128, 0), 0},
+              {shape(1, 600, 8, 2, 128, 129), 0},    {shape(2, 1000, 8, 2, 128, 0), 256},
+              {shape(1, 1024, 8, 2, 128, 300), 256}, {shape(1, 8192, 8, 2, 128, 0), 2048}};
     for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
         const cudnn_attn_shape *sh = &cs[c].sh;
-        const cudnn_attn_limits l = chunk_limits(cs[c].chunk, cs[c].grads);
+        const cudnn_attn_limits l = chunk_limits(cs[c].chunk);
         size_t ws_fwd = 0, ws_bwd = 0;
         if (prepare_checked(sh, cs[c].chunk ? &l : NULL, cs[c].chunk, &ws_fwd, &ws_bwd) != ZY_OK)
             fail_msg("%s", zy_errmsg());

@@ -114,6 +114,10 @@ static void test_range_errors(void **state) {
                  "device = \"tpu\" is not one of: auto, cpu, cuda", NULL);
     expect_error("{\"data\": \"x\", \"cuda\": {\"attention\": \"flash\"}}", NULL,
                  "cuda.attention = \"flash\" is not one of: auto, zayac, cudnn", NULL);
+    expect_error("{\"data\": \"x\", \"cuda\": {\"attention_workspace_gib\": 0.01}}", NULL,
+                 "cuda.attention_workspace_gib = 0.01 is outside [0.0625, 64]", NULL);
+    expect_error("{\"data\": \"x\"}", "cuda.attention_workspace_gib=65",
+                 "cuda.attention_workspace_gib = 65 is outside [0.0625, 64]", NULL);
     expect_error("{\"data\": \"x\", \"balance\": {\"enabled\": 2}}", NULL,
                  "balance.enabled must be true or false, found 2", NULL);
     expect_error("{\"data\": \"x\", \"out_dir\": 7}", NULL, "out_dir must be a string, found 7",
@@ -149,9 +153,10 @@ static void test_set_types(void **state) {
                           "samples.prompts=[\"x\", \"y\"]",
                           "cuda.expert_chunk=true",
                           "cuda.attention=cudnn",
+                          "cuda.attention_workspace_gib=0.5",
                           "seed=9007199254740992"};
     zy_train_config c;
-    if (train_config_build(&c, p, over, 10, NULL) != ZY_OK) fail_msg("%s", zy_errmsg());
+    if (train_config_build(&c, p, over, 11, NULL) != ZY_OK) fail_msg("%s", zy_errmsg());
     assert_true(c.optim.lr == 1e-3f);
     assert_int_equal(c.optim.muon_nesterov, 0);
     assert_string_equal(c.out_dir, "quoted\"dir");
@@ -163,6 +168,7 @@ static void test_set_types(void **state) {
     assert_string_equal(c.prompts[1], "y");
     assert_int_equal(c.cuda.expert_chunk, 1);
     assert_int_equal(c.cuda.attention, ZY_ATTN_CUDNN);
+    assert_true(c.cuda.attention_workspace_gib == 0.5f);
     assert_true(c.seed == 9007199254740992ull);
 }
 

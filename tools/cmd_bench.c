@@ -526,6 +526,9 @@ static int train_parse(const zy_opt *opts, bench_train_opts *o) {
         train_opt_int(opts, "--expert-chunk", o->cuda.expert_chunk, 0, 1, &o->cuda.expert_chunk));
     ZY_TRY(args_choice(opts, "--attention", zy_attention_backend_names, o->cuda.attention,
                        &o->cuda.attention));
+    ZY_TRY(args_double_in(opts, "--attention-workspace-gib", o->cuda.attention_workspace_gib,
+                          "[0.0625, 64]", &v));
+    o->cuda.attention_workspace_gib = (float)v;
     return bench_train_check(o);
 }
 
@@ -583,6 +586,10 @@ static int bench_train(int argc, char **argv) {
         {"--expert-streams", 1, "CUDA streams the expert GEMMs share (cuda.expert_streams)", NULL},
         {"--expert-chunk", 1, "1: expert GEMMs by 256-row blocks (cuda.expert_chunk)", NULL},
         {"--attention", 1, "attention kernels: zayac, cudnn or auto (cuda.attention; default auto)",
+         NULL},
+        {"--attention-workspace-gib", 1,
+         "cuDNN attention backward workspace cap in GiB, 0.0625..64: auto's choice and the chunk "
+         "size (cuda.attention_workspace_gib; default 2)",
          NULL},
         {"--help", 0, "this help", NULL},
         {NULL, 0, NULL, NULL}};

@@ -517,6 +517,7 @@ cJSON *bench_train_to_json(const bench_train_opts *o, const bench_train_result *
     cJSON_AddNumberToObject(j, "expert_streams", o->cuda.expert_streams);
     cJSON_AddNumberToObject(j, "expert_chunk", o->cuda.expert_chunk);
     cJSON_AddStringToObject(j, "attention", zy_attention_backend_names[o->cuda.attention]);
+    cJSON_AddNumberToObject(j, "attention_workspace_gib", o->cuda.attention_workspace_gib);
     cJSON *sm = cJSON_AddObjectToObject(j, "step_ms");
     add_num_or_null(sm, "mean", r->step_ms_mean);
     add_num_or_null(sm, "median", median_ms(r));

@@ -98,8 +98,10 @@ void ops_ctx_init_cpu(zy_ctx *ctx, int num_threads) {
 const char *const zy_attention_backend_names[] = {"auto", "zayac", "cudnn", NULL};
 
 zy_cuda_opts ops_cuda_opts_default(void) {
-    return (zy_cuda_opts){
-        .expert_streams = ZY_EXPERT_STREAMS_DEFAULT, .expert_chunk = 0, .attention = ZY_ATTN_AUTO};
+    return (zy_cuda_opts){.expert_streams = ZY_EXPERT_STREAMS_DEFAULT,
+                          .expert_chunk = 0,
+                          .attention = ZY_ATTN_AUTO,
+                          .attention_workspace_gib = ZY_ATTN_WORKSPACE_GIB_DEFAULT};
 }
 
 /* A CUDA context on GPU gpu with bf16 activations and the default options. */
@@ -118,6 +120,11 @@ int ops_ctx_init_cuda_opts(zy_ctx *ctx, int gpu, const zy_cuda_opts *opts) {
         return zy_fail("cuda.expert_chunk = %d must be 0 or 1", o.expert_chunk);
     if (o.attention < ZY_ATTN_AUTO || o.attention > ZY_ATTN_CUDNN)
         return zy_fail("cuda.attention = %d is not a zy_attention_backend", o.attention);
+    if (!(o.attention_workspace_gib >= ZY_ATTN_WORKSPACE_GIB_MIN &&
+          o.attention_workspace_gib <= ZY_ATTN_WORKSPACE_GIB_MAX))
+        return zy_fail("cuda.attention_workspace_gib = %g is outside [%g, %g]",
+                       o.attention_workspace_gib, ZY_ATTN_WORKSPACE_GIB_MIN,
+                       ZY_ATTN_WORKSPACE_GIB_MAX);
 #ifdef ZY_HAVE_CUDA
     return cuda_ops_ctx_init(ctx, gpu, &o);
 #else

@@ -48,12 +48,19 @@ void ops_ctx_init_cpu(zy_ctx *ctx, int num_threads);
 typedef enum { ZY_ATTN_AUTO = 0, ZY_ATTN_ZAYAC = 1, ZY_ATTN_CUDNN = 2 } zy_attention_backend;
 /* Their names, by value, NULL-terminated: "auto", "zayac", "cudnn". */
 extern const char *const zy_attention_backend_names[];
+/* cuDNN's attention backward workspace cap in GiB (cuda.attention_workspace_gib): AUTO runs cuDNN
+ * on a shape only when its backward fits it, in one pass or in chunks of query rows sized to it. */
+#define ZY_ATTN_WORKSPACE_GIB_DEFAULT 2
+#define ZY_ATTN_WORKSPACE_GIB_MIN     0.0625
+#define ZY_ATTN_WORKSPACE_GIB_MAX     64.0
 typedef struct {
     int expert_streams; /* side streams the expert GEMMs share, 1..ZY_EXPERT_STREAMS_MAX */
     int expert_chunk;   /* 1: forward and input-gradient GEMMs by 256-row blocks in one call */
     int attention;      /* zy_attention_backend */
+    float attention_workspace_gib; /* ZY_ATTN_WORKSPACE_GIB_MIN..MAX */
 } zy_cuda_opts;
-/* The defaults: ZY_EXPERT_STREAMS_DEFAULT streams, no blocks, ZY_ATTN_AUTO attention. */
+/* The defaults: ZY_EXPERT_STREAMS_DEFAULT streams, no blocks, ZY_ATTN_AUTO attention with a
+ * ZY_ATTN_WORKSPACE_GIB_DEFAULT GiB cap. */
 zy_cuda_opts ops_cuda_opts_default(void);
 /* CUDA context on GPU `gpu` with bf16 activations and the default options. */
 int ops_ctx_init_cuda(zy_ctx *ctx, int gpu);

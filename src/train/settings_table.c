@@ -377,8 +377,12 @@ const zy_setting zy_settings[] = {
          "run the expert GEMMs by 256-row blocks in one batched call"),
     PICK("cuda.attention", ZY_SET_ENUM, cuda.attention, zy_attention_backend_names, "\"auto\"",
          "attention kernels: zayac's; cudnn (cuDNN's fused attention, loaded at run time; "
-         "deterministic backward); auto (cuDNN where it loads and takes the shape within 2 GiB "
-         "of workspace, else zayac's; docs/attention.md)"),
+         "deterministic backward); auto (cuDNN where it loads and takes the shape within "
+         "cuda.attention_workspace_gib of workspace, else zayac's; docs/attention.md)"),
+    NUM("cuda.attention_workspace_gib", ZY_SET_FLOAT, cuda.attention_workspace_gib,
+        ZY_ATTN_WORKSPACE_GIB_MIN, ZY_ATTN_WORKSPACE_GIB_MAX, TEXT(ZY_ATTN_WORKSPACE_GIB_DEFAULT),
+        "cap on cuDNN's attention backward workspace in GiB: auto runs cuDNN on a shape only when "
+        "its backward fits it, in one pass or in chunks of query rows sized to it"),
     NUM("dist.timeout_s", ZY_SET_FLOAT, dist_timeout_s, 1, 86400, "300",
         "data parallel: longest wait for another rank before the run fails (a dead or stuck "
         "rank); covers rank 0's checkpoint writes"),

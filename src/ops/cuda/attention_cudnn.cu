@@ -22,7 +22,7 @@ long cudnn_attn_version(void) {
 
 #if !ZY_HAVE_CUDNN
 
-int cudnn_attn_create(cudnn_attn **out, cudaStream_t s) {
+int cudnn_attn_create(cudnn_attn **out, cudaStream_t s, size_t workspace_cap) {
     *out = NULL;
     return cudnn_lib_load(); /* fails, saying the headers were missing */
 }
@@ -111,35 +111,35 @@ typedef struct {
      * fp32 sums of dk, dv | a chunk's dk, dv | cuDNN's for the largest chunk] */
     size_t rowsum_bytes, accum_bytes, bwd_ws, fwd_ws;
     /* the chunked backward: nchunks > 0 plans of chunk query rows */
-    int chunk, nchunks, grads_f32;
+    int chunk, nchunks;
     attn_chunk *chunks;
     int32_t *chunk_seqlen; /* device [nchunks][2B]: each chunk's s_q, then s_kv, per sequence */
     size_t sum_bytes, part_bytes, chunk_ws;
     attn_chunk probe; /* the last chunk plan built while sizing chunks (reused when it fits) */
     int probe_tc;     /* its chunk size (0: none held) */
-    char note[400];   /* why a shape past the cap is not chunked, or why dk/dv came out in bf16 */
+    char note[400];   /* why a shape past the cap is not chunked */
     char desc[640];
 } attn_plan;
 
 struct cudnn_attn {
     cudnnHandle_t handle;
     cudaStream_t stream;
+    size_t cap; /* the workspace cap given at creation */
     cudnn_attn_limits lim;
     attn_plan **plans;
     int nplans;
 };
 
-/* l with its zero fields set to the defaults. */
-static cudnn_attn_limits limits_of(const cudnn_attn_limits *l) {
-    cudnn_attn_limits n = {CUDNN_ATTN_WORKSPACE_CAP, 0, CUDNN_ATTN_GRADS_AUTO};
+/* l with its zero fields set to a's defaults. */
+static cudnn_attn_limits limits_of(const cudnn_attn *a, const cudnn_attn_limits *l) {
+    cudnn_attn_limits n = {a->cap, 0};
     if (!l) return n;
     if (l->workspace_cap) n.workspace_cap = l->workspace_cap;
     if (l->max_chunk > 0) n.max_chunk = l->max_chunk < 128 ? 128 : l->max_chunk / 128 * 128;
-    if (l->grads == CUDNN_ATTN_GRADS_F32 || l->grads == CUDNN_ATTN_GRADS_BF16) n.grads = l->grads;
     return n;
 }
 
-int cudnn_attn_create(cudnn_attn **out, cudaStream_t s) {
+int cudnn_attn_create(cudnn_attn **out, cudaStream_t s, size_t workspace_cap) {
     *out = NULL;
     ZY_TRY(cudnn_lib_load());
     cudnn_attn *a = (cudnn_attn *)calloc(1, sizeof *a);
@@ -154,13 +154,14 @@ int cudnn_attn_create(cudnn_attn **out, cudaStream_t s) {
         return zy_fail_runtime("cuDNN: cudnnCreate/cudnnSetStream: %s", cudnn_fn.error_string(st));
     }
     a->stream = s;
-    a->lim = limits_of(NULL);
+    a->cap = workspace_cap ? workspace_cap : CUDNN_ATTN_WORKSPACE_CAP;
+    a->lim = limits_of(a, NULL);
     *out = a;
     return ZY_OK;
 }
 
 void cudnn_attn_set_limits(cudnn_attn *a, const cudnn_attn_limits *l) {
-    a->lim = limits_of(l);
+    a->lim = limits_of(a, l);
 }
 
 size_t cudnn_attn_workspace_cap(const cudnn_attn *a) {
@@ -320,11 +321,10 @@ static void build_fwd(cg_graph *g, const cudnn_attn_shape *sh) {
 }
 
 /* The rows a backward graph covers: Tq query rows and Tkv key rows (from the pointers the caller
- * passes) of sequences T tokens apart; dk, dv written as grad_type; br: the bottom-right-aligned
- * mask (Tkv > Tq); pad: the padding-mask workaround. The single pass is Tq = Tkv = T, bf16. */
+ * passes) of sequences T tokens apart; br: the bottom-right-aligned mask (Tkv > Tq); pad: the
+ * padding-mask workaround. The single pass is Tq = Tkv = T. */
 typedef struct {
     int64_t Tq, Tkv, T;
-    cudnnDataType_t grad_type;
     int br, pad;
 } bwd_rows;
 
@@ -347,8 +347,8 @@ static void build_bwd(cg_graph *g, const cudnn_attn_shape *sh, const bwd_rows *r
     cg_desc dout = cg_tensor(g, U_DO, bf16, rows_bhtd(B, Hq, Tq, d, T));
     cg_desc stats = cg_tensor(g, U_STATS, f32, per_row(B, Hq, Tq, T));
     cg_desc dq = cg_tensor(g, U_DQ, bf16, rows_bhtd(B, Hq, Tq, d, T));
-    cg_desc dk = cg_tensor(g, U_DK, r->grad_type, rows_bhtd(B, Hk, Tkv, d, T));
-    cg_desc dv = cg_tensor(g, U_DV, r->grad_type, rows_bhtd(B, Hk, Tkv, d, T));
+    cg_desc dk = cg_tensor(g, U_DK, bf16, rows_bhtd(B, Hk, Tkv, d, T));
+    cg_desc dv = cg_tensor(g, U_DV, bf16, rows_bhtd(B, Hk, Tkv, d, T));
     cg_desc scale = cg_scalar(g, U_SCALE, f32), neg_inf = cg_scalar(g, U_NEG_INF, f32);
     cg_desc one = cg_scalar(g, U_ONE, f32);
     cg_desc seq_q = NULL, seq_kv = NULL;
@@ -423,16 +423,16 @@ static void build_bwd(cg_graph *g, const cudnn_attn_shape *sh, const bwd_rows *r
 
 /* ---- the chunks' dk, dv sums ---- */
 
-/* One chunk's dk and dv (blockIdx.y: 0 dk, 1 dv) into the fp32 sums, over key rows [lo, hi) of
+/* One chunk's bf16 dk and dv (blockIdx.y: 0 dk, 1 dv) into the fp32 sums, over key rows [lo, hi) of
  * every sequence (T * hd elements apart; hd = Hk * d, a multiple of 8): rows from add_from on add
  * the sum the later chunks left (the others start it), and rows from fin on are final (no earlier
  * chunk sees them) and go to the bf16 output instead of the sum. Each element gets the same
  * additions in the same order on every run. */
-template <typename P>
-__global__ void chunk_sum_kernel(const P *part_k, const P *part_v, float *sum_k, float *sum_v,
-                                 __nv_bfloat16 *dk, __nv_bfloat16 *dv, int64_t seq_elems, int hd,
-                                 int lo, int hi, int add_from, int fin, int64_t n8) {
-    const P *part = blockIdx.y ? part_v : part_k;
+__global__ void chunk_sum_kernel(const __nv_bfloat16 *part_k, const __nv_bfloat16 *part_v,
+                                 float *sum_k, float *sum_v, __nv_bfloat16 *dk, __nv_bfloat16 *dv,
+                                 int64_t seq_elems, int hd, int lo, int hi, int add_from, int fin,
+                                 int64_t n8) {
+    const __nv_bfloat16 *part = blockIdx.y ? part_v : part_k;
     float *sum = blockIdx.y ? sum_v : sum_k;
     __nv_bfloat16 *out = blockIdx.y ? dv : dk;
     const int64_t per_seq8 = (int64_t)(hi - lo) * hd / 8;
@@ -442,7 +442,7 @@ __global__ void chunk_sum_kernel(const P *part_k, const P *part_v, float *sum_k,
         const int t = lo + (int)(e / hd);
         const int64_t off = b * seq_elems + (int64_t)lo * hd + e;
         float v[8];
-        zy_load<P, 8>(part + off, v);
+        zy_load<__nv_bfloat16, 8>(part + off, v);
         if (t >= add_from) {
             float s[8];
             zy_load<float, 8>(sum + off, s);
@@ -459,8 +459,7 @@ __global__ void chunk_sum_kernel(const P *part_k, const P *part_v, float *sum_k,
 /* ---- the plan cache ---- */
 
 static int same_limits(const cudnn_attn_limits *a, const cudnn_attn_limits *b) {
-    return a->workspace_cap == b->workspace_cap && a->max_chunk == b->max_chunk &&
-           a->grads == b->grads;
+    return a->workspace_cap == b->workspace_cap && a->max_chunk == b->max_chunk;
 }
 
 static int same_shape(const cudnn_attn_shape *a, const cudnn_attn_shape *b) {
@@ -498,7 +497,7 @@ static int32_t *device_ints(const int32_t *host, size_t n) {
 /* The single-pass backward of p; ZY_ERR with the reason in p->reason. */
 static int build_single(cudnn_attn *a, attn_plan *p) {
     const cudnn_attn_shape *sh = &p->key;
-    const bwd_rows rows = {sh->T, sh->T, sh->T, CUDNN_DATA_BFLOAT16, 0, p->pad};
+    const bwd_rows rows = {sh->T, sh->T, sh->T, 0, p->pad};
     cg_init(&p->bwd, a->handle);
     build_bwd(&p->bwd, sh, &rows);
     if (cg_plan(&p->bwd, sh->deterministic, "attention backward") != ZY_OK) goto fail;
@@ -567,22 +566,19 @@ static int largest_chunk(const attn_plan *p, int tc, double *scores_out) {
 }
 
 /* The chunked backward's own workspace at chunk size tc: one chunk's row sums, the fp32 sums of
- * dk and dv, and a chunk's dk and dv (fp32 or bf16). */
-static size_t chunk_scratch(const attn_plan *p, int tc, int f32) {
+ * dk and dv, and a chunk's bf16 dk and dv. */
+static size_t chunk_scratch(const attn_plan *p, int tc) {
     const cudnn_attn_shape *sh = &p->key;
     const size_t kv = (size_t)sh->B * sh->T * sh->Hk * sh->d;
     return ALIGN_UP((size_t)sh->B * sh->Hq * tc * sizeof(float)) + 2 * ALIGN_UP(kv * 4) +
-           2 * ALIGN_UP(kv * (f32 ? 4 : 2));
+           2 * ALIGN_UP(kv * 2);
 }
 
-/* Builds chunk c's plan (dk, dv in fp32 or bf16); ZY_ERR with cuDNN's reason. */
-static int build_chunk(cudnn_attn *a, attn_plan *p, attn_chunk *c, int f32) {
-    const bwd_rows rows = {c->Tq,          c->Tkv,
-                           p->key.T,       f32 ? CUDNN_DATA_FLOAT : CUDNN_DATA_BFLOAT16,
-                           c->Tkv > c->Tq, c->pad};
+/* Builds chunk c's plan; ZY_ERR with cuDNN's reason. */
+static int build_chunk(cudnn_attn *a, attn_plan *p, attn_chunk *c) {
+    const bwd_rows rows = {c->Tq, c->Tkv, p->key.T, c->Tkv > c->Tq, c->pad};
     char what[128];
-    snprintf(what, sizeof what, "attention backward chunk (s_q %d, s_kv %d, dk/dv %s)", c->Tq,
-             c->Tkv, f32 ? "fp32" : "bf16");
+    snprintf(what, sizeof what, "attention backward chunk (s_q %d, s_kv %d)", c->Tq, c->Tkv);
     cg_init(&c->g, a->handle);
     build_bwd(&c->g, &p->key, &rows);
     if (cg_plan(&c->g, 1, what) == ZY_OK) return ZY_OK;
@@ -592,11 +588,11 @@ static int build_chunk(cudnn_attn *a, attn_plan *p, attn_chunk *c, int f32) {
 
 /* cuDNN's workspace for the largest chunk at chunk size tc, from its plan (kept in p->probe for
  * the final build). ZY_ERR when cuDNN refuses the chunk. */
-static int probe_chunk(cudnn_attn *a, attn_plan *p, int tc, int f32, int64_t *ws) {
+static int probe_chunk(cudnn_attn *a, attn_plan *p, int tc, int64_t *ws) {
     if (p->probe_tc) cg_free(&p->probe.g);
     p->probe_tc = 0;
     p->probe = chunk_at(p, tc, largest_chunk(p, tc, NULL));
-    ZY_TRY(build_chunk(a, p, &p->probe, f32));
+    ZY_TRY(build_chunk(a, p, &p->probe));
     p->probe_tc = tc;
     *ws = p->probe.g.workspace;
     return ZY_OK;
@@ -604,7 +600,7 @@ static int probe_chunk(cudnn_attn *a, attn_plan *p, int tc, int f32, int64_t *ws
 
 /* Builds every chunk's plan at chunk size tc; ZY_OK with the largest cuDNN workspace in *ws, or
  * ZY_ERR with cuDNN's reason (nothing kept). */
-static int build_all_chunks(cudnn_attn *a, attn_plan *p, int tc, int f32, size_t *ws) {
+static int build_all_chunks(cudnn_attn *a, attn_plan *p, int tc, size_t *ws) {
     const int n = chunk_count(p, tc);
     p->chunks = (attn_chunk *)calloc(n, sizeof *p->chunks);
     if (!p->chunks) return zy_fail_runtime("out of host memory");
@@ -619,7 +615,7 @@ static int build_all_chunks(cudnn_attn *a, attn_plan *p, int tc, int f32, size_t
             if (p->probe_tc == tc && p->probe.Tq == c->Tq && p->probe.Tkv == c->Tkv) {
                 c->g = p->probe.g; /* its plan built already */
                 p->probe_tc = 0;
-            } else if (build_chunk(a, p, c, f32) != ZY_OK) {
+            } else if (build_chunk(a, p, c) != ZY_OK) {
                 c->plan = -1;
                 p->nchunks = i + 1;
                 free_chunks(p);
@@ -652,11 +648,11 @@ static int build_all_chunks(cudnn_attn *a, attn_plan *p, int tc, int f32, size_t
 
 /* The largest chunk size (a multiple of 128, at least two chunks, at most lim.max_chunk) whose
  * backward workspace, cuDNN's for the largest chunk plus chunk_scratch, fits the cap, with every
- * chunk's plan built (dk, dv in fp32 or bf16). cuDNN's workspace is read from a plan of the
+ * chunk's plan built. cuDNN's workspace is read from a plan of the
  * largest chunk: the first guess takes it as dP alone (B Hq Tq Tkv bf16), the next ones scale
  * the bytes per score it reported, between the largest size known to fit and the smallest known
  * not to. ZY_ERR with the reason (cuDNN's refusal, or no size fits). */
-static int size_chunks(cudnn_attn *a, attn_plan *p, int f32) {
+static int size_chunks(cudnn_attn *a, attn_plan *p) {
     const cudnn_attn_shape *sh = &p->key;
     const double cap = (double)p->lim.workspace_cap;
     int top = (sh->T - 1) / 128 * 128;
@@ -670,19 +666,19 @@ static int size_chunks(cudnn_attn *a, attn_plan *p, int f32) {
         double n = 0;
         for (; tc > fit; tc -= 128) {
             largest_chunk(p, tc, &n);
-            if (per_score * n + (double)chunk_scratch(p, tc, f32) <= cap) break;
+            if (per_score * n + (double)chunk_scratch(p, tc) <= cap) break;
         }
         if (tc <= fit) {
             if (fit) break;
             largest_chunk(p, 128, &n);
             return zy_fail_runtime("chunks of 128 query rows would need %.1f MiB of workspace, "
                                    "past the cap of %.1f MiB",
-                                   (per_score * n + chunk_scratch(p, 128, f32)) / 1048576.0,
+                                   (per_score * n + chunk_scratch(p, 128)) / 1048576.0,
                                    cap / 1048576.0);
         }
         int64_t ws = 0;
-        ZY_TRY(probe_chunk(a, p, tc, f32, &ws));
-        if ((double)ws + (double)chunk_scratch(p, tc, f32) <= cap)
+        ZY_TRY(probe_chunk(a, p, tc, &ws));
+        if ((double)ws + (double)chunk_scratch(p, tc) <= cap)
             fit = tc;
         else
             over = tc;
@@ -693,16 +689,15 @@ static int size_chunks(cudnn_attn *a, attn_plan *p, int f32) {
     /* the other chunks' plans; a chunk needing more than the largest one moves a size down */
     for (int tc = fit, k = 0; tc >= 128 && k < 4; tc -= 128, k++) {
         size_t ws = 0;
-        ZY_TRY(build_all_chunks(a, p, tc, f32, &ws));
-        if ((double)ws + (double)chunk_scratch(p, tc, f32) <= cap) {
+        ZY_TRY(build_all_chunks(a, p, tc, &ws));
+        if ((double)ws + (double)chunk_scratch(p, tc) <= cap) {
             const size_t kv = (size_t)sh->B * sh->T * sh->Hk * sh->d;
-            p->grads_f32 = f32;
             p->chunk_ws = ws;
             p->rowsum_bytes = ALIGN_UP((size_t)sh->B * sh->Hq * tc * sizeof(float));
             p->accum_bytes = 0;
             p->sum_bytes = ALIGN_UP(kv * 4);
-            p->part_bytes = ALIGN_UP(kv * (f32 ? 4 : 2));
-            p->bwd_ws = chunk_scratch(p, tc, f32) + ws;
+            p->part_bytes = ALIGN_UP(kv * 2);
+            p->bwd_ws = chunk_scratch(p, tc) + ws;
             if (p->probe_tc) cg_free(&p->probe.g);
             p->probe_tc = 0;
             return ZY_OK;
@@ -712,9 +707,8 @@ static int size_chunks(cudnn_attn *a, attn_plan *p, int f32) {
     return zy_fail_runtime("no chunk size fits the cap of %.1f MiB", cap / 1048576.0);
 }
 
-/* The chunked backward of p: dk, dv in fp32 from cuDNN first (unless lim.grads says bf16), bf16
- * when cuDNN refuses that or it fits no chunk size (the reason in p->note). ZY_ERR with why in
- * p->note. */
+/* The chunked backward of p (each chunk's dk, dv from cuDNN in bf16: fp32 outputs, where cuDNN
+ * 9.14 accepted them, came out wrong; docs/attention.md). ZY_ERR with why in p->note. */
 static int build_chunks(cudnn_attn *a, attn_plan *p) {
     const long version = cudnn_lib_version();
     if (version < CUDNN_BOTTOM_RIGHT_MIN) {
@@ -723,32 +717,12 @@ static int build_chunks(cudnn_attn *a, attn_plan *p) {
                  CUDNN_BOTTOM_RIGHT_MIN);
         return ZY_ERR;
     }
-    char f32_why[300] = "";
-    for (int f32 = 1; f32 >= 0; f32--) {
-        if ((f32 && p->lim.grads == CUDNN_ATTN_GRADS_BF16) ||
-            (!f32 && p->lim.grads == CUDNN_ATTN_GRADS_F32))
-            continue;
-        int rc = size_chunks(a, p, f32);
-        if (p->probe_tc) cg_free(&p->probe.g);
-        p->probe_tc = 0;
-        if (rc == ZY_OK) {
-            if (!f32 && f32_why[0])
-                snprintf(p->note, sizeof p->note, "dk/dv per chunk in bf16, not fp32: %s", f32_why);
-            zy_err_clear();
-            return ZY_OK;
-        }
-        if (f32) {
-            snprintf(f32_why, sizeof f32_why, "%s", zy_errmsg());
-        } else {
-            snprintf(p->note, sizeof p->note, "chunked backward refused: %s%s%s", zy_errmsg(),
-                     f32_why[0] ? "; with fp32 dk/dv: " : "", f32_why);
-            zy_err_clear();
-            return ZY_ERR;
-        }
-    }
-    snprintf(p->note, sizeof p->note, "chunked backward refused: %s", f32_why);
+    const int rc = size_chunks(a, p);
+    if (p->probe_tc) cg_free(&p->probe.g);
+    p->probe_tc = 0;
+    if (rc != ZY_OK) snprintf(p->note, sizeof p->note, "chunked backward refused: %s", zy_errmsg());
     zy_err_clear();
-    return ZY_ERR;
+    return rc;
 }
 
 /* Builds p's plans: the forward; the backward in one pass, or in chunks when it is deterministic
@@ -818,11 +792,11 @@ static void describe_plan(attn_plan *p) {
         desc_add(p,
                  "backward in %d chunks of %d query rows (bottom-right causal mask; %d plans), "
                  "engine %lld, "
-                 "dk/dv per chunk in %s summed in fp32, deterministic (workspace %.1f MiB: "
+                 "dk/dv per chunk in bf16 summed in fp32, deterministic (workspace %.1f MiB: "
                  "cuDNN's %.1f MiB for the largest chunk, %.1f MiB of sums and row sums)",
                  p->nchunks, p->chunk, plans,
                  (long long)p->chunks[p->chunks[p->nchunks - 1].plan].g.engine,
-                 p->grads_f32 ? "fp32" : "bf16", p->bwd_ws / 1048576.0, p->chunk_ws / 1048576.0,
+                 p->bwd_ws / 1048576.0, p->chunk_ws / 1048576.0,
                  (p->bwd_ws - p->chunk_ws) / 1048576.0);
     else
         desc_add(p, "backward engine %lld%s (workspace %.1f MiB)%s", (long long)p->bwd.engine,
@@ -873,7 +847,6 @@ int cudnn_attn_plan_get(cudnn_attn *a, const cudnn_attn_shape *sh, cudnn_attn_pl
     memset(info, 0, sizeof *info);
     info->chunk = p->chunk;
     info->nchunks = p->nchunks;
-    info->grads_f32 = p->grads_f32;
     info->fwd_ws = p->fwd_ws;
     info->bwd_ws = p->bwd_ws;
     info->chunk_ws = p->chunk_ws;
@@ -921,7 +894,7 @@ static int bwd_chunked(cudnn_attn *a, attn_plan *p, const void *dout, const void
                        void *dv, void *ws) {
     const cudnn_attn_shape *sh = &p->key;
     const size_t qrow = (size_t)sh->Hq * sh->d * 2, krow = (size_t)sh->Hk * sh->d * 2;
-    const size_t grow = (size_t)sh->Hk * sh->d * (p->grads_f32 ? 4 : 2);
+    const size_t grow = (size_t)sh->Hk * sh->d * 2;
     char *w = (char *)ws;
     char *rowsum = w, *sum_k = w + p->rowsum_bytes, *sum_v = sum_k + p->sum_bytes;
     char *part_k = sum_v + p->sum_bytes, *part_v = part_k + p->part_bytes;
@@ -970,15 +943,10 @@ static int bwd_chunked(cudnn_attn *a, attn_plan *p, const void *dout, const void
         const int64_t want = (n8 + 255) / 256;
         const dim3 grid((unsigned)(want < 4096 ? want : 4096), 2);
         const int64_t seq = (int64_t)sh->T * hd;
-        if (p->grads_f32)
-            chunk_sum_kernel<float><<<grid, 256, 0, a->stream>>>(
-                (const float *)part_k, (const float *)part_v, (float *)sum_k, (float *)sum_v,
-                (__nv_bfloat16 *)dk, (__nv_bfloat16 *)dv, seq, hd, x->k0, hi, add_from, x->q0, n8);
-        else
-            chunk_sum_kernel<__nv_bfloat16><<<grid, 256, 0, a->stream>>>(
-                (const __nv_bfloat16 *)part_k, (const __nv_bfloat16 *)part_v, (float *)sum_k,
-                (float *)sum_v, (__nv_bfloat16 *)dk, (__nv_bfloat16 *)dv, seq, hd, x->k0, hi,
-                add_from, x->q0, n8);
+        chunk_sum_kernel<<<grid, 256, 0, a->stream>>>(
+            (const __nv_bfloat16 *)part_k, (const __nv_bfloat16 *)part_v, (float *)sum_k,
+            (float *)sum_v, (__nv_bfloat16 *)dk, (__nv_bfloat16 *)dv, seq, hd, x->k0, hi, add_from,
+            x->q0, n8);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess)
             return zy_fail_runtime("cuDNN attention backward: chunk sums: %s",

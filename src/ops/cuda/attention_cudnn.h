@@ -10,14 +10,14 @@
  * The backward is deterministic when the shape says so: no fp32 dq accumulator (cuDNN's atomics),
  * the dP-workspace kernel cudnn-frontend picks for set_deterministic_algorithm on Hopper, and no
  * engine that cuDNN notes as non-deterministic. That backward keeps dP in its workspace (B Hq T^2
- * bf16); when the single pass would need more than the workspace cap (2 GiB), the backward runs
- * over chunks of query rows instead: chunk [q0, q1) sees keys [0, q1) (with a window, from the
- * first 128-row block it can see) through a bottom-right-aligned causal mask, writes its dq rows
- * directly, and its dk, dv go to scratch, summed in fp32 in a fixed order (the last chunk first)
- * and rounded to bf16 once. The forward is always one call. A handle holds the plans it built, one
- * per shape (and per limits, below), forward and backward together (a chunked backward has one
- * plan per chunk); a shape cuDNN refuses is remembered with the reason. Usable from C; not
- * thread-safe (one handle per stream). */
+ * bf16); when the single pass would need more than the workspace cap (2 GiB unless the handle was
+ * given another), the backward runs over chunks of query rows instead: chunk [q0, q1) sees keys
+ * [0, q1) (with a window, from the first 128-row block it can see) through a bottom-right-aligned
+ * causal mask, writes its dq rows directly, and its dk, dv go to scratch in bf16, summed in fp32
+ * in a fixed order (the last chunk first) and rounded to bf16 once. The forward is always one call.
+ * A handle holds the plans it built, one per shape (and per limits, below), forward and backward
+ * together (a chunked backward has one plan per chunk); a shape cuDNN refuses is remembered with
+ * the reason. Usable from C; not thread-safe (one handle per stream). */
 #ifndef ZY_CUDA_ATTENTION_CUDNN_H
 #define ZY_CUDA_ATTENTION_CUDNN_H
 
@@ -30,28 +30,24 @@ extern "C" {
 
 typedef struct cudnn_attn cudnn_attn;
 
-/* The backward's workspace cap by default: cuda.attention = auto runs cuDNN on a shape only when
- * its backward (single pass, or chunked) fits it. */
+/* The backward's workspace cap of a handle created with cap 0 (training passes
+ * cuda.attention_workspace_gib): cuda.attention = auto runs cuDNN on a shape only when its backward
+ * (single pass, or chunked) fits the cap. */
 #define CUDNN_ATTN_WORKSPACE_CAP ((size_t)2 << 30)
 
-/* The type cuDNN writes each chunk's dk, dv in, before zayac's fp32 sum: fp32 when cuDNN builds
- * that graph, else bf16 (AUTO); or only one of them (the tests run both). */
-enum { CUDNN_ATTN_GRADS_AUTO, CUDNN_ATTN_GRADS_F32, CUDNN_ATTN_GRADS_BF16 };
-
-/* Limits on the plans a handle builds; zero fields take the defaults. Set only by tests and the dev
- * timer (training keeps the defaults). */
+/* Limits on the plans a handle builds; zero fields take the handle's defaults. Set only by tests
+ * and the dev timer. */
 typedef struct {
-    size_t workspace_cap; /* backward workspace cap in bytes; 0: CUDNN_ATTN_WORKSPACE_CAP */
+    size_t workspace_cap; /* backward workspace cap in bytes; 0: the handle's (cudnn_attn_create) */
     int max_chunk;        /* > 0: chunk every deterministic backward with T > max_chunk, chunks of
                              at most max_chunk rows (rounded down to a multiple of 128) */
-    int grads;            /* CUDNN_ATTN_GRADS_* */
 } cudnn_attn_limits;
 
 /* How a prepared shape runs. chunk: the query rows per chunk of the backward (0: one pass; the
- * last chunk may be shorter), nchunks chunks; grads_f32: the chunks' dk, dv come out of cuDNN in
- * fp32 (else bf16); chunk_ws: cuDNN's workspace for the largest chunk (included in bwd_ws). */
+ * last chunk may be shorter), nchunks chunks; chunk_ws: cuDNN's workspace for the largest chunk
+ * (included in bwd_ws). */
 typedef struct {
-    int chunk, nchunks, grads_f32;
+    int chunk, nchunks;
     size_t fwd_ws, bwd_ws, chunk_ws;
 } cudnn_attn_plan_info;
 
@@ -64,8 +60,9 @@ typedef struct {
 } cudnn_attn_shape;
 
 /* Loads cuDNN (once per process) and creates a handle on the current device whose work runs on
- * stream s. ZY_ERR with a runtime error saying why cuDNN is unusable. */
-int cudnn_attn_create(cudnn_attn **out, cudaStream_t s);
+ * stream s, with a backward workspace cap of workspace_cap bytes (0: CUDNN_ATTN_WORKSPACE_CAP).
+ * ZY_ERR with a runtime error saying why cuDNN is unusable. */
+int cudnn_attn_create(cudnn_attn **out, cudaStream_t s, size_t workspace_cap);
 void cudnn_attn_destroy(cudnn_attn *a);
 /* cudnnGetVersion() of the loaded library (91400 = 9.14.0); 0 when not loaded. */
 long cudnn_attn_version(void);
@@ -75,10 +72,10 @@ long cudnn_attn_version(void);
  * impossible shape, a refused graph, only non-deterministic engines); the same answer on every
  * later call. */
 int cudnn_attn_prepare(cudnn_attn *a, const cudnn_attn_shape *sh, size_t *fwd_ws, size_t *bwd_ws);
-/* Sets the limits for the plans built from now on (NULL: the defaults); a shape prepared under
- * other limits keeps its own plans. Tests and the dev timer only. */
+/* Sets the limits for the plans built from now on (NULL: the handle's defaults); a shape prepared
+ * under other limits keeps its own plans. Tests and the dev timer only. */
 void cudnn_attn_set_limits(cudnn_attn *a, const cudnn_attn_limits *l);
-/* The workspace cap in force (CUDNN_ATTN_WORKSPACE_CAP unless set). */
+/* The workspace cap in force (the handle's unless set). */
 size_t cudnn_attn_workspace_cap(const cudnn_attn *a);
 /* How shape sh runs (prepares it when needed); ZY_ERR as cudnn_attn_prepare. */
 int cudnn_attn_plan_get(cudnn_attn *a, const cudnn_attn_shape *sh, cudnn_attn_plan_info *info);
@@ -94,7 +91,7 @@ int cudnn_attn_fwd(cudnn_attn *a, const cudnn_attn_shape *sh, const void *q, con
                    const void *v, void *out, float *lse, void *ws, size_t ws_bytes);
 /* dq, dk, dv (overwritten) from dout and the forward's q, k, v, out, lse. ws: at least the
  * backward's workspace bytes (the row sums rowsum(dout * out), cuDNN's own; chunked: also the
- * fp32 dk, dv sums and the chunks' dk, dv). */
+ * fp32 dk, dv sums and a chunk's bf16 dk, dv). */
 int cudnn_attn_bwd(cudnn_attn *a, const cudnn_attn_shape *sh, const void *dout, const void *q,
                    const void *k, const void *v, const void *out, const float *lse, void *dq,
                    void *dk, void *dv, void *ws, size_t ws_bytes);

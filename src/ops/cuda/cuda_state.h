@@ -50,9 +50,10 @@ static inline cuda_state *cuda_st(zy_ctx *ctx) {
 static inline cudaStream_t cuda_stream(zy_ctx *ctx) {
     return ((cuda_state *)ctx->cuda)->stream;
 }
-/* Sets up the attention backend of opts->attention (ops_attention.cu) on a context whose stream
- * exists; ZY_ERR (bad input) when CUDNN is asked for and cuDNN cannot load. */
-int cuda_attention_ctx_init(zy_ctx *ctx, int backend);
+/* Sets up the attention backend of opts->attention, with cuDNN's backward workspace capped at
+ * opts->attention_workspace_gib (ops_attention.cu), on a context whose stream exists; ZY_ERR (bad
+ * input) when CUDNN is asked for and cuDNN cannot load. */
+int cuda_attention_ctx_init(zy_ctx *ctx, const zy_cuda_opts *opts);
 void cuda_attention_ctx_free(cuda_state *s);
 /* A workspace of at least bytes (reallocated after a device sync when too small: only the first
  * steps of a run grow it). Not for two ops at once. */

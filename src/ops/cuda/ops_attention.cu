@@ -11,11 +11,13 @@
 
 #include <stdio.h>
 
-int cuda_attention_ctx_init(zy_ctx *ctx, int backend) {
+int cuda_attention_ctx_init(zy_ctx *ctx, const zy_cuda_opts *opts) {
     cuda_state *s = cuda_st(ctx);
+    const int backend = opts->attention;
     s->attention = backend;
     if (backend == ZY_ATTN_ZAYAC) return ZY_OK;
-    if (cudnn_attn_create(&s->cudnn, s->stream) == ZY_OK) return ZY_OK;
+    const size_t cap = (size_t)((double)opts->attention_workspace_gib * 1073741824.0);
+    if (cudnn_attn_create(&s->cudnn, s->stream, cap) == ZY_OK) return ZY_OK;
     if (backend == ZY_ATTN_CUDNN) return zy_fail("cuda.attention = cudnn: %s", zy_errmsg());
     fprintf(stderr, "zayac: attention: %s; zayac's kernels run it\n", zy_errmsg());
     zy_err_clear();
@@ -32,10 +34,10 @@ void cuda_attention_ctx_free(cuda_state *s) {
  * backward's chunks when it runs in chunks); under cuda.attention = cudnn a shape cuDNN refuses
  * ends the process.
  * cuDNN's deterministic backward keeps dP in its workspace, B Hq T^2 bf16 (8 x 2048: 0.5 GiB;
- * 4 x 4096: 1 GiB; 1 x 32768: 16 GiB). Past the workspace cap (2 GiB) it runs over chunks of query
- * rows that fit it (attention_cudnn.h); when cuDNN refuses those, cuda.attention = auto leaves the
- * shape to zayac's kernels, whose scratch stays linear in T there (attention.h), and cudnn runs
- * the single pass anyway. */
+ * 4 x 4096: 1 GiB; 1 x 32768: 16 GiB). Past the workspace cap (cuda.attention_workspace_gib,
+ * default 2 GiB) it runs over chunks of query rows that fit it (attention_cudnn.h); when cuDNN
+ * refuses those, cuda.attention = auto leaves the shape to zayac's kernels, whose scratch stays
+ * linear in T there (attention.h), and cudnn runs the single pass anyway. */
 static int use_cudnn(zy_ctx *ctx, const cudnn_attn_shape *sh, size_t *ws_fwd, size_t *ws_bwd) {
     cuda_state *s = cuda_st(ctx);
     if (!s->cudnn) return 0;

@@ -54,7 +54,7 @@ int cuda_ops_ctx_init(zy_ctx *ctx, int gpu, const zy_cuda_opts *opts) {
     ctx->act_dtype = ZY_DTYPE_BF16;
     ctx->gpu = gpu;
     ctx->cuda = s;
-    if (cuda_attention_ctx_init(ctx, opts->attention) != ZY_OK) {
+    if (cuda_attention_ctx_init(ctx, opts) != ZY_OK) {
         cuda_ops_ctx_free(ctx);
         memset(ctx, 0, sizeof *ctx);
         return ZY_ERR;
