@@ -193,10 +193,10 @@ static void check_reduce(zy_comm *c, zy_comm_dtype t, zy_comm_op op, size_t n, i
     uint64_t seed = 7 + 16 * n + 4 * t + op;
     void *buf = zy_malloc(n * comm_dtype_size(t) + 1);
     fill(buf, t, seed, c->rank, 0, n);
-    CALL(c, comm_defer(c, deferred));
+    if (deferred) CALL(c, comm_defer(c, 1));
     CALL(c, comm_reduce(c, buf, n, t, op, root));
     CALL(c, comm_complete(c));
-    CALL(c, comm_defer(c, 0));
+    if (deferred) CALL(c, comm_defer(c, 0));
     if (c->rank == root)
         EXPECT_ELEMENTS(c, "reduce at the root", t, buf, n, reduced(t, op, seed, c->world, i));
     else
@@ -466,8 +466,12 @@ static void test_single(void **state) {
         assert_int_equal(comm_all_gather(&c, a, a, n, (zy_comm_dtype)t), ZY_OK); /* in place */
         assert_memory_equal(a, keep, n * e);
         assert_int_equal(comm_defer(&c, 1), ZY_OK);
+        assert_int_equal(comm_defer(&c, 1), ZY_OK); /* nested: one end leaves it deferred */
         assert_int_equal(comm_reduce(&c, a, n, (zy_comm_dtype)t, ZY_COMM_SUM, 0), ZY_OK);
         assert_int_equal(comm_defer(&c, 0), ZY_OK);
+        assert_int_equal(c.deferred, 1);
+        assert_int_equal(comm_defer(&c, 0), ZY_OK);
+        assert_int_equal(c.deferred, 0);
         assert_memory_equal(a, keep, n * e);
         free(a), free(b), free(keep);
     }

@@ -4,7 +4,8 @@
  * (matrices sent as compute copies, the rest sent in fp32 and cast by the receivers, the
  * embedding too, which the tied head reads from the compute copy), its fp32 non-matrix weights
  * are the owner's, and zero1_gather_masters makes every fp32 weight the owner's. The first 2-GPU
- * run trained with a stale head on rank 1 because the embedding was sent in fp32 only. */
+ * run trained with a stale head on rank 1 because the embedding was sent in fp32 only. And the
+ * gradient reduces deferred for the backward stay deferred through the forward's waits. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -70,11 +71,26 @@ static int child_main(void) {
         fprintf(stderr, "rank %d: the share installed no weights_needed hook\n", c.rank);
         return 1;
     }
+    /* as the step does: the last micro-batch's gradient reduces are deferred before its forward
+     * and must stay deferred through the backward, after the forward's waits have ended the
+     * share's own deferral (they did not: every reduce on 2 GPUs waited on the host, and the
+     * backward stood still while it ran) */
+    zero1_reduce_in_backward(&z);
     for (int g = -1; g < m.cfg.num_hidden_layers && m.weights_needed; g++)
         m.weights_needed(m.weights_needed_user, g);
     if (m.weights_needed || z.share_pending) {
         fprintf(stderr, "rank %d: the hook is still installed after the last layer\n", c.rank);
         return 1;
+    }
+    if (c.deferred != 1) {
+        fprintf(stderr, "rank %d: after the forward's waits the backward's reduces are %s\n",
+                c.rank, c.deferred ? "deferred twice" : "no longer deferred");
+        failures++;
+    }
+    if (zero1_grads_done(&z) != ZY_OK || c.deferred != 0) {
+        fprintf(stderr, "rank %d: after the backward: %s, deferral depth %d\n", c.rank, zy_errmsg(),
+                c.deferred);
+        failures++;
     }
     int kinds_seen[5] = {0};
     for (int i = 0; i < t->count; i++) {

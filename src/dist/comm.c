@@ -131,9 +131,12 @@ int comm_wait_mark(zy_comm *c, int slot) {
 
 int comm_defer(zy_comm *c, int on) {
     ZY_CHECK(c && c->b);
-    int rc = on ? ZY_OK : comm_complete(c);
-    c->deferred = on;
-    return rc;
+    if (on) {
+        c->deferred++;
+        return ZY_OK;
+    }
+    ZY_CHECKF(c->deferred > 0, "comm_defer(c, 0) without a comm_defer(c, 1) before it");
+    return --c->deferred ? ZY_OK : comm_complete(c);
 }
 
 void comm_free(zy_comm *c) {

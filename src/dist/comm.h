@@ -54,7 +54,7 @@ typedef struct {
 
 struct zy_comm {
     int rank, world;
-    int deferred; /* comm_defer: operations may return once queued (see comm_defer) */
+    int deferred; /* comm_defer's depth: operations may return once queued while > 0 */
     const zy_comm_backend *b;
     void *impl; /* the backend's state */
 };
@@ -91,9 +91,12 @@ int comm_barrier(zy_comm *c);
  * reduced while the backward goes on): after comm_defer(c, 1) an operation may return once it is
  * queued on the device, before it has run; its buffers must stay untouched (on any stream) until
  * comm_complete(c) returns, which waits for every operation queued since, with the
- * communicator's deadline. comm_defer(c, 0) completes what is pending and ends the mode. The
- * host backends (single, mpi) complete each operation before returning: for them it changes
- * nothing. An error of a deferred operation is reported by comm_complete. */
+ * communicator's deadline. The mode nests: each comm_defer(c, 0) ends one comm_defer(c, 1), and
+ * the last one completes what is pending (the weights' broadcast, deferred from the end of one
+ * step into the next forward, ends inside that forward, while the gradient reduces deferred
+ * before it must stay deferred through the backward). The host backends (single, mpi) complete
+ * each operation before returning: for them it changes nothing. An error of a deferred operation
+ * is reported by comm_complete. */
 int comm_defer(zy_comm *c, int on);
 int comm_complete(zy_comm *c);
 /* Partial completion, so the compute that needs a deferred operation's result waits for that one

@@ -183,14 +183,19 @@ int zero1_share_weights(zy_zero1 *z) {
     const int L = m->cfg.num_hidden_layers, gpu = m->cparams != NULL;
     ZY_TRY(comm_defer(z->comm, 1));
     /* in the order the forward reads them: global entries, then layer by layer */
-    for (int g = -1; g < L; g++) {
+    int rc = ZY_OK;
+    for (int g = -1; g < L && rc == ZY_OK; g++) {
         if (gpu) {
-            ZY_TRY(broadcast_group(z, g, is_matrix, 1));
-            ZY_TRY(broadcast_group(z, g, not_matrix, 0));
+            rc = broadcast_group(z, g, is_matrix, 1);
+            if (rc == ZY_OK) rc = broadcast_group(z, g, not_matrix, 0);
         } else { /* fp32 is what computes */
-            ZY_TRY(broadcast_group(z, g, any_entry, 0));
+            rc = broadcast_group(z, g, any_entry, 0);
         }
-        ZY_TRY(comm_mark(z->comm, g + 1));
+        if (rc == ZY_OK) rc = comm_mark(z->comm, g + 1);
+    }
+    if (rc != ZY_OK) {
+        comm_defer(z->comm, 0); /* the error is the one to report */
+        return rc;
     }
     z->next_group = -1;
     z->share_pending = 1;

@@ -1,0 +1,58 @@
+/* A kernel timeline without nsys (the GPU machines have none): a CUPTI injection library. The
+ * CUDA driver loads it when CUDA_INJECTION64_PATH names it and calls InitializeInjection; every
+ * kernel's record (start, end, when the host queued and submitted it, stream, hardware channel,
+ * grid, block, cluster, name) goes to $ZYTRACE_OUT.<pid>.tsv when the process exits.
+ * dev/trace/kernel_trace_summary.py reads the files. Built and run by
+ * dev/scripts/gpu_kernel_trace.sh. */
+#include <cupti.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define BUFFER_BYTES ((size_t)16 << 20)
+
+static FILE *out;
+
+static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records) {
+    *buffer = aligned_alloc(8, BUFFER_BYTES);
+    *size = *buffer ? BUFFER_BYTES : 0;
+    *max_records = 0;
+}
+
+static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, size_t size,
+                                      size_t valid) {
+    CUpti_Activity *rec = NULL;
+    while (out && cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
+        if (rec->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) continue;
+        const CUpti_ActivityKernel10 *k = (const CUpti_ActivityKernel10 *)rec;
+        fprintf(out, "%llu\t%llu\t%llu\t%llu\t%u\t%u\t%d\t%d\t%u\t%s\n",
+                (unsigned long long)k->start, (unsigned long long)k->end,
+                (unsigned long long)k->queued, (unsigned long long)k->submitted, k->streamId,
+                k->channelID, k->gridX * k->gridY * k->gridZ, k->blockX * k->blockY * k->blockZ,
+                k->clusterX * k->clusterY * k->clusterZ, k->name ? k->name : "?");
+    }
+    free(buffer);
+}
+
+static void flush_at_exit(void) {
+    cuptiActivityFlushAll(1);
+    if (out) fclose(out);
+    out = NULL;
+}
+
+int InitializeInjection(void);
+int InitializeInjection(void) {
+    const char *prefix = getenv("ZYTRACE_OUT");
+    char path[4096];
+    snprintf(path, sizeof path, "%s.%d.tsv", prefix ? prefix : "/tmp/zytrace", (int)getpid());
+    out = fopen(path, "w");
+    if (!out) return 0;
+    fprintf(out, "start\tend\tqueued\tsubmitted\tstream\tchannel\tgrid\tblock\tcluster\tname\n");
+    cuptiActivityEnableLatencyTimestamps(1);
+    cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
+    cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+    atexit(flush_at_exit);
+    return 1;
+}

@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""What the other kernels do while NCCL's run, from dev/trace/kernel_trace.c's files (one per process).
+
+For each file: the NCCL kernels' time (the union of their intervals, over the last part of the
+run, after warm-up), how much of it the other kernels fill, how long the same kernels take inside
+and outside NCCL's intervals, how long after the host submitted them they start, and which
+hardware channels each side used. Usage: kernel_trace_summary.py [--tail 0.4] FILE..."""
+import argparse
+import collections
+import statistics
+
+
+def load(path):
+    rows = []
+    with open(path) as f:
+        for line in f:
+            if line.startswith("start\t"):
+                continue
+            p = line.rstrip("\n").split("\t", 9)
+            if len(p) < 10:
+                continue
+            s, e, q, sub, stream, chan, grid, block, cl = map(int, p[:9])
+            rows.append(dict(s=s, e=e, q=q, sub=sub, stream=stream, chan=chan, grid=grid,
+                             block=block, cluster=cl, name=p[9]))
+    return rows
+
+
+def union(iv):
+    out = []
+    for s, e in sorted(iv):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return out
+
+
+def overlap(s, e, u):
+    return sum(max(0, min(e, b) - max(s, a)) for a, b in u)
+
+
+def short(name):
+    return name if len(name) <= 70 else name[:67] + "..."
+
+
+def summary(path, tail):
+    rows = load(path)
+    if not rows:
+        print(f"{path}: no kernels")
+        return
+    nccl = [r for r in rows if "nccl" in r["name"].lower()]
+    if not nccl:
+        print(f"{path}: {len(rows)} kernels, none of NCCL")
+        return
+    t0 = min(r["s"] for r in rows)
+    t1 = max(r["e"] for r in rows)
+    cut = t1 - tail * (t1 - t0)
+    rows = [r for r in rows if r["s"] >= cut]
+    nccl = [r for r in rows if "nccl" in r["name"].lower()]
+    comp = [r for r in rows if "nccl" not in r["name"].lower()]
+    nu = union([(r["s"], r["e"]) for r in nccl])
+    cu = union([(r["s"], r["e"]) for r in comp])
+    n_time = sum(b - a for a, b in nu)
+    filled = sum(overlap(a, b, cu) for a, b in nu)
+    span = max(r["e"] for r in rows) - min(r["s"] for r in rows)
+    busy_out = sum(b - a for a, b in cu) - filled
+    print(f"== {path}: last {tail:.0%} of the run, {span / 1e6:.1f} ms, {len(nccl)} NCCL kernels, "
+          f"{len(comp)} others")
+    print(f"NCCL kernels run {n_time / 1e6:.2f} ms; other kernels run during {filled / n_time:.1%} "
+          f"of it; outside NCCL the others fill {busy_out / max(1, span - n_time):.1%} of the time")
+    ngrid = collections.Counter((r["grid"], r["block"], r["cluster"]) for r in nccl)
+    print("NCCL launch shapes (grid, block, cluster): "
+          + ", ".join(f"{k} x{v}" for k, v in ngrid.most_common(4)))
+    print(f"hardware channels: NCCL {sorted({r['chan'] for r in nccl})}, others "
+          f"{sorted({r['chan'] for r in comp})}; streams NCCL {sorted({r['stream'] for r in nccl})}")
+    inside = collections.defaultdict(list)
+    outside = collections.defaultdict(list)
+    lag_in, lag_out = [], []
+    for r in comp:
+        d = r["e"] - r["s"]
+        f = overlap(r["s"], r["e"], nu) / max(1, d)
+        lag = (r["s"] - r["sub"]) / 1e3 if r["sub"] else None
+        if f > 0.5:
+            inside[r["name"]].append(d)
+            if lag is not None:
+                lag_in.append(lag)
+        elif f == 0:
+            outside[r["name"]].append(d)
+            if lag is not None:
+                lag_out.append(lag)
+    if lag_in and lag_out:
+        print(f"start - submitted (us, median): during NCCL {statistics.median(lag_in):.1f}, "
+              f"outside {statistics.median(lag_out):.1f}")
+    total = collections.Counter()
+    for r in comp:
+        total[r["name"]] += r["e"] - r["s"]
+    print("| kernel | n outside | mean us outside | n during NCCL | mean us during | ratio |")
+    print("|---|---|---|---|---|---|")
+    for name, _ in total.most_common(12):
+        o, i = outside.get(name, []), inside.get(name, [])
+        mo = statistics.mean(o) / 1e3 if o else float("nan")
+        mi = statistics.mean(i) / 1e3 if i else float("nan")
+        print(f"| {short(name)} | {len(o)} | {mo:.1f} | {len(i)} | {mi:.1f} | {mi / mo:.2f} |")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--tail", type=float, default=0.4)
+    ap.add_argument("files", nargs="+")
+    a = ap.parse_args()
+    for f in a.files:
+        summary(f, a.tail)
+
+
+if __name__ == "__main__":
+    main()
