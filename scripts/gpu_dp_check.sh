@@ -2,14 +2,15 @@
 # Data parallel on the GPUs of one host, in one call (a 2-GPU kind of the device tool):
 #   1. the NCCL communicator's tests over every GPU (each NCCL algorithm: default, Ring, Tree);
 #   2. `zayac bench train -n 1` and `-n N` side by side (bench-small; AdamW and Muon; then
-#      zaya1-base's widths with 4 layers, AdamW): tokens/s per GPU, MFU, memory, optimizer per rank;
+#      zaya1-base's widths with 4 layers and bench-base's 8, AdamW): tokens/s per GPU, MFU, memory,
+#      optimizer per rank;
 #   3. `zayac launch -n N -- zayac train` against one GPU on real text (bench-small widths, the
 #      same global batch): the two loss curves, and a stop at the middle + --resume on N GPUs
 #      against the uninterrupted N-GPU run (bit for bit).
 # Usage (from the zayac root; DATA holds tokenizer.json and data/ from `zayac data prepare`):
 #   DEBS=.ext/debs DATA=.ext/dpdata [ALGOS="default Ring Tree,Ring"] [ONE_GPU=1] [BASE=1] \
 #       bash scripts/gpu_dp_check.sh
-# ONE_GPU=0 skips the 1-GPU benchmark baselines, BASE=0 the zaya1-base widths. The summary and
+# ONE_GPU=0 skips the 1-GPU benchmark baselines, BASE=0 the zaya1-base widths (4 and 8 layers). The summary and
 # the tails of failed runs' logs are printed at the end.
 # Files land in $OUT: summary.txt (the results), build.log, comm_*.log, bench_*.{txt,json},
 # train_*/ (metrics.jsonl, loss.png) and curves.txt.
@@ -75,6 +76,9 @@ for optim in adamw muon; do
 done
 if [ "${BASE:-1}" = 1 ]; then
     for n in $counts; do bench "--config $OUT/base4.json" base-4layers adamw 2 4096 "$n"; done
+    # bench-base: the same widths with 8 layers and bench_vs_torch's batch (the embedding's
+    # reduce at the end of the backward, 2.15 GB, is a smaller share of a longer step)
+    for n in $counts; do bench "--preset bench-base" bench-base adamw 4 4096 "$n"; done
 fi
 for f in "$OUT"/bench_*_n"$N".txt; do
     note "$(basename "$f"): $(grep -E 'optimizer phase per rank|share_weights' "$f" | tr '\n' ' ')"
