@@ -243,10 +243,21 @@ static double rss_bytes(void) {
     return kb * 1024;
 }
 
-/* The estimate against what a training job's set-up really makes resident (every buffer is
- * zeroed when allocated, so its pages are touched). */
-static void test_memory_estimate_matches_use(void **state) {
-    (void)state;
+/* Fails unless used is within 5 % below and 25 % above want: resident growth includes allocator
+ * overhead (and under ASan 1/8 shadow); it was within 0.3 % here, with and without ASan. */
+static void near_estimate(const char *what, double want, double used, const zy_mem_need *n) {
+    print_message("%s: estimate %.1f MB, resident growth %.1f MB\n", what, want / 1e6, used / 1e6);
+    if (!(used > 0.95 * want && used < 1.25 * want))
+        fail_msg("%s: estimated %.1f MB (weights %.1f, grads %.1f, optim %.1f, acts %.1f), "
+                 "resident growth %.1f MB",
+                 what, want / 1e6, n->weights / 1e6, n->grads / 1e6, n->optim / 1e6, n->acts / 1e6,
+                 used / 1e6);
+}
+
+/* The estimate of a training job (recompute: with activation recomputation) against what its
+ * set-up really makes resident (every buffer is zeroed when allocated, so its pages are touched):
+ * the whole, and the activation arena alone. */
+static void estimate_matches_use(int recompute, zy_mem_need *need) {
     zy_config c;
     assert_int_equal(config_preset_builtin(&c, "tiny"), ZY_OK);
     c.hidden_size = 256;
@@ -259,27 +270,34 @@ static void test_memory_estimate_matches_use(void **state) {
     optim_config_default(&oc);
     zy_balance_config bc;
     balance_config_default(&bc);
-    zy_mem_need need;
-    mem_need(&ctx, &c, B, T, &oc, 1, &need);
+    mem_need(&ctx, &c, B, T, recompute, &oc, 1, need);
     double before = rss_bytes();
     zy_step s;
     assert_int_equal(step_init_model(&s, &ctx, &c, B, T, 1), ZY_OK);
-    assert_int_equal(step_init_acts(&s), ZY_OK);
+    double before_acts = rss_bytes();
+    assert_int_equal(step_init_acts(&s, recompute), ZY_OK);
+    double acts = rss_bytes() - before_acts;
     zy_step_config sc = {.grad_accum = 1, .grad_clip = 1, .balance = 1};
     assert_int_equal(step_init_training(&s, &sc, &oc, &bc), ZY_OK);
     double used = rss_bytes() - before;
     step_free(&s);
     ops_ctx_free(&ctx);
-    print_message("memory estimate %.1f MB, resident growth %.1f MB\n", need.device / 1e6,
-                  used / 1e6);
-    /* resident growth includes allocator overhead (and under ASan 1/8 shadow): within 5 % below
-     * and 25 % above the estimate (it was within 0.3 % here, with and without ASan) */
-    if (!(used > 0.95 * need.device && used < 1.25 * need.device))
-        fail_msg("estimated %.1f MB (weights %.1f, grads %.1f, optim %.1f, acts %.1f), resident "
-                 "growth %.1f MB",
-                 need.device / 1e6, need.weights / 1e6, need.grads / 1e6, need.optim / 1e6,
-                 need.acts / 1e6, used / 1e6);
-    assert_true(need.device > 20e6); /* large enough for the comparison to mean something */
+    near_estimate(recompute ? "recompute: activations" : "activations", need->acts, acts, need);
+    near_estimate(recompute ? "recompute: the job" : "the job", need->device, used, need);
+    assert_true(need->device > 20e6); /* large enough for the comparison to mean something */
+}
+
+static void test_memory_estimate_matches_use(void **state) {
+    (void)state;
+    zy_mem_need plain, rec;
+    estimate_matches_use(0, &plain);
+    estimate_matches_use(1, &rec);
+    /* recomputation changes the activations only: the 4 layers keep their inputs, share the rest */
+    assert_true(rec.weights == plain.weights && rec.grads == plain.grads &&
+                rec.optim == plain.optim);
+    print_message("activations %.1f MB, recomputed %.1f MB\n", plain.acts / 1e6, rec.acts / 1e6);
+    assert_true(rec.acts < 0.8 * plain.acts);
+    assert_true(rec.device == plain.device - (plain.acts - rec.acts));
 }
 
 /* ---- ids outside the vocabulary ---- */

@@ -140,7 +140,7 @@ static void test_run_adamw_and_muon(void **state) {
     small_opts(&o);
     o.profile = 1;
     o.peak_tflops = 0.5; /* given: MFU is computed against it */
-    bench_train_result a, m, again, other;
+    bench_train_result a, m, again, other, rec;
     assert_int_equal(bench_train_run(&o, &a), ZY_OK);
     check_result(&o, &a);
     check_breakdown(&a);
@@ -169,6 +169,13 @@ static void test_run_adamw_and_muon(void **state) {
     o.use_muon = 0;
     assert_int_equal(bench_train_run(&o, &again), ZY_OK);
     assert_true(again.loss_last == a.loss_last);
+    /* activation recomputation: the same steps to the bit in a smaller activation estimate */
+    assert_true(isfinite(a.acts_estimate) && a.acts_estimate > 0);
+    o.recompute = 1;
+    assert_int_equal(bench_train_run(&o, &rec), ZY_OK);
+    assert_true(rec.loss_first == a.loss_first && rec.loss_last == a.loss_last);
+    assert_true(rec.acts_estimate < a.acts_estimate);
+    o.recompute = 0;
     o.seed = 2;
     assert_int_equal(bench_train_run(&o, &other), ZY_OK);
     assert_true(other.loss_first != a.loss_first);
@@ -176,6 +183,7 @@ static void test_run_adamw_and_muon(void **state) {
     bench_train_result_free(&m);
     bench_train_result_free(&again);
     bench_train_result_free(&other);
+    bench_train_result_free(&rec);
 }
 
 static void test_check_rejects(void **state) {
@@ -267,6 +275,8 @@ static void test_cli_json(void **state) {
     assert_string_equal(get(j, "config")->valuestring, cfg);
     assert_string_equal(get(j, "device")->valuestring, "cpu");
     assert_string_equal(get(j, "optim")->valuestring, "adamw");
+    assert_true(cJSON_IsFalse(get(j, "recompute")));
+    assert_true(num(get(j, "memory"), "activations_estimate_bytes") > 0);
     assert_string_equal(get(j, "attention")->valuestring, "auto");
     assert_true(num(j, "attention_workspace_gib") == 0.5);
     assert_true(num(j, "batch") == 2 && num(j, "seq") == 16 && num(j, "steps") == 2);
@@ -304,11 +314,11 @@ static void test_cli_json(void **state) {
     assert_true(num(get(j, "memory"), "params_bytes") > 0);
     cJSON_Delete(j);
 
-    /* a preset with a given peak: the MFU is reported against it */
+    /* a preset with a given peak (the MFU is reported against it), activations recomputed */
     snprintf(path, sizeof path, "%s/p.json", tmp);
     snprintf(line, sizeof line,
              "--preset tiny --device cpu --threads 1 --batch 1 --seq 8 --steps 1 --warmup 0 "
-             "--optim muon --peak-tflops 2 --json %s",
+             "--optim muon --peak-tflops 2 --recompute --json %s",
              path);
     r = bench_train_cli(line);
     if (r.code != 0) fail_msg("exit %d:\n%s\n%s", r.code, r.out, r.err);
@@ -319,6 +329,7 @@ static void test_cli_json(void **state) {
     assert_non_null(j);
     assert_string_equal(get(j, "config")->valuestring, "tiny");
     assert_string_equal(get(j, "optim")->valuestring, "muon");
+    assert_true(cJSON_IsTrue(get(j, "recompute")));
     assert_true(fabs(num(j, "mfu") - num(j, "model_tflops") / 2) < 1e-12);
     assert_true(num(j, "peak_tflops") == 2);
     assert_int_equal(cJSON_GetArraySize(get(j, "breakdown")), 0);

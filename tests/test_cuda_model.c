@@ -1,6 +1,7 @@
 /* The whole GPU model (bf16 activations, fp32 master weights and gradients) against the CPU model
  * (fp32 throughout) with identical weights and tokens: routing decisions, the loss, and every
- * parameter's gradient. Skips without a GPU. */
+ * parameter's gradient; and the GPU model with activation recomputation against itself without,
+ * to the bit. Skips without a GPU. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -102,8 +103,8 @@ static void test_model_gpu_matches_cpu(void **state) {
     for (int n = 0; n < N; n++)
         targets[n] = n % T + 1 < T && n % 7 != 3 ? ids[n + 1] : -100; /* some ignored rows */
     zy_acts ac, ag;
-    assert_int_equal(acts_init(&ac, &mc, B, T), ZY_OK);
-    assert_int_equal(acts_init(&ag, &mg, B, T), ZY_OK);
+    assert_int_equal(acts_init(&ac, &mc, B, T, 0), ZY_OK);
+    assert_int_equal(acts_init(&ag, &mg, B, T, 0), ZY_OK);
     double lc = model_forward(&mc, &ac, ids, targets) / ac.count;
     double lg = model_forward(&mg, &ag, ids, targets) / ag.count;
     assert_int_equal(ac.count, ag.count);
@@ -210,7 +211,66 @@ static void test_model_gpu_matches_cpu(void **state) {
     ops_ctx_free(&gpu);
 }
 
+/* Activation recomputation on the GPU: the same loss, routing and gradients to the bit as keeping
+ * every layer's activations (every op is deterministic, the recomputed forward is the same
+ * computation), in less activation memory. */
+static void test_model_gpu_recompute_bitwise(void **state) {
+    (void)state;
+    if (ops_cuda_device_count() == 0) skip();
+    zy_config cfg;
+    if (config_parse_json(&cfg, config_json, "test config") != ZY_OK) fail_msg("%s", zy_errmsg());
+    zy_ctx gpu;
+    if (ops_ctx_init_cuda(&gpu, 0) != ZY_OK) fail_msg("%s", zy_errmsg());
+    zy_model mg;
+    assert_int_equal(model_init(&mg, &cfg, &gpu, 1), ZY_OK);
+    const size_t total = mg.table.total;
+    float *host = malloc(total * sizeof *host);
+    memset(host, 0, total * sizeof *host);
+    random_weights(&mg, host);
+    ops_copy(&gpu, mg.params, host, total * sizeof(float));
+    model_sync_compute_weights(&mg);
+    const int B = 2, T = 96, N = B * T, L = cfg.num_hidden_layers, E1 = cfg.num_experts + 1;
+    int32_t *ids = malloc((size_t)N * sizeof *ids), *targets = malloc((size_t)N * sizeof *targets);
+    zy_rng r = zy_rng_init(9, 0);
+    for (int n = 0; n < N; n++) ids[n] = (int32_t)zy_rng_below(&r, (uint64_t)cfg.vocab_size);
+    for (int n = 0; n < N; n++) targets[n] = n % T + 1 < T && n % 7 != 3 ? ids[n + 1] : -100;
+    double loss[2];
+    float *grads[2];
+    int64_t *counts[2];
+    for (int rec = 0; rec < 2; rec++) {
+        zy_acts a;
+        assert_int_equal(acts_init(&a, &mg, B, T, rec), ZY_OK);
+        model_zero_grads(&mg);
+        loss[rec] = model_forward_backward(&mg, &a, ids, targets, 1.0f / 64);
+        counts[rec] = calloc((size_t)L * E1, sizeof *counts[rec]);
+        model_route_counts(&mg, &a, counts[rec]);
+        grads[rec] = malloc(total * sizeof(float));
+        ops_copy(&gpu, grads[rec], mg.grads, total * sizeof(float));
+        acts_free(&a, &mg);
+    }
+    print_message("loss %.9g kept, %.9g recomputed; activations %zu -> %zu bytes\n", loss[0],
+                  loss[1], acts_bytes(&cfg, &gpu, B, T, 0), acts_bytes(&cfg, &gpu, B, T, 1));
+    assert_true(loss[1] == loss[0]);
+    assert_memory_equal(counts[1], counts[0], (size_t)L * E1 * sizeof(int64_t));
+    for (int i = 0; i < mg.table.count; i++) {
+        const zy_param *p = &mg.table.items[i];
+        if (memcmp(grads[1] + p->offset, grads[0] + p->offset, p->numel * sizeof(float)))
+            fail_msg("gradient of %s differs with recomputation on the GPU", p->name);
+    }
+    assert_true(acts_bytes(&cfg, &gpu, B, T, 1) < acts_bytes(&cfg, &gpu, B, T, 0));
+    for (int rec = 0; rec < 2; rec++) {
+        free(grads[rec]);
+        free(counts[rec]);
+    }
+    free(host);
+    free(ids);
+    free(targets);
+    model_free(&mg);
+    ops_ctx_free(&gpu);
+}
+
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_model_gpu_matches_cpu)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_model_gpu_matches_cpu),
+                                       cmocka_unit_test(test_model_gpu_recompute_bitwise)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -110,7 +110,7 @@ static double logits_error(zy_model *m, zy_acts *a, const char *fixture, double 
     const int B = (int)tokens->shape[0], T = (int)tokens->shape[1], V = m->cfg.vocab_size;
     assert_int_equal(logits.numel, (size_t)B * T * V);
     int32_t *targets = next_token_targets(tokens->data, B, T);
-    assert_int_equal(acts_init(a, m, B, T), ZY_OK);
+    assert_int_equal(acts_init(a, m, B, T, 0), ZY_OK);
     *loss = model_forward(m, a, tokens->data, targets) / a->count;
     double max_ref = 0, max_err = 0;
     const float *ref = logits.data;
@@ -181,7 +181,7 @@ static void check_generation(const char *fixture) {
     /* recompute: one full forward per new token */
     for (int t = T0; t < total; t++) {
         zy_acts a;
-        assert_int_equal(acts_init(&a, &m, 1, t), ZY_OK);
+        assert_int_equal(acts_init(&a, &m, 1, t, 0), ZY_OK);
         model_forward(&m, &a, out, NULL);
         int32_t tok = sample_token((const float *)a.logits + (size_t)(t - 1) * V, V, &s, 0);
         assert_int_equal(tok, out[t]);

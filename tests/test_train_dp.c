@@ -1,6 +1,7 @@
 /* Data-parallel training on CPU ranks over MPI, end to end through the CLI (`mpirun -n N zayac
  * train`): 1, 2 and 4 ranks train on the same tokens in the same order, so their loss curves agree
- * to reduction-order noise; a 2-rank run repeats bit for bit and resumes exactly; the weights stay
+ * to reduction-order noise; a 2-rank run repeats bit for bit (with activation recomputation too)
+ * and resumes exactly; the weights stay
  * identical on every rank (checked by the trainer at each checkpoint); a global batch the ranks
  * cannot split is bad input; a rank that dies ends the job. Skips without MPI or mpirun. */
 #include <setjmp.h>
@@ -196,13 +197,15 @@ static void test_ranks_match_one(void **state) {
     assert_true(loss[0][STEPS - 1] < loss[0][0]); /* it trained */
 }
 
-/* The same 2-rank run twice: the same bits; and stopped at step 4 + resumed on 2 ranks: the same
- * bits as straight through. */
+/* The same 2-rank run twice: the same bits; stopped at step 4 + resumed on 2 ranks: the same
+ * bits as straight through; and with activation recomputation (the backward's second forward of
+ * each layer while its gradients go to their owners): the same bits again. */
 static void test_two_ranks_repeat_and_resume_exactly(void **state) {
     (void)state;
     if (!have_mpi()) skip();
     train_ok(2, "a", NULL);
     train_ok(2, "b", NULL);
+    train_ok(2, "r", (const char *const[]){"--set", "recompute=true", NULL});
     char out_c[256];
     path(out_c, sizeof out_c, "c");
     run_result r = train(2, out_c, (const char *const[]){"--stop-after", "4", NULL});
@@ -217,25 +220,33 @@ static void test_two_ranks_repeat_and_resume_exactly(void **state) {
     double lb[8];
     assert_int_equal(losses("b", lb, 8, &w), 8);
     assert_memory_equal(la, lb, sizeof la);
+    double lr[8];
+    assert_int_equal(losses("r", lr, 8, &w), 8);
+    assert_memory_equal(la, lr, sizeof la);
     /* each rank wrote the weights it owns */
     for (int shard = 1; shard <= 2; shard++) {
-        char ck[128], pa[512], pb[512], pc[512];
+        char ck[128], pa[512], pb[512], pc[512], pr[512];
         snprintf(ck, sizeof ck, "checkpoints/step_000000008/model/model-%05d-of-00002.safetensors",
                  shard);
         snprintf(pa, sizeof pa, "%s/a/%s", tmp, ck);
         snprintf(pb, sizeof pb, "%s/b/%s", tmp, ck);
         snprintf(pc, sizeof pc, "%s/c/%s", tmp, ck);
-        zy_mmap wa, wb, wc;
+        snprintf(pr, sizeof pr, "%s/r/%s", tmp, ck);
+        zy_mmap wa, wb, wc, wr;
         assert_int_equal(zy_mmap_open(&wa, pa), ZY_OK);
         assert_int_equal(zy_mmap_open(&wb, pb), ZY_OK);
         assert_int_equal(zy_mmap_open(&wc, pc), ZY_OK);
+        assert_int_equal(zy_mmap_open(&wr, pr), ZY_OK);
         assert_int_equal(wa.size, wb.size);
         assert_int_equal(wa.size, wc.size);
+        assert_int_equal(wa.size, wr.size);
         assert_memory_equal(wa.data, wb.data, wa.size);
         assert_memory_equal(wa.data, wc.data, wa.size);
+        assert_memory_equal(wa.data, wr.data, wa.size);
         zy_mmap_close(&wa);
         zy_mmap_close(&wb);
         zy_mmap_close(&wc);
+        zy_mmap_close(&wr);
     }
 }
 

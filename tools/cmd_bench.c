@@ -520,6 +520,7 @@ static int train_parse(const zy_opt *opts, bench_train_opts *o) {
     ZY_TRY(args_int_in(opts, "--seed", (long long)o->seed, 0, LLONG_MAX, &seed));
     o->seed = (uint64_t)seed;
     o->profile = args_get(opts, "--profile") != NULL;
+    o->recompute = args_get(opts, "--recompute") != NULL;
     ZY_TRY(train_opt_int(opts, "--expert-streams", o->cuda.expert_streams, 1, ZY_EXPERT_STREAMS_MAX,
                          &o->cuda.expert_streams));
     ZY_TRY(
@@ -578,6 +579,10 @@ static int bench_train(int argc, char **argv) {
         {"--optim", 1, "adamw, or muon (Muon for the matrices) (default adamw)", NULL},
         {"--lr", 1, "constant learning rate (default 3e-4)", NULL},
         {"--profile", 0, "one extra step with the op profiler: the per-op time breakdown", NULL},
+        {"--recompute", 0,
+         "activation recomputation (the recompute setting): each layer's forward again in the "
+         "backward",
+         NULL},
         {"--peak-tflops", 1, "bf16 peak for the MFU (default: measured, 8192^3 GEMM; CUDA only)",
          NULL},
         {"--json", 1, "also write the result as JSON to this file", NULL},

@@ -51,7 +51,7 @@ int cmd_logits(int argc, char **argv) {
             rc = zy_fail("%s: token id %d at position %zu is outside the vocabulary [0, %d)",
                          tok_path, ids[i], i, V);
     zy_acts a = {0};
-    if (rc == 0) rc = acts_init(&a, &m, B, T);
+    if (rc == 0) rc = acts_init(&a, &m, B, T, 0);
     if (rc == 0) {
         int32_t *targets = malloc(tokens.numel * sizeof *targets);
         for (int b = 0; b < B; b++)

@@ -157,13 +157,16 @@ static int bt_init(bt_state *s, const bench_train_opts *o, const dist_env *e,
     oc.lr = o->lr;
     char what[128];
     snprintf(what, sizeof what, "bench train with batch %d x %d", o->batch, o->seq);
-    ZY_TRY(mem_check(&s->ctx, &o->model, o->batch, o->seq, &oc, e->world,
+    ZY_TRY(mem_check(&s->ctx, &o->model, o->batch, o->seq, o->recompute, &oc, e->world,
                      e->local_world > 0 ? e->local_world : e->world, what));
+    zy_mem_need need;
+    mem_need(&s->ctx, &o->model, o->batch, o->seq, o->recompute, &oc, e->world, &need);
+    r->acts_estimate = need.acts;
     ZY_TRY(step_init_model(&s->st, &s->ctx, &o->model, o->batch, o->seq, 1));
     step_set_comm(&s->st, &s->ranks.comm);
     model_init_weights(&s->st.model, o->seed);
     ZY_TRY(bt_used(s, &u0, NULL));
-    ZY_TRY(step_init_acts(&s->st));
+    ZY_TRY(step_init_acts(&s->st, o->recompute));
     ZY_TRY(bt_used(s, &u1, NULL));
     r->acts_bytes = o->device == ZY_DEV_CUDA ? u1 - u0 : NAN;
     zy_balance_config bc;
@@ -354,6 +357,7 @@ static void bt_rank_opts(bench_train_opts *o, const dist_env *e) {
 int bench_train_run(const bench_train_opts *opts, bench_train_result *r) {
     memset(r, 0, sizeof *r);
     r->peak_tflops = r->mfu = r->device_used_gib = r->acts_bytes = r->prof_step_ms = NAN;
+    r->acts_estimate = NAN;
     r->loss_first = r->loss_last = NAN;
     r->world = 1;
     bench_machine_host(&r->machine);
@@ -426,9 +430,10 @@ static double median_ms(const bench_train_result *r) {
 void bench_train_print(FILE *f, const bench_train_opts *o, const bench_train_result *r) {
     fprintf(f,
             "# zayac bench train: %s on %s, batch %d x %d = %lld tokens/step, %s, lr %g, "
-            "%d timed steps after %d warm-up\n",
+            "%d timed steps after %d warm-up%s\n",
             o->model_name, device_name(o), o->batch, o->seq, (long long)r->tokens_per_step,
-            o->use_muon ? "Muon + AdamW" : "AdamW", o->lr, o->steps, o->warmup);
+            o->use_muon ? "Muon + AdamW" : "AdamW", o->lr, o->steps, o->warmup,
+            o->recompute ? ", activations recomputed" : "");
     if (r->machine.gpu[0]) fprintf(f, "# gpu: %s\n", r->machine.gpu);
     fprintf(f, "  %-16s %.2fM total, %.2fM active per token without the embedding\n", "parameters",
             r->counts.total / 1e6, r->counts.active_no_embed / 1e6);
@@ -458,7 +463,10 @@ void bench_train_print(FILE *f, const bench_train_opts *o, const bench_train_res
     fprintf(f, "  %-16s params %.3f GiB, grads %.3f GiB, optimizer %.3f GiB", "",
             r->params_bytes / GIB, r->grads_bytes / GIB, r->optim_bytes / GIB);
     if (isfinite(r->acts_bytes)) fprintf(f, ", activations %.3f GiB", r->acts_bytes / GIB);
-    fprintf(f, "\n");
+    if (isfinite(r->acts_estimate))
+        fprintf(f, "%s%.3f GiB estimated", isfinite(r->acts_bytes) ? " (" : ", activations ",
+                r->acts_estimate / GIB);
+    fprintf(f, "%s\n", isfinite(r->acts_bytes) && isfinite(r->acts_estimate) ? ")" : "");
     if (r->world > 1)
         fprintf(f,
                 "  %-16s optimizer per rank %.3f to %.3f GiB of %.3f GiB over all ranks "
@@ -512,6 +520,7 @@ cJSON *bench_train_to_json(const bench_train_opts *o, const bench_train_result *
     cJSON_AddNumberToObject(j, "steps", o->steps);
     cJSON_AddNumberToObject(j, "warmup", o->warmup);
     cJSON_AddStringToObject(j, "optim", o->use_muon ? "muon" : "adamw");
+    cJSON_AddBoolToObject(j, "recompute", o->recompute);
     cJSON_AddNumberToObject(j, "lr", o->lr);
     cJSON_AddNumberToObject(j, "seed", (double)o->seed);
     cJSON_AddNumberToObject(j, "expert_streams", o->cuda.expert_streams);
@@ -548,6 +557,7 @@ cJSON *bench_train_to_json(const bench_train_opts *o, const bench_train_result *
     add_num_or_null(mem, "optimizer_bytes_min_rank", r->optim_bytes_min);
     add_num_or_null(mem, "optimizer_bytes_all_ranks", r->optim_bytes_all);
     add_num_or_null(mem, "activations_bytes", r->acts_bytes);
+    add_num_or_null(mem, "activations_estimate_bytes", r->acts_estimate);
     cJSON *pc = cJSON_AddObjectToObject(j, "params");
     cJSON_AddNumberToObject(pc, "total", (double)r->counts.total);
     cJSON_AddNumberToObject(pc, "embedding", (double)r->counts.embedding);

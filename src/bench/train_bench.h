@@ -26,6 +26,7 @@ typedef struct {
     int use_muon;       /* 0: AdamW everywhere; 1: Muon for the matrices, AdamW for the rest */
     float lr;           /* constant learning rate */
     int profile;        /* 1: one extra profiled step for the per-op breakdown */
+    int recompute;      /* 1: activation recomputation (the `recompute` setting) */
     double peak_tflops; /* > 0: the peak to compute MFU against; 0: measure it (CUDA only) */
     uint64_t seed;      /* weights and synthetic data */
     FILE *progress;     /* progress lines (NULL: quiet) */
@@ -65,6 +66,7 @@ typedef struct {
     double optim_bytes, optim_bytes_min, optim_bytes_all;
     double *optim_ms_rank;  /* [world] the optimizer phase of each rank's profiled step, or NULL */
     double acts_bytes;      /* CUDA: measured around acts_init; NaN on the CPU (not recorded) */
+    double acts_estimate;   /* the activation arena's bytes as the memory estimate has them */
     zy_param_counts counts; /* model_count_params */
     double loss_first, loss_last; /* mean token loss of the first warm-up/timed and last step */
     int nonfinite_steps;          /* steps whose loss or gradient norm was not finite */

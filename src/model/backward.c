@@ -130,7 +130,9 @@ static void grads_ready(zy_model *m, int layer) {
 
 /* The backward from dlogits (in a->logits) down to the embedding. Layer l's gradients are final
  * once layer l-1's backward has run: that writes layer l's input-norm weight gradient (the norm
- * reading layer l-1's output). */
+ * reading layer l-1's output). With recomputation each layer but the last (whose activations the
+ * forward left in the shared set) first runs its forward again from what it kept; its weights
+ * are there since the forward, so weights_needed is not called. */
 static void backward_from_dlogits(zy_model *m, zy_acts *a) {
     ZY_CHECKF(m->grads != NULL, "model built without gradients");
     zy_ctx *ctx = m->ctx;
@@ -140,6 +142,7 @@ static void backward_from_dlogits(zy_model *m, zy_acts *a) {
     ops_matmul_f32(ctx, m->g.emb, a->logits, a->xf, V, D, N, 1, 0, 1.0f, gb); /* tied head */
     ops_matmul(ctx, a->dx, a->logits, m->wc.emb, N, D, V, 0, 0, 1.0f, 0.0f);
     for (int l = c->num_hidden_layers - 1; l >= 0; l--) {
+        if (a->recompute && l + 1 < c->num_hidden_layers) layer_forward(m, a, l, NULL, 0);
         layer_backward(m, a, l);
         if (l + 1 < c->num_hidden_layers) grads_ready(m, l + 1);
     }

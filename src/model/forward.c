@@ -72,10 +72,7 @@ zy_next_norm next_norm(zy_model *m, zy_acts *a, int l) {
     return n;
 }
 
-/* Runs layer l from its normed input x->a (written beforehand, with rstd_a) into the next layer's
- * h_in, ending with the next norm: the next layer's input norm, or the final norm after the last
- * layer, each fused with the residual scaling that produces its input. */
-static void layer_forward(zy_model *mo, zy_acts *a, int l, zy_layer_cache *cache) {
+void layer_forward(zy_model *mo, zy_acts *a, int l, zy_layer_cache *cache, int next) {
     zy_ctx *ctx = mo->ctx;
     const zy_config *c = &mo->cfg;
     const zy_layer_w *w = &mo->w.layers[l];
@@ -134,6 +131,7 @@ static void layer_forward(zy_model *mo, zy_acts *a, int l, zy_layer_cache *cache
     /* MoE block (x->m = post-attention norm of h_mid) */
     router_forward(mo, x, w, wc, r_prev, N);
     moe_forward(mo, x, wc, N);
+    if (!next) return;
     const zy_next_norm nn = next_norm(mo, a, l);
     ops_resnorm_fwd(ctx, nn.h, nn.y, nn.rstd, x->y, x->h_mid, w->pm_hb, w->pm_hs, w->pm_rb,
                     w->pm_rs, nn.w, N, D, eps);
@@ -154,7 +152,7 @@ void trunk_forward(zy_model *m, zy_acts *a, zy_layer_cache *caches) {
                     (float)c->rms_norm_eps);
     for (int l = 0; l < c->num_hidden_layers; l++) {
         if (l + 1 < c->num_hidden_layers) weights_needed(m, l + 1); /* its input norm ends l */
-        layer_forward(m, a, l, caches ? &caches[l] : NULL);
+        layer_forward(m, a, l, caches ? &caches[l] : NULL, 1);
     }
     ops_matmul(m->ctx, a->logits, a->xf, m->wc.emb, N, V, D, 0, 1, 1.0f, 0.0f); /* tied head */
 }

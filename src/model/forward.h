@@ -27,6 +27,12 @@ typedef struct {
 } zy_next_norm;
 zy_next_norm next_norm(zy_model *m, zy_acts *a, int l);
 
+/* Runs layer l from its normed input x->a (written beforehand, with rstd_a) up to its MoE output
+ * x->y; next 1: on into the next layer's h_in, ending with the next norm (the next layer's input
+ * norm, or the final norm after the last layer), fused with the residual scaling that produces its
+ * input. The backward's recomputation passes next 0: what the next norm writes is kept. */
+void layer_forward(zy_model *mo, zy_acts *a, int l, zy_layer_cache *cache, int next);
+
 /* The model from a->ids (and a->pos, written beforehand) to a->logits [N,V]: the embedding, every
  * layer (layer l with caches[l] when caches != NULL) and the tied head. */
 void trunk_forward(zy_model *m, zy_acts *a, zy_layer_cache *caches);

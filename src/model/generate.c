@@ -45,7 +45,7 @@ int decoder_init(zy_decoder **out, zy_model *m, int B, int Tmax) {
         cc->vc = ops_act_at(ctx, cc->kc, kv);
         cc->Tmax = Tmax;
     }
-    if (acts_init(&dec->step, m, B, 1) != ZY_OK) {
+    if (acts_init(&dec->step, m, B, 1, 0) != ZY_OK) {
         decoder_free(dec);
         return ZY_ERR;
     }
@@ -73,7 +73,7 @@ int decoder_feed(zy_decoder *dec, const int32_t *ids, int T, float *logits) {
     if (T > 1) {
         if (dec->prefill.arena && dec->prefill_T != T) acts_free(&dec->prefill, m);
         if (!dec->prefill.arena) {
-            ZY_TRY(acts_init(&dec->prefill, m, dec->B, T));
+            ZY_TRY(acts_init(&dec->prefill, m, dec->B, T, 0));
             dec->prefill_T = T;
         }
         a = &dec->prefill;

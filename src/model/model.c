@@ -316,58 +316,86 @@ static void *carve(carver *cv, size_t bytes) {
     return cv->base ? cv->base + at : NULL;
 }
 
+/* Which of a layer's buffers plan_layer carves: those each layer keeps under recomputation, the
+ * rest (shared then), or all. */
+enum { PLAN_KEPT = 1, PLAN_WORK = 2, PLAN_ALL = 3 };
+
+static void plan_layer(zy_layer_acts *x, const zy_model *m, int B, int T, int parts, carver *cv) {
+    const zy_config *c = &m->cfg;
+    const size_t N = (size_t)B * T, D = c->hidden_size, d = c->head_dim;
+    const size_t Hq = c->num_attention_heads, Hk = c->num_key_value_heads, C = (Hq + Hk) * d;
+    const size_t E = c->num_experts, E1 = E + 1, F = c->moe_intermediate_size;
+    const size_t R = c->router_hidden_size, half = Hk * d / 2;
+    const size_t f = sizeof(float), i4 = sizeof(int32_t), s = ops_act_size(m->ctx);
+    const size_t Tm = (size_t)T + c->cca_time1 - 1;
+    const int kept = parts & PLAN_KEPT, work = parts & PLAN_WORK;
+#define KEPT(field, bytes)                                                                         \
+    if (kept) x->field = carve(cv, bytes)
+#define WORK(field, bytes)                                                                         \
+    if (work) x->field = carve(cv, bytes)
+    KEPT(h_in, N * D * f);
+    KEPT(a, N * D * s);
+    KEPT(rstd_a, N * f);
+    WORK(qk0, N * C * s);
+    WORK(mid, (size_t)B * Tm * C * s);
+    WORK(q, N * Hq * d * s);
+    WORK(k, N * Hk * d * s);
+    WORK(q_in, N * Hq * d * s);
+    WORK(k_in, N * Hk * d * s);
+    WORK(qn, N * Hq * f);
+    WORK(kn, N * Hk * f);
+    WORK(vcur, N * half * s);
+    WORK(vdel, N * half * s);
+    WORK(v, N * Hk * d * s);
+    WORK(att, N * Hq * d * s);
+    WORK(lse, N * Hq * f);
+    WORK(o, N * D * s);
+    WORK(h_mid, N * D * f);
+    WORK(m, N * D * s);
+    WORK(rstd_m, N * f);
+    KEPT(z, N * R * s);
+    WORK(u0, N * R * s);
+    WORK(rstd_z, N * f);
+    WORK(f1, N * R * s);
+    WORK(g1, N * R * s);
+    WORK(f2, N * R * s);
+    WORK(g2, N * R * s);
+    WORK(rlogits, N * E1 * s);
+    WORK(probs, N * E1 * f);
+    WORK(choice, N * i4);
+    WORK(gate, N * f);
+    WORK(counts, E * i4);
+    WORK(offsets, E1 * i4);
+    WORK(perm, N * i4);
+    WORK(xs, N * D * s);
+    WORK(gu, N * 2 * F * s);
+    WORK(act, N * F * s);
+    WORK(ys, N * D * s);
+    WORK(y, N * D * s);
+#undef KEPT
+#undef WORK
+}
+
 static void plan_acts(zy_acts *a, const zy_model *m, carver *cv) {
     const zy_config *c = &m->cfg;
     const size_t N = (size_t)a->B * a->T, D = c->hidden_size, d = c->head_dim;
     const size_t Hq = c->num_attention_heads, Hk = c->num_key_value_heads, C = (Hq + Hk) * d;
-    const size_t E = c->num_experts, E1 = E + 1, F = c->moe_intermediate_size;
+    const size_t E1 = c->num_experts + 1, F = c->moe_intermediate_size;
     const size_t R = c->router_hidden_size, V = c->vocab_size, half = Hk * d / 2;
     const size_t f = sizeof(float), i4 = sizeof(int32_t), s = ops_act_size(m->ctx);
-    const size_t Tm = (size_t)a->T + c->cca_time1 - 1;
+    const int L = c->num_hidden_layers;
     a->ids = carve(cv, N * i4);
     a->targets = carve(cv, N * i4);
     a->pos = carve(cv, N * i4);
-    for (int l = 0; l < c->num_hidden_layers; l++) {
-        zy_layer_acts *x = &a->layers[l];
-        x->h_in = carve(cv, N * D * f);
-        x->a = carve(cv, N * D * s);
-        x->rstd_a = carve(cv, N * f);
-        x->qk0 = carve(cv, N * C * s);
-        x->mid = carve(cv, (size_t)a->B * Tm * C * s);
-        x->q = carve(cv, N * Hq * d * s);
-        x->k = carve(cv, N * Hk * d * s);
-        x->q_in = carve(cv, N * Hq * d * s);
-        x->k_in = carve(cv, N * Hk * d * s);
-        x->qn = carve(cv, N * Hq * f);
-        x->kn = carve(cv, N * Hk * f);
-        x->vcur = carve(cv, N * half * s);
-        x->vdel = carve(cv, N * half * s);
-        x->v = carve(cv, N * Hk * d * s);
-        x->att = carve(cv, N * Hq * d * s);
-        x->lse = carve(cv, N * Hq * f);
-        x->o = carve(cv, N * D * s);
-        x->h_mid = carve(cv, N * D * f);
-        x->m = carve(cv, N * D * s);
-        x->rstd_m = carve(cv, N * f);
-        x->z = carve(cv, N * R * s);
-        x->u0 = carve(cv, N * R * s);
-        x->rstd_z = carve(cv, N * f);
-        x->f1 = carve(cv, N * R * s);
-        x->g1 = carve(cv, N * R * s);
-        x->f2 = carve(cv, N * R * s);
-        x->g2 = carve(cv, N * R * s);
-        x->rlogits = carve(cv, N * E1 * s);
-        x->probs = carve(cv, N * E1 * f);
-        x->choice = carve(cv, N * i4);
-        x->gate = carve(cv, N * f);
-        x->counts = carve(cv, E * i4);
-        x->offsets = carve(cv, E1 * i4);
-        x->perm = carve(cv, N * i4);
-        x->xs = carve(cv, N * D * s);
-        x->gu = carve(cv, N * 2 * F * s);
-        x->act = carve(cv, N * F * s);
-        x->ys = carve(cv, N * D * s);
-        x->y = carve(cv, N * D * s);
+    for (int l = 0; l < L; l++)
+        plan_layer(&a->layers[l], m, a->B, a->T, a->recompute ? PLAN_KEPT : PLAN_ALL, cv);
+    if (a->recompute) { /* one shared set: layer 0's, the other layers' pointers into it */
+        plan_layer(&a->layers[0], m, a->B, a->T, PLAN_WORK, cv);
+        for (int l = 1; l < L; l++) {
+            zy_layer_acts *x = &a->layers[l], kept = *x;
+            *x = a->layers[0];
+            x->h_in = kept.h_in, x->a = kept.a, x->rstd_a = kept.rstd_a, x->z = kept.z;
+        }
     }
     a->h_final = carve(cv, N * D * f);
     a->xf = carve(cv, N * D * s);
@@ -396,7 +424,7 @@ static void plan_acts(zy_acts *a, const zy_model *m, carver *cv) {
     a->dxs = carve(cv, N * D * s);
 }
 
-size_t acts_bytes(const zy_config *cfg, zy_ctx *ctx, int B, int T) {
+size_t acts_bytes(const zy_config *cfg, zy_ctx *ctx, int B, int T, int recompute) {
     /* each carve is at most rows x widest x 8 bytes, with rows <= B * (T + cca_time1) and fewer
      * than 64 carves per layer and 64 besides: a bound under 2^62 means no size below wraps */
     const double d = cfg->head_dim,
@@ -417,6 +445,7 @@ size_t acts_bytes(const zy_config *cfg, zy_ctx *ctx, int B, int T) {
     memset(&a, 0, sizeof a);
     a.B = B;
     a.T = T;
+    a.recompute = recompute != 0;
     a.layers = zy_calloc((size_t)cfg->num_hidden_layers, sizeof *a.layers);
     carver cv = {NULL, 0};
     plan_acts(&a, &m, &cv);
@@ -424,7 +453,7 @@ size_t acts_bytes(const zy_config *cfg, zy_ctx *ctx, int B, int T) {
     return cv.used;
 }
 
-int acts_init(zy_acts *a, const zy_model *m, int B, int T) {
+int acts_init(zy_acts *a, const zy_model *m, int B, int T, int recompute) {
     memset(a, 0, sizeof *a);
     if (B <= 0 || T <= 0) return zy_fail("batch %d x sequence %d: both must be positive", B, T);
     if (T > m->cfg.max_position_embeddings)
@@ -432,6 +461,7 @@ int acts_init(zy_acts *a, const zy_model *m, int B, int T) {
                        m->cfg.max_position_embeddings);
     a->B = B;
     a->T = T;
+    a->recompute = recompute != 0;
     a->layers = zy_calloc((size_t)m->cfg.num_hidden_layers, sizeof *a->layers);
     carver cv = {NULL, 0};
     plan_acts(a, m, &cv);

@@ -116,11 +116,15 @@ zy_param_counts model_count_params(const zy_config *cfg);
 double model_train_flops_per_token(const zy_config *cfg, int T);
 
 /* Per-layer buffers of a training forward pass (saved for backward) on N = B*T rows. zy_act
- * buffers hold the context's activation dtype (bf16 on CUDA); float buffers are always fp32. */
+ * buffers hold the context's activation dtype (bf16 on CUDA); float buffers are always fp32.
+ * With activation recomputation (acts_init's recompute) only h_in, a, rstd_a and z are each
+ * layer's own: what the previous layer's forward writes (its output, normed) and what the next
+ * layer's router reads (z). Every other field of every layer points into one shared set, which
+ * the backward refills by running the layer's forward again just before its backward. */
 typedef struct {
-    float *h_in;         /* [N, D] residual stream entering the layer */
-    zy_act *a;           /* [N, D] input_layernorm output */
-    float *rstd_a;       /* [N] */
+    float *h_in;         /* [N, D] residual stream entering the layer (kept) */
+    zy_act *a;           /* [N, D] input_layernorm output (kept) */
+    float *rstd_a;       /* [N] (kept) */
     zy_act *qk0;         /* [N, C] */
     zy_act *mid;         /* [B, T+t1-1, C] depthwise conv output */
     zy_act *q, *k;       /* [N, Hq*d], [N, Hk*d] after norm + rope */
@@ -134,7 +138,7 @@ typedef struct {
     float *h_mid;        /* [N, D] stream after attention */
     zy_act *m;           /* [N, D] post_attention_layernorm output */
     float *rstd_m;       /* [N] */
-    zy_act *z;           /* [N, R] router state after depth averaging */
+    zy_act *z;           /* [N, R] router state after depth averaging (kept: the next r_prev) */
     zy_act *u0;          /* [N, R] router norm output */
     float *rstd_z;       /* [N] */
     zy_act *f1, *g1;     /* [N, R] fc1 pre/post GELU */
@@ -168,22 +172,28 @@ typedef struct {
     zy_act *dx, *dm, *dz, *dz_carry, *dr, *dr2, *dqk, *dq, *dk, *dv, *dvc, *dvd, *datt, *dys, *dgu,
         *dact, *dxs;
     float *dgate;
-    int count; /* counted targets of the last forward */
+    int count;     /* counted targets of the last forward */
+    int recompute; /* 1: layers share their buffers but h_in, a, rstd_a, z (see zy_layer_acts) */
     void *arena;
     int32_t *host_offsets; /* [L, E+1] backing of the layers' offsets_host */
 } zy_acts;
 
 /* Bytes of the arena acts_init allocates for [B, T] on ctx; SIZE_MAX when that is past size_t. */
-size_t acts_bytes(const zy_config *cfg, zy_ctx *ctx, int B, int T);
-/* Allocates activations for batch B of length T (one arena). */
-int acts_init(zy_acts *a, const zy_model *m, int B, int T);
+size_t acts_bytes(const zy_config *cfg, zy_ctx *ctx, int B, int T, int recompute);
+/* Allocates activations for batch B of length T (one arena). recompute 1: activation
+ * recomputation, each layer keeps only its input (h_in, a, rstd_a) and router state z, the rest
+ * is one layer's set that the backward refills per layer (one more forward of each layer but the
+ * last; the same results to the bit, as every op is deterministic). */
+int acts_init(zy_acts *a, const zy_model *m, int B, int T, int recompute);
 void acts_free(zy_acts *a, const zy_model *m);
 
 /* Training/eval forward on ids [B,T] (device memory) with targets [B,T] (ZY_IGNORE_INDEX to skip;
  * NULL: no loss). Returns the SUM of token losses; a->count gets the counted tokens; a->logits
  * holds [N,V] logits. */
 double model_forward(zy_model *m, zy_acts *a, const int32_t *ids, const int32_t *targets);
-/* Backward of the last forward: adds d(loss_sum * loss_scale)/dparam into m->grads. */
+/* Backward of the last forward: adds d(loss_sum * loss_scale)/dparam into m->grads. With
+ * recomputation it runs each layer's forward again first (not the last layer's: the shared set
+ * still holds it), without calling weights_needed: the forward had every weight. */
 void model_backward(zy_model *m, zy_acts *a, float loss_scale);
 /* model_forward then model_backward, with the loss and dlogits computed in one pass over the
  * logits. Returns the summed loss like model_forward. */

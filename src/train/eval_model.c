@@ -46,7 +46,7 @@ int eval_model_shape(zy_eval_model *em, int B, int T) {
     em->ids = zy_malloc((size_t)B * T * sizeof *em->ids);
     em->targets = zy_malloc((size_t)B * T * sizeof *em->targets);
     eval_model_clear(em);
-    ZY_TRY(acts_init(&em->acts, &em->model, B, T));
+    ZY_TRY(acts_init(&em->acts, &em->model, B, T, 0));
     em->have_acts = 1;
     return ZY_OK;
 }

@@ -11,8 +11,8 @@
 
 #define GB 1e9
 
-void mem_need(zy_ctx *ctx, const zy_config *mc, int B, int T, const zy_optim_config *oc, int world,
-              zy_mem_need *need) {
+void mem_need(zy_ctx *ctx, const zy_config *mc, int B, int T, int recompute,
+              const zy_optim_config *oc, int world, zy_mem_need *need) {
     zy_param_table t;
     model_build_table(&t, mc);
     const double floats = t.overflow ? INFINITY : (double)t.total, f32 = sizeof(float);
@@ -25,7 +25,7 @@ void mem_need(zy_ctx *ctx, const zy_config *mc, int B, int T, const zy_optim_con
         state += (double)((optim_state_floats(oc, &t.items[i]) + 15) & ~(size_t)15);
     need->optim = state * f32 / (world > 1 ? world : 1);
     params_free(&t);
-    size_t arena = B > 0 ? acts_bytes(mc, ctx, B, T) : 0;
+    size_t arena = B > 0 ? acts_bytes(mc, ctx, B, T, recompute) : 0;
     need->acts = arena == SIZE_MAX ? INFINITY : (double)arena;
     need->device = need->weights + need->grads + need->optim + need->acts;
     /* a GPU job: the host copy of the weights (initialisation, checkpoints) and of the state */
@@ -43,14 +43,14 @@ static int refuse(const char *what, const char *where, double need, double ranks
                    n->acts / GB, avail / GB);
 }
 
-int mem_check(zy_ctx *ctx, const zy_config *mc, int B, int T, const zy_optim_config *oc, int world,
-              int host_ranks, const char *what) {
+int mem_check(zy_ctx *ctx, const zy_config *mc, int B, int T, int recompute,
+              const zy_optim_config *oc, int world, int host_ranks, const char *what) {
     if ((long long)B * T > INT_MAX)
         return zy_fail("%s: %d x %d = %lld tokens in one micro-batch, at most %d: lower batch_size "
                        "or seq_len (grad_accum keeps the tokens per step)",
                        what, B, T, (long long)B * T, INT_MAX);
     zy_mem_need n;
-    mem_need(ctx, mc, B, T, oc, world, &n);
+    mem_need(ctx, mc, B, T, recompute, oc, world, &n);
     const int on_gpu = ctx->device != ZY_DEV_CPU;
     const double ranks = host_ranks > 1 ? host_ranks : 1;
     const double avail = (double)ops_mem_available(ctx);

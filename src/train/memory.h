@@ -14,21 +14,22 @@ typedef struct {
     double weights; /* fp32 master weights and, on a GPU, their bf16 compute copy */
     double grads;
     double optim; /* optimizer moments of this rank (ZeRO-1: its share) */
-    double acts;  /* the activation arena of one [B, T] micro-batch */
+    double acts;  /* the activation arena of one [B, T] micro-batch (acts_bytes) */
     double device, host;
 } zy_mem_need;
 
-/* Estimates the memory of model mc on ctx with micro-batches [B, T] (B = 0: no activations).
- * oc NULL: inference (weights and activations only); else training with that optimizer, its
- * state split over `world` data-parallel ranks. Sizes past size_t come out as infinity. */
-void mem_need(zy_ctx *ctx, const zy_config *mc, int B, int T, const zy_optim_config *oc, int world,
-              zy_mem_need *need);
+/* Estimates the memory of model mc on ctx with micro-batches [B, T] (B = 0: no activations;
+ * recompute 1: the activations of activation recomputation, acts_init's). oc NULL: inference
+ * (weights and activations only); else training with that optimizer, its state split over `world`
+ * data-parallel ranks. Sizes past size_t come out as infinity. */
+void mem_need(zy_ctx *ctx, const zy_config *mc, int B, int T, int recompute,
+              const zy_optim_config *oc, int world, zy_mem_need *need);
 /* mem_need, then a bad-input error when [B, T] is more tokens than one micro-batch may hold
  * (2^31 - 1) or the device or the host has less memory available than the job needs: "needs X GB
  * (weights, gradients, optimizer, activations), Y GB available". host_ranks: the ranks of this
  * host, which share its memory (CPU ranks share the device too). `what` names the job ("training
  * model tiny with batch 8 x 128") in the message. Unknown availability passes. */
-int mem_check(zy_ctx *ctx, const zy_config *mc, int B, int T, const zy_optim_config *oc, int world,
-              int host_ranks, const char *what);
+int mem_check(zy_ctx *ctx, const zy_config *mc, int B, int T, int recompute,
+              const zy_optim_config *oc, int world, int host_ranks, const char *what);
 
 #endif

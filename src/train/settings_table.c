@@ -295,6 +295,10 @@ const zy_setting zy_settings[] = {
     NUM("seq_len", ZY_SET_INT, seq_len, 1, 1 << 24, "128",
         "tokens per sequence (at most the model's max_position_embeddings)"),
     NUM("grad_accum", ZY_SET_INT, grad_accum, 1, 1 << 20, "1", "micro-batches per optimiser step"),
+    BOOL("recompute", recompute, "false",
+         "activation recomputation: each layer keeps only its input and the backward runs the "
+         "layer's forward again (one more forward, the same results to the bit), so long "
+         "sequences and wide models fit"),
     NUM("steps", ZY_SET_I64, steps, 1, 1e15, "1000", "optimiser steps of the whole run"),
     PICK("optimizer.name", ZY_SET_ENUM, optim.use_muon, optimizers, "\"muon\"",
          "muon: Muon for hidden matrices, AdamW for the rest; adamw: AdamW for everything"),

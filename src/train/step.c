@@ -33,8 +33,9 @@ int step_init_model(zy_step *s, zy_ctx *ctx, const zy_config *mc, int B, int T, 
     return ZY_OK;
 }
 
-int step_init_acts(zy_step *s) {
-    ZY_TRY(acts_init(&s->acts, &s->model, s->B, s->T));
+int step_init_acts(zy_step *s, int recompute) {
+    s->recompute = recompute != 0;
+    ZY_TRY(acts_init(&s->acts, &s->model, s->B, s->T, s->recompute));
     s->have_acts = 1;
     return ZY_OK;
 }
@@ -50,7 +51,7 @@ int step_reshape(zy_step *s, int B, int T) {
     s->T = T;
     s->ids = zy_malloc((size_t)B * T * sizeof *s->ids);
     s->targets = zy_malloc((size_t)B * T * sizeof *s->targets);
-    return had_acts ? step_init_acts(s) : ZY_OK;
+    return had_acts ? step_init_acts(s, s->recompute) : ZY_OK;
 }
 
 static int world_of(const zy_step *s) {

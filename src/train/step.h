@@ -79,14 +79,16 @@ typedef struct {
     zy_spike spike;          /* the loss-spike detector's running mean */
     double fault_loss_scale; /* ZAYAC_FAULT=spike: this rank's loss sum of the next step is
                                 multiplied by it before the ranks' sum (0: none) */
+    int recompute; /* the activations recompute each layer in the backward (step_init_acts) */
     int have_model, have_acts, have_opt, have_bal, have_zero;
 } zy_step;
 
 /* Creates the model of config mc on ctx (weights not initialised: the caller draws or loads them)
  * and the host batch buffers [B, T]. with_grads 0 makes an inference-only state (no optimizer). */
 int step_init_model(zy_step *s, zy_ctx *ctx, const zy_config *mc, int B, int T, int with_grads);
-/* Allocates the activations for [B, T]. */
-int step_init_acts(zy_step *s);
+/* Allocates the activations for [B, T]; recompute 1: with activation recomputation (acts_init),
+ * also for the shapes step_reshape makes. */
+int step_init_acts(zy_step *s, int recompute);
 /* Gives the step another micro-batch shape [B, T] (a training phase with another batch or
  * sequence length): the activations and batch buffers are made again for it; no-op when equal. */
 int step_reshape(zy_step *s, int B, int T);

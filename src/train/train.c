@@ -238,8 +238,8 @@ static int trainer_init(trainer *tr, const zy_train_config *c) {
     char what[ZY_PATH_MAX + 128];
     snprintf(what, sizeof what, "training model %s with batch %d x %d", c->model_desc,
              c->batch_size / e.world, c->seq_len);
-    ZY_TRY(mem_check(&tr->ctx, &mc, c->batch_size / e.world, c->seq_len, &c->optim, e.world,
-                     e.local_world > 0 ? e.local_world : e.world, what));
+    ZY_TRY(mem_check(&tr->ctx, &mc, c->batch_size / e.world, c->seq_len, c->recompute, &c->optim,
+                     e.world, e.local_world > 0 ? e.local_world : e.world, what));
     ZY_TRY(step_init_model(&tr->st, &tr->ctx, &mc, c->batch_size / e.world, c->seq_len, 1));
     ZY_TRY(setup_comm(tr, &e));
     ZY_TRY(trainer_phases_check(tr));
@@ -247,7 +247,7 @@ static int trainer_init(trainer *tr, const zy_train_config *c) {
         ZY_TRY(hf_load_model(&tr->st.model, c->init_from, ZY_SKIP_BIAS_HF));
     else
         model_init_weights(&tr->st.model, c->seed);
-    ZY_TRY(step_init_acts(&tr->st));
+    ZY_TRY(step_init_acts(&tr->st, c->recompute));
     zy_step_config sc = {.grad_accum = c->grad_accum,
                          .grad_clip = c->grad_clip,
                          .balance = c->balance_enabled,
@@ -446,10 +446,10 @@ int train_run(const zy_train_config *c, const zy_train_opts *o) {
     else
         snprintf(device_desc, sizeof device_desc, "CPU, %d threads", tr.ctx.num_threads);
     printf("model %s: %.2fM parameters (%.2fM active per token without the embedding); "
-           "%d x %d tokens x %d accumulation per step; %s; %s\n",
+           "%d x %d tokens x %d accumulation per step%s; %s; %s\n",
            c->model_desc, k.total / 1e6, k.active_no_embed / 1e6, tr.cfg->batch_size,
-           tr.cfg->seq_len, c->grad_accum, c->optim.use_muon ? "Muon + AdamW" : "AdamW",
-           device_desc);
+           tr.cfg->seq_len, c->grad_accum, c->recompute ? " (activations recomputed)" : "",
+           c->optim.use_muon ? "Muon + AdamW" : "AdamW", device_desc);
     double t_start = zy_now(), last_val = NAN, tokens_before = tr.tokens_seen;
     int64_t first_step = tr.st.step, ran = 0;
     int stopped = 0;
@@ -581,12 +581,12 @@ int train_eval(const zy_train_config *c, const char *model_dir, zy_skip_bias_rul
     snprintf(what, sizeof what, "evaluating %s with batch %d x %d", model_dir, c->batch_size,
              c->seq_len);
     if (rc == ZY_OK)
-        rc = mem_check(&tr.ctx, &c->model, c->batch_size, c->seq_len, NULL, 1, 1, what);
+        rc = mem_check(&tr.ctx, &c->model, c->batch_size, c->seq_len, 0, NULL, 1, 1, what);
     if (rc == ZY_OK) rc = step_init_model(&tr.st, &tr.ctx, &c->model, c->batch_size, c->seq_len, 0);
     if (rc == ZY_OK) rc = batches_open(&tr.val, c, 1, c->seed + 1000003);
     if (rc == ZY_OK) rc = check_data_fits(&tr, tr.val, "validation", model_dir);
     if (rc == ZY_OK) rc = hf_load_model(&tr.st.model, model_dir, rule);
-    if (rc == ZY_OK) rc = step_init_acts(&tr.st);
+    if (rc == ZY_OK) rc = step_init_acts(&tr.st, 0);
     if (rc == ZY_OK) rc = evaluate(&tr, batches, loss, tokens);
     trainer_free(&tr);
     return rc;

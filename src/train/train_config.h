@@ -62,6 +62,7 @@ typedef struct {
     zy_data_source sources[ZY_MAX_SOURCES];
     int n_sources;
     int batch_size, seq_len, grad_accum;
+    int recompute; /* activation recomputation: each layer's forward again in the backward */
     int64_t steps;
     zy_optim_config optim;
     zy_schedule schedule;
