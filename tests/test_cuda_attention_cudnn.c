@@ -19,7 +19,10 @@
 
 #include "base/err.h"
 #include "base/rng.h"
+#include "model/config.h"
 #include "ops/ops.h"
+#include "optim/optim.h"
+#include "train/memory.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -409,14 +412,59 @@ static void test_refused(void **state) {
 }
 #endif
 
+/* The memory estimate's attention workspace: zayac's scratch with cuda.attention = zayac; with
+ * auto and cuDNN loaded, the larger of it and cuda.attention_workspace_gib, the cap cuDNN's
+ * backward stays within; and mem_need counts it in the device total. */
+static void test_workspace_estimate(void **state) {
+    (void)state;
+#ifdef ZY_HAVE_CUDA
+    if (ops_cuda_device_count() == 0) skip();
+    zy_cuda_opts oz = ops_cuda_opts_default(), oa = ops_cuda_opts_default();
+    oz.attention = ZY_ATTN_ZAYAC;
+    oa.attention = ZY_ATTN_AUTO;
+    oa.attention_workspace_gib = 8;
+    zy_ctx cz, ca;
+    if (ops_ctx_init_cuda_opts(&cz, 0, &oz) != ZY_OK ||
+        ops_ctx_init_cuda_opts(&ca, 0, &oa) != ZY_OK)
+        fail_msg("%s", zy_errmsg());
+    zy_config cfg;
+    if (config_preset_builtin(&cfg, "bench-small") != ZY_OK) fail_msg("%s", zy_errmsg());
+    const int B = 1, T = 32768, Hq = cfg.num_attention_heads, d = cfg.head_dim;
+    const size_t ours = cuda_attention_bwd_scratch_bytes(B, T, Hq, d), cap = (size_t)8 << 30;
+    assert_true(ours > 0);
+    assert_int_equal(ops_attention_workspace_bytes(&cz, B, T, Hq, d), ours);
+    const size_t auto_ws = ops_attention_workspace_bytes(&ca, B, T, Hq, d);
+    printf("      workspace at 1 x 32768: zayac's %.2f GiB, auto with an 8 GiB cap %.2f GiB (cuDNN "
+           "%ld)\n",
+           ours / 1073741824.0, auto_ws / 1073741824.0, cudnn_attn_version());
+    assert_int_equal(auto_ws, cudnn_attn_version() > 0 ? (ours > cap ? ours : cap) : ours);
+    zy_optim_config oc;
+    optim_config_default(&oc);
+    zy_mem_need need;
+    mem_need(&ca, &cfg, B, T, 0, &oc, 1, &need);
+    assert_true(need.workspace == (double)auto_ws);
+    assert_true(need.device == need.weights + need.grads + need.optim + need.acts + need.workspace);
+    mem_need(&ca, &cfg, B, T, 0, NULL, 1, &need); /* inference: no backward */
+    assert_true(need.workspace == 0);
+    ops_ctx_free(&ca);
+    ops_ctx_free(&cz);
+#else
+    skip();
+#endif
+}
+
 int main(void) {
 #ifdef ZY_HAVE_CUDA
     rng = zy_rng_init(20261125, 19);
 #endif
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_refused),       cmocka_unit_test(test_small),
-        cmocka_unit_test(test_chunked),       cmocka_unit_test(test_repeat),
-        cmocka_unit_test(test_zaya1_chunked), cmocka_unit_test(test_zaya1),
+        cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_small),
+        cmocka_unit_test(test_chunked),
+        cmocka_unit_test(test_repeat),
+        cmocka_unit_test(test_zaya1_chunked),
+        cmocka_unit_test(test_zaya1),
+        cmocka_unit_test(test_workspace_estimate),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -162,6 +162,7 @@ static int bt_init(bt_state *s, const bench_train_opts *o, const dist_env *e,
     zy_mem_need need;
     mem_need(&s->ctx, &o->model, o->batch, o->seq, o->recompute, &oc, e->world, &need);
     r->acts_estimate = need.acts;
+    r->workspace_estimate = need.workspace;
     ZY_TRY(step_init_model(&s->st, &s->ctx, &o->model, o->batch, o->seq, 1));
     step_set_comm(&s->st, &s->ranks.comm);
     model_init_weights(&s->st.model, o->seed);
@@ -357,7 +358,7 @@ static void bt_rank_opts(bench_train_opts *o, const dist_env *e) {
 int bench_train_run(const bench_train_opts *opts, bench_train_result *r) {
     memset(r, 0, sizeof *r);
     r->peak_tflops = r->mfu = r->device_used_gib = r->acts_bytes = r->prof_step_ms = NAN;
-    r->acts_estimate = NAN;
+    r->acts_estimate = r->workspace_estimate = NAN;
     r->loss_first = r->loss_last = NAN;
     r->world = 1;
     bench_machine_host(&r->machine);
@@ -466,7 +467,10 @@ void bench_train_print(FILE *f, const bench_train_opts *o, const bench_train_res
     if (isfinite(r->acts_estimate))
         fprintf(f, "%s%.3f GiB estimated", isfinite(r->acts_bytes) ? " (" : ", activations ",
                 r->acts_estimate / GIB);
-    fprintf(f, "%s\n", isfinite(r->acts_bytes) && isfinite(r->acts_estimate) ? ")" : "");
+    fprintf(f, "%s", isfinite(r->acts_bytes) && isfinite(r->acts_estimate) ? ")" : "");
+    if (r->workspace_estimate > 0)
+        fprintf(f, ", attention workspace up to %.3f GiB", r->workspace_estimate / GIB);
+    fprintf(f, "\n");
     if (r->world > 1)
         fprintf(f,
                 "  %-16s optimizer per rank %.3f to %.3f GiB of %.3f GiB over all ranks "
@@ -558,6 +562,7 @@ cJSON *bench_train_to_json(const bench_train_opts *o, const bench_train_result *
     add_num_or_null(mem, "optimizer_bytes_all_ranks", r->optim_bytes_all);
     add_num_or_null(mem, "activations_bytes", r->acts_bytes);
     add_num_or_null(mem, "activations_estimate_bytes", r->acts_estimate);
+    add_num_or_null(mem, "attention_workspace_estimate_bytes", r->workspace_estimate);
     cJSON *pc = cJSON_AddObjectToObject(j, "params");
     cJSON_AddNumberToObject(pc, "total", (double)r->counts.total);
     cJSON_AddNumberToObject(pc, "embedding", (double)r->counts.embedding);

@@ -64,10 +64,11 @@ typedef struct {
     /* optimizer state (moments + Newton-Schulz workspace): the largest and smallest of one rank,
      * the sum over ranks (ZeRO-1: each rank holds its tensors' share) */
     double optim_bytes, optim_bytes_min, optim_bytes_all;
-    double *optim_ms_rank;  /* [world] the optimizer phase of each rank's profiled step, or NULL */
-    double acts_bytes;      /* CUDA: measured around acts_init; NaN on the CPU (not recorded) */
-    double acts_estimate;   /* the activation arena's bytes as the memory estimate has them */
-    zy_param_counts counts; /* model_count_params */
+    double *optim_ms_rank; /* [world] the optimizer phase of each rank's profiled step, or NULL */
+    double acts_bytes;     /* CUDA: measured around acts_init; NaN on the CPU (not recorded) */
+    double acts_estimate;  /* the activation arena's bytes as the memory estimate has them */
+    double workspace_estimate; /* attention's backward workspace at most, as the estimate has it */
+    zy_param_counts counts;    /* model_count_params */
     double loss_first, loss_last; /* mean token loss of the first warm-up/timed and last step */
     int nonfinite_steps;          /* steps whose loss or gradient norm was not finite */
     /* expert load over the timed steps: per layer and step, the busiest expert's routed rows over

@@ -236,6 +236,13 @@ void *ops_alloc(zy_ctx *ctx, size_t bytes) {
     return cpu_alloc(bytes);
 }
 
+size_t ops_attention_workspace_bytes(zy_ctx *ctx, int B, int T, int Hq, int d) {
+#ifdef ZY_HAVE_CUDA
+    if (ctx->device == ZY_DEV_CUDA) return cuda_ops_attention_workspace_bytes(ctx, B, T, Hq, d);
+#endif
+    return 0;
+}
+
 size_t ops_mem_available(zy_ctx *ctx) {
 #ifdef ZY_HAVE_CUDA
     if (ctx->device == ZY_DEV_CUDA) return cuda_ops_mem_available(ctx);

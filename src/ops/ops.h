@@ -109,6 +109,10 @@ void ops_free(zy_ctx *ctx, void *p);
 /* Bytes ctx's device can still allocate: free GPU memory, or the host memory this process can
  * take (base/sysmem.h); 0 when unknown. */
 size_t ops_mem_available(zy_ctx *ctx);
+/* Bytes of device workspace attention's backward may take on ctx for micro-batches [B, T] with Hq
+ * query heads of d: the larger of zayac's kernels' scratch and, when cuDNN may run (cuda.attention
+ * auto or cudnn), its cap cuda.attention_workspace_gib. 0 on the CPU. For the memory estimate. */
+size_t ops_attention_workspace_bytes(zy_ctx *ctx, int B, int T, int Hq, int d);
 /* Copies bytes between any two of host and ctx's device memory (regions may overlap on the CPU);
  * returns when the copy is complete on the host side (a device-to-host copy waits for the device).
  */

@@ -27,7 +27,10 @@ void mem_need(zy_ctx *ctx, const zy_config *mc, int B, int T, int recompute,
     params_free(&t);
     size_t arena = B > 0 ? acts_bytes(mc, ctx, B, T, recompute) : 0;
     need->acts = arena == SIZE_MAX ? INFINITY : (double)arena;
-    need->device = need->weights + need->grads + need->optim + need->acts;
+    need->workspace = oc && B > 0 ? (double)ops_attention_workspace_bytes(
+                                        ctx, B, T, mc->num_attention_heads, mc->head_dim)
+                                  : 0;
+    need->device = need->weights + need->grads + need->optim + need->acts + need->workspace;
     /* a GPU job: the host copy of the weights (initialisation, checkpoints) and of the state */
     need->host = on_gpu ? floats * f32 + need->optim : 0;
 }
@@ -36,11 +39,14 @@ static int refuse(const char *what, const char *where, double need, double ranks
                   const zy_mem_need *n) {
     char per[64] = "";
     if (ranks > 1) snprintf(per, sizeof per, " for %.0f ranks of this host", ranks);
+    char ws[64] = "";
+    if (n->workspace > 0)
+        snprintf(ws, sizeof ws, ", attention workspace %.1f GB", n->workspace / GB);
     return zy_fail("%s needs %.1f GB of %s memory%s (per rank: weights %.1f GB, gradients %.1f GB, "
-                   "optimizer %.1f GB, activations %.1f GB), %.1f GB available: use a smaller "
+                   "optimizer %.1f GB, activations %.1f GB%s), %.1f GB available: use a smaller "
                    "model, batch or sequence length",
                    what, need / GB, where, per, n->weights / GB, n->grads / GB, n->optim / GB,
-                   n->acts / GB, avail / GB);
+                   n->acts / GB, ws, avail / GB);
 }
 
 int mem_check(zy_ctx *ctx, const zy_config *mc, int B, int T, int recompute,

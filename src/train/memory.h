@@ -13,8 +13,10 @@
 typedef struct {
     double weights; /* fp32 master weights and, on a GPU, their bf16 compute copy */
     double grads;
-    double optim; /* optimizer moments of this rank (ZeRO-1: its share) */
-    double acts;  /* the activation arena of one [B, T] micro-batch (acts_bytes) */
+    double optim;     /* optimizer moments of this rank (ZeRO-1: its share) */
+    double acts;      /* the activation arena of one [B, T] micro-batch (acts_bytes) */
+    double workspace; /* training on a GPU: attention's backward workspace at most
+                       * (ops_attention_workspace_bytes) */
     double device, host;
 } zy_mem_need;
 

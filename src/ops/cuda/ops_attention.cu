@@ -24,6 +24,13 @@ int cuda_attention_ctx_init(zy_ctx *ctx, const zy_cuda_opts *opts) {
     return ZY_OK;
 }
 
+size_t cuda_ops_attention_workspace_bytes(zy_ctx *ctx, int B, int T, int Hq, int d) {
+    cuda_state *s = cuda_st(ctx);
+    const size_t ours = cuda_attention_bwd_scratch_bytes(B, T, Hq, d);
+    const size_t cap = s->cudnn ? cudnn_attn_workspace_cap(s->cudnn) : 0;
+    return ours > cap ? ours : cap;
+}
+
 void cuda_attention_ctx_free(cuda_state *s) {
     cudnn_attn_destroy(s->cudnn);
     s->cudnn = NULL;
