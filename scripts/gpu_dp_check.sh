@@ -6,7 +6,9 @@
 #      optimizer per rank;
 #   3. `zayac launch -n N -- zayac train` against one GPU on real text (bench-small widths, the
 #      same global batch): the two loss curves, and a stop at the middle + --resume on N GPUs
-#      against the uninterrupted N-GPU run (bit for bit).
+#      against the uninterrupted N-GPU run (bit for bit);
+#   4. a kernel trace of the N-GPU bench-small step (TRACE=0 skips it): the share of the NCCL
+#      kernels' time the other kernels run beside them.
 # Usage (from the zayac root; DATA holds tokenizer.json and data/ from `zayac data prepare`):
 #   DEBS=.ext/debs DATA=.ext/dpdata [ALGOS="default Ring Tree,Ring"] [ONE_GPU=1] [BASE=1] \
 #       bash scripts/gpu_dp_check.sh
@@ -126,6 +128,12 @@ if both:
     same = all(dp[s][0] == res[s][0] for s in both)
     print("N GPUs stopped at 20 and resumed vs uninterrupted: %d steps, bit-identical losses: %s" % (len(both), same))
 EOF
+# 4. the kernel trace of the 2-GPU bench-small step (dev/scripts/gpu_kernel_trace.sh): how much of
+#    the gradient reduces' NCCL time the backward's kernels run beside them (TRACE=0 skips it)
+if [ "${TRACE:-1}" = 1 ]; then
+    OUT=$OUT/trace timeout 180 bash dev/scripts/gpu_kernel_trace.sh >"$OUT/trace.txt" 2>&1
+    note "kernel trace rc=$?: $(grep -E '^NCCL kernels run' "$OUT/trace.txt" | tr '\n' ' ')"
+fi
 note "total $(($(date +%s) - t0)) s"
 for f in "$OUT"/comm_*.log "$OUT"/bench_*.txt "$OUT"/train_*.txt; do
     grep -qE "FAILED|fatal|error|rc=[1-9]" "$f" 2>/dev/null || continue
