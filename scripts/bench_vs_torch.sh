@@ -14,6 +14,7 @@
 # JSON packed into logs.tgz, summary.md, steps.txt). BUDGET_S (default 540) caps the whole run:
 # each step's time limit shrinks to what is left, and a step with under 20 s left is skipped.
 # NO_EAGER: cases whose HF eager run is skipped (BASELINES.md: eager ran out of memory at base).
+# ZAYAC_ARGS: extra `zayac bench train` flags for every zayac run (e.g. "--recompute").
 set -u
 export PATH=/usr/local/cuda/bin:$PATH PYTHONUNBUFFERED=1 OMP_WAIT_POLICY=passive
 OUT=${OUT:-/tmp/bench_vs_torch}
@@ -82,7 +83,7 @@ run_case() {
     local c=$1 b=$2 t=$3 n=$4 hf=$5
     shift 5
     local model=("$@")
-    local zc=(bench train "${model[@]}" --batch "$b" --seq "$t" --steps "$n" --profile)
+    local zc=(bench train "${model[@]}" --batch "$b" --seq "$t" --steps "$n" --profile ${ZAYAC_ARGS:-})
     if [ -x $Z ]; then
         step ${c}_zayac_adamw 150 $Z "${zc[@]}" --optim adamw ${PEAK:+--peak-tflops "$PEAK"} \
             --json "$OUT/${c}_zayac_adamw.json"
