@@ -55,7 +55,7 @@ int cmd_init(int argc, char **argv) {
     char what[4200];
     snprintf(what, sizeof what, "initialising %s",
              args_get(opts, "--config") ? args_get(opts, "--config") : args_get(opts, "--preset"));
-    if (mem_check(&ctx, &c, 0, 0, 0, NULL, 1, 1, what) != 0) return cli_error("init");
+    if (mem_check(&ctx, &c, 0, 0, 0, NULL, 1, 1, what, NULL) != 0) return cli_error("init");
     zy_model m;
     if (model_init(&m, &c, &ctx, 0) != 0) return cli_error("init");
     model_init_weights(&m, (uint64_t)seed);

@@ -40,7 +40,7 @@ int cli_load_model(zy_model *m, zy_ctx *ctx, const char *dir, int with_grads, co
      * not an allocation failing (or the OOM killer) halfway through loading */
     char what[4200];
     snprintf(what, sizeof what, "loading the model of %s", dir);
-    ZY_TRY(mem_check(ctx, &cfg, 0, 0, 0, NULL, 1, 1, what));
+    ZY_TRY(mem_check(ctx, &cfg, 0, 0, 0, NULL, 1, 1, what, NULL));
     ZY_TRY(model_init(m, &cfg, ctx, with_grads));
     if (hf_load_model(m, dir, rule) != ZY_OK) {
         model_free(m);

@@ -157,10 +157,9 @@ static int bt_init(bt_state *s, const bench_train_opts *o, const dist_env *e,
     oc.lr = o->lr;
     char what[128];
     snprintf(what, sizeof what, "bench train with batch %d x %d", o->batch, o->seq);
-    ZY_TRY(mem_check(&s->ctx, &o->model, o->batch, o->seq, o->recompute, &oc, e->world,
-                     e->local_world > 0 ? e->local_world : e->world, what));
     zy_mem_need need;
-    mem_need(&s->ctx, &o->model, o->batch, o->seq, o->recompute, &oc, e->world, &need);
+    ZY_TRY(mem_check(&s->ctx, &o->model, o->batch, o->seq, o->recompute, &oc, e->world,
+                     e->local_world > 0 ? e->local_world : e->world, what, &need));
     r->acts_estimate = need.acts;
     r->workspace_estimate = need.workspace;
     ZY_TRY(step_init_model(&s->st, &s->ctx, &o->model, o->batch, o->seq, 1));

@@ -50,13 +50,15 @@ static int refuse(const char *what, const char *where, double need, double ranks
 }
 
 int mem_check(zy_ctx *ctx, const zy_config *mc, int B, int T, int recompute,
-              const zy_optim_config *oc, int world, int host_ranks, const char *what) {
+              const zy_optim_config *oc, int world, int host_ranks, const char *what,
+              zy_mem_need *need) {
     if ((long long)B * T > INT_MAX)
         return zy_fail("%s: %d x %d = %lld tokens in one micro-batch, at most %d: lower batch_size "
                        "or seq_len (grad_accum keeps the tokens per step)",
                        what, B, T, (long long)B * T, INT_MAX);
     zy_mem_need n;
     mem_need(ctx, mc, B, T, recompute, oc, world, &n);
+    if (need) *need = n;
     const int on_gpu = ctx->device != ZY_DEV_CPU;
     const double ranks = host_ranks > 1 ? host_ranks : 1;
     const double avail = (double)ops_mem_available(ctx);

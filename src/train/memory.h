@@ -30,8 +30,10 @@ void mem_need(zy_ctx *ctx, const zy_config *mc, int B, int T, int recompute,
  * (2^31 - 1) or the device or the host has less memory available than the job needs: "needs X GB
  * (weights, gradients, optimizer, activations), Y GB available". host_ranks: the ranks of this
  * host, which share its memory (CPU ranks share the device too). `what` names the job ("training
- * model tiny with batch 8 x 128") in the message. Unknown availability passes. */
+ * model tiny with batch 8 x 128") in the message. Unknown availability passes. need (may be NULL)
+ * receives the estimate. */
 int mem_check(zy_ctx *ctx, const zy_config *mc, int B, int T, int recompute,
-              const zy_optim_config *oc, int world, int host_ranks, const char *what);
+              const zy_optim_config *oc, int world, int host_ranks, const char *what,
+              zy_mem_need *need);
 
 #endif

@@ -239,7 +239,7 @@ static int trainer_init(trainer *tr, const zy_train_config *c) {
     snprintf(what, sizeof what, "training model %s with batch %d x %d", c->model_desc,
              c->batch_size / e.world, c->seq_len);
     ZY_TRY(mem_check(&tr->ctx, &mc, c->batch_size / e.world, c->seq_len, c->recompute, &c->optim,
-                     e.world, e.local_world > 0 ? e.local_world : e.world, what));
+                     e.world, e.local_world > 0 ? e.local_world : e.world, what, NULL));
     ZY_TRY(step_init_model(&tr->st, &tr->ctx, &mc, c->batch_size / e.world, c->seq_len, 1));
     ZY_TRY(setup_comm(tr, &e));
     ZY_TRY(trainer_phases_check(tr));
@@ -581,7 +581,7 @@ int train_eval(const zy_train_config *c, const char *model_dir, zy_skip_bias_rul
     snprintf(what, sizeof what, "evaluating %s with batch %d x %d", model_dir, c->batch_size,
              c->seq_len);
     if (rc == ZY_OK)
-        rc = mem_check(&tr.ctx, &c->model, c->batch_size, c->seq_len, 0, NULL, 1, 1, what);
+        rc = mem_check(&tr.ctx, &c->model, c->batch_size, c->seq_len, 0, NULL, 1, 1, what, NULL);
     if (rc == ZY_OK) rc = step_init_model(&tr.st, &tr.ctx, &c->model, c->batch_size, c->seq_len, 0);
     if (rc == ZY_OK) rc = batches_open(&tr.val, c, 1, c->seed + 1000003);
     if (rc == ZY_OK) rc = check_data_fits(&tr, tr.val, "validation", model_dir);

@@ -21,6 +21,8 @@
 #ifndef ZY_CUDA_ATTENTION_CUDNN_H
 #define ZY_CUDA_ATTENTION_CUDNN_H
 
+#include "ops/ops.h"
+
 #include <cuda_runtime_api.h>
 #include <stddef.h>
 
@@ -33,7 +35,7 @@ typedef struct cudnn_attn cudnn_attn;
 /* The backward's workspace cap of a handle created with cap 0 (training passes
  * cuda.attention_workspace_gib): cuda.attention = auto runs cuDNN on a shape only when its backward
  * (single pass, or chunked) fits the cap. */
-#define CUDNN_ATTN_WORKSPACE_CAP ((size_t)2 << 30)
+#define CUDNN_ATTN_WORKSPACE_CAP ((size_t)ZY_ATTN_WORKSPACE_GIB_DEFAULT << 30)
 
 /* Limits on the plans a handle builds; zero fields take the handle's defaults. Set only by tests
  * and the dev timer. */
