@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Kernel timeline of the 2-GPU step on the GPU machine (dev/trace/kernel_trace.c, CUPTI): zayac bench
-# train -n 2 on bench-small (AdamW) traced, then dev/trace/kernel_trace_summary.py over each rank's file:
+# train -n 1 and -n 2 on bench-small (AdamW; MODEL and OPTIM change them) traced, then dev/trace/kernel_trace_summary.py over each rank's file:
 # what the step's kernels do while the gradient reduces' NCCL kernels run. Prints as it goes;
 # files in $OUT. Usage (from the zayac root): DEBS=.ext/debs bash dev/scripts/gpu_kernel_trace.sh
 set -u
@@ -15,8 +15,11 @@ cc -shared -fPIC -O2 -I"$CUDA_HOME/include" dev/trace/kernel_trace.c -o "$OUT/li
     -L"$CUPTI_LIB" -lcupti -Wl,-rpath,"$CUPTI_LIB" || exit 1
 nvidia-smi --query-gpu=name --format=csv,noheader | head -1
 MODEL=${MODEL:---preset bench-small --batch 8 --seq 2048}
-rm -f "$OUT"/trace.*.tsv
-CUDA_INJECTION64_PATH=$OUT/libzytrace.so ZYTRACE_OUT=$OUT/trace timeout 180 build/zayac bench train \
-    -n 2 $MODEL --optim adamw --steps 10 --warmup 3 --peak-tflops 989 >"$OUT/bench.txt" 2>&1
-echo "bench rc=$?: $(grep -E 'ms/step|tokens/s' "$OUT/bench.txt" | head -2 | tr '\n' ' ')"
-python3 dev/trace/kernel_trace_summary.py "$OUT"/trace.*.tsv
+# the 1-GPU step first (RANKS="1 2"): the compute and idle time per step that the 2-GPU one adds to
+for n in ${RANKS:-1 2}; do
+    rm -f "$OUT"/trace_n$n.*.tsv
+    CUDA_INJECTION64_PATH=$OUT/libzytrace.so ZYTRACE_OUT=$OUT/trace_n$n timeout 180 build/zayac bench train \
+        -n $n $MODEL --optim ${OPTIM:-adamw} --steps 10 --warmup 3 --peak-tflops 989 >"$OUT/bench_n$n.txt" 2>&1
+    echo "bench -n $n rc=$?: $(grep -E 'step time|tokens/s' "$OUT/bench_n$n.txt" | head -2 | tr '\n' ' ')"
+    python3 dev/trace/kernel_trace_summary.py "$OUT"/trace_n$n.*.tsv
+done

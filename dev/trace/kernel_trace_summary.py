@@ -49,9 +49,6 @@ def summary(path, tail):
         print(f"{path}: no kernels")
         return
     nccl = [r for r in rows if "nccl" in r["name"].lower()]
-    if not nccl:
-        print(f"{path}: {len(rows)} kernels, none of NCCL")
-        return
     t0 = min(r["s"] for r in rows)
     t1 = max(r["e"] for r in rows)
     cut = t1 - tail * (t1 - t0)
@@ -60,6 +57,10 @@ def summary(path, tail):
     comp = [r for r in rows if "nccl" not in r["name"].lower()]
     nu = union([(r["s"], r["e"]) for r in nccl])
     cu = union([(r["s"], r["e"]) for r in comp])
+    print(f"== {path}")
+    step_accounting(rows, nu, cu, 14)
+    if not nccl:
+        return
     n_time = sum(b - a for a, b in nu)
     filled = sum(overlap(a, b, cu) for a, b in nu)
     span = max(r["e"] for r in rows) - min(r["s"] for r in rows)
@@ -101,6 +102,36 @@ def summary(path, tail):
         mo = statistics.mean(o) / 1e3 if o else float("nan")
         mi = statistics.mean(i) / 1e3 if i else float("nan")
         print(f"| {short(name)} | {len(o)} | {mo:.1f} | {len(i)} | {mi:.1f} | {mi / mo:.2f} |")
+
+
+def step_accounting(rows, nu, cu, top):
+    """Per optimizer step: where the time goes (compute, NCCL alone, idle), and the idle gaps."""
+    # the gradient norm's last kernel runs once a step (clipping)
+    steps = sum(1 for r in rows if "sum_final_kernel" in r["name"]) or 1
+    t0 = min(r["s"] for r in rows)
+    t1 = max(r["e"] for r in rows)
+    busy = union([(a, b) for a, b in nu] + [(a, b) for a, b in cu])
+    comp_busy = sum(b - a for a, b in cu)
+    nccl_only = sum(b - a for a, b in busy) - comp_busy
+    kernel_sum = sum(r["e"] - r["s"] for r in rows if "nccl" not in r["name"].lower())
+    idle = (t1 - t0) - sum(b - a for a, b in busy)
+    per = lambda x: x / steps / 1e6
+    print(f"per step ({steps} in the window): span {per(t1 - t0):.2f} ms, compute "
+          f"busy {per(comp_busy):.2f} (kernel time summed {per(kernel_sum):.2f}), NCCL alone "
+          f"{per(nccl_only):.2f}, nothing {per(idle):.2f}")
+    # gaps with no kernel of any kind, and gaps with only NCCL, keyed by the compute kernels around them
+    comp = sorted((r for r in rows if "nccl" not in r["name"].lower()), key=lambda r: r["s"])
+    gaps = collections.defaultdict(lambda: [0, 0])
+    for a, b in zip(comp, comp[1:]):
+        if b["s"] - a["e"] > 10_000:  # over 10 us without compute
+            during = overlap(a["e"], b["s"], nu)
+            key = (short(a["name"])[:40], short(b["name"])[:40], "NCCL" if during > 0 else "idle")
+            gaps[key][0] += 1
+            gaps[key][1] += b["s"] - a["e"]
+    print(f"| compute gaps > 10 us, after | before | meanwhile | per step | ms per step |")
+    print("|---|---|---|---|---|")
+    for k, (n, t) in sorted(gaps.items(), key=lambda kv: -kv[1][1])[:top]:
+        print(f"| {k[0]} | {k[1]} | {k[2]} | {n / steps:.1f} | {t / steps / 1e6:.3f} |")
 
 
 def main():

@@ -129,10 +129,10 @@ static void grads_ready(zy_model *m, int layer) {
 }
 
 /* The backward from dlogits (in a->logits) down to the embedding. Layer l's gradients are final
- * once layer l-1's backward has run: that writes layer l's input-norm weight gradient (the norm
- * reading layer l-1's output). With recomputation each layer but the last (whose activations the
- * forward left in the shared set) first runs its forward again from what it kept; its weights
- * are there since the forward, so weights_needed is not called. */
+ * right after its backward, all but its input-norm weight's, which layer l-1's backward writes
+ * (the norm reading layer l-1's output; model_grads_final_at). With recomputation each layer but
+ * the last (whose activations the forward left in the shared set) first runs its forward again from
+ * what it kept; its weights are there since the forward, so weights_needed is not called. */
 static void backward_from_dlogits(zy_model *m, zy_acts *a) {
     ZY_CHECKF(m->grads != NULL, "model built without gradients");
     zy_ctx *ctx = m->ctx;
@@ -144,7 +144,7 @@ static void backward_from_dlogits(zy_model *m, zy_acts *a) {
     for (int l = c->num_hidden_layers - 1; l >= 0; l--) {
         if (a->recompute && l + 1 < c->num_hidden_layers) layer_forward(m, a, l, NULL, 0);
         layer_backward(m, a, l);
-        if (l + 1 < c->num_hidden_layers) grads_ready(m, l + 1);
+        grads_ready(m, l);
     }
     /* layer 0's input norm reads the embedding's output */
     const zy_layer_acts *x0 = &a->layers[0];
@@ -152,7 +152,6 @@ static void backward_from_dlogits(zy_model *m, zy_acts *a) {
                     m->w.layers[0].ln_in, x0->rstd_a, N, D, 1);
     ops_embed_bwd(ctx, m->g.emb, m->g.in_bias, m->g.in_scale, a->dh, m->w.emb, a->ids, m->w.in_bias,
                   m->w.in_scale, N, D, c->pad_token_id);
-    grads_ready(m, 0);
     grads_ready(m, -1);
     m->grad_beta = 1.0f; /* every GEMM-written gradient holds a value now: accumulate */
 }

@@ -218,6 +218,12 @@ int model_init(zy_model *m, const zy_config *cfg, zy_ctx *ctx, int with_grads) {
     return ZY_OK;
 }
 
+int model_grads_final_at(const zy_model *m, int i) {
+    const zy_param *p = &m->table.items[i];
+    if (p->layer >= 0 && m->params + p->offset == m->w.layers[p->layer].ln_in) return p->layer - 1;
+    return p->layer;
+}
+
 void model_free(zy_model *m) {
     if (m->params) ops_free(m->ctx, m->params);
     if (m->grads) ops_free(m->ctx, m->grads);

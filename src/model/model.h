@@ -73,10 +73,10 @@ typedef struct {
     size_t (*zero_ranges)[2]; /* [nzero] {first element, count} cleared by model_zero_grads */
     int nzero;
     /* Called by the backward as soon as gradients are final, so they can be communicated while
-     * the rest of the backward runs: grads_ready(user, l) once every gradient of layer l's table
-     * entries (zy_param.layer == l) is, for l from the top layer down to 0, then
-     * grads_ready(user, -1) for the global entries (embedding, final norm) at the end. The work
-     * it describes is queued on ctx's stream, not necessarily done. NULL: not called. */
+     * the rest of the backward runs: grads_ready(user, l) right after layer l's backward, for l
+     * from the top layer down to 0, then grads_ready(user, -1) at the end. Which entries each
+     * call makes final: model_grads_final_at. The work it describes is queued on ctx's stream,
+     * not necessarily done. NULL: not called. */
     void (*grads_ready)(void *user, int layer);
     void *grads_ready_user;
     /* Called by the forward before its first read of a group of weights, in order: -1 (the
@@ -88,6 +88,11 @@ typedef struct {
     void *weights_needed_user;
 } zy_model;
 
+/* The grads_ready call (its layer argument) after which table entry i's gradient is final: the
+ * entry's layer, except each layer's input-norm weight, which the backward of the layer below
+ * writes (the norm reads that layer's output): l - 1, and -1 for layer 0's (the embedding's
+ * backward); -1 for the global entries (embedding, final norm). */
+int model_grads_final_at(const zy_model *m, int i);
 /* Builds the HF parameter table of a config into t (t is initialised here). */
 void model_build_table(zy_param_table *t, const zy_config *cfg);
 /* Allocates a model for cfg (weights zeroed; with_grads: also a gradient buffer). */

@@ -284,8 +284,9 @@ static void muon_tensor(zy_optim *opt, const zy_param *p, float *param, const fl
     }
 }
 
-void optim_step(zy_optim *opt, const zy_param_table *t, float *params, const float *grads,
-                float lr_now) {
+void optim_step_runs(zy_optim *opt, const zy_param_table *t, float *params, const float *grads,
+                     float lr_now, const int *group, void (*done)(void *user, int group),
+                     void *user) {
     ZY_CHECKF(t->count == opt->n_params, "table has %d tensors, the optimiser was planned for %d",
               t->count, opt->n_params);
     const zy_optim_config *c = &opt->cfg;
@@ -294,7 +295,19 @@ void optim_step(zy_optim *opt, const zy_param_table *t, float *params, const flo
     const double bc2 = 1.0 - pow((double)c->beta2, (double)opt->step);
     if (on_cuda(opt->ctx)) {
 #ifdef ZY_HAVE_CUDA
-        optim_cuda_step(opt->ctx, opt->cuda, opt, params, grads, lr_now, bc1, bc2);
+        if (!done || optim_cuda_has_muon(opt->cuda)) { /* Muon batches over the runs */
+            optim_cuda_step(opt->ctx, opt->cuda, opt, params, grads, lr_now, bc1, bc2);
+            for (int i = 0; done && i < t->count; i++)
+                if (i + 1 == t->count || group[i + 1] != group[i]) done(user, group[i]);
+            return;
+        }
+        for (int a = 0; a < t->count;) { /* each run's AdamW launch, then its done */
+            int b = a + 1;
+            while (b < t->count && group[b] == group[a]) b++;
+            optim_cuda_adamw(opt->ctx, opt->cuda, opt, params, grads, lr_now, bc1, bc2, a, b);
+            done(user, group[a]);
+            a = b;
+        }
 #endif
         return;
     }
@@ -316,7 +329,13 @@ void optim_step(zy_optim *opt, const zy_param_table *t, float *params, const flo
         case ZY_OPT_SKIP:
             break;
         }
+        if (done && (i + 1 == t->count || group[i + 1] != group[i])) done(user, group[i]);
     }
+}
+
+void optim_step(zy_optim *opt, const zy_param_table *t, float *params, const float *grads,
+                float lr_now) {
+    optim_step_runs(opt, t, params, grads, lr_now, NULL, NULL, NULL);
 }
 
 /* Fills one state entry named prefix + the param's name, pointing at data. */

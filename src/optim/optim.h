@@ -121,6 +121,14 @@ void optim_free(zy_optim *opt);
  * lr_now * muon_lr_ratio (Muon). grads is not modified. Asynchronous on a CUDA context. */
 void optim_step(zy_optim *opt, const zy_param_table *t, float *params, const float *grads,
                 float lr_now);
+/* optim_step in table order, calling done(user, group[i]) after the last entry of each run of
+ * consecutive entries with one group value, so the caller can queue that run's communication
+ * (ZeRO-1's broadcast of the updated weights) while the later runs are updated. On a CUDA context
+ * each run's AdamW tensors are one launch queued before its done; when Muon tensors are updated
+ * (batched by shape over the whole table) every update is queued first, then every done. */
+void optim_step_runs(zy_optim *opt, const zy_param_table *t, float *params, const float *grads,
+                     float lr_now, const int *group, void (*done)(void *user, int group),
+                     void *user);
 
 /* CUDA: from now on each step also writes the updated tensors, rounded to bf16, at the same
  * offsets of bf16 [t->total] (the model's compute copy, model.cparams), in the same pass as the

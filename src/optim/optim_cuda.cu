@@ -104,6 +104,8 @@ typedef struct {
 struct zy_optim_cuda {
     adam_chunk *chunks; /* device [nchunks] */
     int nchunks;
+    int *
+        chunk_at; /* host [n_params + 1]: entry i's AdamW chunks are [chunk_at[i], chunk_at[i+1]) */
     uint64_t *goff, *moff; /* device [nmat]: each matrix's offset in params/grads, in momentum */
     int nmat;
     ns_shape *shapes; /* host [nshapes] */
@@ -204,11 +206,13 @@ static void plan_adam(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, const 
         if (opt->method[i] == ZY_OPT_ADAMW) n += (t->items[i].numel + ADAM_CH - 1) / ADAM_CH;
     ZY_CHECKF(n < (1u << 31), "optimizer: %zu AdamW chunks", n);
     c->nchunks = (int)n;
-    if (n == 0) return;
-    adam_chunk *h = (adam_chunk *)zy_calloc(n, sizeof *h);
+    c->chunk_at = (int *)zy_calloc((size_t)t->count + 1, sizeof *c->chunk_at);
+    adam_chunk *h = (adam_chunk *)zy_calloc(n + 1, sizeof *h);
     size_t k = 0;
     for (int i = 0; i < t->count; i++) {
         const zy_param *p = &t->items[i];
+        c->chunk_at[i] = (int)k;
+        c->chunk_at[i + 1] = (int)k;
         if (opt->method[i] != ZY_OPT_ADAMW) continue;
         const float wd = (cfg->decay_kinds & ZY_KIND_BIT(p->kind)) ? cfg->weight_decay : 0.0f;
         for (size_t o = 0; o < p->numel; o += ADAM_CH, k++) {
@@ -217,6 +221,11 @@ static void plan_adam(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, const 
             h[k].n = (uint32_t)(p->numel - o < ADAM_CH ? p->numel - o : ADAM_CH);
             h[k].wd = wd;
         }
+        c->chunk_at[i + 1] = (int)k;
+    }
+    if (n == 0) {
+        free(h);
+        return;
     }
     c->chunks = (adam_chunk *)ops_alloc(ctx, n * sizeof *h);
     ops_copy(ctx, c->chunks, h, n * sizeof *h);
@@ -366,6 +375,7 @@ zy_optim_cuda *optim_cuda_init(zy_ctx *ctx, const zy_optim *opt, const zy_param_
 void optim_cuda_free(zy_ctx *ctx, zy_optim_cuda *c) {
     if (!c) return;
     ops_free(ctx, c->chunks);
+    free(c->chunk_at);
     ops_free(ctx, c->goff);
     ops_free(ctx, c->moff);
     for (int i = 0; i < 2; i++) ops_free(ctx, c->x[i]);
@@ -663,27 +673,43 @@ static void newton_schulz(zy_ctx *ctx, zy_optim_cuda *c, const ns_shape *sh, int
         ZY_CUDA_CHECK_LAUNCH();                                                                    \
     } while (0)
 
+void optim_cuda_adamw(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, float *params,
+                      const float *grads, float lr_now, double bc1, double bc2, int first,
+                      int last) {
+    const zy_optim_config *cfg = &opt->cfg;
+    const int k0 = c->chunk_at[first], k1 = c->chunk_at[last];
+    if (k1 == k0) return;
+    int slot = prof_begin(ctx);
+    adam_args a; /* the host numbers exactly as optim_adamw_update makes them */
+    a.lr = lr_now;
+    a.beta1 = cfg->beta1;
+    a.beta2 = cfg->beta2;
+    a.omb1 = 1.0f - cfg->beta1;
+    a.omb2 = 1.0f - cfg->beta2;
+    a.eps = cfg->eps;
+    a.step = (float)(lr_now / bc1);
+    a.inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
+    adamw_kernel<<<(unsigned)(k1 - k0), NT, 0, cuda_stream(ctx)>>>(
+        params, grads, opt->exp_avg, opt->exp_avg_sq, c->chunks + k0, a, (bf16 *)opt->compute_copy);
+    ZY_CUDA_CHECK_LAUNCH();
+    prof_end(ctx, slot, "optim_adamw");
+}
+
+int optim_cuda_has_muon(const zy_optim_cuda *c) {
+    return c->nbatches > 0;
+}
+
 void optim_cuda_step(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, float *params,
                      const float *grads, float lr_now, double bc1, double bc2) {
+    optim_cuda_adamw(ctx, c, opt, params, grads, lr_now, bc1, bc2, 0, opt->n_params);
+    optim_cuda_muon(ctx, c, opt, params, grads, lr_now);
+}
+
+void optim_cuda_muon(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, float *params,
+                     const float *grads, float lr_now) {
     const zy_optim_config *cfg = &opt->cfg;
-    int slot = prof_begin(ctx);
-    if (c->nchunks > 0) { /* the host numbers exactly as optim_adamw_update makes them */
-        adam_args a;
-        a.lr = lr_now;
-        a.beta1 = cfg->beta1;
-        a.beta2 = cfg->beta2;
-        a.omb1 = 1.0f - cfg->beta1;
-        a.omb2 = 1.0f - cfg->beta2;
-        a.eps = cfg->eps;
-        a.step = (float)(lr_now / bc1);
-        a.inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
-        adamw_kernel<<<(unsigned)c->nchunks, NT, 0, cuda_stream(ctx)>>>(
-            params, grads, opt->exp_avg, opt->exp_avg_sq, c->chunks, a, (bf16 *)opt->compute_copy);
-        ZY_CUDA_CHECK_LAUNCH();
-    }
-    prof_end(ctx, slot, "optim_adamw");
     if (c->nbatches == 0) return;
-    slot = prof_begin(ctx);
+    const int slot = prof_begin(ctx);
     const float lr = lr_now * cfg->muon_lr_ratio, mu = cfg->muon_momentum;
     const float wd = (cfg->decay_kinds & ZY_KIND_BIT(ZY_PARAM_MATRIX)) ? cfg->weight_decay : 0.0f;
     const float decay = lr * wd;

@@ -48,6 +48,15 @@ void optim_cuda_free(zy_ctx *ctx, zy_optim_cuda *c);
  * corrections 1 - beta^step in double, as optim_step computes them). Asynchronous. */
 void optim_cuda_step(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, float *params,
                      const float *grads, float lr_now, double bc1, double bc2);
+/* optim_cuda_step in parts: the AdamW tensors among table entries [first, last) (one launch), and
+ * every Muon tensor (batched by shape over the whole table). */
+void optim_cuda_adamw(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, float *params,
+                      const float *grads, float lr_now, double bc1, double bc2, int first,
+                      int last);
+void optim_cuda_muon(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, float *params,
+                     const float *grads, float lr_now);
+/* Whether the plan updates any Muon tensor. */
+int optim_cuda_has_muon(const zy_optim_cuda *c);
 /* Test hook: 1 runs every Newton-Schulz GEMM through classic cuBLAS (cublasGemmStridedBatchedEx)
  * instead of cuBLASLt, as whole products (block rows need cuBLASLt); 0 restores the default. */
 void optim_cuda_set_legacy_gemm(zy_optim_cuda *c, int legacy);

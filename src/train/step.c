@@ -188,10 +188,17 @@ int step_run(zy_step *s, const zy_step_hooks *hooks, float lr, double *loss, dou
     char spike[160];
     if (spike_check(&s->spike, *loss, spike, sizeof spike))
         return zy_fail_runtime("%s: training diverged", spike);
-    optim_step(&s->opt, &m->table, m->params, m->grads, lr);
-    if (!s->have_zero && !s->opt.compute_copy) model_sync_compute_weights(m);
-    phase_end(hooks, ZY_PHASE_OPTIM);
-    if (s->have_zero) ZY_TRY(zero1_share_weights(&s->zero));
+    if (s->have_zero) { /* each group's weights go to every rank as soon as they are updated */
+        ZY_TRY(zero1_share_begin(&s->zero));
+        optim_step_runs(&s->opt, &m->table, m->params, m->grads, lr, s->zero.group,
+                        zero1_share_group, &s->zero);
+        phase_end(hooks, ZY_PHASE_OPTIM);
+        ZY_TRY(zero1_share_end(&s->zero));
+    } else {
+        optim_step(&s->opt, &m->table, m->params, m->grads, lr);
+        if (!s->opt.compute_copy) model_sync_compute_weights(m);
+        phase_end(hooks, ZY_PHASE_OPTIM);
+    }
     phase_end(hooks, ZY_PHASE_SHARE);
     if (s->cfg.balance) balance_step(&s->bal, s->ctx, s->biases, s->step_counts);
     phase_end(hooks, ZY_PHASE_BALANCE);

@@ -27,13 +27,27 @@ void zero1_init(zy_zero1 *z, zy_comm *comm, zy_model *m, const zy_optim_config *
     for (; r <= W; r++) z->bound[r] = t->count;
     for (int q = 0; q < W; q++)
         for (int i = z->bound[q]; i < z->bound[q + 1]; i++) z->owner[i] = q;
-    for (int i = 0; i < t->count; i++) z->ready_at[i] = t->items[i].layer; /* -1: global */
+    const int L = m->cfg.num_hidden_layers;
+    z->group = zy_calloc((size_t)t->count + 1, sizeof *z->group);
+    z->foreign = zy_calloc((size_t)L + 2, sizeof *z->foreign);
+    int seen_layer = 0;
+    for (int i = 0; i < t->count; i++) {
+        const int layer = t->items[i].layer;
+        z->ready_at[i] = model_grads_final_at(m, i);
+        seen_layer |= layer >= 0;
+        /* the table is in the order the forward reads it: globals after the layers (the final
+         * norm) are read last */
+        z->group[i] = layer >= 0 ? layer : seen_layer ? L : -1;
+        if (z->owner[i] != comm->rank) z->foreign[z->group[i] + 1] = 1;
+    }
 }
 
 void zero1_free(zy_zero1 *z) {
     free(z->bound);
     free(z->owner);
     free(z->ready_at);
+    free(z->group);
+    free(z->foreign);
     memset(z, 0, sizeof *z);
 }
 
@@ -106,9 +120,8 @@ void zero1_scale_grads(zy_zero1 *z, float scale) {
     if (v.count) clip_scale_grads(z->m->ctx, &v, z->m->grads, scale);
 }
 
-/* Broadcasts from each owner the runs of its entries of one group (zy_param.layer: -1 the global
- * entries, else the layer) that pick() selects, from the fp32 masters (compute 0) or the compute
- * copy (compute 1: activation dtype). */
+/* Broadcasts from each owner the runs of its entries of one group (z->group) that pick()
+ * selects, from the fp32 masters (compute 0) or the compute copy (compute 1: activation dtype). */
 static int broadcast_group(zy_zero1 *z, int group, int (*pick)(const zy_param *), int compute) {
     zy_model *m = z->m;
     const zy_param_table *t = &m->table;
@@ -116,12 +129,12 @@ static int broadcast_group(zy_zero1 *z, int group, int (*pick)(const zy_param *)
     const zy_comm_dtype dt = esize == 2 ? ZY_COMM_BF16 : ZY_COMM_F32;
     unsigned char *base = compute ? (unsigned char *)m->cparams : (unsigned char *)m->params;
     for (int a = 0; a < t->count;) {
-        if (t->items[a].layer != group || !pick(&t->items[a])) {
+        if (z->group[a] != group || !pick(&t->items[a])) {
             a++;
             continue;
         }
         int b = a + 1;
-        while (b < t->count && t->items[b].layer == group && pick(&t->items[b]) &&
+        while (b < t->count && z->group[b] == group && pick(&t->items[b]) &&
                z->owner[b] == z->owner[a])
             b++;
         const size_t off = t->items[a].offset, n = span_floats(t, a, b);
@@ -151,22 +164,26 @@ static void recast_group(zy_zero1 *z, int group) {
     if (!m->cparams) return;
     for (int i = 0; i < t->count; i++) {
         const zy_param *p = &t->items[i];
-        if (p->layer == group && p->kind != ZY_PARAM_MATRIX && z->owner[i] != z->comm->rank)
+        if (z->group[i] == group && p->kind != ZY_PARAM_MATRIX && z->owner[i] != z->comm->rank)
             ops_cast_to_act(m->ctx, (char *)m->cparams + p->offset * ops_act_size(m->ctx),
                             m->params + p->offset, p->numel);
     }
 }
 
-/* Waits for the broadcasts of every group up to `group` (their marks), in order. */
+/* Waits for the broadcasts of every group up to `group` (their marks), in order. A group whose
+ * entries are all this rank's is not waited for: its weights are here, and the broadcast only
+ * reads them (a later wait, or the end of the deferral, completes it). */
 static int wait_groups(zy_zero1 *z, int group) {
     for (; z->next_group <= group; z->next_group++) {
+        if (!z->foreign[z->next_group + 1]) continue;
         ZY_TRY(comm_wait_mark(z->comm, z->next_group + 1));
         recast_group(z, z->next_group);
     }
     return ZY_OK;
 }
 
-/* m->weights_needed during the forward after a share. */
+/* m->weights_needed during the forward after a share. The last call (layer L-1) waits for the
+ * rest, the final norm's group L included. */
 static void weights_needed(void *user, int group) {
     zy_zero1 *z = user;
     if (z->share_failed) return;
@@ -178,31 +195,43 @@ static void weights_needed(void *user, int group) {
         z->share_failed = 1;
 }
 
-int zero1_share_weights(zy_zero1 *z) {
-    zy_model *m = z->m;
-    const int L = m->cfg.num_hidden_layers, gpu = m->cparams != NULL;
-    ZY_TRY(comm_defer(z->comm, 1));
-    /* in the order the forward reads them: global entries, then layer by layer */
-    int rc = ZY_OK;
-    for (int g = -1; g < L && rc == ZY_OK; g++) {
-        if (gpu) {
-            rc = broadcast_group(z, g, is_matrix, 1);
-            if (rc == ZY_OK) rc = broadcast_group(z, g, not_matrix, 0);
-        } else { /* fp32 is what computes */
-            rc = broadcast_group(z, g, any_entry, 0);
-        }
-        if (rc == ZY_OK) rc = comm_mark(z->comm, g + 1);
+int zero1_share_begin(zy_zero1 *z) {
+    z->share_error = 0;
+    return comm_defer(z->comm, 1);
+}
+
+void zero1_share_group(void *user, int group) {
+    zy_zero1 *z = user;
+    if (z->share_error) return;
+    int rc;
+    if (z->m->cparams) {
+        rc = broadcast_group(z, group, is_matrix, 1);
+        if (rc == ZY_OK) rc = broadcast_group(z, group, not_matrix, 0);
+    } else { /* fp32 is what computes */
+        rc = broadcast_group(z, group, any_entry, 0);
     }
-    if (rc != ZY_OK) {
+    if (rc == ZY_OK) rc = comm_mark(z->comm, group + 1);
+    z->share_error = rc != ZY_OK;
+}
+
+int zero1_share_end(zy_zero1 *z) {
+    zy_model *m = z->m;
+    if (z->share_error) {
         comm_defer(z->comm, 0); /* the error is the one to report */
-        return rc;
+        return zy_fail_ctx("sending the updated weights to every rank");
     }
     z->next_group = -1;
     z->share_pending = 1;
-    z->stale = gpu;
+    z->stale = m->cparams != NULL;
     m->weights_needed = weights_needed;
     m->weights_needed_user = z;
     return ZY_OK;
+}
+
+int zero1_share_weights(zy_zero1 *z) {
+    ZY_TRY(zero1_share_begin(z));
+    for (int g = -1; g <= z->m->cfg.num_hidden_layers; g++) zero1_share_group(z, g);
+    return zero1_share_end(z);
 }
 
 int zero1_weights_ready(zy_zero1 *z) {
@@ -210,7 +239,7 @@ int zero1_weights_ready(zy_zero1 *z) {
     z->m->weights_needed = NULL;
     z->m->weights_needed_user = NULL;
     z->share_pending = 0;
-    const int rc = wait_groups(z, z->m->cfg.num_hidden_layers - 1);
+    const int rc = wait_groups(z, z->m->cfg.num_hidden_layers);
     const int done = comm_defer(z->comm, 0);
     if (rc != ZY_OK || done != ZY_OK || z->share_failed) {
         z->share_failed = 0;
@@ -222,7 +251,7 @@ int zero1_weights_ready(zy_zero1 *z) {
 int zero1_gather_masters(zy_zero1 *z) {
     ZY_TRY(zero1_weights_ready(z));
     if (!z->stale) return ZY_OK;
-    for (int g = -1; g < z->m->cfg.num_hidden_layers; g++)
+    for (int g = -1; g <= z->m->cfg.num_hidden_layers; g++)
         ZY_TRY(broadcast_group(z, g, is_matrix, 0));
     z->stale = 0;
     return ZY_OK;

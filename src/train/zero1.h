@@ -39,9 +39,13 @@ typedef struct {
     int *bound;    /* [world + 1] rank r owns table entries [bound[r], bound[r+1]) */
     int *owner;    /* [count] the owning rank of each entry */
     int *ready_at; /* [count] the grads_ready layer after which the entry's gradient is final */
+    int *group;    /* [count] the weights' group: -1 the globals read before the layers, l layer
+                      l, L (the layer count) the globals read after them (final norm) */
+    int *foreign;  /* [L + 2] group g + 1: whether another rank owns any of its entries */
     int failed;    /* a bucket's reduce failed: the error is in zy_errmsg */
     int stale;     /* other ranks' fp32 matrices are stale (a GPU share since the last gather) */
     int share_pending; /* a share's broadcasts may still be running (zero1_weights_ready) */
+    int share_error;   /* queueing a group's broadcasts failed (zero1_share_end reports it) */
     int share_failed;  /* waiting for them failed in the forward's hook: error in zy_errmsg */
     int next_group;    /* the first group (-1: global, else layer) not yet waited for */
 } zy_zero1;
@@ -67,6 +71,12 @@ void zero1_scale_grads(zy_zero1 *z, float scale);
  * forward of the layers before. Anything else that reads the weights calls zero1_weights_ready
  * first. */
 int zero1_share_weights(zy_zero1 *z);
+/* zero1_share_weights in parts, so each group's broadcasts start as soon as its update is queued
+ * (optim_step_runs calls zero1_share_group(z, g) after group g's entries, z->group, in table
+ * order): begin, every group -1 .. L in order, end. */
+int zero1_share_begin(zy_zero1 *z);
+void zero1_share_group(void *z, int group);
+int zero1_share_end(zy_zero1 *z);
 /* Waits for the share's broadcasts still running (nothing after a forward: it waited); ends the
  * communicator's deferred mode. Collective only in that every rank waits for the same transfers. */
 int zero1_weights_ready(zy_zero1 *z);
