@@ -197,34 +197,6 @@ static void test_ranks_match_one(void **state) {
     assert_true(loss[0][STEPS - 1] < loss[0][0]); /* it trained */
 }
 
-/* Batches large for the vocabulary (384 tokens per rank x 33 > 320 x 32): the embedding's
- * gradient is reduced whole at the end of the backward instead of as the head's part plus the
- * lookup's rows (zero1.h), and 2 ranks still give the 1-rank gradient norms. */
-static void test_dense_embedding_path_matches_one(void **state) {
-    (void)state;
-    if (!have_mpi()) skip();
-    enum { STEPS = 3 };
-    const char *const big[] = {"--set", "batch_size=24",   "--set", "seq_len=32",
-                               "--set", "grad_accum=1",    "--set", "steps=3",
-                               "--set", "eval_interval=0", NULL};
-    double loss[2][STEPS], gnorm[2][STEPS];
-    for (int i = 0; i < 2; i++) {
-        char run[32];
-        snprintf(run, sizeof run, "dense%d", i + 1);
-        train_ok(i + 1, run, big);
-        int world;
-        assert_int_equal(losses(run, loss[i], STEPS, &world), STEPS);
-        assert_int_equal(world, i + 1);
-        assert_int_equal(step_column(run, "grad_norm", gnorm[i], STEPS, &world), STEPS);
-    }
-    const double wl = worst_relative(loss[1], loss[0], STEPS);
-    const double wn = worst_relative(gnorm[1], gnorm[0], STEPS);
-    print_message("dense embedding path, 2 ranks vs 1: %.3g (loss), %.3g (gradient norm)\n", wl,
-                  wn);
-    assert_true(wl <= 1e-4);
-    assert_true(wn <= 1e-5);
-}
-
 /* The same 2-rank run twice: the same bits; stopped at step 4 + resumed on 2 ranks: the same
  * bits as straight through; and with activation recomputation (the backward's second forward of
  * each layer while its gradients go to their owners): the same bits again. */
@@ -703,7 +675,6 @@ int main(void) {
         cmocka_unit_test(test_two_ranks_repeat_and_resume_exactly),
         cmocka_unit_test(test_zero1_shards_and_reshapes),
         cmocka_unit_test(test_reshape_round_trip_is_exact),
-        cmocka_unit_test(test_dense_embedding_path_matches_one),
         cmocka_unit_test(test_batch_must_divide),
         cmocka_unit_test(test_ranks_refuse_a_used_out_dir),
         cmocka_unit_test(test_rank_failing_its_shard),

@@ -53,7 +53,7 @@ static int child_main(void) {
     optim_config_default(&oc);
     oc.use_muon = 1;
     zy_zero1 z;
-    zero1_init(&z, &c, &m, &oc, 0);
+    zero1_init(&z, &c, &m, &oc);
     int first, last, failures = 0;
     zero1_owned(&z, &first, &last);
     /* every rank's own values; the compute copy holds the owned entries only (the optimizer

@@ -74,7 +74,7 @@ int step_init_training(zy_step *s, const zy_step_config *cfg, const zy_optim_con
         return zy_fail("grad_accum must be at least 1, got %d", cfg->grad_accum);
     s->cfg = *cfg;
     if (world_of(s) > 1) {
-        zero1_init(&s->zero, s->comm, &s->model, oc, s->B * s->T);
+        zero1_init(&s->zero, s->comm, &s->model, oc);
         s->have_zero = 1;
     }
     int first, last;

@@ -3,28 +3,10 @@
 #include "base/err.h"
 #include "optim/clip.h"
 
-#include <limits.h>
-#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Mark slots of the embedding's rows path (the share uses 0 .. L + 1). */
-#define HEAD_MARK (ZY_COMM_MARKS - 1)
-#define ROWS_MARK (ZY_COMM_MARKS - 2)
-/* ready_at of an entry no grads_ready call reduces (the embedding on the rows path) */
-#define NEVER INT_MIN
-
-/* Whether the embedding's lookup rows go to its owner as the rows themselves: when the owner's
- * receipts, (world - 1) ranks' tokens x (D + 1) floats, are fewer than the V x D of the dense
- * reduce. */
-static int rows_pay(const zy_zero1 *z, int tokens) {
-    const zy_config *c = &z->m->cfg;
-    const int W = z->comm->world;
-    return W > 1 && tokens > 0 &&
-           (double)(W - 1) * tokens * (c->hidden_size + 1) < (double)c->vocab_size * c->hidden_size;
-}
-
-void zero1_init(zy_zero1 *z, zy_comm *comm, zy_model *m, const zy_optim_config *oc, int tokens) {
+void zero1_init(zy_zero1 *z, zy_comm *comm, zy_model *m, const zy_optim_config *oc) {
     memset(z, 0, sizeof *z);
     z->comm = comm;
     z->m = m;
@@ -57,15 +39,6 @@ void zero1_init(zy_zero1 *z, zy_comm *comm, zy_model *m, const zy_optim_config *
          * norm) are read last */
         z->group[i] = layer >= 0 ? layer : seen_layer ? L : -1;
         if (z->owner[i] != comm->rank) z->foreign[z->group[i] + 1] = 1;
-        if (m->params + t->items[i].offset == m->w.emb) z->emb = i;
-    }
-    z->rows = rows_pay(z, tokens);
-    if (!z->rows) return;
-    z->ready_at[z->emb] = NEVER; /* head_ready and embed_rows send it */
-    z->rows_cap = tokens;
-    if (z->owner[z->emb] == comm->rank) {
-        z->rows_dh = ops_alloc(m->ctx, (size_t)tokens * m->cfg.hidden_size * sizeof(float));
-        z->rows_ids = ops_alloc(m->ctx, (size_t)tokens * sizeof(int32_t));
     }
 }
 
@@ -75,8 +48,6 @@ void zero1_free(zy_zero1 *z) {
     free(z->ready_at);
     free(z->group);
     free(z->foreign);
-    if (z->rows_dh) ops_free(z->m->ctx, z->rows_dh);
-    if (z->rows_ids) ops_free(z->m->ctx, z->rows_ids);
     memset(z, 0, sizeof *z);
 }
 
@@ -111,66 +82,15 @@ static void reduce_bucket(void *user, int layer) {
     }
 }
 
-/* m->head_grad_ready on the rows path: the embedding's gradient so far (this micro-batch's head
- * product and the earlier micro-batches' whole gradients) reduced to its owner at once, under
- * the rest of the backward. */
-static void head_ready(void *user) {
-    zy_zero1 *z = user;
-    const zy_param *p = &z->m->table.items[z->emb];
-    if (z->failed) return;
-    if (comm_reduce(z->comm, z->m->grads + p->offset, p->numel, ZY_COMM_F32, ZY_COMM_SUM,
-                    z->owner[z->emb]) != ZY_OK ||
-        comm_mark(z->comm, HEAD_MARK) != ZY_OK)
-        z->failed = 1;
-}
-
-/* m->embed_rows on the rows path: the other ranks send their lookup's dh and ids to the
- * embedding's owner, which adds its own and then each rank's, in rank order, to the reduced sum
- * (ids travel as 4-byte words: a send moves bits). */
-static int embed_rows(void *user, const float *dh, const int32_t *ids, int n) {
-    zy_zero1 *z = user;
-    zy_comm *c = z->comm;
-    const int owner = z->owner[z->emb];
-    const size_t nd = (size_t)n * z->m->cfg.hidden_size;
-    ZY_CHECKF(n <= z->rows_cap, "embedding rows: %d tokens, planned for %d", n, z->rows_cap);
-    if (z->failed) return 1;
-    if (c->rank != owner) {
-        if (comm_send(c, dh, nd, ZY_COMM_F32, owner) != ZY_OK ||
-            comm_send(c, ids, (size_t)n, ZY_COMM_F32, owner) != ZY_OK)
-            z->failed = 1;
-        return 1;
-    }
-    if (comm_fence_mark(c, HEAD_MARK) != ZY_OK) { /* the reduced sum is in before adding */
-        z->failed = 1;
-        return 1;
-    }
-    model_embed_backward(z->m, dh, ids, n);
-    for (int r = 0; r < c->world && !z->failed; r++) {
-        if (r == owner) continue;
-        if (comm_recv(c, z->rows_dh, nd, ZY_COMM_F32, r) != ZY_OK ||
-            comm_recv(c, z->rows_ids, (size_t)n, ZY_COMM_F32, r) != ZY_OK ||
-            comm_mark(c, ROWS_MARK) != ZY_OK || comm_fence_mark(c, ROWS_MARK) != ZY_OK) {
-            z->failed = 1;
-            break;
-        }
-        model_embed_backward(z->m, z->rows_dh, z->rows_ids, n);
-    }
-    return 1;
-}
-
 void zero1_reduce_in_backward(zy_zero1 *z) {
     z->failed = comm_defer(z->comm, 1) != ZY_OK;
     z->m->grads_ready = reduce_bucket;
     z->m->grads_ready_user = z;
-    z->m->head_grad_ready = z->rows ? head_ready : NULL;
-    z->m->embed_rows = z->rows ? embed_rows : NULL;
 }
 
 int zero1_grads_done(zy_zero1 *z) {
     z->m->grads_ready = NULL;
     z->m->grads_ready_user = NULL;
-    z->m->head_grad_ready = NULL;
-    z->m->embed_rows = NULL;
     /* the reduces read the gradients on the communicator's stream: wait before anything else
      * touches them */
     const int rc = comm_defer(z->comm, 0);

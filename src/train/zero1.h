@@ -18,15 +18,6 @@
  * backward an owner's gradients hold the sums over ranks; the others' are left partial, and
  * nothing reads them: the norm is summed over owned entries, then over ranks.
  *
- * The tied embedding's gradient is the head's product (dense, [V, D]: final at the start of the
- * backward) plus the lookup's rows (at most one per token: final at the end). When the owner's
- * receipts of rows are smaller than the dense tensor (zero1_init: (W - 1) x tokens x (D + 1) <
- * V x D) the rows path splits them: the dense part is reduced to the owner as soon as the head's
- * product is in (m->head_grad_ready), under the whole backward; at the end each other rank sends
- * its lookup's dh and ids, and the owner adds every rank's rows itself (m->embed_rows). At
- * zaya1-base's widths that takes a 2.15 GB reduce off the end of the backward and sends 8192 x
- * 2049 floats per rank in its place.
- *
  * Weights: after the update each owner broadcasts its entries. On a GPU only what the compute
  * reads goes: the bf16 compute copy of the matrices (the GEMMs read nothing else of them) and the
  * fp32 values of the rest (embedding, norms, biases), about half the bytes of the fp32 masters;
@@ -57,16 +48,10 @@ typedef struct {
     int share_error;   /* queueing a group's broadcasts failed (zero1_share_end reports it) */
     int share_failed;  /* waiting for them failed in the forward's hook: error in zy_errmsg */
     int next_group;    /* the first group (-1: global, else layer) not yet waited for */
-    int emb;           /* the embedding's table entry */
-    int rows;          /* the embedding's lookup rows go to its owner as rows (file comment) */
-    int rows_cap;      /* tokens per micro-batch they were planned for */
-    float *rows_dh;    /* the owner's receive buffers (device): [rows_cap, D] and [rows_cap] */
-    int32_t *rows_ids;
 } zy_zero1;
 
-/* Splits the table of m over comm's ranks by update cost (oc decides it per tensor); tokens: a
- * rank's micro-batch (B x T), which decides the embedding's path (the file comment). */
-void zero1_init(zy_zero1 *z, zy_comm *comm, zy_model *m, const zy_optim_config *oc, int tokens);
+/* Splits the table of m over comm's ranks by update cost (oc decides it per tensor). */
+void zero1_init(zy_zero1 *z, zy_comm *comm, zy_model *m, const zy_optim_config *oc);
 void zero1_free(zy_zero1 *z);
 /* This rank's entries [*first, *last). */
 void zero1_owned(const zy_zero1 *z, int *first, int *last);
