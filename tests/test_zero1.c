@@ -1,11 +1,11 @@
 /* ZeRO-1's weight sharing (train/zero1.h) on CPU ranks, with a compute copy attached as a GPU
- * model has one: after zero1_share_weights and the forward's waits (m->weights_needed, group by
- * group) every rank's compute copy holds each owner's values
- * (matrices sent as compute copies, the rest sent in fp32 and cast by the receivers, the
- * embedding too, which the tied head reads from the compute copy), its fp32 non-matrix weights
- * are the owner's, and zero1_gather_masters makes every fp32 weight the owner's. The first 2-GPU
- * run trained with a stale head on rank 1 because the embedding was sent in fp32 only. And the
- * gradient reduces deferred for the backward stay deferred through the forward's waits. */
+ * model has one: after the share (zero1_share_begin, _group, _end) and the forward's waits
+ * (m->weights_needed, group by group) every rank's compute copy holds each owner's values (matrices
+ * sent as compute copies, the rest sent in fp32 and cast by the receivers, the embedding too, which
+ * the tied head reads from the compute copy), its fp32 non-matrix weights are the owner's, and
+ * zero1_gather_masters makes every fp32 weight the owner's. The first 2-GPU run trained with a
+ * stale head on rank 1 because the embedding was sent in fp32 only. And the gradient reduces
+ * deferred for the backward stay deferred through the forward's waits. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -62,7 +62,10 @@ static int child_main(void) {
     for (int i = first; i < last; i++)
         for (size_t j = t->items[i].offset; j < t->items[i].offset + t->items[i].numel; j++)
             compute[j] = m.params[j];
-    if (zero1_share_weights(&z) != ZY_OK) {
+    /* as the step queues it: each group right after its update (optim_step_runs) */
+    int share = zero1_share_begin(&z);
+    for (int g = -1; share == ZY_OK && g <= cfg.num_hidden_layers; g++) zero1_share_group(&z, g);
+    if (share != ZY_OK || zero1_share_end(&z) != ZY_OK) {
         fprintf(stderr, "rank %d: share: %s\n", c.rank, zy_errmsg());
         return 1;
     }

@@ -36,9 +36,10 @@ typedef enum {
     ZY_PHASE_BACKWARD,
     ZY_PHASE_ROUTE, /* routed counts */
     ZY_PHASE_CLIP,
-    ZY_PHASE_OPTIM, /* optimizer update and the bf16 weight refresh */
-    ZY_PHASE_SHARE, /* ZeRO-1: queueing the owners' updated weights to every rank (empty on one
-                       rank); the transfers run during the next forward, which waits for them */
+    ZY_PHASE_OPTIM, /* optimizer update and the bf16 weight refresh; under ZeRO-1 also queueing
+                       each group's updated weights to every rank right after its update */
+    ZY_PHASE_SHARE, /* ZeRO-1: the end of that share (the transfers run during the next forward,
+                       which waits for each group as it needs it); empty on one rank */
     ZY_PHASE_BALANCE,
     ZY_STEP_NPHASES
 } zy_step_phase;
@@ -56,7 +57,7 @@ typedef struct {
     /* this rank's request to stop (e.g. a caught signal's number; 0 = none; NULL: never),
      * asked once the step's loss is known and agreed over ranks inside the step's own reductions
      * (s->stop_agreed), so the ranks stop at the same step without a collective of their own
-     * between steps (one would wait for the weights still travelling: zero1_share_weights) */
+     * between steps (one would wait for the weights still travelling: zero1_share_end) */
     int64_t (*stop_vote)(void *user);
 } zy_step_hooks;
 

@@ -228,12 +228,6 @@ int zero1_share_end(zy_zero1 *z) {
     return ZY_OK;
 }
 
-int zero1_share_weights(zy_zero1 *z) {
-    ZY_TRY(zero1_share_begin(z));
-    for (int g = -1; g <= z->m->cfg.num_hidden_layers; g++) zero1_share_group(z, g);
-    return zero1_share_end(z);
-}
-
 int zero1_weights_ready(zy_zero1 *z) {
     if (!z->share_pending) return ZY_OK;
     z->m->weights_needed = NULL;

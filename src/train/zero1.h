@@ -66,14 +66,13 @@ int zero1_grad_sumsq(zy_zero1 *z, double *sumsq);
 /* Scales the owned gradients (clipping; the others are not read). */
 void zero1_scale_grads(zy_zero1 *z, float scale);
 /* After the optimizer step: every owner's updated weights to every rank (see the file comment),
- * queued group by group (global entries, then layer by layer) without waiting: the next forward
- * waits for each group just before it reads it (m->weights_needed), so the transfers overlap the
- * forward of the layers before. Anything else that reads the weights calls zero1_weights_ready
- * first. */
-int zero1_share_weights(zy_zero1 *z);
-/* zero1_share_weights in parts, so each group's broadcasts start as soon as its update is queued
- * (optim_step_runs calls zero1_share_group(z, g) after group g's entries, z->group, in table
- * order): begin, every group -1 .. L in order, end. */
+ * queued group by group without waiting (z->group: the globals read first, the layers, then the
+ * globals read last), each as soon as its update is queued: zero1_share_begin, then
+ * zero1_share_group(z, g) for g = -1 .. L in order (optim_step_runs calls it after group g's
+ * entries), then zero1_share_end. The next forward waits for each group just before it reads it
+ * (m->weights_needed; not for the groups this rank owns whole), so the transfers overlap the
+ * optimizer and the forward of the layers before. Anything else that reads the weights calls
+ * zero1_weights_ready first. */
 int zero1_share_begin(zy_zero1 *z);
 void zero1_share_group(void *z, int group);
 int zero1_share_end(zy_zero1 *z);
