@@ -10,7 +10,8 @@
  * (optim_init_owned).
  *
  * Gradients: a bucket is the entries whose gradients one grads_ready call of the backward
- * (model.h) declares final, i.e. one layer (or the global tensors at the end). Each bucket is
+ * (model.h) makes final (model_grads_final_at: one layer, with the input-norm weight of the layer
+ * above, or the global tensors at the end). Each bucket is
  * reduced to its owners right then: one comm_reduce per (bucket, owner) run of entries, queued on
  * the communicator while the backward goes on (comm_defer: NCCL overlaps it with the next layers'
  * backward; the host backends complete it at once). Summed over the buckets, each rank sends the
