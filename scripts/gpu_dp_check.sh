@@ -5,7 +5,8 @@
 #      zaya1-base's widths with 4 layers and bench-base's 8, AdamW): tokens/s per GPU, MFU, memory,
 #      optimizer per rank;
 #   3. `zayac launch -n N -- zayac train` against one GPU on real text (bench-small widths, the
-#      same global batch): the two loss curves, and a stop at the middle + --resume on N GPUs
+#      same global batch): the two loss curves (and one GPU taking each step as 2 micro-batches:
+#      the noise floor), and a stop at the middle + --resume on N GPUs
 #      against the uninterrupted N-GPU run (bit for bit);
 #   4. a kernel trace of the N-GPU bench-small step (TRACE=0 skips it): the share of the NCCL
 #      kernels' time the other kernels run beside them.
@@ -101,6 +102,10 @@ train() { # name launcher-args... -- extra train args
     note "train $name rc=$?: $(grep -E '^done|stopped|error|fatal' "$OUT/train_$name.txt" | head -3 | tr '\n' ' ')"
 }
 train one $Z train --config "$OUT/train.json" --out "$OUT/train_one"
+# the noise floor: one GPU again, each step as 2 micro-batches of 8 (the GEMM shapes of each of
+# 2 ranks), so a 1-vs-N difference can be read against what the shapes alone change
+train one_accum2 $Z train --config "$OUT/train.json" --out "$OUT/train_one_accum2" \
+    --set batch_size=8 --set grad_accum=2
 train dp $Z launch -n "$N" -- $Z train --config "$OUT/train.json" --out "$OUT/train_dp"
 train dp_stop $Z launch -n "$N" -- $Z train --config "$OUT/train.json" --out "$OUT/train_dp_resume" --stop-after 20
 train dp_resume $Z launch -n "$N" -- $Z train --config "$OUT/train.json" --out "$OUT/train_dp_resume" --resume
@@ -115,12 +120,16 @@ def rows(run):
     except OSError as e:
         print("no metrics for", run, e)
     return out
-one, dp, res = rows("one"), rows("dp"), rows("dp_resume")
+one, dp, res, acc = rows("one"), rows("dp"), rows("dp_resume"), rows("one_accum2")
 steps = sorted(set(one) & set(dp))
 if steps:
     worst = max(abs(dp[s][0] - one[s][0]) / abs(one[s][0]) for s in steps)
     print("1 GPU vs N GPUs: %d steps, loss %.4f -> %.4f (1 GPU), %.4f -> %.4f (N), worst relative loss difference %.2e" % (
         len(steps), one[steps[0]][0], one[steps[-1]][0], dp[steps[0]][0], dp[steps[-1]][0], worst))
+    floor = sorted(set(one) & set(acc))
+    if floor:
+        print("the noise floor, 1 GPU as 2 micro-batches of 8 vs 1 of 16: worst relative loss difference %.2e" % max(
+            abs(acc[s][0] - one[s][0]) / abs(one[s][0]) for s in floor))
     for s in steps[::5]:
         print("  step %3d  1 GPU %.5f  N GPUs %.5f  (world_size %s)" % (s, one[s][0], dp[s][0], dp[s][2]))
 both = sorted(set(dp) & set(res))
