@@ -182,7 +182,7 @@ static void test_adamw_hand_computed(void **state) {
     assert_int_equal(optim_init(&opt, &cpu, &cfg, &t), ZY_OK);
 
     for (int k = 0; k < 2; k++) memcpy(g + t.items[k ? iv : iw].offset, g1, sizeof g1);
-    optim_step(&opt, &t, p, g, 0.1f);
+    optim_step(&opt, &t, p, g, 0.1f, 1.0f);
     const float *w = p + t.items[iw].offset, *v = p + t.items[iv].offset;
     const double w1[3] = {0.89, 2.08, -0.595}, v1[3] = {0.9, 2.1, -0.6};
     for (int i = 0; i < 3; i++) {
@@ -190,7 +190,7 @@ static void test_adamw_hand_computed(void **state) {
         assert_true(fabs(v[i] - v1[i]) < 1e-6);
     }
     for (int k = 0; k < 2; k++) memcpy(g + t.items[k ? iv : iw].offset, g2, sizeof g2);
-    optim_step(&opt, &t, p, g, 0.1f);
+    optim_step(&opt, &t, p, g, 0.1f, 1.0f);
     const double w2[3] = {0.89 - 0.1 * (1 + 0.089), 2.08 - 0.1 * (0.01 / 0.19 + 0.208),
                           -0.595 - 0.1 * (-0.02 / 0.19 / 2 - 0.0595)};
     const double v2[3] = {0.9 - 0.1, 2.1 - 0.1 * (0.01 / 0.19), -0.6 - 0.1 * (-0.02 / 0.19 / 2)};
@@ -281,7 +281,7 @@ static void check_muon_steps(zy_muon_scale rule, float ratio) {
     const double lr = 0.02, mu = 0.95, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.05;
     for (int step = 1; step <= 2; step++) {
         fill_normal(g, t.total, 0.5f, &rng);
-        optim_step(&opt, &t, p, g, (float)lr);
+        optim_step(&opt, &t, p, g, (float)lr, 1.0f);
         for (int i = 0; i < t.count; i++) {
             const zy_param *q = &t.items[i];
             size_t o = q->offset;
@@ -389,7 +389,7 @@ static void test_adamw_only_and_decay_kinds(void **state) {
         p[i] = 1.0f;
         g[i] = (i % 2) ? 0.25f : -3.0f;
     }
-    optim_step(&opt, &t, p, g, 0.01f);
+    optim_step(&opt, &t, p, g, 0.01f, 1.0f);
     for (int i = 0; i < t.count; i++) {
         const zy_param *q = &t.items[i];
         double wd = (q->kind == ZY_PARAM_MATRIX || q->kind == ZY_PARAM_EMBED) ? 0.5 : 0.0;
@@ -422,7 +422,7 @@ static void test_optim_state_round_trip(void **state) {
     fill_normal(pa, t.total, 1.0f, &rng);
     for (int s = 0; s < 3; s++) {
         fill_normal(g, t.total, 1.0f, &rng);
-        optim_step(&a, &t, pa, g, 1e-2f);
+        optim_step(&a, &t, pa, g, 1e-2f, 1.0f);
     }
     int na, nb;
     zy_state_tensor *sa = optim_state_tensors(&a, &t, &na);
@@ -453,8 +453,8 @@ static void test_optim_state_round_trip(void **state) {
     b.step = a.step;
     memcpy(pb, pa, t.total * sizeof *pa);
     fill_normal(g, t.total, 1.0f, &rng);
-    optim_step(&a, &t, pa, g, 1e-2f);
-    optim_step(&b, &t, pb, g, 1e-2f);
+    optim_step(&a, &t, pa, g, 1e-2f, 1.0f);
+    optim_step(&b, &t, pb, g, 1e-2f, 1.0f);
     assert_memory_equal(pa, pb, t.total * sizeof *pa);
     free(sa);
     free(sb);
@@ -464,6 +464,52 @@ static void test_optim_state_round_trip(void **state) {
     free(pa);
     free(pb);
     free(g);
+}
+
+/* Clipping's factor given to the step (grad_scale) gives the bits of scaling the gradients in
+ * place first, for AdamW and Muon tensors, weights and state alike; the gradients are not
+ * modified. */
+static void test_grad_scale_is_scaling_in_place(void **state) {
+    (void)state;
+    zy_param_table t;
+    build_table(&t);
+    zy_optim_config cfg;
+    optim_config_default(&cfg);
+    zy_optim a, b;
+    assert_int_equal(optim_init(&a, &cpu, &cfg, &t), ZY_OK);
+    assert_int_equal(optim_init(&b, &cpu, &cfg, &t), ZY_OK);
+    zy_rng rng = zy_rng_init(11, 0);
+    float *pa = malloc(t.total * sizeof *pa), *pb = malloc(t.total * sizeof *pb);
+    float *g = malloc(t.total * sizeof *g), *g0 = malloc(t.total * sizeof *g0);
+    float *gs = malloc(t.total * sizeof *gs);
+    fill_normal(pa, t.total, 1.0f, &rng);
+    memcpy(pb, pa, t.total * sizeof *pa);
+    const float scales[3] = {0.3f, 1.0f, 0.0123f};
+    for (int step = 0; step < 3; step++) {
+        fill_normal(g, t.total, 2.0f, &rng);
+        memcpy(g0, g, t.total * sizeof *g);
+        for (size_t i = 0; i < t.total; i++) gs[i] = g[i] * scales[step];
+        optim_step(&a, &t, pa, g, 1e-2f, scales[step]);
+        optim_step(&b, &t, pb, gs, 1e-2f, 1.0f);
+        assert_memory_equal(g, g0, t.total * sizeof *g);
+    }
+    assert_memory_equal(pa, pb, t.total * sizeof *pa);
+    int na, nb;
+    zy_state_tensor *sa = optim_state_tensors(&a, &t, &na);
+    zy_state_tensor *sb = optim_state_tensors(&b, &t, &nb);
+    assert_int_equal(na, nb);
+    for (int i = 0; i < na; i++)
+        assert_memory_equal(sa[i].data, sb[i].data, sa[i].numel * sizeof(float));
+    free(sa);
+    free(sb);
+    optim_free(&a);
+    optim_free(&b);
+    params_free(&t);
+    free(pa);
+    free(pb);
+    free(g);
+    free(g0);
+    free(gs);
 }
 
 static void test_optim_bad_config(void **state) {
@@ -591,21 +637,16 @@ static void test_clip(void **state) {
     ga[0] = 3;
     ga[1] = 4;
     gb[0] = -12;
-    gc[0] = gc[1] = gc[2] = 100;                                          /* ignored */
-    assert_true(fabs(clip_grad_norm(&cpu, &t, g, 100.0f) - 13.0) < 1e-9); /* below max: unchanged */
-    assert_true(ga[0] == 3 && ga[1] == 4 && gb[0] == -12);
-    assert_true(fabs(clip_grad_norm(&cpu, &t, g, 0.0f) - 13.0) < 1e-9); /* 0 = off */
-    assert_true(ga[0] == 3);
-    assert_true(fabs(clip_grad_norm(&cpu, &t, g, 6.5f) - 13.0) < 1e-9);
-    double f = 6.5 / (13.0 + 1e-6);
-    assert_true(fabs(ga[0] - 3 * f) < 1e-6 && fabs(ga[1] - 4 * f) < 1e-6);
-    assert_true(fabs(gb[0] + 12 * f) < 1e-6);
-    assert_true(gc[0] == 100.0f);
-    assert_true(fabs(sqrt(clip_grad_sumsq(&cpu, &t, g)) - 6.5) < 1e-5);
-    /* a non-finite gradient is reported and left alone */
+    gc[0] = gc[1] = gc[2] = 100; /* ignored */
+    assert_true(fabs(clip_grad_sumsq(&cpu, &t, g) - 169.0) < 1e-9);
+    assert_true(clip_factor(13.0, 100.0f) == 1.0f); /* below max: no clipping */
+    assert_true(clip_factor(13.0, 0.0f) == 1.0f);   /* 0 = off */
+    assert_true(fabs(clip_factor(13.0, 6.5f) - 6.5 / (13.0 + 1e-6)) < 1e-7);
+    /* a non-finite gradient: the norm says so and the factor leaves the gradients alone (the
+     * step decides what to do) */
     ga[0] = NAN;
-    assert_true(isnan(clip_grad_norm(&cpu, &t, g, 1.0f)));
-    assert_true(fabs(ga[1] - 4 * f) < 1e-6);
+    assert_true(isnan(clip_grad_sumsq(&cpu, &t, g)));
+    assert_true(clip_factor(NAN, 1.0f) == 1.0f && clip_factor(INFINITY, 1.0f) == 1.0f);
     params_free(&t);
     free(g);
 
@@ -900,11 +941,11 @@ static void test_bench_muon_vs_adamw(void **state) {
             cfg.use_muon = muon;
             zy_optim opt;
             assert_int_equal(optim_init(&opt, &cpu, &cfg, &t), ZY_OK);
-            optim_step(&opt, &t, p, g, 1e-4f); /* warm */
+            optim_step(&opt, &t, p, g, 1e-4f, 1.0f); /* warm */
             ms[muon] = 1e30;
             for (int r = 0; r < 5; r++) { /* best of 5: the machine is shared */
                 double t0 = zy_now();
-                optim_step(&opt, &t, p, g, 1e-4f);
+                optim_step(&opt, &t, p, g, 1e-4f, 1.0f);
                 double dt = (zy_now() - t0) * 1e3;
                 if (dt < ms[muon]) ms[muon] = dt;
             }
@@ -936,6 +977,7 @@ int main(void) {
         cmocka_unit_test(test_schedule_wsd),
         cmocka_unit_test(test_schedule_bad_config),
         cmocka_unit_test(test_clip),
+        cmocka_unit_test(test_grad_scale_is_scaling_in_place),
         cmocka_unit_test(test_balance_single_update),
         cmocka_unit_test(test_balance_canonical_matches_plain),
         cmocka_unit_test(test_balance_load_summary),

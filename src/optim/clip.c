@@ -52,30 +52,8 @@ double clip_grad_sumsq(zy_ctx *ctx, const zy_param_table *t, const float *grads)
     return total;
 }
 
-void clip_scale_grads(zy_ctx *ctx, const zy_param_table *t, float *grads, float scale) {
-    if (on_cuda(ctx)) {
-#ifdef ZY_HAVE_CUDA
-        optim_cuda_scale(ctx, t, grads, scale);
-#endif
-        return;
-    }
-    for (int i = 0; i < t->count; i++) {
-        const zy_param *p = &t->items[i];
-        if (p->kind == ZY_PARAM_BUFFER) continue;
-        float *g = grads + p->offset;
-        for (size_t j = 0; j < p->numel; j++) g[j] *= scale;
-    }
-}
-
 float clip_factor(double norm, float max_norm) {
     if (!(max_norm > 0) || !isfinite(norm)) return 1.0f;
     double f = (double)max_norm / (norm + 1e-6);
     return f < 1.0 ? (float)f : 1.0f;
-}
-
-double clip_grad_norm(zy_ctx *ctx, const zy_param_table *t, float *grads, float max_norm) {
-    double norm = sqrt(clip_grad_sumsq(ctx, t, grads));
-    float f = clip_factor(norm, max_norm);
-    if (f < 1.0f) clip_scale_grads(ctx, t, grads, f);
-    return norm;
 }

@@ -183,12 +183,13 @@ void optim_free(zy_optim *opt) {
 }
 
 void optim_adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr,
-                        float beta1, float beta2, float eps, float wd, double bc1, double bc2) {
+                        float beta1, float beta2, float eps, float wd, double bc1, double bc2,
+                        float gscale) {
     const float step = (float)(lr / bc1), inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
     const float decay = lr * wd;
 #pragma omp parallel for simd if (n >= PAR_MIN) schedule(static)
     for (size_t i = 0; i < n; i++) {
-        float gi = g[i];
+        float gi = g[i] * gscale;
         float mi = beta1 * m[i] + (1.0f - beta1) * gi;
         float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
         m[i] = mi;
@@ -197,12 +198,14 @@ void optim_adamw_update(float *p, const float *g, float *m, float *v, size_t n, 
     }
 }
 
-void optim_muon_momentum(float *u, const float *g, float *mom, size_t n, float mu, int nesterov) {
+void optim_muon_momentum(float *u, const float *g, float *mom, size_t n, float mu, int nesterov,
+                         float gscale) {
 #pragma omp parallel for simd if (n >= PAR_MIN) schedule(static)
     for (size_t i = 0; i < n; i++) {
-        float mi = mu * mom[i] + g[i];
+        const float gi = g[i] * gscale;
+        float mi = mu * mom[i] + gi;
         mom[i] = mi;
-        u[i] = nesterov ? g[i] + mu * mi : mi;
+        u[i] = nesterov ? gi + mu * mi : mi;
     }
 }
 
@@ -269,7 +272,7 @@ void optim_apply_update(float *p, const float *u, size_t n, float lr, float scal
 
 /* Muon on one tensor: momentum over the whole stack, then each [rows, cols] matrix on its own. */
 static void muon_tensor(zy_optim *opt, const zy_param *p, float *param, const float *grad,
-                        float *mom, float lr, float wd) {
+                        float *mom, float lr, float wd, float gscale) {
     const zy_optim_config *c = &opt->cfg;
     int64_t rows, cols, count;
     matrix_dims(p, &rows, &cols, &count);
@@ -278,15 +281,16 @@ static void muon_tensor(zy_optim *opt, const zy_param *p, float *param, const fl
     float *u = opt->work, *ns_work = opt->work + mn;
     for (int64_t e = 0; e < count; e++) {
         size_t off = (size_t)e * mn;
-        optim_muon_momentum(u, grad + off, mom + off, mn, c->muon_momentum, c->muon_nesterov);
+        optim_muon_momentum(u, grad + off, mom + off, mn, c->muon_momentum, c->muon_nesterov,
+                            gscale);
         optim_newton_schulz(u, rows, cols, c->muon_ns_steps, ns_work);
         optim_apply_update(param + off, u, mn, lr, scale, wd);
     }
 }
 
 void optim_step_runs(zy_optim *opt, const zy_param_table *t, float *params, const float *grads,
-                     float lr_now, const int *group, void (*done)(void *user, int group),
-                     void *user) {
+                     float lr_now, float grad_scale, const int *group,
+                     void (*done)(void *user, int group), void *user) {
     ZY_CHECKF(t->count == opt->n_params, "table has %d tensors, the optimiser was planned for %d",
               t->count, opt->n_params);
     const zy_optim_config *c = &opt->cfg;
@@ -296,7 +300,7 @@ void optim_step_runs(zy_optim *opt, const zy_param_table *t, float *params, cons
     if (on_cuda(opt->ctx)) {
 #ifdef ZY_HAVE_CUDA
         if (!done || optim_cuda_has_muon(opt->cuda)) { /* Muon batches over the runs */
-            optim_cuda_step(opt->ctx, opt->cuda, opt, params, grads, lr_now, bc1, bc2);
+            optim_cuda_step(opt->ctx, opt->cuda, opt, params, grads, lr_now, grad_scale, bc1, bc2);
             for (int i = 0; done && i < t->count; i++)
                 if (i + 1 == t->count || group[i + 1] != group[i]) done(user, group[i]);
             return;
@@ -304,7 +308,8 @@ void optim_step_runs(zy_optim *opt, const zy_param_table *t, float *params, cons
         for (int a = 0; a < t->count;) { /* each run's AdamW launch, then its done */
             int b = a + 1;
             while (b < t->count && group[b] == group[a]) b++;
-            optim_cuda_adamw(opt->ctx, opt->cuda, opt, params, grads, lr_now, bc1, bc2, a, b);
+            optim_cuda_adamw(opt->ctx, opt->cuda, opt, params, grads, lr_now, grad_scale, bc1, bc2,
+                             a, b);
             done(user, group[a]);
             a = b;
         }
@@ -321,10 +326,10 @@ void optim_step_runs(zy_optim *opt, const zy_param_table *t, float *params, cons
         switch ((zy_opt_method)opt->method[i]) {
         case ZY_OPT_ADAMW:
             optim_adamw_update(param, grad, opt->exp_avg + so, opt->exp_avg_sq + so, p->numel,
-                               lr_now, c->beta1, c->beta2, c->eps, wd, bc1, bc2);
+                               lr_now, c->beta1, c->beta2, c->eps, wd, bc1, bc2, grad_scale);
             break;
         case ZY_OPT_MUON:
-            muon_tensor(opt, p, param, grad, opt->momentum + so, lr_muon, wd);
+            muon_tensor(opt, p, param, grad, opt->momentum + so, lr_muon, wd, grad_scale);
             break;
         case ZY_OPT_SKIP:
             break;
@@ -334,8 +339,8 @@ void optim_step_runs(zy_optim *opt, const zy_param_table *t, float *params, cons
 }
 
 void optim_step(zy_optim *opt, const zy_param_table *t, float *params, const float *grads,
-                float lr_now) {
-    optim_step_runs(opt, t, params, grads, lr_now, NULL, NULL, NULL);
+                float lr_now, float grad_scale) {
+    optim_step_runs(opt, t, params, grads, lr_now, grad_scale, NULL, NULL, NULL);
 }
 
 /* Fills one state entry named prefix + the param's name, pointing at data. */

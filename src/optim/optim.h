@@ -116,19 +116,22 @@ double optim_update_cost(const zy_optim_config *cfg, const zy_param *p, double f
 #define OPTIM_NS_FLOPS_PER_BYTE_CPU 20.0
 /* Releases the state (safe after a failed init). */
 void optim_free(zy_optim *opt);
-/* One step: step += 1, then every non-buffer tensor of params is updated from grads (both laid out
- * by t, [t->total] floats in opt->ctx's memory) with learning rate lr_now (AdamW) or
- * lr_now * muon_lr_ratio (Muon). grads is not modified. Asynchronous on a CUDA context. */
+/* One step: step += 1, then every non-buffer tensor of params is updated from grads * grad_scale
+ * (both laid out by t, [t->total] floats in opt->ctx's memory) with learning rate lr_now (AdamW)
+ * or lr_now * muon_lr_ratio (Muon). grad_scale is clipping's factor (clip_factor; 1: none),
+ * applied as each gradient is read, so clipping needs no pass of its own over the gradients; the
+ * result has the bits of scaling grads in place first. grads is not modified. Asynchronous on a
+ * CUDA context. */
 void optim_step(zy_optim *opt, const zy_param_table *t, float *params, const float *grads,
-                float lr_now);
+                float lr_now, float grad_scale);
 /* optim_step in table order, calling done(user, group[i]) after the last entry of each run of
  * consecutive entries with one group value, so the caller can queue that run's communication
  * (ZeRO-1's broadcast of the updated weights) while the later runs are updated. On a CUDA context
  * each run's AdamW tensors are one launch queued before its done; when Muon tensors are updated
  * (batched by shape over the whole table) every update is queued first, then every done. */
 void optim_step_runs(zy_optim *opt, const zy_param_table *t, float *params, const float *grads,
-                     float lr_now, const int *group, void (*done)(void *user, int group),
-                     void *user);
+                     float lr_now, float grad_scale, const int *group,
+                     void (*done)(void *user, int group), void *user);
 
 /* CUDA: from now on each step also writes the updated tensors, rounded to bf16, at the same
  * offsets of bf16 [t->total] (the model's compute copy, model.cparams), in the same pass as the
@@ -154,12 +157,16 @@ void optim_state_from_host(zy_optim *opt);
 
 /* ---- the math, over flat arrays (each a future CUDA kernel) ---- */
 
-/* AdamW on n elements: m, v moments; p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p) with
+/* AdamW on n elements of the gradient g * gscale (each product rounded to float, as if g had
+ * been scaled in place): m, v moments; p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p) with
  * mhat = m / bc1, vhat = v / bc2, bc = 1 - beta^t. */
 void optim_adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr,
-                        float beta1, float beta2, float eps, float wd, double bc1, double bc2);
-/* Muon momentum on n elements: mom = mu * mom + g; u = nesterov ? g + mu * mom : mom. */
-void optim_muon_momentum(float *u, const float *g, float *mom, size_t n, float mu, int nesterov);
+                        float beta1, float beta2, float eps, float wd, double bc1, double bc2,
+                        float gscale);
+/* Muon momentum on n elements of the gradient g * gscale: mom = mu * mom + g; u = nesterov ?
+ * g + mu * mom : mom. */
+void optim_muon_momentum(float *u, const float *g, float *mom, size_t n, float mu, int nesterov,
+                         float gscale);
 /* Floats of workspace optim_newton_schulz needs for a rows x cols matrix. */
 size_t optim_ns_work_floats(int64_t rows, int64_t cols);
 /* Orthogonalises x [rows, cols] in place: x /= (||x||_F + 1e-7), then `steps` quintic iterations

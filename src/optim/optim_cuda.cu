@@ -408,12 +408,13 @@ void optim_cuda_plan_info(const zy_optim_cuda *c, zy_optim_cuda_info *info) {
 /* ---- AdamW ---- */
 
 typedef struct {
-    float lr, beta1, beta2, omb1, omb2, eps, step, inv_sqrt_bc2;
+    float lr, beta1, beta2, omb1, omb2, eps, step, inv_sqrt_bc2, gscale;
 } adam_args;
 
 /* optim_adamw_update on one element, operation by operation (IEEE rounding, no FMA). */
 __device__ __forceinline__ void adam_one(float &p, float g, float &m, float &v, const adam_args &a,
                                          float decay) {
+    g = __fmul_rn(g, a.gscale); /* clipping's factor, as if applied in place */
     const float mi = __fadd_rn(__fmul_rn(a.beta1, m), __fmul_rn(a.omb1, g));
     const float vi = __fadd_rn(__fmul_rn(a.beta2, v), __fmul_rn(__fmul_rn(a.omb2, g), g));
     m = mi;
@@ -496,8 +497,8 @@ template <int VEC>
 __global__ void __launch_bounds__(NT)
     muon_momentum_kernel(const float *__restrict__ g, float *__restrict__ mom,
                          const uint64_t *__restrict__ goff, const uint64_t *__restrict__ moff,
-                         int64_t mn, float mu, int nesterov, float *__restrict__ part, int64_t cols,
-                         int64_t ldx, int64_t sx, bf16 *__restrict__ X) {
+                         int64_t mn, float mu, int nesterov, float gscale, float *__restrict__ part,
+                         int64_t cols, int64_t ldx, int64_t sx, bf16 *__restrict__ X) {
     const int m = blockIdx.y;
     const float *gm = g + goff[m];
     float *mm = mom + moff[m];
@@ -510,6 +511,7 @@ __global__ void __launch_bounds__(NT)
         zy_load<float, VEC>(mm + e, mv);
 #pragma unroll
         for (int k = 0; k < VEC; k++) {
+            gv[k] = __fmul_rn(gv[k], gscale);
             mv[k] = __fadd_rn(__fmul_rn(mu, mv[k]), gv[k]);
             uv[k] = muon_u(gv[k], mv[k], mu, nesterov);
             acc += uv[k] * uv[k];
@@ -583,7 +585,7 @@ __global__ void __launch_bounds__(NT)
     muon_normalise_kernel(const float *__restrict__ g, const float *__restrict__ mom,
                           const uint64_t *__restrict__ goff, const uint64_t *__restrict__ moff,
                           int64_t mn, int64_t cols, int64_t ldx, int64_t sx, float mu, int nesterov,
-                          const float *__restrict__ part, bf16 *__restrict__ X) {
+                          float gscale, const float *__restrict__ part, bf16 *__restrict__ X) {
     __shared__ float s_inv;
     const int m = blockIdx.y;
     muon_inv_norm(part, m, gridDim.x, &s_inv);
@@ -596,7 +598,8 @@ __global__ void __launch_bounds__(NT)
         zy_load<float, VEC>(gm + e, gv);
         zy_load<float, VEC>(mm + e, mv);
 #pragma unroll
-        for (int k = 0; k < VEC; k++) xv[k] = __fmul_rn(muon_u(gv[k], mv[k], mu, nesterov), inv);
+        for (int k = 0; k < VEC; k++)
+            xv[k] = __fmul_rn(muon_u(__fmul_rn(gv[k], gscale), mv[k], mu, nesterov), inv);
         if (VEC > 1) /* cols % 8 == 0: rows are not padded */
             zy_store<bf16, VEC>(xm + e, xv);
         else
@@ -674,8 +677,8 @@ static void newton_schulz(zy_ctx *ctx, zy_optim_cuda *c, const ns_shape *sh, int
     } while (0)
 
 void optim_cuda_adamw(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, float *params,
-                      const float *grads, float lr_now, double bc1, double bc2, int first,
-                      int last) {
+                      const float *grads, float lr_now, float gscale, double bc1, double bc2,
+                      int first, int last) {
     const zy_optim_config *cfg = &opt->cfg;
     const int k0 = c->chunk_at[first], k1 = c->chunk_at[last];
     if (k1 == k0) return;
@@ -689,6 +692,7 @@ void optim_cuda_adamw(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, float 
     a.eps = cfg->eps;
     a.step = (float)(lr_now / bc1);
     a.inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
+    a.gscale = gscale;
     adamw_kernel<<<(unsigned)(k1 - k0), NT, 0, cuda_stream(ctx)>>>(
         params, grads, opt->exp_avg, opt->exp_avg_sq, c->chunks + k0, a, (bf16 *)opt->compute_copy);
     ZY_CUDA_CHECK_LAUNCH();
@@ -700,13 +704,13 @@ int optim_cuda_has_muon(const zy_optim_cuda *c) {
 }
 
 void optim_cuda_step(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, float *params,
-                     const float *grads, float lr_now, double bc1, double bc2) {
-    optim_cuda_adamw(ctx, c, opt, params, grads, lr_now, bc1, bc2, 0, opt->n_params);
-    optim_cuda_muon(ctx, c, opt, params, grads, lr_now);
+                     const float *grads, float lr_now, float gscale, double bc1, double bc2) {
+    optim_cuda_adamw(ctx, c, opt, params, grads, lr_now, gscale, bc1, bc2, 0, opt->n_params);
+    optim_cuda_muon(ctx, c, opt, params, grads, lr_now, gscale);
 }
 
 void optim_cuda_muon(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, float *params,
-                     const float *grads, float lr_now) {
+                     const float *grads, float lr_now, float gscale) {
     const zy_optim_config *cfg = &opt->cfg;
     if (c->nbatches == 0) return;
     const int slot = prof_begin(ctx);
@@ -721,12 +725,12 @@ void optim_cuda_muon(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, float *
         const uint64_t *goff = c->goff + b->first, *moff = c->moff + b->first;
         if (c->previous) { /* momentum, then u recomputed, normalised and cast; whole products */
             MUON_LAUNCH(muon_momentum_kernel, b, grads, opt->momentum, goff, moff, mn, mu, nesterov,
-                        c->part, sh->cols, sh->ldx, sh->sx, (bf16 *)NULL);
+                        gscale, c->part, sh->cols, sh->ldx, sh->sx, (bf16 *)NULL);
             MUON_LAUNCH(muon_normalise_kernel, b, grads, opt->momentum, goff, moff, mn, sh->cols,
-                        sh->ldx, sh->sx, mu, nesterov, c->part, c->x[0]);
+                        sh->ldx, sh->sx, mu, nesterov, gscale, c->part, c->x[0]);
         } else { /* momentum writing bf16 u, then X scaled in place */
             MUON_LAUNCH(muon_momentum_kernel, b, grads, opt->momentum, goff, moff, mn, mu, nesterov,
-                        c->part, sh->cols, sh->ldx, sh->sx, c->x[0]);
+                        gscale, c->part, sh->cols, sh->ldx, sh->sx, c->x[0]);
             const int64_t nx = sh->rows * sh->ldx;
             muon_scale_kernel<<<dim3((unsigned)((nx + MUON_CH - 1) / MUON_CH), (unsigned)b->count),
                                 NT, 0, cuda_stream(ctx)>>>(c->part, b->nchunk, nx, sh->sx, c->x[0]);
@@ -838,25 +842,6 @@ __global__ void __launch_bounds__(1024)
     if (threadIdx.x == 0) *out = s;
 }
 
-__global__ void __launch_bounds__(NT)
-    scale_kernel(float *__restrict__ g, const seg_list L, float scale) {
-    uint64_t lo, hi;
-    seg_range(L, blockIdx.x, &lo, &hi);
-    uint64_t i = lo;
-    if (lo % 4 == 0) {
-        const uint64_t n4 = (hi - lo) / 4;
-        float4 *g4 = reinterpret_cast<float4 *>(g + lo);
-        for (uint64_t j = threadIdx.x; j < n4; j += NT) {
-            float4 x = g4[j];
-            x.x = __fmul_rn(x.x, scale), x.y = __fmul_rn(x.y, scale);
-            x.z = __fmul_rn(x.z, scale), x.w = __fmul_rn(x.w, scale);
-            g4[j] = x;
-        }
-        i = lo + n4 * 4;
-    }
-    for (uint64_t j = i + threadIdx.x; j < hi; j += NT) g[j] = __fmul_rn(g[j], scale);
-}
-
 double optim_cuda_sumsq(zy_ctx *ctx, const zy_param_table *t, const float *grads) {
     seg_list L;
     int64_t total = 0;
@@ -879,16 +864,6 @@ double optim_cuda_sumsq(zy_ctx *ctx, const zy_param_table *t, const float *grads
     ZY_CUDA_CHECK(cudaMemcpyAsync(&out, part + total, sizeof out, cudaMemcpyDeviceToHost, st));
     ZY_CUDA_CHECK(cudaStreamSynchronize(st));
     return out;
-}
-
-void optim_cuda_scale(zy_ctx *ctx, const zy_param_table *t, float *grads, float scale) {
-    seg_list L;
-    const int slot = prof_begin(ctx);
-    for (int next = 0; seg_fill(t, &next, &L);) {
-        scale_kernel<<<L.blk0[L.n], NT, 0, cuda_stream(ctx)>>>(grads, L, scale);
-        ZY_CUDA_CHECK_LAUNCH();
-    }
-    prof_end(ctx, slot, "clip_scale");
 }
 
 /* ---- balancing biases ---- */

@@ -44,17 +44,18 @@ zy_optim_cuda *optim_cuda_init(zy_ctx *ctx, const zy_optim *opt, const zy_param_
                                size_t batch_elems);
 /* Releases what init created (NULL is ignored). */
 void optim_cuda_free(zy_ctx *ctx, zy_optim_cuda *c);
-/* One step of every AdamW and Muon tensor (opt->step already incremented; bc1, bc2 the bias
- * corrections 1 - beta^step in double, as optim_step computes them). Asynchronous. */
+/* One step of every AdamW and Muon tensor from grads * gscale (opt->step already incremented;
+ * bc1, bc2 the bias corrections 1 - beta^step in double, as optim_step computes them).
+ * Asynchronous. */
 void optim_cuda_step(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, float *params,
-                     const float *grads, float lr_now, double bc1, double bc2);
+                     const float *grads, float lr_now, float gscale, double bc1, double bc2);
 /* optim_cuda_step in parts: the AdamW tensors among table entries [first, last) (one launch), and
  * every Muon tensor (batched by shape over the whole table). */
 void optim_cuda_adamw(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, float *params,
-                      const float *grads, float lr_now, double bc1, double bc2, int first,
-                      int last);
+                      const float *grads, float lr_now, float gscale, double bc1, double bc2,
+                      int first, int last);
 void optim_cuda_muon(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, float *params,
-                     const float *grads, float lr_now);
+                     const float *grads, float lr_now, float gscale);
 /* Whether the plan updates any Muon tensor. */
 int optim_cuda_has_muon(const zy_optim_cuda *c);
 /* Test hook: 1 runs every Newton-Schulz GEMM through classic cuBLAS (cublasGemmStridedBatchedEx)
@@ -69,8 +70,6 @@ void optim_cuda_plan_info(const zy_optim_cuda *c, zy_optim_cuda_info *info);
 /* Sum of squares of every non-buffer gradient: double per thread and per block, blocks summed in
  * a fixed order, so the result does not depend on timing. Waits for the device. */
 double optim_cuda_sumsq(zy_ctx *ctx, const zy_param_table *t, const float *grads);
-/* Multiplies every non-buffer gradient by scale. */
-void optim_cuda_scale(zy_ctx *ctx, const zy_param_table *t, float *grads, float scale);
 
 /* biases[l][e] -= delta[l * n + e] for l < n_layers, e < n, then each layer shifted so its last
  * (skip) class is ZY_SKIP_BIAS (balance.h's canonical form); biases are device pointers, delta is

@@ -119,18 +119,17 @@ static int reduce_over_ranks(zy_step *s, double *loss_sum) {
     return comm_all_reduce(s->comm, s->step_counts, LE1, ZY_COMM_I64, ZY_COMM_SUM);
 }
 
-/* Global-norm clipping; with ranks over the owned gradients (each owner holds its sums). */
-static int clip(zy_step *s, double *norm) {
+/* The global gradient norm and clipping's factor, which the optimizer applies as it reads the
+ * gradients; with ranks over the owned gradients (each owner holds its sums). */
+static int clip(zy_step *s, double *norm, float *factor) {
     zy_model *m = &s->model;
-    if (!s->have_zero) {
-        *norm = clip_grad_norm(s->ctx, &m->table, m->grads, s->cfg.grad_clip);
-        return ZY_OK;
-    }
     double sumsq;
-    ZY_TRY(zero1_grad_sumsq(&s->zero, &sumsq));
+    if (s->have_zero)
+        ZY_TRY(zero1_grad_sumsq(&s->zero, &sumsq));
+    else
+        sumsq = clip_grad_sumsq(s->ctx, &m->table, m->grads);
     *norm = sqrt(sumsq);
-    const float f = clip_factor(*norm, s->cfg.grad_clip);
-    if (f < 1.0f) zero1_scale_grads(&s->zero, f);
+    *factor = clip_factor(*norm, s->cfg.grad_clip);
     return ZY_OK;
 }
 
@@ -181,7 +180,8 @@ int step_run(zy_step *s, const zy_step_hooks *hooks, float lr, double *loss, dou
     }
     if (world_of(s) > 1) ZY_TRY(reduce_over_ranks(s, &sum));
     *loss = sum / tokens;
-    ZY_TRY(clip(s, grad_norm));
+    float clip_scale;
+    ZY_TRY(clip(s, grad_norm, &clip_scale));
     phase_end(hooks, ZY_PHASE_CLIP);
     if (s->cfg.stop_on_nonfinite && (!isfinite(*loss) || !isfinite(*grad_norm)))
         return zy_fail_runtime("loss %g, gradient norm %g: training diverged", *loss, *grad_norm);
@@ -190,12 +190,12 @@ int step_run(zy_step *s, const zy_step_hooks *hooks, float lr, double *loss, dou
         return zy_fail_runtime("%s: training diverged", spike);
     if (s->have_zero) { /* each group's weights go to every rank as soon as they are updated */
         ZY_TRY(zero1_share_begin(&s->zero));
-        optim_step_runs(&s->opt, &m->table, m->params, m->grads, lr, s->zero.group,
+        optim_step_runs(&s->opt, &m->table, m->params, m->grads, lr, clip_scale, s->zero.group,
                         zero1_share_group, &s->zero);
         phase_end(hooks, ZY_PHASE_OPTIM);
         ZY_TRY(zero1_share_end(&s->zero));
     } else {
-        optim_step(&s->opt, &m->table, m->params, m->grads, lr);
+        optim_step(&s->opt, &m->table, m->params, m->grads, lr, clip_scale);
         if (!s->opt.compute_copy) model_sync_compute_weights(m);
         phase_end(hooks, ZY_PHASE_OPTIM);
     }

@@ -115,11 +115,6 @@ int zero1_grad_sumsq(zy_zero1 *z, double *sumsq) {
     return comm_all_reduce(z->comm, sumsq, 1, ZY_COMM_F64, ZY_COMM_SUM);
 }
 
-void zero1_scale_grads(zy_zero1 *z, float scale) {
-    const zy_param_table v = owned_view(z);
-    if (v.count) clip_scale_grads(z->m->ctx, &v, z->m->grads, scale);
-}
-
 /* Broadcasts from each owner the runs of its entries of one group (z->group) that pick()
  * selects, from the fp32 masters (compute 0) or the compute copy (compute 1: activation dtype). */
 static int broadcast_group(zy_zero1 *z, int group, int (*pick)(const zy_param *), int compute) {

@@ -64,8 +64,6 @@ void zero1_reduce_in_backward(zy_zero1 *z);
 int zero1_grads_done(zy_zero1 *z);
 /* The squared L2 norm of the whole gradient: this rank's owned entries summed, then over ranks. */
 int zero1_grad_sumsq(zy_zero1 *z, double *sumsq);
-/* Scales the owned gradients (clipping; the others are not read). */
-void zero1_scale_grads(zy_zero1 *z, float scale);
 /* After the optimizer step: every owner's updated weights to every rank (see the file comment),
  * queued group by group without waiting (z->group: the globals read first, the layers, then the
  * globals read last), each as soon as its update is queued: zero1_share_begin, then
