@@ -405,17 +405,22 @@ static void test_adamw_only_and_decay_kinds(void **state) {
     free(g);
 }
 
+/* build_table's table and two optimisers of the default config over it. */
+static void two_default_optims(zy_param_table *t, zy_optim *a, zy_optim *b) {
+    build_table(t);
+    zy_optim_config cfg;
+    optim_config_default(&cfg);
+    assert_int_equal(optim_init(a, &cpu, &cfg, t), ZY_OK);
+    assert_int_equal(optim_init(b, &cpu, &cfg, t), ZY_OK);
+}
+
 /* Names, shapes and a round trip through a name-keyed store: a fresh optimiser loaded from the
  * saved state continues bit-identically. */
 static void test_optim_state_round_trip(void **state) {
     (void)state;
     zy_param_table t;
-    build_table(&t);
-    zy_optim_config cfg;
-    optim_config_default(&cfg);
     zy_optim a, b;
-    assert_int_equal(optim_init(&a, &cpu, &cfg, &t), ZY_OK);
-    assert_int_equal(optim_init(&b, &cpu, &cfg, &t), ZY_OK);
+    two_default_optims(&t, &a, &b);
     zy_rng rng = zy_rng_init(9, 0);
     float *pa = malloc(t.total * sizeof *pa), *pb = malloc(t.total * sizeof *pb);
     float *g = malloc(t.total * sizeof *g);
@@ -472,12 +477,8 @@ static void test_optim_state_round_trip(void **state) {
 static void test_grad_scale_is_scaling_in_place(void **state) {
     (void)state;
     zy_param_table t;
-    build_table(&t);
-    zy_optim_config cfg;
-    optim_config_default(&cfg);
     zy_optim a, b;
-    assert_int_equal(optim_init(&a, &cpu, &cfg, &t), ZY_OK);
-    assert_int_equal(optim_init(&b, &cpu, &cfg, &t), ZY_OK);
+    two_default_optims(&t, &a, &b);
     zy_rng rng = zy_rng_init(11, 0);
     float *pa = malloc(t.total * sizeof *pa), *pb = malloc(t.total * sizeof *pb);
     float *g = malloc(t.total * sizeof *g), *g0 = malloc(t.total * sizeof *g0);
