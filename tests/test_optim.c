@@ -513,6 +513,60 @@ static void test_grad_scale_is_scaling_in_place(void **state) {
     free(gs);
 }
 
+/* optim_step_runs' contract (ZeRO-1 queues each group's broadcast in done): done(group) once per
+ * run of equal groups, in table order, when that run's entries are updated and the later runs'
+ * not yet; and the same weights as optim_step. */
+typedef struct {
+    const zy_param_table *t;
+    const int *group;
+    const float *p, *p0; /* the weights being updated, and before the step */
+    int calls, seen[8], bad;
+} runs_probe;
+
+static void probe_done(void *user, int group) {
+    runs_probe *r = user;
+    r->seen[r->calls++] = group;
+    for (int i = 0; i < r->t->count; i++) { /* entries of earlier runs moved, later ones did not */
+        const zy_param *q = &r->t->items[i];
+        if (q->kind == ZY_PARAM_BUFFER) continue;
+        const int moved = memcmp(r->p + q->offset, r->p0 + q->offset, q->numel * sizeof(float));
+        if ((moved != 0) != (r->group[i] <= group)) r->bad = 1;
+    }
+}
+
+static void test_step_runs_calls_done_per_group(void **state) {
+    (void)state;
+    zy_param_table t;
+    zy_optim a, b;
+    two_default_optims(&t, &a, &b);
+    /* build_table's 7 entries as 3 runs: -1, 0 x 4, 1 x 2 (a buffer among them: no update) */
+    const int group[7] = {-1, 0, 0, 0, 0, 1, 1};
+    assert_int_equal(t.count, 7);
+    zy_rng rng = zy_rng_init(13, 0);
+    float *pa = malloc(t.total * sizeof *pa), *pb = malloc(t.total * sizeof *pb);
+    float *p0 = malloc(t.total * sizeof *p0), *g = malloc(t.total * sizeof *g);
+    fill_normal(pa, t.total, 1.0f, &rng);
+    fill_normal(g, t.total, 1.0f, &rng);
+    memcpy(pb, pa, t.total * sizeof *pa);
+    memcpy(p0, pa, t.total * sizeof *pa);
+    runs_probe r = {&t, group, pa, p0, 0, {0}, 0};
+    optim_step_runs(&a, &t, pa, g, 1e-2f, 1.0f, group, probe_done, &r);
+    optim_step(&b, &t, pb, g, 1e-2f, 1.0f);
+    assert_int_equal(r.calls, 3);
+    assert_int_equal(r.seen[0], -1);
+    assert_int_equal(r.seen[1], 0);
+    assert_int_equal(r.seen[2], 1);
+    assert_int_equal(r.bad, 0);
+    assert_memory_equal(pa, pb, t.total * sizeof *pa);
+    optim_free(&a);
+    optim_free(&b);
+    params_free(&t);
+    free(pa);
+    free(pb);
+    free(p0);
+    free(g);
+}
+
 static void test_optim_bad_config(void **state) {
     (void)state;
     zy_param_table t;
@@ -979,6 +1033,7 @@ int main(void) {
         cmocka_unit_test(test_schedule_bad_config),
         cmocka_unit_test(test_clip),
         cmocka_unit_test(test_grad_scale_is_scaling_in_place),
+        cmocka_unit_test(test_step_runs_calls_done_per_group),
         cmocka_unit_test(test_balance_single_update),
         cmocka_unit_test(test_balance_canonical_matches_plain),
         cmocka_unit_test(test_balance_load_summary),
