@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static void test_rng_replay(void **state) {
@@ -103,6 +104,41 @@ static void test_missing_file_error_names_path(void **state) {
     assert_true(strncmp(zy_errmsg(), "loading model: /nonexistent", 27) == 0);
 }
 
+/* The two fatal ends, in a child each: the message on stderr with the call's name, and the exit
+ * status that tells a supervisor whether to retry (1) or not (2). */
+static int fatal_child_status(int input, const char *err_path) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+        if (!freopen(err_path, "w", stderr)) _exit(99);
+        zy_err_set_step(7);
+        if (input) zy_fatal_input_at("here.c", 12, "cuda.attention = cudnn", "shape %d", 3);
+        zy_fatal_runtime_at("here.c", 12, "cudaMalloc", "out of %s", "memory");
+    }
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    return WEXITSTATUS(st);
+}
+
+static void test_fatal_exit_statuses(void **state) {
+    (void)state;
+    char path[] = "/tmp/zy_fatal_XXXXXX";
+    const int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    char *text;
+    assert_int_equal(fatal_child_status(1, path), ZY_EXIT_INPUT);
+    assert_int_equal(zy_read_file(path, &text, NULL), ZY_OK);
+    assert_non_null(strstr(text, "step 7"));
+    assert_non_null(strstr(text, "here.c:12: cuda.attention = cudnn: shape 3"));
+    free(text);
+    assert_int_equal(fatal_child_status(0, path), ZY_EXIT_RUNTIME);
+    assert_int_equal(zy_read_file(path, &text, NULL), ZY_OK);
+    assert_non_null(strstr(text, "cudaMalloc: out of memory"));
+    free(text);
+    unlink(path);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rng_replay),
@@ -110,6 +146,7 @@ int main(void) {
         cmocka_unit_test(test_crc32c),
         cmocka_unit_test(test_atomic_write_and_read),
         cmocka_unit_test(test_missing_file_error_names_path),
+        cmocka_unit_test(test_fatal_exit_statuses),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -109,6 +109,14 @@ void zy_fatal_runtime_at(const char *file, int line, const char *what, const cha
     _exit(ZY_EXIT_RUNTIME);
 }
 
+void zy_fatal_input_at(const char *file, int line, const char *what, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fatal_message(file, line, what, fmt, ap);
+    va_end(ap);
+    _exit(ZY_EXIT_INPUT); /* as above: no teardown after a device library's failure */
+}
+
 void *zy_malloc(size_t n) {
     void *p = malloc(n ? n : 1);
     if (!p)

@@ -56,6 +56,11 @@ void zy_abort_at(const char *file, int line, const char *what, const char *fmt, 
  * step: a library call failed where no caller can recover (a device error inside a step). */
 void zy_fatal_runtime_at(const char *file, int line, const char *what, const char *fmt, ...)
     __attribute__((noreturn, format(printf, 4, 5)));
+/* The same with ZY_EXIT_INPUT: a setting asks for what this machine cannot do, found where no
+ * caller can recover (cuda.attention = cudnn on a shape cuDNN refuses, inside a step); a retry
+ * would fail the same way. */
+void zy_fatal_input_at(const char *file, int line, const char *what, const char *fmt, ...)
+    __attribute__((noreturn, format(printf, 4, 5)));
 
 #define ZY_CHECK(cond)                                                                             \
     do {                                                                                           \

@@ -39,7 +39,7 @@ void cuda_attention_ctx_free(cuda_state *s) {
 /* 1 when cuDNN runs this shape on ctx (its plans built; workspace bytes of each direction in
  * *ws_fwd, *ws_bwd), 0 for zayac's kernels. The first sight of a shape prints the choice (with the
  * backward's chunks when it runs in chunks); under cuda.attention = cudnn a shape cuDNN refuses
- * ends the process.
+ * ends the process with exit status 2 (the setting asks for what cannot run here).
  * cuDNN's deterministic backward keeps dP in its workspace, B Hq T^2 bf16 (8 x 2048: 0.5 GiB;
  * 4 x 4096: 1 GiB; 1 x 32768: 16 GiB). Past the workspace cap (cuda.attention_workspace_gib,
  * default 2 GiB) it runs over chunks of query rows that fit it (attention_cudnn.h); when cuDNN
@@ -52,9 +52,10 @@ static int use_cudnn(zy_ctx *ctx, const cudnn_attn_shape *sh, size_t *ws_fwd, si
     size_t fwd = 0, bwd = 0;
     int ok = cudnn_attn_prepare(s->cudnn, sh, &fwd, &bwd) == ZY_OK;
     if (!ok && s->attention == ZY_ATTN_CUDNN)
-        zy_fatal_runtime_at(__FILE__, __LINE__, "cuda.attention = cudnn",
-                            "B=%d T=%d Hq=%d Hk=%d d=%d window=%d: %s", sh->B, sh->T, sh->Hq,
-                            sh->Hk, sh->d, sh->window, zy_errmsg());
+        zy_fatal_input_at(__FILE__, __LINE__, "cuda.attention = cudnn",
+                          "B=%d T=%d Hq=%d Hk=%d d=%d window=%d: %s (cuda.attention = auto runs "
+                          "zayac's kernels where cuDNN cannot)",
+                          sh->B, sh->T, sh->Hq, sh->Hk, sh->d, sh->window, zy_errmsg());
     const size_t cap = cudnn_attn_workspace_cap(s->cudnn);
     const int too_big = ok && s->attention == ZY_ATTN_AUTO && bwd > cap;
     if (first) {
