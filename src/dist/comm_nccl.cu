@@ -418,12 +418,23 @@ static int impl_init(nccl_impl *m) {
     return ZY_OK;
 }
 
+/* NCCL's Simple protocol unless the user chose (NCCL_PROTO), for this communicator of the training
+ * step (`zayac bench collectives` keeps NCCL's own choice): the gradient reduces run beside the
+ * backward, and there the protocol NCCL picked for them by itself slowed the backward's kernels
+ * more than it sped the transfer: bench-small, 2 x H200, 54.4 ms a step, 52.6 with Simple (1 GPU
+ * 49.9; results/data-parallel/README.md). The step's few small all-reduces lose microseconds. Set
+ * before NCCL's first call in the process, which reads its environment. */
+static void default_protocol(void) {
+    setenv("NCCL_PROTO", "Simple", 0);
+}
+
 int comm_init_nccl(zy_comm *c, dist_rdv *rdv, int device, double timeout_s) {
     memset(c, 0, sizeof *c);
     ZY_CHECKF(rdv != NULL, "comm_init_nccl needs the ranks' rendezvous (a world of 1 has one too)");
     if (!(timeout_s > 0))
         return zy_fail("nccl communicator: the timeout must be positive (got %g s)", timeout_s);
     nccl_impl *m = (nccl_impl *)zy_calloc(1, sizeof *m);
+    default_protocol();
     int rc = dist_comm_init(&m->dc, rdv, device, timeout_s, 0, nccl_stuck, NULL);
     if (rc == ZY_OK) rc = impl_init(m);
     c->rank = rdv->rank;

@@ -8,7 +8,6 @@ extern "C" {
 
 #include <nccl.h>
 #include <sched.h>
-#include <stdlib.h>
 #include <string.h>
 
 static ncclComm_t nccl_of(dist_comm *c) {
@@ -56,15 +55,6 @@ int dist_nccl_version(void) {
     return v;
 }
 
-/* NCCL's Simple protocol unless the user chose (NCCL_PROTO): the gradient reduces run beside the
- * backward, and there the protocol NCCL picked for them by itself slowed the backward's kernels
- * more than it sped the transfer: bench-small, 2 x H200, 54.4 ms a step, 52.6 with Simple (1 GPU
- * 49.9; results/data-parallel/README.md). The step's few small all-reduces lose microseconds. Set
- * before NCCL's first call, which reads its environment. */
-static void default_protocol(void) {
-    setenv("NCCL_PROTO", "Simple", 0);
-}
-
 int dist_comm_init(dist_comm *c, dist_rdv *rdv, int device, double timeout_s, int nonblocking,
                    dist_stuck_fn stuck, void *stuck_ctx) {
     memset(c, 0, sizeof *c);
@@ -79,7 +69,6 @@ int dist_comm_init(dist_comm *c, dist_rdv *rdv, int device, double timeout_s, in
     cudaStream_t s;
     ZY_CUDA_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     c->stream = s;
-    default_protocol();
     ncclUniqueId id;
     memset(&id, 0, sizeof id);
     if (c->rank == 0) {
