@@ -134,13 +134,45 @@ def step_accounting(rows, nu, cu, top):
         print(f"| {k[0]} | {k[1]} | {k[2]} | {n / steps:.1f} | {t / steps / 1e6:.3f} |")
 
 
+def timeline(path, min_us):
+    """One step (between the last two but one gradient-norm kernels) as events: the NCCL kernels
+    longer than min_us, the compute gaps longer than min_us, and a few landmark kernels."""
+    rows = sorted(load(path), key=lambda r: r["s"])
+    marks = [r["s"] for r in rows if "sum_final_kernel" in r["name"]]
+    if len(marks) < 3:
+        print(f"{path}: fewer than 3 steps")
+        return
+    a, b = marks[-3], marks[-2]
+    step = [r for r in rows if a <= r["s"] < b]
+    comp = [r for r in step if "nccl" not in r["name"].lower()]
+    ev = []
+    for r in step:
+        if "nccl" in r["name"].lower() and r["e"] - r["s"] > min_us * 1e3:
+            ev.append((r["s"], f"NCCL {short(r['name'])[:48]} {(r['e'] - r['s']) / 1e6:.2f} ms"))
+    for x, y in zip(comp, comp[1:]):
+        if y["s"] - x["e"] > min_us * 1e3:
+            ev.append((x["e"], f"   no compute for {(y['s'] - x['e']) / 1e6:.2f} ms after "
+                               f"{short(x['name'])[:36]}, before {short(y['name'])[:36]}"))
+    for key in ("xent_rows", "embed_seg_finish", "adamw", "muon_apply", "sumsq", "embed_fwd"):
+        for r in comp:
+            if key in r["name"]:
+                ev.append((r["s"], f"      {key} {(r['e'] - r['s']) / 1e6:.2f} ms"))
+    print(f"== {path}: one step, {(b - a) / 1e6:.2f} ms")
+    for t, text in sorted(ev):
+        print(f"{(t - a) / 1e6:8.2f} {text}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--tail", type=float, default=0.4)
+    ap.add_argument("--timeline", type=float, metavar="US", default=0,
+                    help="also print one step's NCCL kernels and compute gaps longer than US us")
     ap.add_argument("files", nargs="+")
     a = ap.parse_args()
     for f in a.files:
         summary(f, a.tail)
+        if a.timeline > 0:
+            timeline(f, a.timeline)
 
 
 if __name__ == "__main__":
