@@ -288,6 +288,35 @@ static void muon_tensor(zy_optim *opt, const zy_param *p, float *param, const fl
     }
 }
 
+/* One step of table entry i (p) on the CPU. */
+static void update_entry(zy_optim *opt, const zy_param *p, int i, float *params, const float *grads,
+                         float lr_now, float grad_scale, double bc1, double bc2) {
+    const zy_optim_config *c = &opt->cfg;
+    const float wd = (c->decay_kinds & ZY_KIND_BIT(p->kind)) ? c->weight_decay : 0.0f;
+    float *param = params + p->offset;
+    const float *grad = grads + p->offset;
+    const size_t so = opt->state_off[i];
+    switch ((zy_opt_method)opt->method[i]) {
+    case ZY_OPT_ADAMW:
+        optim_adamw_update(param, grad, opt->exp_avg + so, opt->exp_avg_sq + so, p->numel, lr_now,
+                           c->beta1, c->beta2, c->eps, wd, bc1, bc2, grad_scale);
+        break;
+    case ZY_OPT_MUON:
+        muon_tensor(opt, p, param, grad, opt->momentum + so, lr_now * c->muon_lr_ratio, wd,
+                    grad_scale);
+        break;
+    case ZY_OPT_SKIP:
+        break;
+    }
+}
+
+/* The end of the run of equal group values starting at a (the whole table without groups). */
+static int run_end(const int *group, int a, int n) {
+    int b = a + 1;
+    while (b < n && (!group || group[b] == group[a])) b++;
+    return b;
+}
+
 void optim_step_runs(zy_optim *opt, const zy_param_table *t, float *params, const float *grads,
                      float lr_now, float grad_scale, const int *group,
                      void (*done)(void *user, int group), void *user) {
@@ -297,44 +326,25 @@ void optim_step_runs(zy_optim *opt, const zy_param_table *t, float *params, cons
     opt->step++;
     const double bc1 = 1.0 - pow((double)c->beta1, (double)opt->step);
     const double bc2 = 1.0 - pow((double)c->beta2, (double)opt->step);
-    if (on_cuda(opt->ctx)) {
+    /* On the GPU each run is one AdamW launch, unless Muon matrices are updated: their
+     * Newton-Schulz batches same-shape matrices over the runs, so every update comes first. */
+    const int gpu = on_cuda(opt->ctx);
 #ifdef ZY_HAVE_CUDA
-        if (!done || optim_cuda_has_muon(opt->cuda)) { /* Muon batches over the runs */
-            optim_cuda_step(opt->ctx, opt->cuda, opt, params, grads, lr_now, grad_scale, bc1, bc2);
-            for (int i = 0; done && i < t->count; i++)
-                if (i + 1 == t->count || group[i + 1] != group[i]) done(user, group[i]);
-            return;
-        }
-        for (int a = 0; a < t->count;) { /* each run's AdamW launch, then its done */
-            int b = a + 1;
-            while (b < t->count && group[b] == group[a]) b++;
+    int whole = 0;
+    if (gpu && (whole = optim_cuda_has_muon(opt->cuda)))
+        optim_cuda_step(opt->ctx, opt->cuda, opt, params, grads, lr_now, grad_scale, bc1, bc2);
+#endif
+    for (int a = 0, b; a < t->count; a = b) {
+        b = run_end(group, a, t->count);
+        if (!gpu)
+            for (int i = a; i < b; i++)
+                update_entry(opt, &t->items[i], i, params, grads, lr_now, grad_scale, bc1, bc2);
+#ifdef ZY_HAVE_CUDA
+        else if (!whole)
             optim_cuda_adamw(opt->ctx, opt->cuda, opt, params, grads, lr_now, grad_scale, bc1, bc2,
                              a, b);
-            done(user, group[a]);
-            a = b;
-        }
 #endif
-        return;
-    }
-    const float lr_muon = lr_now * c->muon_lr_ratio;
-    for (int i = 0; i < t->count; i++) {
-        const zy_param *p = &t->items[i];
-        const float wd = (c->decay_kinds & ZY_KIND_BIT(p->kind)) ? c->weight_decay : 0.0f;
-        float *param = params + p->offset;
-        const float *grad = grads + p->offset;
-        size_t so = opt->state_off[i];
-        switch ((zy_opt_method)opt->method[i]) {
-        case ZY_OPT_ADAMW:
-            optim_adamw_update(param, grad, opt->exp_avg + so, opt->exp_avg_sq + so, p->numel,
-                               lr_now, c->beta1, c->beta2, c->eps, wd, bc1, bc2, grad_scale);
-            break;
-        case ZY_OPT_MUON:
-            muon_tensor(opt, p, param, grad, opt->momentum + so, lr_muon, wd, grad_scale);
-            break;
-        case ZY_OPT_SKIP:
-            break;
-        }
-        if (done && (i + 1 == t->count || group[i + 1] != group[i])) done(user, group[i]);
+        if (done) done(user, group[a]);
     }
 }
 

@@ -104,8 +104,8 @@ typedef struct {
 struct zy_optim_cuda {
     adam_chunk *chunks; /* device [nchunks] */
     int nchunks;
-    int *
-        chunk_at; /* host [n_params + 1]: entry i's AdamW chunks are [chunk_at[i], chunk_at[i+1]) */
+    /* host [n_params + 1]: entry i's AdamW chunks are [chunk_at[i], chunk_at[i + 1]) */
+    int *chunk_at;
     uint64_t *goff, *moff; /* device [nmat]: each matrix's offset in params/grads, in momentum */
     int nmat;
     ns_shape *shapes; /* host [nshapes] */
@@ -207,15 +207,12 @@ static void plan_adam(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, const 
     ZY_CHECKF(n < (1u << 31), "optimizer: %zu AdamW chunks", n);
     c->nchunks = (int)n;
     c->chunk_at = (int *)zy_calloc((size_t)t->count + 1, sizeof *c->chunk_at);
-    adam_chunk *h = (adam_chunk *)zy_calloc(n + 1, sizeof *h);
+    adam_chunk *h = (adam_chunk *)zy_calloc(n, sizeof *h);
     size_t k = 0;
     for (int i = 0; i < t->count; i++) {
         const zy_param *p = &t->items[i];
-        c->chunk_at[i] = (int)k;
-        c->chunk_at[i + 1] = (int)k;
-        if (opt->method[i] != ZY_OPT_ADAMW) continue;
         const float wd = (cfg->decay_kinds & ZY_KIND_BIT(p->kind)) ? cfg->weight_decay : 0.0f;
-        for (size_t o = 0; o < p->numel; o += ADAM_CH, k++) {
+        for (size_t o = 0; opt->method[i] == ZY_OPT_ADAMW && o < p->numel; o += ADAM_CH, k++) {
             h[k].p = p->offset + o;
             h[k].s = opt->state_off[i] + o;
             h[k].n = (uint32_t)(p->numel - o < ADAM_CH ? p->numel - o : ADAM_CH);
