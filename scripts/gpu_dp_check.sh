@@ -3,7 +3,8 @@
 #   1. the NCCL communicator's tests over every GPU (each NCCL algorithm: default, Ring, Tree);
 #   2. `zayac bench train -n 1` and `-n N` side by side (bench-small; AdamW and Muon; then
 #      zaya1-base's widths with 4 layers and bench-base's 8, AdamW): tokens/s per GPU, MFU, memory,
-#      optimizer per rank;
+#      optimizer per rank; each N-GPU case also with the embedding updated by its owner alone
+#      (`--replicate-embedding 0`, rows "+owned"; OWNED=0 skips them);
 #   3. `zayac launch -n N -- zayac train` against one GPU on real text (bench-small widths, the
 #      same global batch): the two loss curves (and one GPU taking each step as 2 micro-batches:
 #      the noise floor), and a stop at the middle + --resume on N GPUs
@@ -52,11 +53,11 @@ json.dump(c, open(sys.argv[1], "w"), indent=1)
 EOF
 note "| model | optim | GPUs | batch/GPU x seq | ms/step | tokens/s | tokens/s per GPU | per GPU vs 1 | ms/step median | per GPU vs 1, medians | MFU | optimizer GiB per rank (max) | device GiB |"
 note "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
-bench() { # model-args label optim batch seq n
-    local f="$OUT/bench_$2_$3_n$6"
+bench() { # model-args label optim batch seq n [extra bench args, label suffix]
+    local f="$OUT/bench_$2${8:-}_$3_n$6"
     timeout 120 $Z bench train -n "$6" $1 --batch "$4" --seq "$5" --optim "$3" --steps 10 --warmup 3 \
-        --peak-tflops 989 --profile --json "$f.json" >"$f.txt" 2>&1 || { note "| $2 | $3 | $6 | failed: $(tail -2 "$f.txt" | tr '\n' ' ') |"; return; }
-    python3 - "$f.json" "$OUT/bench_$2_$3_n1.json" "$2" "$3" "$6" "$4" "$5" <<'EOF' | tee -a "$OUT/summary.txt"
+        --peak-tflops 989 --profile ${7:-} --json "$f.json" >"$f.txt" 2>&1 || { note "| $2${8:-} | $3 | $6 | failed: $(tail -2 "$f.txt" | tr '\n' ' ') |"; return; }
+    python3 - "$f.json" "$OUT/bench_$2_$3_n1.json" "$2${8:-}" "$3" "$6" "$4" "$5" <<'EOF' | tee -a "$OUT/summary.txt"
 import json, os, sys
 j = json.load(open(sys.argv[1]))
 per = j["tokens_per_s"] / j["world_size"]
@@ -74,14 +75,16 @@ EOF
 }
 counts="$N"
 [ "${ONE_GPU:-1}" = 1 ] && counts="1 $N"
-for optim in adamw muon; do
-    for n in $counts; do bench "--preset bench-small" bench-small "$optim" 8 2048 "$n"; done
-done
+cases() { # model-args label optim batch seq: 1 GPU (unless ONE_GPU=0), N GPUs, N GPUs +owned
+    for n in $counts; do bench "$1" "$2" "$3" "$4" "$5" "$n"; done
+    [ "${OWNED:-1}" = 1 ] && bench "$1" "$2" "$3" "$4" "$5" "$N" "--replicate-embedding 0" +owned
+}
+for optim in adamw muon; do cases "--preset bench-small" bench-small "$optim" 8 2048; done
 if [ "${BASE:-1}" = 1 ]; then
-    for n in $counts; do bench "--config $OUT/base4.json" base-4layers adamw 2 4096 "$n"; done
+    cases "--config $OUT/base4.json" base-4layers adamw 2 4096
     # bench-base: the same widths with 8 layers and bench_vs_torch's batch (the embedding's
     # reduce at the end of the backward, 2.15 GB, is a smaller share of a longer step)
-    for n in $counts; do bench "--preset bench-base" bench-base adamw 4 4096 "$n"; done
+    cases "--preset bench-base" bench-base adamw 4 4096
 fi
 for f in "$OUT"/bench_*_n"$N".txt; do
     note "$(basename "$f"): $(grep -E 'optimizer phase per rank|share_weights' "$f" | tr '\n' ' ')"

@@ -16,6 +16,7 @@
 #include "base/timer.h"
 #include "dist/comm.h"
 #include "io/safetensors.h"
+#include "model/config.h"
 #include "mpi_test_util.h"
 #include "ckpt_compare.h"
 #include "corpus_util.h"
@@ -424,6 +425,33 @@ static void test_reshape_round_trip_is_exact(void **state) {
     assert_int_equal(step4_differences("rs2", "rs_bad", &tensors), 2);
 }
 
+/* The embedding updated by every rank (dist.replicate_embedding, the default: its gradient
+ * all-reduced, no send after the update) changes no bit against its owner alone (reduced to it,
+ * updated, sent): on 2 and 4 ranks the same losses and, by global name, the same weights and
+ * moments at step 4, saved once (the 2-rank state files hold the 1-rank state's floats). */
+static void test_replicated_embedding_changes_no_bit(void **state) {
+    (void)state;
+    if (!have_mpi()) skip();
+    const char *off[] = {"--set", "dist.replicate_embedding=false", NULL};
+    for (int n = 2; n <= 4; n += 2) {
+        char on_run[32], off_run[32];
+        snprintf(on_run, sizeof on_run, "rep%d", n);
+        snprintf(off_run, sizeof off_run, "own%d", n);
+        train_ok(n, on_run, NULL);
+        train_ok(n, off_run, off);
+        double lon[8], loff[8];
+        int w;
+        assert_int_equal(losses(on_run, lon, 8, &w), 8);
+        assert_int_equal(losses(off_run, loff, 8, &w), 8);
+        assert_memory_equal(lon, loff, sizeof lon);
+        int tensors = 0;
+        assert_int_equal(step4_differences(on_run, off_run, &tensors), 0);
+        assert_true(tensors > 40);
+        print_message("%d ranks: the embedding replicated or owned: the same %d tensors\n", n,
+                      tensors);
+    }
+}
+
 /* A global batch of 4 sequences cannot be split over 3 ranks: bad input, exit 2, naming the fix. */
 static void test_batch_must_divide(void **state) {
     (void)state;
@@ -634,23 +662,27 @@ static double json_number(const char *file, const char *key) {
 
 /* `zayac bench train -n 2` runs itself as two ranks (here CPU ranks over MPI): one report, the
  * tokens of both ranks, and ZeRO-1's optimizer state split between them (AdamW: the two shares
- * add up to the one-rank state exactly; the larger is well under the whole). */
+ * add up to the one-rank state exactly; the larger is well under the whole), with the embedding
+ * owned by one rank; replicated (the default), both ranks hold its moments: the shares add up to
+ * the one-rank state plus one more copy of them. */
 static void test_bench_train_ranks(void **state) {
     (void)state;
     if (!have_mpi()) skip();
-    char one[256], two[256];
+    char one[256], two[256], rep[256];
     path(one, sizeof one, "bench1.json");
     path(two, sizeof two, "bench2.json");
+    path(rep, sizeof rep, "bench2rep.json");
     const char *common[] = {"--preset", "tiny",  "--device", "cpu",     "--batch",
                             "2",        "--seq", "32",       "--steps", "2",
                             "--warmup", "1",     "--optim",  "adamw",   NULL};
     const char *args[40];
-    for (int n = 1; n <= 2; n++) {
+    for (int n = 1; n <= 3; n++) { /* 1 rank; 2 ranks, embedding owned; 2 ranks, replicated */
         int k = 0;
         args[k++] = "bench", args[k++] = "train";
-        if (n == 2) args[k++] = "-n", args[k++] = "2";
+        if (n > 1) args[k++] = "-n", args[k++] = "2";
+        if (n == 2) args[k++] = "--replicate-embedding", args[k++] = "0";
         for (const char **c = common; *c; c++) args[k++] = *c;
-        args[k++] = "--json", args[k++] = n == 1 ? one : two, args[k] = NULL;
+        args[k++] = "--json", args[k++] = n == 1 ? one : n == 2 ? two : rep, args[k] = NULL;
         run_result r = spawn_capture(bin, tmp, args);
         if (r.code != 0) fail_msg("bench train -n %d: exit %d\n%s\n%s", n, r.code, r.out, r.err);
         int reports = 0;
@@ -667,6 +699,14 @@ static void test_bench_train_ranks(void **state) {
                   whole, all, largest);
     assert_true(all == whole);
     assert_true(largest < 0.75 * whole);
+    /* the tiny preset's embedding: two AdamW moments of vocab x hidden floats */
+    zy_config tiny;
+    assert_int_equal(config_preset_builtin(&tiny, "tiny"), ZY_OK);
+    const double moments = 2.0 * tiny.vocab_size * tiny.hidden_size * sizeof(float);
+    const double all_rep = json_number(rep, "memory.optimizer_bytes_all_ranks");
+    print_message("replicated: %.0f in all (the embedding's moments: %.0f bytes)\n", all_rep,
+                  moments);
+    assert_true(all_rep == whole + moments);
 }
 
 int main(void) {
@@ -675,6 +715,7 @@ int main(void) {
         cmocka_unit_test(test_two_ranks_repeat_and_resume_exactly),
         cmocka_unit_test(test_zero1_shards_and_reshapes),
         cmocka_unit_test(test_reshape_round_trip_is_exact),
+        cmocka_unit_test(test_replicated_embedding_changes_no_bit),
         cmocka_unit_test(test_batch_must_divide),
         cmocka_unit_test(test_ranks_refuse_a_used_out_dir),
         cmocka_unit_test(test_rank_failing_its_shard),

@@ -4,8 +4,10 @@
  * sent as compute copies, the rest sent in fp32 and cast by the receivers, the embedding too, which
  * the tied head reads from the compute copy), its fp32 non-matrix weights are the owner's, and
  * zero1_gather_masters makes every fp32 weight the owner's. The first 2-GPU run trained with a
- * stale head on rank 1 because the embedding was sent in fp32 only. And the gradient reduces
- * deferred for the backward stay deferred through the forward's waits. */
+ * stale head on rank 1 because the embedding was sent in fp32 only. With the embedding replicated
+ * (every rank updates it: dist.replicate_embedding) nothing overwrites it, and every rank's
+ * optimizer has it. And the gradient reduces deferred for the backward stay deferred through the
+ * forward's waits. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -32,7 +34,7 @@ static float value(int r, size_t j) {
     return (float)(r * 4096 + (int)(j % 4093)) * 0.25f;
 }
 
-static int child_main(void) {
+static int child_main(int replicate) {
     zy_comm c;
     if (comm_init_mpi(&c, 60) != ZY_OK) {
         fprintf(stderr, "%s\n", zy_errmsg());
@@ -52,16 +54,26 @@ static int child_main(void) {
     zy_optim_config oc;
     optim_config_default(&oc);
     oc.use_muon = 1;
+    oc.replicate_embedding = replicate;
     zy_zero1 z;
     zero1_init(&z, &c, &m, &oc);
     int first, last, failures = 0;
     zero1_owned(&z, &first, &last);
-    /* every rank's own values; the compute copy holds the owned entries only (the optimizer
-     * writes those), garbage elsewhere */
+    /* every rank's own values; the compute copy holds the entries this rank's optimizer updates
+     * only (it writes those), garbage elsewhere */
     for (size_t j = 0; j < t->total; j++) m.params[j] = value(c.rank, j), compute[j] = -1.0f;
-    for (int i = first; i < last; i++)
+    for (int i = 0; i < t->count; i++) {
+        const int own = i >= first && i < last;
+        const int rep = replicate && t->items[i].kind == ZY_PARAM_EMBED;
+        if (z.mine[i] != (own || rep) || z.replicated[i] != rep) {
+            fprintf(stderr, "rank %d: %s: mine %d, replicated %d\n", c.rank, t->items[i].name,
+                    z.mine[i], z.replicated[i]);
+            return 1;
+        }
+        if (!z.mine[i]) continue;
         for (size_t j = t->items[i].offset; j < t->items[i].offset + t->items[i].numel; j++)
             compute[j] = m.params[j];
+    }
     /* as the step queues it: each group right after its update (optim_step_runs) */
     int share = zero1_share_begin(&z);
     for (int g = -1; share == ZY_OK && g <= cfg.num_hidden_layers; g++) zero1_share_group(&z, g);
@@ -98,7 +110,9 @@ static int child_main(void) {
     int kinds_seen[5] = {0};
     for (int i = 0; i < t->count; i++) {
         const zy_param *p = &t->items[i];
-        const int owner = z.owner[i], matrix = p->kind == ZY_PARAM_MATRIX;
+        /* a replicated entry's values are this rank's own (its update is every rank's) */
+        const int owner = z.replicated[i] ? c.rank : z.owner[i];
+        const int matrix = p->kind == ZY_PARAM_MATRIX;
         kinds_seen[p->kind] += owner != c.rank;
         for (size_t j = p->offset; j < p->offset + p->numel; j++) {
             const float want_fp32 = matrix ? value(c.rank, j) : value(owner, j);
@@ -116,21 +130,27 @@ static int child_main(void) {
     }
     for (int i = 0; i < t->count; i++) {
         const zy_param *p = &t->items[i];
+        const int owner = z.replicated[i] ? c.rank : z.owner[i];
         for (size_t j = p->offset; j < p->offset + p->numel; j++)
-            if (m.params[j] != value(z.owner[i], j)) {
+            if (m.params[j] != value(owner, j)) {
                 fprintf(stderr, "rank %d: after the gather %s (owner %d) holds %g\n", c.rank,
-                        p->name, z.owner[i], m.params[j]);
+                        p->name, owner, m.params[j]);
                 failures++;
                 break;
             }
     }
-    /* the case at hand: another rank's matrices and embedding reach this one */
-    if (!kinds_seen[ZY_PARAM_MATRIX] && !kinds_seen[ZY_PARAM_EMBED] && c.rank == c.world - 1) {
-        fprintf(stderr, "rank %d received neither matrices nor the embedding\n", c.rank);
+    /* the case at hand: another rank's matrices reach this one, and its embedding unless that is
+     * replicated */
+    if (c.rank == c.world - 1 &&
+        (!kinds_seen[ZY_PARAM_MATRIX] || kinds_seen[ZY_PARAM_EMBED] != !replicate)) {
+        fprintf(stderr, "rank %d received %d matrices and %d embeddings (replicated: %d)\n", c.rank,
+                kinds_seen[ZY_PARAM_MATRIX], kinds_seen[ZY_PARAM_EMBED], replicate);
         failures++;
     }
     if (failures == 0 && c.rank == 0)
-        printf("zero1 share on %d ranks: every compute copy and master is its owner's\n", c.world);
+        printf("zero1 share on %d ranks (embedding replicated: %d): every compute copy and master "
+               "is its owner's\n",
+               c.world, replicate);
     zero1_free(&z);
     m.cparams = NULL;
     free(compute);
@@ -152,12 +172,13 @@ static int teardown(void **state) {
     return zy_remove_tree(dir) == ZY_OK ? 0 : -1;
 }
 
-static void run_ranks(int n) {
+static void run_ranks(int n, int replicate) {
     if (!comm_have_mpi() || !mpi_test_find_mpirun(mpirun, sizeof mpirun)) skip();
     char np[16];
     snprintf(np, sizeof np, "%d", n);
     const char *args[] = {"-k", "5", "120", mpirun,        "--oversubscribe",
-                          "-n", np,  self,  "--mpi-child", NULL};
+                          "-n", np,  self,  "--mpi-child", replicate ? "1" : "0",
+                          NULL};
     run_result r = spawn_capture("/usr/bin/timeout", dir, args);
     if (r.code != 0) fail_msg("%d ranks: exit %d\n%s\n%s", n, r.code, r.out, r.err);
     result_free(&r);
@@ -165,16 +186,18 @@ static void run_ranks(int n) {
 
 static void test_share_two_ranks(void **state) {
     (void)state;
-    run_ranks(2);
+    run_ranks(2, 1);
+    run_ranks(2, 0);
 }
 
 static void test_share_three_ranks(void **state) {
     (void)state;
-    run_ranks(3);
+    run_ranks(3, 1);
+    run_ranks(3, 0);
 }
 
 int main(int argc, char **argv) {
-    if (argc == 2 && strcmp(argv[1], "--mpi-child") == 0) return child_main();
+    if (argc == 3 && strcmp(argv[1], "--mpi-child") == 0) return child_main(atoi(argv[2]));
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_share_two_ranks),
         cmocka_unit_test(test_share_three_ranks),

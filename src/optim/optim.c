@@ -40,6 +40,7 @@ void optim_config_default(zy_optim_config *c) {
     c->muon_ns_steps = 5;
     c->muon_scale = ZY_MUON_SCALE_MATCH_ADAMW_RMS;
     c->muon_lr_ratio = 1.0f;
+    c->replicate_embedding = 1;
 }
 
 /* 1 when lo <= x < hi (or <= hi when closed) and x is finite. */
@@ -67,6 +68,9 @@ int optim_config_check(const zy_optim_config *c) {
         return zy_fail("optimizer: use_muon must be 0 or 1, found %d", c->use_muon);
     if (!in_range(c->muon_momentum, 0, 1, 0))
         return zy_fail("optimizer: muon_momentum must be in [0, 1), found %g", c->muon_momentum);
+    if (c->replicate_embedding != 0 && c->replicate_embedding != 1)
+        return zy_fail("optimizer: replicate_embedding must be 0 or 1, found %d",
+                       c->replicate_embedding);
     if (c->muon_nesterov != 0 && c->muon_nesterov != 1)
         return zy_fail("optimizer: muon_nesterov must be 0 or 1, found %d", c->muon_nesterov);
     if (c->muon_ns_steps < 1 || c->muon_ns_steps > 100)
@@ -120,11 +124,11 @@ double optim_update_cost(const zy_optim_config *cfg, const zy_param *p, double f
 }
 
 int optim_init(zy_optim *opt, zy_ctx *ctx, const zy_optim_config *cfg, const zy_param_table *t) {
-    return optim_init_owned(opt, ctx, cfg, t, 0, t->count);
+    return optim_init_owned(opt, ctx, cfg, t, NULL);
 }
 
 int optim_init_owned(zy_optim *opt, zy_ctx *ctx, const zy_optim_config *cfg,
-                     const zy_param_table *t, int first, int last) {
+                     const zy_param_table *t, const unsigned char *mine) {
     memset(opt, 0, sizeof *opt);
     ZY_CHECK(ctx != NULL);
     ZY_TRY(optim_config_check(cfg));
@@ -135,7 +139,7 @@ int optim_init_owned(zy_optim *opt, zy_ctx *ctx, const zy_optim_config *cfg,
     opt->state_off = zy_calloc((size_t)(t->count ? t->count : 1), sizeof *opt->state_off);
     for (int i = 0; i < t->count; i++) {
         const zy_param *p = &t->items[i];
-        if (p->kind == ZY_PARAM_BUFFER || i < first || i >= last) {
+        if (p->kind == ZY_PARAM_BUFFER || (mine && !mine[i])) {
             opt->method[i] = ZY_OPT_SKIP; /* a buffer, or another rank's tensor (ZeRO-1) */
         } else if (p->kind == ZY_PARAM_MATRIX && cfg->use_muon) {
             ZY_CHECKF(p->ndim >= 2, "%s: a matrix parameter needs >= 2 dims", p->name);
@@ -394,12 +398,17 @@ void optim_set_compute_copy(zy_optim *opt, void *bf16_params) {
 }
 
 zy_state_tensor *optim_state_tensors(zy_optim *opt, const zy_param_table *t, int *count) {
-    ZY_CHECK(t->count == opt->n_params);
+    return optim_state_tensors_of(opt, t, 0, t->count, count);
+}
+
+zy_state_tensor *optim_state_tensors_of(zy_optim *opt, const zy_param_table *t, int first, int last,
+                                        int *count) {
+    ZY_CHECK(t->count == opt->n_params && 0 <= first && first <= last && last <= t->count);
     zy_state_tensor *s = zy_calloc((size_t)(2 * t->count + 1), sizeof *s);
     float *hm, *hv, *hmom;
     host_views(opt, &hm, &hv, &hmom);
     int n = 0;
-    for (int i = 0; i < t->count; i++) {
+    for (int i = first; i < last; i++) {
         const zy_param *p = &t->items[i];
         size_t so = opt->state_off[i];
         if (opt->method[i] == ZY_OPT_ADAMW) {

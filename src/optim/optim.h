@@ -59,6 +59,10 @@ typedef struct {
     int muon_ns_steps;        /* Newton-Schulz iterations, 5 */
     zy_muon_scale muon_scale; /* default ZY_MUON_SCALE_MATCH_ADAMW_RMS */
     float muon_lr_ratio;      /* Muon lr = lr_now * muon_lr_ratio (1 with MATCH_ADAMW_RMS) */
+    int replicate_embedding;  /* data parallel (train/zero1.h): 1 (default): every rank keeps
+                                 the tied embedding's state and updates it (its gradient
+                                 all-reduced, nothing sent after the update); 0: its owner alone
+                                 (the `dist.replicate_embedding` setting) */
 } zy_optim_config;
 
 /* What the optimiser does with one table entry. */
@@ -97,10 +101,10 @@ int optim_config_check(const zy_optim_config *c);
 /* Plans the optimiser for a table and allocates zeroed state in ctx's memory (CPU or CUDA; ctx
  * must outlive opt); ZY_ERR on a bad config. */
 int optim_init(zy_optim *opt, zy_ctx *ctx, const zy_optim_config *cfg, const zy_param_table *t);
-/* ZeRO-1: the optimizer of table entries [first, last) only (state for them, updates of them);
- * the others are left alone as buffers are. */
+/* ZeRO-1: the optimizer of the table entries i with mine[i] != 0 only (state for them, updates
+ * of them); the others are left alone as buffers are. mine NULL: every entry. */
 int optim_init_owned(zy_optim *opt, zy_ctx *ctx, const zy_optim_config *cfg,
-                     const zy_param_table *t, int first, int last);
+                     const zy_param_table *t, const unsigned char *mine);
 /* The optimizer state floats entry i needs under cfg (AdamW 2 per element, Muon 1, buffers 0). */
 size_t optim_state_floats(const zy_optim_config *cfg, const zy_param *p);
 /* The time one update of p takes, relative to other tensors, in bytes of memory traffic: its
@@ -142,6 +146,10 @@ void optim_set_compute_copy(zy_optim *opt, void *bf16_params);
  * HOST memory: the state itself on the CPU, the host mirror on CUDA (see the top of this file).
  * Returns a heap array (free() it) and its length in *count. The step counter is opt->step. */
 zy_state_tensor *optim_state_tensors(zy_optim *opt, const zy_param_table *t, int *count);
+/* The same for table entries [first, last) only (what a ZeRO-1 rank saves: the entries it owns,
+ * not those every rank updates alike). */
+zy_state_tensor *optim_state_tensors_of(zy_optim *opt, const zy_param_table *t, int first, int last,
+                                        int *count);
 /* CUDA: makes the host mirror now (pinning takes a while: at the start of a run rather than at its
  * first checkpoint). No-op on the CPU or when it exists. */
 void optim_state_mirror(zy_optim *opt);

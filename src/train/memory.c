@@ -4,6 +4,7 @@
 #include "base/sysmem.h"
 #include "model/model.h"
 #include "tensor/params.h"
+#include "train/zero1.h"
 
 #include <limits.h>
 #include <math.h>
@@ -20,10 +21,15 @@ void mem_need(zy_ctx *ctx, const zy_config *mc, int B, int T, int recompute,
     need->weights = floats * f32;
     if (ops_act_size(ctx) != sizeof(float)) need->weights += floats * (double)ops_act_size(ctx);
     need->grads = oc ? floats * f32 : 0;
-    double state = 0;
-    for (int i = 0; oc && i < t.count; i++) /* the optimizer keeps 16-float aligned blocks */
-        state += (double)((optim_state_floats(oc, &t.items[i]) + 15) & ~(size_t)15);
-    need->optim = state * f32 / (world > 1 ? world : 1);
+    double shared = 0, everywhere = 0; /* state floats: split over the ranks, on every rank */
+    for (int i = 0; oc && i < t.count; i++) { /* the optimizer keeps 16-float aligned blocks */
+        const double f = (double)((optim_state_floats(oc, &t.items[i]) + 15) & ~(size_t)15);
+        if (world > 1 && zero1_replicates(oc, &t.items[i]))
+            everywhere += f;
+        else
+            shared += f;
+    }
+    need->optim = (shared / (world > 1 ? world : 1) + everywhere) * f32;
     params_free(&t);
     size_t arena = B > 0 ? acts_bytes(mc, ctx, B, T, recompute) : 0;
     need->acts = arena == SIZE_MAX ? INFINITY : (double)arena;

@@ -77,9 +77,8 @@ int step_init_training(zy_step *s, const zy_step_config *cfg, const zy_optim_con
         zero1_init(&s->zero, s->comm, &s->model, oc);
         s->have_zero = 1;
     }
-    int first, last;
-    step_owned(s, &first, &last);
-    ZY_TRY(optim_init_owned(&s->opt, s->ctx, oc, &s->model.table, first, last));
+    ZY_TRY(
+        optim_init_owned(&s->opt, s->ctx, oc, &s->model.table, s->have_zero ? s->zero.mine : NULL));
     s->have_opt = 1;
     optim_set_compute_copy(&s->opt, s->model.cparams); /* bf16 weights refreshed by the update */
     spike_init(&s->spike, &cfg->spike);

@@ -330,7 +330,8 @@ static int snapshot(trainer *tr, trainer_save *j) {
     }
     /* the state: the GPU's optimizer moments stay in the mirror they were copied to; what a step
      * changes in place on the host (the CPU's moments, the balancing state) is copied */
-    j->so = optim_state_tensors(&tr->st.opt, &m->table, &j->no);
+    /* of its own entries (a replicated one's state, the same on every rank, is its owner's) */
+    j->so = optim_state_tensors_of(&tr->st.opt, &m->table, j->first, j->last, &j->no);
     if (j->rank == 0) j->sb = balance_state_tensors(&tr->st.bal, &j->nb);
     const int copy_so = !optim_state_mirrored(&tr->st.opt);
     const size_t floats = (copy_so ? floats_of(j->so, j->no) : 0) + floats_of(j->sb, j->nb);

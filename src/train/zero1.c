@@ -6,6 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+int zero1_replicates(const zy_optim_config *oc, const zy_param *p) {
+    return oc->replicate_embedding && p->kind == ZY_PARAM_EMBED;
+}
+
 void zero1_init(zy_zero1 *z, zy_comm *comm, zy_model *m, const zy_optim_config *oc) {
     memset(z, 0, sizeof *z);
     z->comm = comm;
@@ -15,18 +19,27 @@ void zero1_init(zy_zero1 *z, zy_comm *comm, zy_model *m, const zy_optim_config *
     z->bound = zy_calloc((size_t)W + 1, sizeof *z->bound);
     z->owner = zy_calloc((size_t)t->count + 1, sizeof *z->owner);
     z->ready_at = zy_calloc((size_t)t->count + 1, sizeof *z->ready_at);
+    z->replicated = zy_calloc((size_t)t->count + 1, sizeof *z->replicated);
+    z->mine = zy_calloc((size_t)t->count + 1, sizeof *z->mine);
     const double fpb =
         m->ctx->device == ZY_DEV_CUDA ? OPTIM_NS_FLOPS_PER_BYTE_GPU : OPTIM_NS_FLOPS_PER_BYTE_CPU;
+    double *cost = zy_calloc((size_t)t->count + 1, sizeof *cost);
     double total = 0, run = 0;
-    for (int i = 0; i < t->count; i++) total += optim_update_cost(oc, &t->items[i], fpb);
+    for (int i = 0; i < t->count; i++) {
+        z->replicated[i] = (unsigned char)zero1_replicates(oc, &t->items[i]);
+        cost[i] = z->replicated[i] ? 0 : optim_update_cost(oc, &t->items[i], fpb);
+        total += cost[i];
+    }
     int r = 1;
     for (int i = 0; i < t->count && r < W; i++) {
-        run += optim_update_cost(oc, &t->items[i], fpb);
+        run += cost[i];
         while (r < W && run * W >= total * r) z->bound[r++] = i + 1;
     }
+    free(cost);
     for (; r <= W; r++) z->bound[r] = t->count;
     for (int q = 0; q < W; q++)
         for (int i = z->bound[q]; i < z->bound[q + 1]; i++) z->owner[i] = q;
+    for (int i = 0; i < t->count; i++) z->mine[i] = z->replicated[i] || z->owner[i] == comm->rank;
     const int L = m->cfg.num_hidden_layers;
     z->group = zy_calloc((size_t)t->count + 1, sizeof *z->group);
     z->foreign = zy_calloc((size_t)L + 2, sizeof *z->foreign);
@@ -38,7 +51,7 @@ void zero1_init(zy_zero1 *z, zy_comm *comm, zy_model *m, const zy_optim_config *
         /* the table is in the order the forward reads it: globals after the layers (the final
          * norm) are read last */
         z->group[i] = layer >= 0 ? layer : seen_layer ? L : -1;
-        if (z->owner[i] != comm->rank) z->foreign[z->group[i] + 1] = 1;
+        if (!z->mine[i]) z->foreign[z->group[i] + 1] = 1;
     }
 }
 
@@ -46,6 +59,8 @@ void zero1_free(zy_zero1 *z) {
     free(z->bound);
     free(z->owner);
     free(z->ready_at);
+    free(z->replicated);
+    free(z->mine);
     free(z->group);
     free(z->foreign);
     memset(z, 0, sizeof *z);
@@ -63,7 +78,7 @@ static size_t span_floats(const zy_param_table *t, int a, int b) {
 }
 
 /* m->grads_ready: reduces every run of consecutive entries that became final at `layer` and
- * share an owner, to that owner. */
+ * share an owner to that owner, or all-reduces it when they are replicated. */
 static void reduce_bucket(void *user, int layer) {
     zy_zero1 *z = user;
     const zy_param_table *t = &z->m->table;
@@ -73,11 +88,15 @@ static void reduce_bucket(void *user, int layer) {
             continue;
         }
         int b = a + 1;
-        while (b < t->count && z->ready_at[b] == layer && z->owner[b] == z->owner[a]) b++;
+        while (b < t->count && z->ready_at[b] == layer && z->owner[b] == z->owner[a] &&
+               z->replicated[b] == z->replicated[a])
+            b++;
         float *g = z->m->grads + t->items[a].offset;
-        if (comm_reduce(z->comm, g, span_floats(t, a, b), ZY_COMM_F32, ZY_COMM_SUM, z->owner[a]) !=
-            ZY_OK)
-            z->failed = 1;
+        const size_t n = span_floats(t, a, b);
+        const int rc = z->replicated[a]
+                           ? comm_all_reduce(z->comm, g, n, ZY_COMM_F32, ZY_COMM_SUM)
+                           : comm_reduce(z->comm, g, n, ZY_COMM_F32, ZY_COMM_SUM, z->owner[a]);
+        if (rc != ZY_OK) z->failed = 1;
         a = b;
     }
 }
@@ -116,7 +135,8 @@ int zero1_grad_sumsq(zy_zero1 *z, double *sumsq) {
 }
 
 /* Broadcasts from each owner the runs of its entries of one group (z->group) that pick()
- * selects, from the fp32 masters (compute 0) or the compute copy (compute 1: activation dtype). */
+ * selects, from the fp32 masters (compute 0) or the compute copy (compute 1: activation dtype);
+ * not the replicated ones (every rank updated them). */
 static int broadcast_group(zy_zero1 *z, int group, int (*pick)(const zy_param *), int compute) {
     zy_model *m = z->m;
     const zy_param_table *t = &m->table;
@@ -124,12 +144,12 @@ static int broadcast_group(zy_zero1 *z, int group, int (*pick)(const zy_param *)
     const zy_comm_dtype dt = esize == 2 ? ZY_COMM_BF16 : ZY_COMM_F32;
     unsigned char *base = compute ? (unsigned char *)m->cparams : (unsigned char *)m->params;
     for (int a = 0; a < t->count;) {
-        if (z->group[a] != group || !pick(&t->items[a])) {
+        if (z->group[a] != group || !pick(&t->items[a]) || z->replicated[a]) {
             a++;
             continue;
         }
         int b = a + 1;
-        while (b < t->count && z->group[b] == group && pick(&t->items[b]) &&
+        while (b < t->count && z->group[b] == group && pick(&t->items[b]) && !z->replicated[b] &&
                z->owner[b] == z->owner[a])
             b++;
         const size_t off = t->items[a].offset, n = span_floats(t, a, b);
@@ -159,7 +179,7 @@ static void recast_group(zy_zero1 *z, int group) {
     if (!m->cparams) return;
     for (int i = 0; i < t->count; i++) {
         const zy_param *p = &t->items[i];
-        if (z->group[i] == group && p->kind != ZY_PARAM_MATRIX && z->owner[i] != z->comm->rank)
+        if (z->group[i] == group && p->kind != ZY_PARAM_MATRIX && !z->mine[i])
             ops_cast_to_act(m->ctx, (char *)m->cparams + p->offset * ops_act_size(m->ctx),
                             m->params + p->offset, p->numel);
     }

@@ -26,7 +26,18 @@
  * embedding's).
  * The fp32 masters of other ranks' matrices are then stale until zero1_gather_masters (before
  * a checkpoint or any other reader of m->params). On the CPU the fp32 weights are the compute
- * weights: all of them go. */
+ * weights: all of them go.
+ *
+ * Replicated entries (zero1_replicates: the tied embedding, unless the optimizer config's
+ * replicate_embedding is 0) are updated by every rank instead: their gradient is all-reduced
+ * (the bits the owner's reduce gives), every rank keeps their optimizer state and runs the same
+ * update, and nothing is sent after it. The embedding's gradient is final last in the backward
+ * and its weights are read first in the forward, so its reduce, update and broadcast were one
+ * chain between the two every other rank waited for (at zaya1-base widths 2.15 GB each way, on
+ * 2 H200s ~16 ms); the all-reduce moves the same bytes as the reduce on 2 ranks, and the update
+ * runs on every rank at once. Its cost: the embedding's AdamW moments on every rank. It still
+ * has a nominal owner within the ranges: the rank that saves it and counts it in the gradient
+ * norm. Ownership balancing leaves replicated entries out (every rank pays for them). */
 #ifndef ZY_TRAIN_ZERO1_H
 #define ZY_TRAIN_ZERO1_H
 
@@ -37,12 +48,15 @@
 typedef struct {
     zy_comm *comm;
     zy_model *m;
-    int *bound;    /* [world + 1] rank r owns table entries [bound[r], bound[r+1]) */
-    int *owner;    /* [count] the owning rank of each entry */
+    int *bound;                /* [world + 1] rank r owns table entries [bound[r], bound[r+1]) */
+    unsigned char *replicated; /* [count] every rank updates the entry (zero1_replicates) */
+    unsigned char *mine;       /* [count] the entries this rank's optimizer updates: its own
+                                  range and the replicated ones (optim_init_owned) */
+    int *owner;                /* [count] the owning rank of each entry */
     int *ready_at; /* [count] the grads_ready layer after which the entry's gradient is final */
     int *group;    /* [count] the weights' group: -1 the globals read before the layers, l layer
                       l, L (the layer count) the globals read after them (final norm) */
-    int *foreign;  /* [L + 2] group g + 1: whether another rank owns any of its entries */
+    int *foreign;  /* [L + 2] group g + 1: whether it has entries this rank does not update */
     int failed;    /* a bucket's reduce failed: the error is in zy_errmsg */
     int stale;     /* other ranks' fp32 matrices are stale (a GPU share since the last gather) */
     int share_pending; /* a share's broadcasts may still be running (zero1_weights_ready) */
@@ -51,6 +65,9 @@ typedef struct {
     int next_group;    /* the first group (-1: global, else layer) not yet waited for */
 } zy_zero1;
 
+/* Whether every rank updates p under oc (the file comment): the tied embedding when
+ * oc->replicate_embedding. */
+int zero1_replicates(const zy_optim_config *oc, const zy_param *p);
 /* Splits the table of m over comm's ranks by update cost (oc decides it per tensor). */
 void zero1_init(zy_zero1 *z, zy_comm *comm, zy_model *m, const zy_optim_config *oc);
 void zero1_free(zy_zero1 *z);
