@@ -90,7 +90,7 @@ static int child_main(int replicate) {
      * and must stay deferred through the backward, after the forward's waits have ended the
      * share's own deferral (they did not: every reduce on 2 GPUs waited on the host, and the
      * backward stood still while it ran) */
-    zero1_reduce_in_backward(&z, 64);
+    zero1_reduce_in_backward(&z);
     for (int g = -1; g < m.cfg.num_hidden_layers && m.weights_needed; g++)
         m.weights_needed(m.weights_needed_user, g);
     if (m.weights_needed || z.share_pending) {

@@ -129,13 +129,6 @@ int comm_wait_mark(zy_comm *c, int slot) {
     return c->b->wait_mark(c, slot) == ZY_OK ? ZY_OK : comm_ctx(c, "wait_mark");
 }
 
-int comm_fence_mark(zy_comm *c, int slot) {
-    ZY_CHECK(c && c->b);
-    ZY_CHECKF(slot >= 0 && slot < ZY_COMM_MARKS, "comm_fence_mark: slot %d", slot);
-    if (!c->b->fence_mark) return ZY_OK;
-    return c->b->fence_mark(c, slot) == ZY_OK ? ZY_OK : comm_ctx(c, "fence_mark");
-}
-
 int comm_defer(zy_comm *c, int on) {
     ZY_CHECK(c && c->b);
     if (on) {

@@ -50,7 +50,6 @@ typedef struct {
     /* comm_mark / comm_wait_mark (NULL: the backend never defers, so there is nothing to wait) */
     int (*mark)(zy_comm *c, int slot);
     int (*wait_mark)(zy_comm *c, int slot);
-    int (*fence_mark)(zy_comm *c, int slot);
 } zy_comm_backend;
 
 struct zy_comm {
@@ -109,11 +108,6 @@ int comm_complete(zy_comm *c);
 #define ZY_COMM_MARKS 1024
 int comm_mark(zy_comm *c, int slot);
 int comm_wait_mark(zy_comm *c, int slot);
-/* comm_wait_mark on the device: the work queued after this call on the stream the communicator
- * follows (the compute) starts only once every operation before the mark has completed; the host
- * goes on. For compute that writes a buffer a deferred operation still reads or writes (the owner
- * adding to a gradient reduced into it). Host backends: nothing to order. */
-int comm_fence_mark(zy_comm *c, int slot);
 /* Bytes of one element. */
 size_t comm_dtype_size(zy_comm_dtype t);
 

@@ -301,14 +301,6 @@ static int nccl_wait_mark(zy_comm *c, int slot) {
     return dist_comm_wait_event(&m->dc, m->marks[slot], what) == ZY_OK ? ZY_OK : op_failed(m);
 }
 
-/* The producer stream waits on the device for a recorded point (an unrecorded slot: nothing). */
-static int nccl_fence_mark(zy_comm *c, int slot) {
-    nccl_impl *m = impl_of(c);
-    if (!m->marks || !m->marks[slot]) return ZY_OK;
-    ZY_CUDA_TRY(cudaStreamWaitEvent(m->after, m->marks[slot], 0));
-    return ZY_OK;
-}
-
 /* Waits for the operations queued under comm_defer. */
 static int nccl_complete(zy_comm *c) {
     nccl_impl *m = impl_of(c);
@@ -407,7 +399,7 @@ static void nccl_free(zy_comm *c) {
 static const zy_comm_backend nccl_backend = {
     "nccl",         nccl_all_reduce, nccl_reduce_scatter, nccl_reduce,     nccl_all_gather,
     nccl_broadcast, nccl_send,       nccl_recv,           nccl_all_to_all, nccl_barrier,
-    nccl_complete,  nccl_free,       nccl_mark,           nccl_wait_mark,  nccl_fence_mark,
+    nccl_complete,  nccl_free,       nccl_mark,           nccl_wait_mark,
 };
 
 /* The watchdog's report of a blocking NCCL call that does not return or of a peer that died

@@ -140,7 +140,6 @@ static void backward_from_dlogits(zy_model *m, zy_acts *a) {
     const int N = a->B * a->T, D = c->hidden_size, V = c->vocab_size;
     const float gb = m->grad_beta; /* the head's product comes before embed_bwd's sums */
     ops_matmul_f32(ctx, m->g.emb, a->logits, a->xf, V, D, N, 1, 0, 1.0f, gb); /* tied head */
-    if (m->head_grad_ready) m->head_grad_ready(m->grads_ready_user);
     ops_matmul(ctx, a->dx, a->logits, m->wc.emb, N, D, V, 0, 0, 1.0f, 0.0f);
     for (int l = c->num_hidden_layers - 1; l >= 0; l--) {
         if (a->recompute && l + 1 < c->num_hidden_layers) layer_forward(m, a, l, NULL, 0);
@@ -151,8 +150,8 @@ static void backward_from_dlogits(zy_model *m, zy_acts *a) {
     const zy_layer_acts *x0 = &a->layers[0];
     ops_rmsnorm_bwd(ctx, a->dh, m->g.layers[0].ln_in, a->dx, x0->h_in, ZY_DTYPE_F32,
                     m->w.layers[0].ln_in, x0->rstd_a, N, D, 1);
-    if (!m->embed_rows || !m->embed_rows(m->grads_ready_user, a->dh, a->ids, N))
-        model_embed_backward(m, a->dh, a->ids, N, m->g.in_bias, m->g.in_scale);
+    ops_embed_bwd(ctx, m->g.emb, m->g.in_bias, m->g.in_scale, a->dh, m->w.emb, a->ids, m->w.in_bias,
+                  m->w.in_scale, N, D, c->pad_token_id);
     grads_ready(m, -1);
     m->grad_beta = 1.0f; /* every GEMM-written gradient holds a value now: accumulate */
 }

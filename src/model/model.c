@@ -224,12 +224,6 @@ int model_grads_final_at(const zy_model *m, int i) {
     return p->layer;
 }
 
-void model_embed_backward(zy_model *m, const float *dh, const int32_t *ids, int n, float *dbias,
-                          float *dscale) {
-    ops_embed_bwd(m->ctx, m->g.emb, dbias, dscale, dh, m->w.emb, ids, m->w.in_bias, m->w.in_scale,
-                  n, m->cfg.hidden_size, m->cfg.pad_token_id);
-}
-
 void model_free(zy_model *m) {
     if (m->params) ops_free(m->ctx, m->params);
     if (m->grads) ops_free(m->ctx, m->grads);

@@ -79,14 +79,6 @@ typedef struct {
      * not necessarily done. NULL: not called. */
     void (*grads_ready)(void *user, int layer);
     void *grads_ready_user;
-    /* The tied embedding's gradient under data parallelism (ZeRO-1), with grads_ready_user:
-     * head_grad_ready right after the head's product is added to it (the backward's first GEMM),
-     * so that part can be reduced while the rest of the backward runs; embed_rows at the end in
-     * place of the lookup's backward (model_embed_backward): it returns 1 when it took dh [n, D]
-     * and ids [n] (and added the lookup's gradients itself), 0 to have the lookup's backward run
-     * here. NULL: not called. */
-    void (*head_grad_ready)(void *user);
-    int (*embed_rows)(void *user, const float *dh, const int32_t *ids, int n);
     /* Called by the forward before its first read of a group of weights, in order: -1 (the
      * global entries: embedding, final norm) before the embedding, then l = 0, 1, ... before the
      * first read of layer l's entries (layer l+1's before layer l, whose last norm is layer
@@ -101,11 +93,6 @@ typedef struct {
  * writes (the norm reads that layer's output): l - 1, and -1 for layer 0's (the embedding's
  * backward); -1 for the global entries (embedding, final norm). */
 int model_grads_final_at(const zy_model *m, int i);
-/* The lookup's backward: adds to the embedding's gradient, and to dbias and dscale [D] (the input
- * bias's and scale's gradients, or scratch), what the gradient dh [n, D] of the embedding's output
- * for the tokens ids [n] gives (device memory). */
-void model_embed_backward(zy_model *m, const float *dh, const int32_t *ids, int n, float *dbias,
-                          float *dscale);
 /* Builds the HF parameter table of a config into t (t is initialised here). */
 void model_build_table(zy_param_table *t, const zy_config *cfg);
 /* Allocates a model for cfg (weights zeroed; with_grads: also a gradient buffer). */

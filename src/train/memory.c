@@ -33,8 +33,6 @@ void mem_need(zy_ctx *ctx, const zy_config *mc, int B, int T, int recompute,
     params_free(&t);
     size_t arena = B > 0 ? acts_bytes(mc, ctx, B, T, recompute) : 0;
     need->acts = arena == SIZE_MAX ? INFINITY : (double)arena;
-    if (oc && B > 0) /* ZeRO-1's buffers for other ranks' embedding rows */
-        need->acts += (double)zero1_rows_bytes(oc, mc, world, (size_t)B * T);
     need->workspace = oc && B > 0 ? (double)ops_attention_workspace_bytes(
                                         ctx, B, T, mc->num_attention_heads, mc->head_dim)
                                   : 0;

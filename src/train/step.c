@@ -158,7 +158,7 @@ int step_run(zy_step *s, const zy_step_hooks *hooks, float lr, double *loss, dou
         if (hooks && hooks->next_batch) ZY_TRY(hooks->next_batch(hooks->user, s->ids, s->targets));
         /* the last micro-batch's backward completes each gradient: reduce them as it goes */
         const int reduce = s->have_zero && micro == s->cfg.grad_accum - 1;
-        if (reduce) zero1_reduce_in_backward(&s->zero, (size_t)s->B * s->T);
+        if (reduce) zero1_reduce_in_backward(&s->zero);
         if (timed) {
             sum += model_forward(m, &s->acts, s->ids, s->targets);
             phase_end(hooks, ZY_PHASE_FORWARD);

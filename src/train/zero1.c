@@ -3,38 +3,17 @@
 #include "base/err.h"
 #include "optim/clip.h"
 
-#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Mark slots of the embedding's rows path (the share uses 0 .. L + 1). */
-#define HEAD_MARK (ZY_COMM_MARKS - 1)
-#define ROWS_MARK (ZY_COMM_MARKS - 2)
-
 int zero1_replicates(const zy_optim_config *oc, const zy_param *p) {
     return oc->replicate_embedding && p->kind == ZY_PARAM_EMBED;
-}
-
-/* Whether the other ranks' rows are fewer floats than the embedding's table. */
-static int rows_fewer(const zy_config *c, int world, size_t tokens) {
-    return world > 1 && (double)(world - 1) * (double)tokens * (c->hidden_size + 1) <
-                            (double)c->vocab_size * c->hidden_size;
-}
-
-int zero1_rows_pay(const zy_optim_config *oc, const zy_config *c, int world, size_t tokens) {
-    return oc->replicate_embedding && rows_fewer(c, world, tokens);
-}
-
-size_t zero1_rows_bytes(const zy_optim_config *oc, const zy_config *c, int world, size_t tokens) {
-    if (!zero1_rows_pay(oc, c, world, tokens)) return 0;
-    return (tokens * (size_t)(c->hidden_size + 1) + 2 * (size_t)c->hidden_size) * sizeof(float);
 }
 
 void zero1_init(zy_zero1 *z, zy_comm *comm, zy_model *m, const zy_optim_config *oc) {
     memset(z, 0, sizeof *z);
     z->comm = comm;
     z->m = m;
-    z->emb = -1;
     const zy_param_table *t = &m->table;
     const int W = comm->world;
     z->bound = zy_calloc((size_t)W + 1, sizeof *z->bound);
@@ -73,7 +52,6 @@ void zero1_init(zy_zero1 *z, zy_comm *comm, zy_model *m, const zy_optim_config *
          * norm) are read last */
         z->group[i] = layer >= 0 ? layer : seen_layer ? L : -1;
         if (!z->mine[i]) z->foreign[z->group[i] + 1] = 1;
-        if (t->items[i].kind == ZY_PARAM_EMBED) z->emb = i;
     }
 }
 
@@ -85,9 +63,6 @@ void zero1_free(zy_zero1 *z) {
     free(z->mine);
     free(z->group);
     free(z->foreign);
-    if (z->rows_dh) ops_free(z->m->ctx, z->rows_dh);
-    if (z->rows_ids) ops_free(z->m->ctx, z->rows_ids);
-    if (z->rows_scratch) ops_free(z->m->ctx, z->rows_scratch);
     memset(z, 0, sizeof *z);
 }
 
@@ -108,13 +83,13 @@ static void reduce_bucket(void *user, int layer) {
     zy_zero1 *z = user;
     const zy_param_table *t = &z->m->table;
     for (int a = 0; a < t->count && !z->failed;) {
-        if (z->ready_at[a] != layer || (z->rows_now && a == z->emb)) { /* rows: sent already */
+        if (z->ready_at[a] != layer) {
             a++;
             continue;
         }
         int b = a + 1;
-        while (b < t->count && z->ready_at[b] == layer && !(z->rows_now && b == z->emb) &&
-               z->owner[b] == z->owner[a] && z->replicated[b] == z->replicated[a])
+        while (b < t->count && z->ready_at[b] == layer && z->owner[b] == z->owner[a] &&
+               z->replicated[b] == z->replicated[a])
             b++;
         float *g = z->m->grads + t->items[a].offset;
         const size_t n = span_floats(t, a, b);
@@ -126,90 +101,15 @@ static void reduce_bucket(void *user, int layer) {
     }
 }
 
-/* m->head_grad_ready on the rows path: the embedding's gradient so far (this micro-batch's head
- * product and the earlier micro-batches' whole gradients) all-reduced at once, under the rest of
- * the backward. */
-static void head_ready(void *user) {
-    zy_zero1 *z = user;
-    const zy_param *p = &z->m->table.items[z->emb];
-    if (z->failed) return;
-    if (comm_all_reduce(z->comm, z->m->grads + p->offset, p->numel, ZY_COMM_F32, ZY_COMM_SUM) !=
-            ZY_OK ||
-        comm_mark(z->comm, HEAD_MARK) != ZY_OK)
-        z->failed = 1;
-}
-
-/* m->embed_rows on the rows path: every rank's dh and ids (a broadcast from each, in chunks of
- * the receive buffers), added in rank order to the all-reduced head part once it is in (ids
- * travel as 4-byte words: a broadcast moves bits). This rank's own rows also give its input bias
- * and scale gradients; the others' go to scratch. */
-static int embed_rows(void *user, const float *dh, const int32_t *ids, int n) {
-    zy_zero1 *z = user;
-    zy_comm *c = z->comm;
-    zy_model *m = z->m;
-    const size_t D = (size_t)m->cfg.hidden_size;
-    if (z->failed) return 1;
-    if (comm_fence_mark(c, HEAD_MARK) != ZY_OK) { /* the head's sum is in before adding to it */
-        z->failed = 1;
-        return 1;
-    }
-    for (int r = 0; r < c->world && !z->failed; r++) {
-        if (r == c->rank) { /* the others receive it in the same chunks */
-            for (size_t a = 0; a < (size_t)n && !z->failed; a += z->rows_cap) {
-                const size_t k = (size_t)n - a < z->rows_cap ? (size_t)n - a : z->rows_cap;
-                if (comm_broadcast(c, (float *)dh + a * D, k * D, ZY_COMM_F32, r) != ZY_OK ||
-                    comm_broadcast(c, (int32_t *)ids + a, k, ZY_COMM_F32, r) != ZY_OK)
-                    z->failed = 1;
-            }
-            model_embed_backward(m, dh, ids, n, m->g.in_bias, m->g.in_scale);
-            continue;
-        }
-        for (size_t a = 0; a < (size_t)n && !z->failed; a += z->rows_cap) {
-            const size_t k = (size_t)n - a < z->rows_cap ? (size_t)n - a : z->rows_cap;
-            if (comm_broadcast(c, z->rows_dh, k * D, ZY_COMM_F32, r) != ZY_OK ||
-                comm_broadcast(c, z->rows_ids, k, ZY_COMM_F32, r) != ZY_OK ||
-                comm_mark(c, ROWS_MARK) != ZY_OK || comm_fence_mark(c, ROWS_MARK) != ZY_OK) {
-                z->failed = 1;
-                break;
-            }
-            model_embed_backward(m, z->rows_dh, z->rows_ids, (int)k, z->rows_scratch,
-                                 z->rows_scratch + D);
-        }
-    }
-    return 1;
-}
-
-/* The rows path's receive buffers, for `tokens` rows (made at first use, larger when needed). */
-static void rows_buffers(zy_zero1 *z, size_t tokens) {
-    zy_model *m = z->m;
-    const size_t D = (size_t)m->cfg.hidden_size;
-    if (!z->rows_scratch) z->rows_scratch = ops_alloc(m->ctx, 2 * D * sizeof(float));
-    if (tokens <= z->rows_cap) return;
-    if (z->rows_dh) ops_free(m->ctx, z->rows_dh);
-    if (z->rows_ids) ops_free(m->ctx, z->rows_ids);
-    z->rows_dh = ops_alloc(m->ctx, tokens * D * sizeof(float));
-    z->rows_ids = ops_alloc(m->ctx, tokens * sizeof(int32_t));
-    z->rows_cap = tokens;
-}
-
-void zero1_reduce_in_backward(zy_zero1 *z, size_t tokens) {
-    zy_model *m = z->m;
+void zero1_reduce_in_backward(zy_zero1 *z) {
     z->failed = comm_defer(z->comm, 1) != ZY_OK;
-    z->rows_now =
-        z->emb >= 0 && z->replicated[z->emb] && rows_fewer(&m->cfg, z->comm->world, tokens);
-    if (z->rows_now) rows_buffers(z, tokens);
-    m->grads_ready = reduce_bucket;
-    m->grads_ready_user = z;
-    m->head_grad_ready = z->rows_now ? head_ready : NULL;
-    m->embed_rows = z->rows_now ? embed_rows : NULL;
+    z->m->grads_ready = reduce_bucket;
+    z->m->grads_ready_user = z;
 }
 
 int zero1_grads_done(zy_zero1 *z) {
     z->m->grads_ready = NULL;
     z->m->grads_ready_user = NULL;
-    z->m->head_grad_ready = NULL;
-    z->m->embed_rows = NULL;
-    z->rows_now = 0;
     /* the reduces read the gradients on the communicator's stream: wait before anything else
      * touches them */
     const int rc = comm_defer(z->comm, 0);

@@ -37,17 +37,7 @@
  * 2 H200s ~16 ms); the all-reduce moves the same bytes as the reduce on 2 ranks, and the update
  * runs on every rank at once. Its cost: the embedding's AdamW moments on every rank. It still
  * has a nominal owner within the ranges: the rank that saves it and counts it in the gradient
- * norm. Ownership balancing leaves replicated entries out (every rank pays for them).
- *
- * The replicated embedding's gradient as rows: it is the head's product (dense [V, D], final at
- * the start of the backward) plus the lookup's rows (one per token, final at the end). When the
- * other ranks' rows are fewer floats than the table (zero1_rows_pay: (W - 1) x tokens x (D + 1)
- * < V x D; on 2 ranks at zaya1-base widths 8192 x 2049 against 262144 x 2048) the all-reduce
- * takes the head's part right after the head's product (m->head_grad_ready), under the whole
- * backward, and at the end every rank receives every rank's dh and ids (one broadcast from each,
- * in chunks) and adds them all in rank order itself (m->embed_rows): the same sum on every rank,
- * with a 2.15 GB all-reduce off the end of the backward. Other ranks' rows add nothing to this
- * rank's input bias and scale gradients (those are reduced with their bucket, as ever). */
+ * norm. Ownership balancing leaves replicated entries out (every rank pays for them). */
 #ifndef ZY_TRAIN_ZERO1_H
 #define ZY_TRAIN_ZERO1_H
 
@@ -73,12 +63,6 @@ typedef struct {
     int share_error;   /* queueing a group's broadcasts failed (zero1_share_end reports it) */
     int share_failed;  /* waiting for them failed in the forward's hook: error in zy_errmsg */
     int next_group;    /* the first group (-1: global, else layer) not yet waited for */
-    int emb;           /* the embedding's table entry (-1: none) */
-    int rows_now;      /* this backward sends the embedding's gradient as rows (file comment) */
-    size_t rows_cap;   /* tokens the receive buffers hold */
-    float *rows_dh;    /* device: [rows_cap, D] another rank's dh, [rows_cap] its ids */
-    int32_t *rows_ids;
-    float *rows_scratch; /* device: [2 D] where other ranks' input bias and scale parts go */
 } zy_zero1;
 
 /* Whether every rank updates p under oc (the file comment): the tied embedding when
@@ -90,15 +74,9 @@ void zero1_free(zy_zero1 *z);
 /* This rank's entries [*first, *last). */
 void zero1_owned(const zy_zero1 *z, int *first, int *last);
 
-/* Whether a replicated embedding's gradient goes as rows (the file comment) for micro-batches of
- * `tokens` per rank. */
-int zero1_rows_pay(const zy_optim_config *oc, const zy_config *c, int world, size_t tokens);
-/* Device bytes the rows path's receive buffers take (0 when it does not pay). */
-size_t zero1_rows_bytes(const zy_optim_config *oc, const zy_config *c, int world, size_t tokens);
-/* Makes the next backward, of a micro-batch of `tokens`, reduce its gradient buckets to their
- * owners as they become final (installs m->grads_ready and defers the communicator);
- * zero1_grads_done after it. */
-void zero1_reduce_in_backward(zy_zero1 *z, size_t tokens);
+/* Makes the next backward reduce its gradient buckets to their owners as they become final
+ * (installs m->grads_ready and defers the communicator); zero1_grads_done after it. */
+void zero1_reduce_in_backward(zy_zero1 *z);
 /* Waits for the buckets, removes the hook; fails (runtime) if a reduce failed. */
 int zero1_grads_done(zy_zero1 *z);
 /* The squared L2 norm of the whole gradient: this rank's owned entries summed, then over ranks. */
