@@ -3,8 +3,8 @@
 #   1. the NCCL communicator's tests over every GPU (each NCCL algorithm: default, Ring, Tree);
 #   2. `zayac bench train -n 1` and `-n N` side by side (bench-small; AdamW and Muon; then
 #      zaya1-base's widths with 4 layers and bench-base's 8, AdamW): tokens/s per GPU, MFU, memory,
-#      optimizer per rank; each N-GPU case also with the embedding updated by its owner alone
-#      (`--replicate-embedding 0`, rows "+owned"; OWNED=0 skips them);
+#      optimizer per rank; each N-GPU case also with the embedding updated by every rank
+#      (`--replicate-embedding 1`, rows "+replicated"; REPLICATED=0 skips them);
 #   3. `zayac launch -n N -- zayac train` against one GPU on real text (bench-small widths, the
 #      same global batch): the two loss curves (and one GPU taking each step as 2 micro-batches:
 #      the noise floor), and a stop at the middle + --resume on N GPUs
@@ -75,9 +75,9 @@ EOF
 }
 counts="$N"
 [ "${ONE_GPU:-1}" = 1 ] && counts="1 $N"
-cases() { # model-args label optim batch seq: 1 GPU (unless ONE_GPU=0), N GPUs, N GPUs +owned
+cases() { # model-args label optim batch seq: 1 GPU (unless ONE_GPU=0), N GPUs, N GPUs +replicated
     for n in $counts; do bench "$1" "$2" "$3" "$4" "$5" "$n"; done
-    [ "${OWNED:-1}" = 1 ] && bench "$1" "$2" "$3" "$4" "$5" "$N" "--replicate-embedding 0" +owned
+    [ "${REPLICATED:-1}" = 1 ] && bench "$1" "$2" "$3" "$4" "$5" "$N" "--replicate-embedding 1" +replicated
 }
 for optim in adamw muon; do cases "--preset bench-small" bench-small "$optim" 8 2048; done
 if [ "${BASE:-1}" = 1 ]; then

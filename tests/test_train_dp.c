@@ -425,20 +425,21 @@ static void test_reshape_round_trip_is_exact(void **state) {
     assert_int_equal(step4_differences("rs2", "rs_bad", &tensors), 2);
 }
 
-/* The embedding updated by every rank (dist.replicate_embedding, the default: its gradient
- * all-reduced, no send after the update) changes no bit against its owner alone (reduced to it,
+/* The embedding updated by every rank (dist.replicate_embedding: its gradient all-reduced, no
+ * send after the update) changes no bit against its owner alone (reduced to it,
  * updated, sent): on 2 and 4 ranks the same losses and, by global name, the same weights and
- * moments at step 4, saved once (the 2-rank state files hold the 1-rank state's floats). */
+ * moments at step 4; saved once (the state files hold the owned run's floats) and resumed exactly.
+ */
 static void test_replicated_embedding_changes_no_bit(void **state) {
     (void)state;
     if (!have_mpi()) skip();
-    const char *off[] = {"--set", "dist.replicate_embedding=false", NULL};
+    const char *on[] = {"--set", "dist.replicate_embedding=true", NULL};
     for (int n = 2; n <= 4; n += 2) {
         char on_run[32], off_run[32];
         snprintf(on_run, sizeof on_run, "rep%d", n);
         snprintf(off_run, sizeof off_run, "own%d", n);
-        train_ok(n, on_run, NULL);
-        train_ok(n, off_run, off);
+        train_ok(n, on_run, on);
+        train_ok(n, off_run, NULL);
         double lon[8], loff[8];
         int w;
         assert_int_equal(losses(on_run, lon, 8, &w), 8);
@@ -450,6 +451,31 @@ static void test_replicated_embedding_changes_no_bit(void **state) {
         print_message("%d ranks: the embedding replicated or owned: the same %d tensors\n", n,
                       tensors);
     }
+    /* saved once: the replicated run's two state files hold what the owned run's do */
+    char p[512];
+    size_t floats[2] = {0, 0};
+    for (int k = 0; k < 4; k++) {
+        snprintf(p, sizeof p,
+                 "%s/%s/checkpoints/step_000000008/train/train_state.rank_%d.safetensors", tmp,
+                 k < 2 ? "rep2" : "own2", k % 2);
+        floats[k / 2] += state_floats(p);
+    }
+    assert_int_equal(floats[0], floats[1]);
+    /* and resumed: every rank reads the embedding's moments from its owner's file */
+    char out[256];
+    path(out, sizeof out, "rep2_stop");
+    run_result r = train(
+        2, out,
+        (const char *const[]){"--set", "dist.replicate_embedding=true", "--stop-after", "4", NULL});
+    if (r.code != 3) fail_msg("--stop-after on 2 ranks: exit %d\n%s", r.code, r.err);
+    result_free(&r);
+    train_ok(2, "rep2_stop",
+             (const char *const[]){"--set", "dist.replicate_embedding=true", "--resume", NULL});
+    double straight[8], resumed[8];
+    int w;
+    assert_int_equal(losses("rep2", straight, 8, &w), 8);
+    assert_int_equal(losses("rep2_stop", resumed, 8, &w), 8);
+    assert_memory_equal(straight, resumed, sizeof straight);
 }
 
 /* A global batch of 4 sequences cannot be split over 3 ranks: bad input, exit 2, naming the fix. */
@@ -662,9 +688,9 @@ static double json_number(const char *file, const char *key) {
 
 /* `zayac bench train -n 2` runs itself as two ranks (here CPU ranks over MPI): one report, the
  * tokens of both ranks, and ZeRO-1's optimizer state split between them (AdamW: the two shares
- * add up to the one-rank state exactly; the larger is well under the whole), with the embedding
- * owned by one rank; replicated (the default), both ranks hold its moments: the shares add up to
- * the one-rank state plus one more copy of them. */
+ * add up to the one-rank state exactly; the larger is well under the whole); with the embedding
+ * replicated (--replicate-embedding 1) both ranks hold its moments: the shares add up to the
+ * one-rank state plus one more copy of them. */
 static void test_bench_train_ranks(void **state) {
     (void)state;
     if (!have_mpi()) skip();
@@ -676,11 +702,11 @@ static void test_bench_train_ranks(void **state) {
                             "2",        "--seq", "32",       "--steps", "2",
                             "--warmup", "1",     "--optim",  "adamw",   NULL};
     const char *args[40];
-    for (int n = 1; n <= 3; n++) { /* 1 rank; 2 ranks, embedding owned; 2 ranks, replicated */
+    for (int n = 1; n <= 3; n++) { /* 1 rank; 2 ranks; 2 ranks, the embedding replicated */
         int k = 0;
         args[k++] = "bench", args[k++] = "train";
         if (n > 1) args[k++] = "-n", args[k++] = "2";
-        if (n == 2) args[k++] = "--replicate-embedding", args[k++] = "0";
+        if (n == 3) args[k++] = "--replicate-embedding", args[k++] = "1";
         for (const char **c = common; *c; c++) args[k++] = *c;
         args[k++] = "--json", args[k++] = n == 1 ? one : n == 2 ? two : rep, args[k] = NULL;
         run_result r = spawn_capture(bin, tmp, args);

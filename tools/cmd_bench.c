@@ -587,7 +587,7 @@ static int bench_train(int argc, char **argv) {
          NULL},
         {"--replicate-embedding", 1,
          "ranks: 1 every rank updates the embedding, 0 its owner alone "
-         "(dist.replicate_embedding; default 1)",
+         "(dist.replicate_embedding; default 0)",
          NULL},
         {"--peak-tflops", 1, "bf16 peak for the MFU (default: measured, 8192^3 GEMM; CUDA only)",
          NULL},

@@ -36,7 +36,6 @@ void bench_train_opts_default(bench_train_opts *o) {
     o->warmup = 3;
     o->lr = 3e-4f;
     o->seed = 1;
-    o->replicate_embedding = 1;
 }
 
 int bench_train_check(const bench_train_opts *o) {

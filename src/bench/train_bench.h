@@ -28,7 +28,7 @@ typedef struct {
     int profile;             /* 1: one extra profiled step for the per-op breakdown */
     int recompute;           /* 1: activation recomputation (the `recompute` setting) */
     int replicate_embedding; /* ranks: every rank updates the embedding (the
-                                `dist.replicate_embedding` setting; default 1) */
+                                `dist.replicate_embedding` setting; default 0) */
     double peak_tflops;      /* > 0: the peak to compute MFU against; 0: measure it (CUDA only) */
     uint64_t seed;           /* weights and synthetic data */
     FILE *progress;          /* progress lines (NULL: quiet) */

@@ -40,7 +40,6 @@ void optim_config_default(zy_optim_config *c) {
     c->muon_ns_steps = 5;
     c->muon_scale = ZY_MUON_SCALE_MATCH_ADAMW_RMS;
     c->muon_lr_ratio = 1.0f;
-    c->replicate_embedding = 1;
 }
 
 /* 1 when lo <= x < hi (or <= hi when closed) and x is finite. */

@@ -59,9 +59,9 @@ typedef struct {
     int muon_ns_steps;        /* Newton-Schulz iterations, 5 */
     zy_muon_scale muon_scale; /* default ZY_MUON_SCALE_MATCH_ADAMW_RMS */
     float muon_lr_ratio;      /* Muon lr = lr_now * muon_lr_ratio (1 with MATCH_ADAMW_RMS) */
-    int replicate_embedding;  /* data parallel (train/zero1.h): 1 (default): every rank keeps
-                                 the tied embedding's state and updates it (its gradient
-                                 all-reduced, nothing sent after the update); 0: its owner alone
+    int replicate_embedding;  /* data parallel (train/zero1.h): 1: every rank keeps the tied
+                                 embedding's state and updates it (its gradient all-reduced,
+                                 nothing sent after the update); 0 (default): its owner alone
                                  (the `dist.replicate_embedding` setting) */
 } zy_optim_config;
 

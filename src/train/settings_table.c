@@ -390,9 +390,9 @@ const zy_setting zy_settings[] = {
     NUM("dist.timeout_s", ZY_SET_FLOAT, dist_timeout_s, 1, 86400, "300",
         "data parallel: longest wait for another rank before the run fails (a dead or stuck "
         "rank); covers rank 0's checkpoint writes"),
-    BOOL("dist.replicate_embedding", optim.replicate_embedding, "true",
+    BOOL("dist.replicate_embedding", optim.replicate_embedding, "false",
          "data parallel: every rank updates the tied embedding (its gradient all-reduced, no "
-         "send after the update; the same bits): shorter steps for its optimizer state on every "
-         "rank; false: its owner alone"),
+         "send after the update; the same bits), for its optimizer state on every rank: shorter "
+         "steps where the embedding is a large share of the model (docs/data-parallel.md)"),
 };
 const int zy_settings_count = (int)(sizeof zy_settings / sizeof zy_settings[0]);
