@@ -98,7 +98,8 @@ typedef struct {
     long calls;
     double ms; /* total device time */
 } zy_op_time;
-/* Clears the accumulated times. */
+/* Clears the accumulated times; on CUDA also makes the profiler's events, so that the first
+ * profiled op does not pay for them. */
 void ops_prof_reset(zy_ctx *ctx);
 /* Waits for the device, then writes up to max entries (most time first); returns how many. */
 int ops_prof_read(zy_ctx *ctx, zy_op_time *out, int max);
