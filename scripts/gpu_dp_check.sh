@@ -77,7 +77,9 @@ counts="$N"
 [ "${ONE_GPU:-1}" = 1 ] && counts="1 $N"
 cases() { # model-args label optim batch seq: 1 GPU (unless ONE_GPU=0), N GPUs, N GPUs +replicated
     for n in $counts; do bench "$1" "$2" "$3" "$4" "$5" "$n"; done
-    [ "${REPLICATED:-1}" = 1 ] && bench "$1" "$2" "$3" "$4" "$5" "$N" "--replicate-embedding 1" +replicated
+    if [ "${REPLICATED:-1}" = 1 ]; then
+        bench "$1" "$2" "$3" "$4" "$5" "$N" "--replicate-embedding 1" +replicated
+    fi
 }
 for optim in adamw muon; do cases "--preset bench-small" bench-small "$optim" 8 2048; done
 if [ "${BASE:-1}" = 1 ]; then

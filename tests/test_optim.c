@@ -600,6 +600,10 @@ static void test_optim_bad_config(void **state) {
     c.decay_kinds |= ZY_KIND_BIT(ZY_PARAM_BUFFER);
     assert_int_equal(optim_config_check(&c), ZY_ERR);
     assert_non_null(strstr(zy_errmsg(), "decay_kinds"));
+    optim_config_default(&c);
+    c.replicate_embedding = 2;
+    assert_int_equal(optim_config_check(&c), ZY_ERR);
+    assert_non_null(strstr(zy_errmsg(), "replicate_embedding"));
     params_free(&t);
 }
 

@@ -425,6 +425,24 @@ static void test_reshape_round_trip_is_exact(void **state) {
     assert_int_equal(step4_differences("rs2", "rs_bad", &tensors), 2);
 }
 
+/* A data-parallel run that must succeed, and its console's ZeRO-1 line: the optimizer state of
+ * all ranks in MiB, and who it says updates the embedding (`who`). */
+static double train_zero1_mib(int n, const char *run, const char *const *extra, const char *who) {
+    char out[256], want[64];
+    path(out, sizeof out, run);
+    run_result r = train(n, out, extra);
+    if (r.code != 0) fail_msg("%d ranks: exit %d\n%s\n%s", n, r.code, r.out, r.err);
+    const char *line = strstr(r.out, "ZeRO-1 over ");
+    double mib = -1;
+    snprintf(want, sizeof want, "the embedding updated by %s", who);
+    if (!line || !strstr(line, want) ||
+        sscanf(strstr(line, "state ") ? strstr(line, "state ") : "", "state %lf MiB in all",
+               &mib) != 1)
+        fail_msg("%d ranks: no ZeRO-1 line saying \"%s\" in:\n%s", n, want, r.out);
+    result_free(&r);
+    return mib;
+}
+
 /* The embedding updated by every rank (dist.replicate_embedding: its gradient all-reduced, no
  * send after the update) changes no bit against its owner alone (reduced to it,
  * updated, sent): on 2 and 4 ranks the same losses and, by global name, the same weights and
@@ -438,13 +456,22 @@ static void test_replicated_embedding_changes_no_bit(void **state) {
         char on_run[32], off_run[32];
         snprintf(on_run, sizeof on_run, "rep%d", n);
         snprintf(off_run, sizeof off_run, "own%d", n);
-        train_ok(n, on_run, on);
-        train_ok(n, off_run, NULL);
+        const double on_mib = train_zero1_mib(n, on_run, on, "every rank");
+        const double off_mib = train_zero1_mib(n, off_run, NULL, "its owner");
+        /* the setting took: the other n - 1 ranks hold the embedding's two moments too */
+        const double moments_mib = 2.0 * 320 * 32 * sizeof(float) / (1024.0 * 1024.0);
+        print_message("%d ranks: optimizer state %.3f MiB replicated, %.3f owned\n", n, on_mib,
+                      off_mib);
+        assert_true(fabs(on_mib - off_mib - (n - 1) * moments_mib) <= 0.002); /* printed %.3f */
         double lon[8], loff[8];
         int w;
         assert_int_equal(losses(on_run, lon, 8, &w), 8);
         assert_int_equal(losses(off_run, loff, 8, &w), 8);
         assert_memory_equal(lon, loff, sizeof lon);
+        double gon[8], goff[8]; /* counted once in the norm, not once per rank */
+        assert_int_equal(step_column(on_run, "grad_norm", gon, 8, &w), 8);
+        assert_int_equal(step_column(off_run, "grad_norm", goff, 8, &w), 8);
+        assert_memory_equal(gon, goff, sizeof gon);
         int tensors = 0;
         assert_int_equal(step4_differences(on_run, off_run, &tensors), 0);
         assert_true(tensors > 40);

@@ -392,7 +392,7 @@ const zy_setting zy_settings[] = {
         "rank); covers rank 0's checkpoint writes"),
     BOOL("dist.replicate_embedding", optim.replicate_embedding, "false",
          "data parallel: every rank updates the tied embedding (its gradient all-reduced, no "
-         "send after the update; the same bits), for its optimizer state on every rank: shorter "
-         "steps where the embedding is a large share of the model (docs/data-parallel.md)"),
+         "send after the update), for its optimizer state on every rank: shorter steps where the "
+         "embedding is a large share of the model (docs/data-parallel.md)"),
 };
 const int zy_settings_count = (int)(sizeof zy_settings / sizeof zy_settings[0]);

@@ -58,6 +58,22 @@ static int setup_comm(trainer *tr, const dist_env *e) {
     return ZY_OK;
 }
 
+/* The console line of ZeRO-1's optimizer state: every rank's bytes, summed and the largest
+ * (collective), and who updates the embedding (dist.replicate_embedding). */
+static int report_zero1(trainer *tr) {
+    const zy_optim *o = &tr->st.opt;
+    const double mib = 1024.0 * 1024.0;
+    double bytes[2];
+    bytes[0] = bytes[1] = (double)(2 * o->adam_total + o->muon_total) * sizeof(float);
+    ZY_TRY(comm_all_reduce(&tr->ranks.comm, bytes, 1, ZY_COMM_F64, ZY_COMM_SUM));
+    ZY_TRY(comm_all_reduce(&tr->ranks.comm, bytes + 1, 1, ZY_COMM_F64, ZY_COMM_MAX));
+    printf("ZeRO-1 over %d ranks: optimizer state %.3f MiB in all, %.3f MiB on the largest rank; "
+           "the embedding updated by %s\n",
+           tr->ranks.comm.world, bytes[0] / mib, bytes[1] / mib,
+           o->cfg.replicate_embedding ? "every rank" : "its owner");
+    return ZY_OK;
+}
+
 static int is_main_rank(const trainer *tr) {
     return tr->ranks.comm.rank == 0;
 }
@@ -450,6 +466,11 @@ int train_run(const zy_train_config *c, const zy_train_opts *o) {
            c->model_desc, k.total / 1e6, k.active_no_embed / 1e6, tr.cfg->batch_size,
            tr.cfg->seq_len, c->grad_accum, c->recompute ? " (activations recomputed)" : "",
            c->optim.use_muon ? "Muon + AdamW" : "AdamW", device_desc);
+    if (tr.ranks.comm.world > 1) rc = report_zero1(&tr);
+    if (rc != ZY_OK) {
+        trainer_free(&tr);
+        return ZY_ERR;
+    }
     double t_start = zy_now(), last_val = NAN, tokens_before = tr.tokens_seen;
     int64_t first_step = tr.st.step, ran = 0;
     int stopped = 0;

@@ -30,16 +30,18 @@
  *
  * Replicated entries (zero1_replicates: the tied embedding when the optimizer config's
  * replicate_embedding is 1; off by default) are updated by every rank instead: their gradient is
- * all-reduced (the bits the owner's reduce gives), every rank keeps their optimizer state and runs
- * the same update, and nothing is sent after it. The embedding's gradient is final last in the
- * backward and its weights are read first in the forward, so its reduce, update and broadcast were
- * one chain between the two every other rank waited for (at zaya1-base widths 2.15 GB each way, on
- * 2 H200s ~16 ms); the all-reduce moves the same bytes as the reduce on 2 ranks, and the update
- * runs on every rank at once. Its cost: the embedding's AdamW moments and update on every rank.
- * Measured on 2 H100s it pays where the embedding is a large share of the step (zaya1-base widths
- * with 4 layers: 0.85 -> 0.88 per GPU) and not elsewhere (bench-small 0.97 -> 0.95). It still
- * has a nominal owner within the ranges: the rank that saves it and counts it in the gradient
- * norm. Ownership balancing leaves replicated entries out (every rank pays for them). */
+ * all-reduced (on CPU ranks and on 2 GPUs the bits the owner's reduce gives; NCCL's algorithms
+ * on more may fold in another order, the same on every rank), every rank keeps their optimizer
+ * state and runs the same update, and nothing is sent after it. The embedding's gradient is final
+ * last in the backward and its weights are read first in the forward, so its reduce, update and
+ * broadcast were one chain between the two every other rank waited for (at zaya1-base widths 2.15
+ * GB each way, on 2 H200s ~16 ms); the all-reduce moves the same bytes as the reduce on 2 ranks,
+ * and the update runs on every rank at once. Its cost: the embedding's AdamW moments and update on
+ * every rank. Measured on 2 H100s it pays where the embedding is a large share of the step
+ * (zaya1-base widths with 4 layers: 0.85 -> 0.88 per GPU) and not elsewhere (bench-small 0.97 ->
+ * 0.95). It still has a nominal owner within the ranges: the rank that saves it and counts it in
+ * the gradient norm. Ownership balancing leaves replicated entries out (every rank pays for them).
+ */
 #ifndef ZY_TRAIN_ZERO1_H
 #define ZY_TRAIN_ZERO1_H
 
