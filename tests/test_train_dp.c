@@ -436,8 +436,8 @@ static double train_zero1_mib(int n, const char *run, const char *const *extra, 
     double mib = -1;
     snprintf(want, sizeof want, "the embedding updated by %s", who);
     if (!line || !strstr(line, want) ||
-        sscanf(strstr(line, "state ") ? strstr(line, "state ") : "", "state %lf MiB in all",
-               &mib) != 1)
+        sscanf(strstr(line, "optimizer ") ? strstr(line, "optimizer ") : "",
+               "optimizer %lf MiB in all", &mib) != 1)
         fail_msg("%d ranks: no ZeRO-1 line saying \"%s\" in:\n%s", n, want, r.out);
     result_free(&r);
     return mib;

@@ -174,13 +174,11 @@ static int bt_init(bt_state *s, const bench_train_opts *o, const dist_env *e,
     balance_config_default(&bc);
     zy_step_config sc = {.grad_accum = 1, .grad_clip = BT_GRAD_CLIP, .balance = 1};
     ZY_TRY(step_init_training(&s->st, &sc, &oc, &bc));
-    const zy_optim *opt = &s->st.opt;
     r->params_bytes = (double)s->st.model.table.total * sizeof(float);
     r->grads_bytes = r->params_bytes;
     /* this rank's optimizer: the moments of the tensors it owns and its Newton-Schulz workspace */
     double ob[3];
-    ob[0] = ob[2] =
-        (double)(2 * opt->adam_total + opt->muon_total + opt->work_floats) * sizeof(float);
+    ob[0] = ob[2] = optim_bytes(&s->st.opt);
     ob[1] = -ob[0];
     zy_comm *c = &s->ranks.comm;
     ZY_TRY(comm_all_reduce(c, ob, 2, ZY_COMM_F64, ZY_COMM_MAX));

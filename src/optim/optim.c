@@ -185,6 +185,10 @@ void optim_free(zy_optim *opt) {
     memset(opt, 0, sizeof *opt);
 }
 
+double optim_bytes(const zy_optim *opt) {
+    return (double)(2 * opt->adam_total + opt->muon_total + opt->work_floats) * sizeof(float);
+}
+
 void optim_adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr,
                         float beta1, float beta2, float eps, float wd, double bc1, double bc2,
                         float gscale) {

@@ -120,6 +120,9 @@ double optim_update_cost(const zy_optim_config *cfg, const zy_param *p, double f
 #define OPTIM_NS_FLOPS_PER_BYTE_CPU 20.0
 /* Releases the state (safe after a failed init). */
 void optim_free(zy_optim *opt);
+/* Bytes this optimizer holds: the moments of the tensors it updates and its Newton-Schulz
+ * workspace (what ZeRO-1 splits over the ranks; reported by bench train and train's start). */
+double optim_bytes(const zy_optim *opt);
 /* One step: step += 1, then every non-buffer tensor of params is updated from grads * grad_scale
  * (both laid out by t, [t->total] floats in opt->ctx's memory) with learning rate lr_now (AdamW)
  * or lr_now * muon_lr_ratio (Muon). grad_scale is clipping's factor (clip_factor; 1: none),

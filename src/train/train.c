@@ -58,16 +58,16 @@ static int setup_comm(trainer *tr, const dist_env *e) {
     return ZY_OK;
 }
 
-/* The console line of ZeRO-1's optimizer state: every rank's bytes, summed and the largest
- * (collective), and who updates the embedding (dist.replicate_embedding). */
+/* The console line of ZeRO-1's optimizer memory (optim_bytes): every rank's, summed and the
+ * largest (collective), and who updates the embedding (dist.replicate_embedding). */
 static int report_zero1(trainer *tr) {
     const zy_optim *o = &tr->st.opt;
     const double mib = 1024.0 * 1024.0;
     double bytes[2];
-    bytes[0] = bytes[1] = (double)(2 * o->adam_total + o->muon_total) * sizeof(float);
+    bytes[0] = bytes[1] = optim_bytes(o);
     ZY_TRY(comm_all_reduce(&tr->ranks.comm, bytes, 1, ZY_COMM_F64, ZY_COMM_SUM));
     ZY_TRY(comm_all_reduce(&tr->ranks.comm, bytes + 1, 1, ZY_COMM_F64, ZY_COMM_MAX));
-    printf("ZeRO-1 over %d ranks: optimizer state %.3f MiB in all, %.3f MiB on the largest rank; "
+    printf("ZeRO-1 over %d ranks: optimizer %.3f MiB in all, %.3f MiB on the largest rank; "
            "the embedding updated by %s\n",
            tr->ranks.comm.world, bytes[0] / mib, bytes[1] / mib,
            o->cfg.replicate_embedding ? "every rank" : "its owner");
