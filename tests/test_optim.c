@@ -405,33 +405,53 @@ static void test_adamw_only_and_decay_kinds(void **state) {
     free(g);
 }
 
-/* build_table's table and two optimisers of the default config over it. */
-static void two_default_optims(zy_param_table *t, zy_optim *a, zy_optim *b) {
-    build_table(t);
+/* build_table's table, two optimisers of the default config over it, and their weights and a
+ * gradient buffer: the tests that step both and compare them. */
+typedef struct {
+    zy_param_table t;
+    zy_optim a, b;
+    float *pa, *pb, *g; /* [t.total]: a's weights, b's (a copy of a's to start), a gradient */
+    zy_rng rng;         /* drew pa; draws the gradients next */
+} optim_pair;
+
+static void pair_init(optim_pair *x, uint64_t seed) {
+    build_table(&x->t);
     zy_optim_config cfg;
     optim_config_default(&cfg);
-    assert_int_equal(optim_init(a, &cpu, &cfg, t), ZY_OK);
-    assert_int_equal(optim_init(b, &cpu, &cfg, t), ZY_OK);
+    assert_int_equal(optim_init(&x->a, &cpu, &cfg, &x->t), ZY_OK);
+    assert_int_equal(optim_init(&x->b, &cpu, &cfg, &x->t), ZY_OK);
+    const size_t bytes = x->t.total * sizeof(float);
+    x->pa = malloc(bytes), x->pb = malloc(bytes), x->g = malloc(bytes);
+    x->rng = zy_rng_init(seed, 0);
+    fill_normal(x->pa, x->t.total, 1.0f, &x->rng);
+    memcpy(x->pb, x->pa, bytes);
+}
+
+static void pair_free(optim_pair *x) {
+    optim_free(&x->a);
+    optim_free(&x->b);
+    params_free(&x->t);
+    free(x->pa);
+    free(x->pb);
+    free(x->g);
 }
 
 /* Names, shapes and a round trip through a name-keyed store: a fresh optimiser loaded from the
  * saved state continues bit-identically. */
 static void test_optim_state_round_trip(void **state) {
     (void)state;
-    zy_param_table t;
-    zy_optim a, b;
-    two_default_optims(&t, &a, &b);
-    zy_rng rng = zy_rng_init(9, 0);
-    float *pa = malloc(t.total * sizeof *pa), *pb = malloc(t.total * sizeof *pb);
-    float *g = malloc(t.total * sizeof *g);
-    fill_normal(pa, t.total, 1.0f, &rng);
+    optim_pair x;
+    pair_init(&x, 9);
+    zy_param_table t = x.t;
+    zy_optim *a = &x.a, *b = &x.b;
+    float *pa = x.pa, *pb = x.pb, *g = x.g;
     for (int s = 0; s < 3; s++) {
-        fill_normal(g, t.total, 1.0f, &rng);
-        optim_step(&a, &t, pa, g, 1e-2f, 1.0f);
+        fill_normal(g, t.total, 1.0f, &x.rng);
+        optim_step(a, &t, pa, g, 1e-2f, 1.0f);
     }
     int na, nb;
-    zy_state_tensor *sa = optim_state_tensors(&a, &t, &na);
-    zy_state_tensor *sb = optim_state_tensors(&b, &t, &nb);
+    zy_state_tensor *sa = optim_state_tensors(a, &t, &na);
+    zy_state_tensor *sb = optim_state_tensors(b, &t, &nb);
     /* 3 Muon tensors (1 each) + norm, emb, conv (2 each); the buffer has none */
     assert_int_equal(na, 3 + 2 * 3);
     assert_int_equal(nb, na);
@@ -455,20 +475,15 @@ static void test_optim_state_round_trip(void **state) {
             }
         assert_true(found);
     }
-    b.step = a.step;
+    b->step = a->step;
     memcpy(pb, pa, t.total * sizeof *pa);
-    fill_normal(g, t.total, 1.0f, &rng);
-    optim_step(&a, &t, pa, g, 1e-2f, 1.0f);
-    optim_step(&b, &t, pb, g, 1e-2f, 1.0f);
+    fill_normal(g, t.total, 1.0f, &x.rng);
+    optim_step(a, &t, pa, g, 1e-2f, 1.0f);
+    optim_step(b, &t, pb, g, 1e-2f, 1.0f);
     assert_memory_equal(pa, pb, t.total * sizeof *pa);
     free(sa);
     free(sb);
-    optim_free(&a);
-    optim_free(&b);
-    params_free(&t);
-    free(pa);
-    free(pb);
-    free(g);
+    pair_free(&x);
 }
 
 /* Clipping's factor given to the step (grad_scale) gives the bits of scaling the gradients in
@@ -476,39 +491,31 @@ static void test_optim_state_round_trip(void **state) {
  * modified. */
 static void test_grad_scale_is_scaling_in_place(void **state) {
     (void)state;
-    zy_param_table t;
-    zy_optim a, b;
-    two_default_optims(&t, &a, &b);
-    zy_rng rng = zy_rng_init(11, 0);
-    float *pa = malloc(t.total * sizeof *pa), *pb = malloc(t.total * sizeof *pb);
-    float *g = malloc(t.total * sizeof *g), *g0 = malloc(t.total * sizeof *g0);
-    float *gs = malloc(t.total * sizeof *gs);
-    fill_normal(pa, t.total, 1.0f, &rng);
-    memcpy(pb, pa, t.total * sizeof *pa);
+    optim_pair x;
+    pair_init(&x, 11);
+    zy_param_table t = x.t;
+    zy_optim *a = &x.a, *b = &x.b;
+    float *pa = x.pa, *pb = x.pb, *g = x.g;
+    float *g0 = malloc(t.total * sizeof *g0), *gs = malloc(t.total * sizeof *gs);
     const float scales[3] = {0.3f, 1.0f, 0.0123f};
     for (int step = 0; step < 3; step++) {
-        fill_normal(g, t.total, 2.0f, &rng);
+        fill_normal(g, t.total, 2.0f, &x.rng);
         memcpy(g0, g, t.total * sizeof *g);
         for (size_t i = 0; i < t.total; i++) gs[i] = g[i] * scales[step];
-        optim_step(&a, &t, pa, g, 1e-2f, scales[step]);
-        optim_step(&b, &t, pb, gs, 1e-2f, 1.0f);
+        optim_step(a, &t, pa, g, 1e-2f, scales[step]);
+        optim_step(b, &t, pb, gs, 1e-2f, 1.0f);
         assert_memory_equal(g, g0, t.total * sizeof *g);
     }
     assert_memory_equal(pa, pb, t.total * sizeof *pa);
     int na, nb;
-    zy_state_tensor *sa = optim_state_tensors(&a, &t, &na);
-    zy_state_tensor *sb = optim_state_tensors(&b, &t, &nb);
+    zy_state_tensor *sa = optim_state_tensors(a, &t, &na);
+    zy_state_tensor *sb = optim_state_tensors(b, &t, &nb);
     assert_int_equal(na, nb);
     for (int i = 0; i < na; i++)
         assert_memory_equal(sa[i].data, sb[i].data, sa[i].numel * sizeof(float));
     free(sa);
     free(sb);
-    optim_free(&a);
-    optim_free(&b);
-    params_free(&t);
-    free(pa);
-    free(pb);
-    free(g);
+    pair_free(&x);
     free(g0);
     free(gs);
 }
@@ -536,35 +543,27 @@ static void probe_done(void *user, int group) {
 
 static void test_step_runs_calls_done_per_group(void **state) {
     (void)state;
-    zy_param_table t;
-    zy_optim a, b;
-    two_default_optims(&t, &a, &b);
+    optim_pair x;
+    pair_init(&x, 13);
+    zy_param_table t = x.t;
+    float *pa = x.pa, *pb = x.pb, *g = x.g;
     /* build_table's 7 entries as 3 runs: -1, 0 x 4, 1 x 2 (a buffer among them: no update) */
     const int group[7] = {-1, 0, 0, 0, 0, 1, 1};
     assert_int_equal(t.count, 7);
-    zy_rng rng = zy_rng_init(13, 0);
-    float *pa = malloc(t.total * sizeof *pa), *pb = malloc(t.total * sizeof *pb);
-    float *p0 = malloc(t.total * sizeof *p0), *g = malloc(t.total * sizeof *g);
-    fill_normal(pa, t.total, 1.0f, &rng);
-    fill_normal(g, t.total, 1.0f, &rng);
-    memcpy(pb, pa, t.total * sizeof *pa);
+    float *p0 = malloc(t.total * sizeof *p0);
+    fill_normal(g, t.total, 1.0f, &x.rng);
     memcpy(p0, pa, t.total * sizeof *pa);
     runs_probe r = {&t, group, pa, p0, 0, {0}, 0};
-    optim_step_runs(&a, &t, pa, g, 1e-2f, 1.0f, group, probe_done, &r);
-    optim_step(&b, &t, pb, g, 1e-2f, 1.0f);
+    optim_step_runs(&x.a, &t, pa, g, 1e-2f, 1.0f, group, probe_done, &r);
+    optim_step(&x.b, &t, pb, g, 1e-2f, 1.0f);
     assert_int_equal(r.calls, 3);
     assert_int_equal(r.seen[0], -1);
     assert_int_equal(r.seen[1], 0);
     assert_int_equal(r.seen[2], 1);
     assert_int_equal(r.bad, 0);
     assert_memory_equal(pa, pb, t.total * sizeof *pa);
-    optim_free(&a);
-    optim_free(&b);
-    params_free(&t);
-    free(pa);
-    free(pb);
+    pair_free(&x);
     free(p0);
-    free(g);
 }
 
 static void test_optim_bad_config(void **state) {
