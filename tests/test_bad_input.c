@@ -159,6 +159,14 @@ static void test_jobs_larger_than_memory(void **state) {
     /* a tiny model with a batch of 2^27 tokens (9 TB of logits) */
     train_config(cfg, sizeof cfg, "huge_batch.json", "\"tiny\"", 65536, 2048);
     expect_exit(2, ARGS("train", "--config", cfg), ARGS("needs", "activations", "available"));
+    /* the same batch in a later phase (a context extension that cannot fit): refused at the start
+     * too, naming the phase's batch, not hours in when the phase begins */
+    train_config(cfg, sizeof cfg, "huge_phase.json", "\"tiny\"", 8, 128);
+    expect_exit(2,
+                ARGS("train", "--config", cfg, "--set", "steps=2", "--set",
+                     "phases=[{\"steps\": 1}, {\"steps\": 1, \"batch_size\": 65536, "
+                     "\"seq_len\": 2048}]"),
+                ARGS("needs", "activations", "batch 65536 x 2048 (a phase)", "available"));
     /* 2^31 tokens in one micro-batch do not fit the model's int row count */
     train_config(cfg, sizeof cfg, "int_batch.json", "\"tiny\"", 1048576, 2048);
     expect_exit(2, ARGS("train", "--config", cfg), ARGS("tokens in one micro-batch"));

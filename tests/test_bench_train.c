@@ -330,6 +330,8 @@ static void test_cli_json(void **state) {
     assert_string_equal(get(j, "config")->valuestring, "tiny");
     assert_string_equal(get(j, "optim")->valuestring, "muon");
     assert_true(cJSON_IsTrue(get(j, "recompute")));
+    /* the workspace cap left at its default: auto */
+    assert_string_equal(get(j, "attention_workspace_gib")->valuestring, "auto");
     assert_true(fabs(num(j, "mfu") - num(j, "model_tflops") / 2) < 1e-12);
     assert_true(num(j, "peak_tflops") == 2);
     assert_int_equal(cJSON_GetArraySize(get(j, "breakdown")), 0);
@@ -361,6 +363,7 @@ static void test_cli_errors(void **state) {
         {"--preset tiny --device cpu --peak-tflops -5", "--peak-tflops"},
         {"--preset tiny --device cpu --seed -1", "--seed"},
         {"--preset tiny --device cpu --attention-workspace-gib 0.01", "--attention-workspace-gib"},
+        {"--preset tiny --device cpu --attention-workspace-gib automatic", "'automatic'"},
         {small, NULL}, /* filled below: the small model's sequence limit */
     };
     snprintf(many, sizeof many, "%s --seq 65", small);

@@ -118,6 +118,10 @@ static void test_range_errors(void **state) {
                  "cuda.attention_workspace_gib = 0.01 is outside [0.0625, 64]", NULL);
     expect_error("{\"data\": \"x\"}", "cuda.attention_workspace_gib=65",
                  "cuda.attention_workspace_gib = 65 is outside [0.0625, 64]", NULL);
+    expect_error("{\"data\": \"x\", \"cuda\": {\"attention_workspace_gib\": 0}}", NULL,
+                 "cuda.attention_workspace_gib = 0 is outside [0.0625, 64] (or \"auto\")", NULL);
+    expect_error("{\"data\": \"x\"}", "cuda.attention_workspace_gib=big",
+                 "cuda.attention_workspace_gib must be \"auto\" or a number of GiB", NULL);
     expect_error("{\"data\": \"x\", \"balance\": {\"enabled\": 2}}", NULL,
                  "balance.enabled must be true or false, found 2", NULL);
     expect_error("{\"data\": \"x\", \"out_dir\": 7}", NULL, "out_dir must be a string, found 7",
@@ -170,6 +174,15 @@ static void test_set_types(void **state) {
     assert_int_equal(c.cuda.attention, ZY_ATTN_CUDNN);
     assert_true(c.cuda.attention_workspace_gib == 0.5f);
     assert_true(c.seed == 9007199254740992ull);
+    /* "auto" as --set writes it (bare) and as a config does (a JSON string), over a number */
+    const char *to_auto[] = {"cuda.attention_workspace_gib=0.5",
+                             "cuda.attention_workspace_gib=auto"};
+    if (train_config_build(&c, p, to_auto, 2, NULL) != ZY_OK) fail_msg("%s", zy_errmsg());
+    assert_true(c.cuda.attention_workspace_gib == ZY_ATTN_WORKSPACE_AUTO);
+    const char *q = write_cfg(
+        "ws.json", "{\"data\": \"x\", \"cuda\": {\"attention_workspace_gib\": \"auto\"}}");
+    if (train_config_build(&c, q, NULL, 0, NULL) != ZY_OK) fail_msg("%s", zy_errmsg());
+    assert_true(c.cuda.attention_workspace_gib == ZY_ATTN_WORKSPACE_AUTO);
 }
 
 static void test_warmup_clamp(void **state) {

@@ -529,9 +529,14 @@ static int train_parse(const zy_opt *opts, bench_train_opts *o) {
         train_opt_int(opts, "--expert-chunk", o->cuda.expert_chunk, 0, 1, &o->cuda.expert_chunk));
     ZY_TRY(args_choice(opts, "--attention", zy_attention_backend_names, o->cuda.attention,
                        &o->cuda.attention));
-    ZY_TRY(args_double_in(opts, "--attention-workspace-gib", o->cuda.attention_workspace_gib,
-                          "[0.0625, 64]", &v));
-    o->cuda.attention_workspace_gib = (float)v;
+    const char *ws = args_get(opts, "--attention-workspace-gib");
+    if (ws && !strcmp(ws, "auto")) {
+        o->cuda.attention_workspace_gib = ZY_ATTN_WORKSPACE_AUTO;
+    } else {
+        ZY_TRY(args_double_in(opts, "--attention-workspace-gib", o->cuda.attention_workspace_gib,
+                              "[0.0625, 64]", &v));
+        o->cuda.attention_workspace_gib = (float)v;
+    }
     return bench_train_check(o);
 }
 
@@ -599,8 +604,9 @@ static int bench_train(int argc, char **argv) {
         {"--attention", 1, "attention kernels: zayac, cudnn or auto (cuda.attention; default auto)",
          NULL},
         {"--attention-workspace-gib", 1,
-         "cuDNN attention backward workspace cap in GiB, 0.0625..64: auto's choice and the chunk "
-         "size (cuda.attention_workspace_gib; default 2)",
+         "cuDNN attention backward workspace cap: auto (the default: 2 GiB raised into the memory "
+         "the job leaves spare) or GiB in 0.0625..64; auto attention's choice and the chunk size "
+         "(cuda.attention_workspace_gib)",
          NULL},
         {"--help", 0, "this help", NULL},
         {NULL, 0, NULL, NULL}};

@@ -161,6 +161,7 @@ static int bt_init(bt_state *s, const bench_train_opts *o, const dist_env *e,
     zy_mem_need need;
     ZY_TRY(mem_check(&s->ctx, &o->model, o->batch, o->seq, o->recompute, &oc, e->world,
                      e->local_world > 0 ? e->local_world : e->world, what, &need));
+    mem_grow_workspace(&s->ctx, &need);
     r->acts_estimate = need.acts;
     r->workspace_estimate = need.workspace;
     ZY_TRY(step_init_model(&s->st, &s->ctx, &o->model, o->batch, o->seq, 1));
@@ -467,7 +468,8 @@ void bench_train_print(FILE *f, const bench_train_opts *o, const bench_train_res
                 r->acts_estimate / GIB);
     fprintf(f, "%s", isfinite(r->acts_bytes) && isfinite(r->acts_estimate) ? ")" : "");
     if (r->workspace_estimate > 0)
-        fprintf(f, ", attention workspace up to %.3f GiB", r->workspace_estimate / GIB);
+        fprintf(f, ", attention workspace up to %.3f GiB%s", r->workspace_estimate / GIB,
+                o->cuda.attention_workspace_gib == ZY_ATTN_WORKSPACE_AUTO ? " (auto)" : "");
     fprintf(f, "\n");
     if (r->world > 1)
         fprintf(f,
@@ -529,7 +531,10 @@ cJSON *bench_train_to_json(const bench_train_opts *o, const bench_train_result *
     cJSON_AddNumberToObject(j, "expert_streams", o->cuda.expert_streams);
     cJSON_AddNumberToObject(j, "expert_chunk", o->cuda.expert_chunk);
     cJSON_AddStringToObject(j, "attention", zy_attention_backend_names[o->cuda.attention]);
-    cJSON_AddNumberToObject(j, "attention_workspace_gib", o->cuda.attention_workspace_gib);
+    if (o->cuda.attention_workspace_gib == ZY_ATTN_WORKSPACE_AUTO)
+        cJSON_AddStringToObject(j, "attention_workspace_gib", "auto");
+    else
+        cJSON_AddNumberToObject(j, "attention_workspace_gib", o->cuda.attention_workspace_gib);
     cJSON *sm = cJSON_AddObjectToObject(j, "step_ms");
     add_num_or_null(sm, "mean", r->step_ms_mean);
     add_num_or_null(sm, "median", median_ms(r));

@@ -101,7 +101,7 @@ zy_cuda_opts ops_cuda_opts_default(void) {
     return (zy_cuda_opts){.expert_streams = ZY_EXPERT_STREAMS_DEFAULT,
                           .expert_chunk = 0,
                           .attention = ZY_ATTN_AUTO,
-                          .attention_workspace_gib = ZY_ATTN_WORKSPACE_GIB_DEFAULT};
+                          .attention_workspace_gib = ZY_ATTN_WORKSPACE_AUTO};
 }
 
 /* A CUDA context on GPU gpu with bf16 activations and the default options. */
@@ -120,9 +120,10 @@ int ops_ctx_init_cuda_opts(zy_ctx *ctx, int gpu, const zy_cuda_opts *opts) {
         return zy_fail("cuda.expert_chunk = %d must be 0 or 1", o.expert_chunk);
     if (o.attention < ZY_ATTN_AUTO || o.attention > ZY_ATTN_CUDNN)
         return zy_fail("cuda.attention = %d is not a zy_attention_backend", o.attention);
-    if (!(o.attention_workspace_gib >= ZY_ATTN_WORKSPACE_GIB_MIN &&
+    if (o.attention_workspace_gib != ZY_ATTN_WORKSPACE_AUTO &&
+        !(o.attention_workspace_gib >= ZY_ATTN_WORKSPACE_GIB_MIN &&
           o.attention_workspace_gib <= ZY_ATTN_WORKSPACE_GIB_MAX))
-        return zy_fail("cuda.attention_workspace_gib = %g is outside [%g, %g]",
+        return zy_fail("cuda.attention_workspace_gib = %g is outside [%g, %g] (or auto)",
                        o.attention_workspace_gib, ZY_ATTN_WORKSPACE_GIB_MIN,
                        ZY_ATTN_WORKSPACE_GIB_MAX);
 #ifdef ZY_HAVE_CUDA
@@ -240,6 +241,14 @@ size_t ops_attention_workspace_bytes(zy_ctx *ctx, int B, int T, int Hq, int d) {
 #ifdef ZY_HAVE_CUDA
     if (ctx->device == ZY_DEV_CUDA) return cuda_ops_attention_workspace_bytes(ctx, B, T, Hq, d);
 #endif
+    return 0;
+}
+
+size_t ops_attention_workspace_grow(zy_ctx *ctx, size_t spare) {
+#ifdef ZY_HAVE_CUDA
+    if (ctx->device == ZY_DEV_CUDA) return cuda_ops_attention_workspace_grow(ctx, spare);
+#endif
+    (void)spare;
     return 0;
 }
 

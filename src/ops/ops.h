@@ -49,18 +49,23 @@ typedef enum { ZY_ATTN_AUTO = 0, ZY_ATTN_ZAYAC = 1, ZY_ATTN_CUDNN = 2 } zy_atten
 /* Their names, by value, NULL-terminated: "auto", "zayac", "cudnn". */
 extern const char *const zy_attention_backend_names[];
 /* cuDNN's attention backward workspace cap in GiB (cuda.attention_workspace_gib): AUTO runs cuDNN
- * on a shape only when its backward fits it, in one pass or in chunks of query rows sized to it. */
-#define ZY_ATTN_WORKSPACE_GIB_DEFAULT 2
-#define ZY_ATTN_WORKSPACE_GIB_MIN     0.0625
-#define ZY_ATTN_WORKSPACE_GIB_MAX     64.0
+ * on a shape only when its backward fits it, in one pass or in chunks of query rows sized to it.
+ * ZY_ATTN_WORKSPACE_AUTO (0, the default, "auto" in configs): the cap starts at
+ * ZY_ATTN_WORKSPACE_GIB_BASE and the job raises it into the memory it leaves spare
+ * (ops_attention_workspace_grow): long contexts run the deterministic backward in one pass where
+ * the GPU has room (1 x 32768 needs 16 GiB), in chunks where it has not. */
+#define ZY_ATTN_WORKSPACE_AUTO     0
+#define ZY_ATTN_WORKSPACE_GIB_BASE 2
+#define ZY_ATTN_WORKSPACE_GIB_MIN  0.0625
+#define ZY_ATTN_WORKSPACE_GIB_MAX  64.0
 typedef struct {
     int expert_streams; /* side streams the expert GEMMs share, 1..ZY_EXPERT_STREAMS_MAX */
     int expert_chunk;   /* 1: forward and input-gradient GEMMs by 256-row blocks in one call */
     int attention;      /* zy_attention_backend */
-    float attention_workspace_gib; /* ZY_ATTN_WORKSPACE_GIB_MIN..MAX */
+    float attention_workspace_gib; /* ZY_ATTN_WORKSPACE_AUTO, or ZY_ATTN_WORKSPACE_GIB_MIN..MAX */
 } zy_cuda_opts;
-/* The defaults: ZY_EXPERT_STREAMS_DEFAULT streams, no blocks, ZY_ATTN_AUTO attention with a
- * ZY_ATTN_WORKSPACE_GIB_DEFAULT GiB cap. */
+/* The defaults: ZY_EXPERT_STREAMS_DEFAULT streams, no blocks, ZY_ATTN_AUTO attention with the
+ * ZY_ATTN_WORKSPACE_AUTO cap. */
 zy_cuda_opts ops_cuda_opts_default(void);
 /* CUDA context on GPU `gpu` with bf16 activations and the default options. */
 int ops_ctx_init_cuda(zy_ctx *ctx, int gpu);
@@ -114,6 +119,12 @@ size_t ops_mem_available(zy_ctx *ctx);
  * query heads of d: the larger of zayac's kernels' scratch and, when cuDNN may run (cuda.attention
  * auto or cudnn), its cap cuda.attention_workspace_gib. 0 on the CPU. For the memory estimate. */
 size_t ops_attention_workspace_bytes(zy_ctx *ctx, int B, int T, int Hq, int d);
+/* Under cuda.attention_workspace_gib = auto, where cuDNN may run: raises ctx's cap on cuDNN's
+ * attention backward workspace by `spare` bytes the job leaves unused on the device (less what the
+ * context's workspace may allocate past a request: a quarter), up to ZY_ATTN_WORKSPACE_GIB_MAX;
+ * never lowers it. Call before the first attention. Returns the cap in force in bytes (0 on the
+ * CPU, with zayac's kernels, or without cuDNN). */
+size_t ops_attention_workspace_grow(zy_ctx *ctx, size_t spare);
 /* Copies bytes between any two of host and ctx's device memory (regions may overlap on the CPU);
  * returns when the copy is complete on the host side (a device-to-host copy waits for the device).
  */

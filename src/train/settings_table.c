@@ -97,6 +97,30 @@ static cJSON *write_data(const zy_train_config *c) {
     return a;
 }
 
+/* "cuda.attention_workspace_gib": "auto" (ZY_ATTN_WORKSPACE_AUTO) or a number of GiB. */
+static int read_attention_workspace(zy_train_config *c, const cJSON *v, const char *source) {
+    if (cJSON_IsString(v) && !strcmp(v->valuestring, "auto")) {
+        c->cuda.attention_workspace_gib = ZY_ATTN_WORKSPACE_AUTO;
+        return ZY_OK;
+    }
+    if (!cJSON_IsNumber(v))
+        return zy_fail("%s: cuda.attention_workspace_gib must be \"auto\" or a number of GiB",
+                       source);
+    if (!(v->valuedouble >= ZY_ATTN_WORKSPACE_GIB_MIN &&
+          v->valuedouble <= ZY_ATTN_WORKSPACE_GIB_MAX))
+        return zy_fail("%s: cuda.attention_workspace_gib = %g is outside [%g, %g] (or \"auto\")",
+                       source, v->valuedouble, ZY_ATTN_WORKSPACE_GIB_MIN,
+                       ZY_ATTN_WORKSPACE_GIB_MAX);
+    c->cuda.attention_workspace_gib = (float)v->valuedouble;
+    return ZY_OK;
+}
+
+static cJSON *write_attention_workspace(const zy_train_config *c) {
+    if (c->cuda.attention_workspace_gib == ZY_ATTN_WORKSPACE_AUTO)
+        return cJSON_CreateString("auto");
+    return cJSON_CreateNumber(c->cuda.attention_workspace_gib);
+}
+
 /* "samples.prompts": up to ZY_MAX_PROMPTS strings. */
 static int read_prompts(zy_train_config *c, const cJSON *v, const char *source) {
     if (!cJSON_IsArray(v)) return zy_fail("%s: samples.prompts must be a list of strings", source);
@@ -383,10 +407,14 @@ const zy_setting zy_settings[] = {
          "attention kernels: zayac's; cudnn (cuDNN's fused attention, loaded at run time; "
          "deterministic backward); auto (cuDNN where it loads and takes the shape within "
          "cuda.attention_workspace_gib of workspace, else zayac's; docs/attention.md)"),
-    NUM("cuda.attention_workspace_gib", ZY_SET_FLOAT, cuda.attention_workspace_gib,
-        ZY_ATTN_WORKSPACE_GIB_MIN, ZY_ATTN_WORKSPACE_GIB_MAX, TEXT(ZY_ATTN_WORKSPACE_GIB_DEFAULT),
-        "cap on cuDNN's attention backward workspace in GiB: auto runs cuDNN on a shape only when "
-        "its backward fits it, in one pass or in chunks of query rows sized to it"),
+    CUSTOM("cuda.attention_workspace_gib", "\"auto\" or GiB", read_attention_workspace,
+           write_attention_workspace, "\"auto\"",
+           "cap on cuDNN's attention backward workspace, GiB in [0.0625, 64]: auto attention runs "
+           "cuDNN on a shape only when its backward fits it, in one pass or in chunks of query "
+           "rows sized to it; \"auto\": " TEXT(
+               ZY_ATTN_WORKSPACE_GIB_BASE) " GiB raised into the "
+                                           "memory the job leaves spare on the GPU (long contexts "
+                                           "in one pass where it fits)"),
     NUM("dist.timeout_s", ZY_SET_FLOAT, dist_timeout_s, 1, 86400, "300",
         "data parallel: longest wait for another rank before the run fails (a dead or stuck "
         "rank); covers rank 0's checkpoint writes"),

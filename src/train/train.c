@@ -226,6 +226,27 @@ static void print_samples(trainer *tr) {
     tok_free(tok);
 }
 
+/* Every phase's micro-batch must fit the device (a later phase's longer context fails here, not
+ * hours in); the largest then sets how far cuda.attention_workspace_gib = auto raises the
+ * attention workspace cap. Phases split batch_size over the ranks as the first does. */
+static int check_memory(trainer *tr, const zy_config *mc, const dist_env *e) {
+    const zy_phases *ph = &tr->phases;
+    zy_mem_need most = {0};
+    for (int p = 0; p < ph->n; p++) {
+        const zy_train_config *v = &ph->views[p];
+        const int B = v->batch_size / e->world;
+        char what[ZY_PATH_MAX + 160];
+        snprintf(what, sizeof what, "training model %s with batch %d x %d%s", v->model_desc, B,
+                 v->seq_len, ph->phased ? " (a phase)" : "");
+        zy_mem_need n;
+        ZY_TRY(mem_check(&tr->ctx, mc, B, v->seq_len, v->recompute, &v->optim, e->world,
+                         e->local_world > 0 ? e->local_world : e->world, what, &n));
+        if (n.device > most.device) most = n;
+    }
+    mem_grow_workspace(&tr->ctx, &most);
+    return ZY_OK;
+}
+
 static int trainer_init(trainer *tr, const zy_train_config *c) {
     memset(tr, 0, sizeof *tr);
     phases_init(&tr->phases, c);
@@ -251,11 +272,7 @@ static int trainer_init(trainer *tr, const zy_train_config *c) {
             return zy_fail("%s has %d ids but the model's vocab_size is %d", c->tokenizer, nv,
                            mc.vocab_size);
     }
-    char what[ZY_PATH_MAX + 128];
-    snprintf(what, sizeof what, "training model %s with batch %d x %d", c->model_desc,
-             c->batch_size / e.world, c->seq_len);
-    ZY_TRY(mem_check(&tr->ctx, &mc, c->batch_size / e.world, c->seq_len, c->recompute, &c->optim,
-                     e.world, e.local_world > 0 ? e.local_world : e.world, what, NULL));
+    ZY_TRY(check_memory(tr, &mc, &e));
     ZY_TRY(step_init_model(&tr->st, &tr->ctx, &mc, c->batch_size / e.world, c->seq_len, 1));
     ZY_TRY(setup_comm(tr, &e));
     ZY_TRY(trainer_phases_check(tr));

@@ -32,6 +32,7 @@ int cudnn_attn_prepare(cudnn_attn *a, const cudnn_attn_shape *sh, size_t *f, siz
     return zy_fail_runtime("cuDNN unavailable: zayac was built without the cuDNN headers");
 }
 void cudnn_attn_set_limits(cudnn_attn *a, const cudnn_attn_limits *l) {}
+void cudnn_attn_set_cap(cudnn_attn *a, size_t cap) {}
 size_t cudnn_attn_workspace_cap(const cudnn_attn *a) {
     return CUDNN_ATTN_WORKSPACE_CAP;
 }
@@ -139,6 +140,11 @@ int cudnn_attn_create(cudnn_attn **out, cudaStream_t s, size_t workspace_cap) {
 
 void cudnn_attn_set_limits(cudnn_attn *a, const cudnn_attn_limits *l) {
     a->lim = limits_of(a, l);
+}
+
+void cudnn_attn_set_cap(cudnn_attn *a, size_t cap) {
+    a->cap = cap;
+    a->lim.workspace_cap = cap;
 }
 
 size_t cudnn_attn_workspace_cap(const cudnn_attn *a) {

@@ -35,7 +35,7 @@ typedef struct cudnn_attn cudnn_attn;
 /* The backward's workspace cap of a handle created with cap 0 (training passes
  * cuda.attention_workspace_gib): cuda.attention = auto runs cuDNN on a shape only when its backward
  * (single pass, or chunked) fits the cap. */
-#define CUDNN_ATTN_WORKSPACE_CAP ((size_t)ZY_ATTN_WORKSPACE_GIB_DEFAULT << 30)
+#define CUDNN_ATTN_WORKSPACE_CAP ((size_t)ZY_ATTN_WORKSPACE_GIB_BASE << 30)
 
 /* Limits on the plans a handle builds; zero fields take the handle's defaults. Set only by tests
  * and the dev timer. */
@@ -77,6 +77,10 @@ int cudnn_attn_prepare(cudnn_attn *a, const cudnn_attn_shape *sh, size_t *fwd_ws
 /* Sets the limits for the plans built from now on (NULL: the handle's defaults); a shape prepared
  * under other limits keeps its own plans. Tests and the dev timer only. */
 void cudnn_attn_set_limits(cudnn_attn *a, const cudnn_attn_limits *l);
+/* Sets the handle's workspace cap (what limits without one take) and the one in force, for the
+ * shapes prepared from now on: cuda.attention_workspace_gib = auto raising it to what the job
+ * leaves spare (ops_attention_workspace_grow). */
+void cudnn_attn_set_cap(cudnn_attn *a, size_t cap);
 /* The workspace cap in force (the handle's unless set). */
 size_t cudnn_attn_workspace_cap(const cudnn_attn *a);
 /* How shape sh runs (prepares it when needed); ZY_ERR as cudnn_attn_prepare. */

@@ -36,6 +36,7 @@ void *cuda_ops_alloc(zy_ctx *ctx, size_t bytes);
 void cuda_ops_free(zy_ctx *ctx, void *p);
 size_t cuda_ops_mem_available(zy_ctx *ctx);
 size_t cuda_ops_attention_workspace_bytes(zy_ctx *ctx, int B, int T, int Hq, int d);
+size_t cuda_ops_attention_workspace_grow(zy_ctx *ctx, size_t spare);
 void cuda_ops_copy(zy_ctx *ctx, void *dst, const void *src, size_t bytes);
 void *cuda_ops_host_alloc(zy_ctx *ctx, size_t bytes);
 void cuda_ops_host_free(zy_ctx *ctx, void *p);

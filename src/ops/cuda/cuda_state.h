@@ -35,6 +35,7 @@ typedef struct {
     size_t ws_bytes;
     int attention;            /* zy_cuda_opts.attention: zy_attention_backend */
     struct cudnn_attn *cudnn; /* cuDNN's handle and plans (ops_attention.cu); NULL when unused */
+    int attention_ws_auto;    /* cuda.attention_workspace_gib = auto: the job may raise the cap */
     /* profiler */
     cudaEvent_t *ev; /* [2 * CUDA_PROF_SLOTS] start/stop pairs */
     const char **ev_name;

@@ -9,6 +9,7 @@
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/cuda_state.h"
 
+#include <math.h>
 #include <stdio.h>
 
 int cuda_attention_ctx_init(zy_ctx *ctx, const zy_cuda_opts *opts) {
@@ -16,8 +17,11 @@ int cuda_attention_ctx_init(zy_ctx *ctx, const zy_cuda_opts *opts) {
     const int backend = opts->attention;
     s->attention = backend;
     if (backend == ZY_ATTN_ZAYAC) return ZY_OK;
-    const size_t cap = (size_t)((double)opts->attention_workspace_gib * 1073741824.0);
-    if (cudnn_attn_create(&s->cudnn, s->stream, cap) == ZY_OK) return ZY_OK;
+    s->attention_ws_auto = opts->attention_workspace_gib == ZY_ATTN_WORKSPACE_AUTO;
+    const double gib =
+        s->attention_ws_auto ? ZY_ATTN_WORKSPACE_GIB_BASE : opts->attention_workspace_gib;
+    if (cudnn_attn_create(&s->cudnn, s->stream, (size_t)(gib * 1073741824.0)) == ZY_OK)
+        return ZY_OK;
     if (backend == ZY_ATTN_CUDNN) return zy_fail("cuda.attention = cudnn: %s", zy_errmsg());
     fprintf(stderr, "zayac: attention: %s; zayac's kernels run it\n", zy_errmsg());
     zy_err_clear();
@@ -29,6 +33,18 @@ size_t cuda_ops_attention_workspace_bytes(zy_ctx *ctx, int B, int T, int Hq, int
     const size_t ours = cuda_attention_bwd_scratch_bytes(B, T, Hq, d);
     const size_t cap = s->cudnn ? cudnn_attn_workspace_cap(s->cudnn) : 0;
     return ours > cap ? ours : cap;
+}
+
+/* cuda_ws allocates a quarter past the largest request: the cap grows by 4/5 of the spare bytes. */
+size_t cuda_ops_attention_workspace_grow(zy_ctx *ctx, size_t spare) {
+    cuda_state *s = cuda_st(ctx);
+    if (!s->cudnn) return 0;
+    const size_t cap = cudnn_attn_workspace_cap(s->cudnn);
+    if (!s->attention_ws_auto) return cap;
+    const double most = ZY_ATTN_WORKSPACE_GIB_MAX * 1073741824.0;
+    const double grown = fmin(most, ((double)cap + (double)spare) * 0.8);
+    if (grown > (double)cap) cudnn_attn_set_cap(s->cudnn, (size_t)grown);
+    return cudnn_attn_workspace_cap(s->cudnn);
 }
 
 void cuda_attention_ctx_free(cuda_state *s) {
