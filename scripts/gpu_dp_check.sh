@@ -14,7 +14,9 @@
 # Usage (from the zayac root; DATA holds tokenizer.json and data/ from `zayac data prepare`):
 #   DEBS=.ext/debs DATA=.ext/dpdata [ALGOS="default Ring Tree,Ring"] [ONE_GPU=1] [BASE=1] \
 #       bash scripts/gpu_dp_check.sh
-# ONE_GPU=0 skips the 1-GPU benchmark baselines, BASE=0 the zaya1-base widths (4 and 8 layers). The summary and
+# ONE_GPU=0 skips the 1-GPU benchmark baselines, BASE=0 the zaya1-base widths (4 and 8 layers; BASE4=0
+# the 4 alone), TRAIN=0 the training on text (3.) and the trace; NCCL_VARIANTS="VAR=VALUE ..." adds
+# the N-GPU bench-base AdamW step under each NCCL setting. The summary and
 # the tails of failed runs' logs are printed at the end.
 # Files land in $OUT: summary.txt (the results), build.log, comm_*.log, bench_*.{txt,json},
 # train_*/ (metrics.jsonl, loss.png) and curves.txt.
@@ -83,16 +85,24 @@ cases() { # model-args label optim batch seq: 1 GPU (unless ONE_GPU=0), N GPUs, 
 }
 for optim in adamw muon; do cases "--preset bench-small" bench-small "$optim" 8 2048; done
 if [ "${BASE:-1}" = 1 ]; then
-    cases "--config $OUT/base4.json" base-4layers adamw 2 4096
+    [ "${BASE4:-1}" = 1 ] && cases "--config $OUT/base4.json" base-4layers adamw 2 4096
     # bench-base: the same widths with 8 layers and bench_vs_torch's batch (the embedding's
     # reduce at the end of the backward, 2.15 GB, is a smaller share of a longer step)
-    cases "--preset bench-base" bench-base adamw 4 4096
+    for optim in adamw muon; do cases "--preset bench-base" bench-base "$optim" 4 4096; done
+    # NCCL's own settings on the N-GPU bench-base AdamW step, one per word of NCCL_VARIANTS
+    # ("NCCL_MAX_CTAS=16 NCCL_CTA_POLICY=1"): rows "bench-base+VAR=VALUE"
+    for v in ${NCCL_VARIANTS:-}; do
+        export "${v?}"
+        bench "--preset bench-base" bench-base adamw 4 4096 "$N" "" "+$v"
+        unset "${v%%=*}"
+    done
 fi
 for f in "$OUT"/bench_*_n"$N".txt; do
     note "$(basename "$f"): $(grep -E 'optimizer phase per rank|share_weights' "$f" | tr '\n' ' ')"
 done
 
 # 3. training on text: 1 GPU against N GPUs (global batch 16 x 1024), then stop + resume on N
+[ "${TRAIN:-1}" = 1 ] || { note "training on text skipped (TRAIN=0)"; exit 0; }
 cat >"$OUT/train.json" <<EOF
 {"model": "bench-small", "tokenizer": "$PWD/$DATA/tokenizer.json",
  "data": [{"path": "$PWD/$DATA/data", "weight": 1.0}], "batch_size": 16, "seq_len": 1024,
