@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Long context and memory settings on one GPU, in one call: `zayac bench train` at 32k (bench-small
-# widths, 1 x 32768, AdamW) under cuDNN attention backward workspace caps (the default 2 GiB runs
-# the deterministic backward in chunks of query rows; 17 GiB lets it run in one pass), and with
+# widths, 1 x 32768, AdamW) under cuDNN attention backward workspace caps (auto, the default: one
+# pass where it fits; 2 GiB runs the deterministic backward in chunks of query rows; 17 GiB lets it
+# run in one pass), and with
 # activation recomputation; bench-base (4 x 4096) with and without recomputation; and the exit status
 # of `--attention cudnn` on a shape cuDNN refuses (T = 1: status 2 expected).
 # Usage (from the zayac root): DEBS=.ext/debs [LONG=0] [BASE=0] bash scripts/gpu_long_context.sh
@@ -36,7 +37,8 @@ python3 -c 'import json,sys; c=json.load(open("configs/bench-small.json")); c["m
     "$OUT/small32k.json"
 if [ "${LONG:-1}" = 1 ]; then
     L32="--config $OUT/small32k.json --batch 1 --seq 32768 --optim adamw"
-    run 32k_ws2 $L32
+    run 32k_auto $L32
+    run 32k_ws2 $L32 --attention-workspace-gib 2
     run 32k_ws8 $L32 --attention-workspace-gib 8
     run 32k_ws17 $L32 --attention-workspace-gib 17
     run 32k_recompute $L32 --recompute

@@ -166,7 +166,7 @@ static void test_jobs_larger_than_memory(void **state) {
                 ARGS("train", "--config", cfg, "--set", "steps=2", "--set",
                      "phases=[{\"steps\": 1}, {\"steps\": 1, \"batch_size\": 65536, "
                      "\"seq_len\": 2048}]"),
-                ARGS("needs", "activations", "batch 65536 x 2048 (a phase)", "available"));
+                ARGS("needs", "activations", "batch 65536 x 2048 (phases[1])", "available"));
     /* 2^31 tokens in one micro-batch do not fit the model's int row count */
     train_config(cfg, sizeof cfg, "int_batch.json", "\"tiny\"", 1048576, 2048);
     expect_exit(2, ARGS("train", "--config", cfg), ARGS("tokens in one micro-batch"));

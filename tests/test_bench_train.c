@@ -318,7 +318,8 @@ static void test_cli_json(void **state) {
     snprintf(path, sizeof path, "%s/p.json", tmp);
     snprintf(line, sizeof line,
              "--preset tiny --device cpu --threads 1 --batch 1 --seq 8 --steps 1 --warmup 0 "
-             "--optim muon --peak-tflops 2 --recompute --json %s",
+             "--optim muon --peak-tflops 2 --recompute --attention-workspace-gib 0.5 "
+             "--attention-workspace-gib auto --json %s",
              path);
     r = bench_train_cli(line);
     if (r.code != 0) fail_msg("exit %d:\n%s\n%s", r.code, r.out, r.err);
@@ -330,7 +331,7 @@ static void test_cli_json(void **state) {
     assert_string_equal(get(j, "config")->valuestring, "tiny");
     assert_string_equal(get(j, "optim")->valuestring, "muon");
     assert_true(cJSON_IsTrue(get(j, "recompute")));
-    /* the workspace cap left at its default: auto */
+    /* the workspace cap given as auto (the last of the two flags) */
     assert_string_equal(get(j, "attention_workspace_gib")->valuestring, "auto");
     assert_true(fabs(num(j, "mfu") - num(j, "model_tflops") / 2) < 1e-12);
     assert_true(num(j, "peak_tflops") == 2);

@@ -453,11 +453,12 @@ static void test_workspace_estimate(void **state) {
 #endif
 }
 
-/* cuda.attention_workspace_gib = auto (the default): the cap starts at 2 GiB and grows by 4/5 of
- * the spare bytes it is given (cuda_ws allocates a quarter past a request), to 64 GiB at most,
- * never down; a fixed cap and zayac's kernels do not move. mem_grow_workspace gives it what a job
- * leaves past the reserve and counts the new cap in the estimate; at 1 x 32768 the grown cap runs
- * the deterministic backward in one pass where 2 GiB ran it in chunks. */
+/* cuda.attention_workspace_gib = auto (the default): the cap starts at 2 GiB and grows to exactly
+ * what cuDNN's one-pass backward wants for the job's largest shape, when its allocation (a quarter
+ * past) fits the cap plus the spare memory; otherwise it stays. Never down, never past 64 GiB; a
+ * fixed cap and zayac's kernels do not move. mem_grow_workspace gives it what a job leaves past
+ * the reserve and counts it in the estimate; at 1 x 32768 the grown cap is one pass, one byte less
+ * is chunks. */
 static void test_workspace_grows_under_auto(void **state) {
     (void)state;
 #ifdef ZY_HAVE_CUDA
@@ -470,59 +471,64 @@ static void test_workspace_grows_under_auto(void **state) {
         ops_ctx_init_cuda_opts(&cz, 0, &oz) != ZY_OK)
         fail_msg("%s", zy_errmsg());
     const double G = 1073741824.0;
-    assert_int_equal(ops_attention_workspace_grow(&cz, (size_t)(10 * G)), 0);
+    zy_config cfg;
+    if (config_preset_builtin(&cfg, "bench-small") != ZY_OK) fail_msg("%s", zy_errmsg());
+    const int B = 1, T = 32768, Hq = cfg.num_attention_heads, Hk = cfg.num_key_value_heads,
+              d = cfg.head_dim;
+    assert_int_equal(ops_attention_workspace_wanted(&cz, B, T, Hq, Hk, d), 0);
+    assert_int_equal(ops_attention_workspace_grow(&cz, (size_t)(10 * G), (size_t)(100 * G)), 0);
     if (cudnn_attn_version() == 0) {
-        assert_int_equal(ops_attention_workspace_grow(&ca, (size_t)(10 * G)), 0);
+        assert_int_equal(ops_attention_workspace_wanted(&ca, B, T, Hq, Hk, d), 0);
+        assert_int_equal(ops_attention_workspace_grow(&ca, (size_t)(10 * G), (size_t)(100 * G)), 0);
     } else {
-        zy_config cfg;
-        if (config_preset_builtin(&cfg, "bench-small") != ZY_OK) fail_msg("%s", zy_errmsg());
-        const int B = 1, T = 32768, Hq = cfg.num_attention_heads, d = cfg.head_dim;
-        const size_t ours = cuda_attention_bwd_scratch_bytes(B, T, Hq, d);
-        assert_true(ours < (size_t)(2 * G));
-        assert_true(ops_attention_workspace_bytes(&ca, B, T, Hq, d) == (size_t)(2 * G));
-        assert_true(ops_attention_workspace_grow(&ca, 0) == (size_t)(2 * G));
-        assert_true(fabs((double)ops_attention_workspace_grow(&ca, (size_t)(10 * G)) - 9.6 * G) <
-                    2);
-        assert_true(fabs((double)ops_attention_workspace_grow(&ca, 0) - 9.6 * G) <
-                    2); /* not down */
-        assert_true(ops_attention_workspace_grow(&ca, (size_t)(100 * G)) == (size_t)(64 * G));
-        assert_true(ops_attention_workspace_grow(&cf, (size_t)(100 * G)) == (size_t)(8 * G));
-        ops_ctx_free(&ca);
-        if (ops_ctx_init_cuda(&ca, 0) != ZY_OK) fail_msg("%s", zy_errmsg());
-        /* a job leaving 20 GiB past the reserve, its estimate holding the 2 GiB start */
-        const double avail = (double)ops_mem_available(&ca);
+        const size_t base = (size_t)(2 * G);
+        const size_t want = ops_attention_workspace_wanted(&ca, B, T, Hq, Hk, d);
+        printf("      1 x 32768: one-pass backward workspace %.3f GiB\n", want / G);
+        assert_true(want >= (size_t)(16 * G) && want < (size_t)(17 * G)); /* dP: B Hq T^2 bf16 */
+        assert_int_equal(ops_attention_workspace_wanted(&cf, B, T, Hq, Hk, d), 0);
+        assert_true(ops_attention_workspace_grow(&cf, want, (size_t)(100 * G)) == (size_t)(8 * G));
+        const size_t room = (size_t)(1.25 * (double)want) - base; /* the spare it needs */
+        assert_true(ops_attention_workspace_grow(&ca, want, room - (1 << 20)) == base);
+        assert_true(ops_attention_workspace_grow(&ca, want, room + 1) == want);
+        assert_true(ops_attention_workspace_grow(&ca, (size_t)G, (size_t)(100 * G)) == want);
+        assert_true(ops_attention_workspace_bytes(&ca, B, T, Hq, d) == want);
+        zy_ctx cb;
+        if (ops_ctx_init_cuda(&cb, 0) != ZY_OK) fail_msg("%s", zy_errmsg());
+        assert_true(ops_attention_workspace_grow(&cb, (size_t)(65 * G), (size_t)(1000 * G)) ==
+                    base);
+        /* the plans under the grown cap and one byte under it */
+        cudnn_attn_shape sh = shape(B, T, Hq, Hk, d, 0);
+        cudnn_attn *h_want, *h_less;
+        if (cudnn_attn_create(&h_want, 0, want) != ZY_OK ||
+            cudnn_attn_create(&h_less, 0, want - 1) != ZY_OK)
+            fail_msg("%s", zy_errmsg());
+        cudnn_attn_plan_info one, less;
+        if (cudnn_attn_plan_get(h_want, &sh, &one) != ZY_OK ||
+            cudnn_attn_plan_get(h_less, &sh, &less) != ZY_OK)
+            fail_msg("%s", zy_errmsg());
+        printf("      under the grown cap: %s; one byte less: %d chunks\n",
+               one.chunk ? "chunks" : "one pass", less.nchunks);
+        assert_int_equal(one.chunk, 0);
+        assert_true(less.chunk > 0 && less.nchunks > 1);
+        cudnn_attn_destroy(h_want);
+        cudnn_attn_destroy(h_less);
+        /* mem_grow_workspace: a job leaving a quarter GiB too little, then a quarter GiB more */
+        const double avail = (double)ops_mem_available(&cb);
         const double reserve = fmax(MEM_RESERVE_BYTES, MEM_RESERVE_FRACTION * avail);
-        if (avail - reserve < 24 * G) {
-            printf("      %.1f GiB available: too little to grow to 16 GiB, the rest skipped\n",
-                   avail / G);
+        if (avail - reserve < (double)room + 4 * G) {
+            printf("      %.1f GiB available: too little for the estimate cases\n", avail / G);
         } else {
-            zy_mem_need need = {.workspace = 2 * G};
-            need.device = avail - reserve - 20 * G;
+            zy_mem_need need = {.workspace = (double)base};
+            need.device = avail - reserve - (double)room + 0.25 * G;
+            assert_true(mem_grow_workspace(&cb, &need, want) == base);
+            assert_true(need.workspace == (double)base);
+            need.device -= 0.5 * G;
             const double before = need.device;
-            const size_t cap = mem_grow_workspace(&ca, &need);
-            /* cudaMemGetInfo between the two reads may move by a few MiB */
-            assert_true(fabs((double)cap - 17.6 * G) < 0.01 * G);
-            assert_true(need.workspace == (double)cap);
-            assert_true(need.device == before + (double)cap - 2 * G);
-            assert_true(ops_attention_workspace_bytes(&ca, B, T, Hq, d) == cap);
-            /* the plans a handle with each cap builds for the ZAYA1 head shape at 1 x 32768 */
-            cudnn_attn_shape sh = shape(B, T, Hq, cfg.num_key_value_heads, d, 0);
-            cudnn_attn *h_grown, *h_base;
-            if (cudnn_attn_create(&h_grown, 0, cap) != ZY_OK ||
-                cudnn_attn_create(&h_base, 0, (size_t)(2 * G)) != ZY_OK)
-                fail_msg("%s", zy_errmsg());
-            cudnn_attn_plan_info grown, base;
-            if (cudnn_attn_plan_get(h_grown, &sh, &grown) != ZY_OK ||
-                cudnn_attn_plan_get(h_base, &sh, &base) != ZY_OK)
-                fail_msg("%s", zy_errmsg());
-            printf("      1 x 32768: backward in %d chunk(s) under the grown cap (%.1f GiB), %d "
-                   "under 2 GiB\n",
-                   grown.chunk ? grown.nchunks : 1, cap / G, base.nchunks);
-            assert_int_equal(grown.chunk, 0);
-            assert_true(base.chunk > 0 && base.nchunks > 1);
-            cudnn_attn_destroy(h_grown);
-            cudnn_attn_destroy(h_base);
+            assert_true(mem_grow_workspace(&cb, &need, want) == want);
+            assert_true(need.workspace == (double)want);
+            assert_true(need.device == before + (double)want - (double)base);
         }
+        ops_ctx_free(&cb);
     }
     ops_ctx_free(&ca);
     ops_ctx_free(&cf);

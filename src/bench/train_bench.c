@@ -161,7 +161,7 @@ static int bt_init(bt_state *s, const bench_train_opts *o, const dist_env *e,
     zy_mem_need need;
     ZY_TRY(mem_check(&s->ctx, &o->model, o->batch, o->seq, o->recompute, &oc, e->world,
                      e->local_world > 0 ? e->local_world : e->world, what, &need));
-    mem_grow_workspace(&s->ctx, &need);
+    mem_grow_workspace(&s->ctx, &need, mem_workspace_wanted(&s->ctx, &o->model, o->batch, o->seq));
     r->acts_estimate = need.acts;
     r->workspace_estimate = need.workspace;
     ZY_TRY(step_init_model(&s->st, &s->ctx, &o->model, o->batch, o->seq, 1));

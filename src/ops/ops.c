@@ -244,11 +244,20 @@ size_t ops_attention_workspace_bytes(zy_ctx *ctx, int B, int T, int Hq, int d) {
     return 0;
 }
 
-size_t ops_attention_workspace_grow(zy_ctx *ctx, size_t spare) {
+size_t ops_attention_workspace_wanted(zy_ctx *ctx, int B, int T, int Hq, int Hk, int d) {
 #ifdef ZY_HAVE_CUDA
-    if (ctx->device == ZY_DEV_CUDA) return cuda_ops_attention_workspace_grow(ctx, spare);
+    if (ctx->device == ZY_DEV_CUDA)
+        return cuda_ops_attention_workspace_wanted(ctx, B, T, Hq, Hk, d);
 #endif
-    (void)spare;
+    (void)B, (void)T, (void)Hq, (void)Hk, (void)d;
+    return 0;
+}
+
+size_t ops_attention_workspace_grow(zy_ctx *ctx, size_t want, size_t spare) {
+#ifdef ZY_HAVE_CUDA
+    if (ctx->device == ZY_DEV_CUDA) return cuda_ops_attention_workspace_grow(ctx, want, spare);
+#endif
+    (void)want, (void)spare;
     return 0;
 }
 

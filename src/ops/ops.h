@@ -119,12 +119,18 @@ size_t ops_mem_available(zy_ctx *ctx);
  * query heads of d: the larger of zayac's kernels' scratch and, when cuDNN may run (cuda.attention
  * auto or cudnn), its cap cuda.attention_workspace_gib. 0 on the CPU. For the memory estimate. */
 size_t ops_attention_workspace_bytes(zy_ctx *ctx, int B, int T, int Hq, int d);
-/* Under cuda.attention_workspace_gib = auto, where cuDNN may run: raises ctx's cap on cuDNN's
- * attention backward workspace by `spare` bytes the job leaves unused on the device (less what the
- * context's workspace may allocate past a request: a quarter), up to ZY_ATTN_WORKSPACE_GIB_MAX;
- * never lowers it. Call before the first attention. Returns the cap in force in bytes (0 on the
- * CPU, with zayac's kernels, or without cuDNN). */
-size_t ops_attention_workspace_grow(zy_ctx *ctx, size_t spare);
+/* The attention backward workspace cap cuda.attention_workspace_gib = auto would want for
+ * micro-batches [B, T] (Hq query and Hk key heads of d): cuDNN's deterministic backward in one
+ * pass (builds its plans). 0 when the cap is fixed, cuDNN does not run attention on ctx or refuses
+ * the shape; SIZE_MAX past ZY_ATTN_WORKSPACE_GIB_MAX. */
+size_t ops_attention_workspace_wanted(zy_ctx *ctx, int B, int T, int Hq, int Hk, int d);
+/* Under auto: raises ctx's cap to `want` (ops_attention_workspace_wanted) when the context's
+ * workspace allocation of it (a quarter past a request) fits in the cap in force plus `spare`
+ * bytes the job leaves unused; else keeps it. Only two outcomes, so the backward's chunking (and
+ * its bits) depends on the shapes and whether one pass fits, not on how much memory is free. Call
+ * before the first attention. Returns the cap in force (0 on the CPU, with zayac's kernels or
+ * without cuDNN). */
+size_t ops_attention_workspace_grow(zy_ctx *ctx, size_t want, size_t spare);
 /* Copies bytes between any two of host and ctx's device memory (regions may overlap on the CPU);
  * returns when the copy is complete on the host side (a device-to-host copy waits for the device).
  */

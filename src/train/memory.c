@@ -41,11 +41,16 @@ void mem_need(zy_ctx *ctx, const zy_config *mc, int B, int T, int recompute,
     need->host = on_gpu ? floats * f32 + need->optim : 0;
 }
 
-size_t mem_grow_workspace(zy_ctx *ctx, zy_mem_need *need) {
+size_t mem_workspace_wanted(zy_ctx *ctx, const zy_config *mc, int B, int T) {
+    return ops_attention_workspace_wanted(ctx, B, T, mc->num_attention_heads,
+                                          mc->num_key_value_heads, mc->head_dim);
+}
+
+size_t mem_grow_workspace(zy_ctx *ctx, zy_mem_need *need, size_t want) {
     const double avail = (double)ops_mem_available(ctx);
     const double reserve = fmax(MEM_RESERVE_BYTES, MEM_RESERVE_FRACTION * avail);
     const double spare = avail - need->device - reserve;
-    const size_t cap = ops_attention_workspace_grow(ctx, spare > 0 ? (size_t)spare : 0);
+    const size_t cap = ops_attention_workspace_grow(ctx, want, spare > 0 ? (size_t)spare : 0);
     if ((double)cap > need->workspace) {
         need->device += (double)cap - need->workspace;
         need->workspace = (double)cap;

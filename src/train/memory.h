@@ -37,14 +37,19 @@ int mem_check(zy_ctx *ctx, const zy_config *mc, int B, int T, int recompute,
               zy_mem_need *need);
 
 /* The memory a GPU job keeps free of its estimate: NCCL's buffers, cuBLASLt's and cuDNN's handles
- * and plans, the allocator's rounding, a later phase's arena. */
+ * and plans, Muon's Newton-Schulz buffers, the sample decoder, the allocator's rounding. */
 #define MEM_RESERVE_BYTES    (4.0 * 1073741824.0)
 #define MEM_RESERVE_FRACTION 0.08
-/* cuda.attention_workspace_gib = auto: raises ctx's attention workspace cap into the device
- * memory the job of estimate `need` (mem_check's; for a run of several shapes, the largest) leaves
- * spare past the larger of MEM_RESERVE_BYTES and MEM_RESERVE_FRACTION of the available memory, and
- * counts the new cap in need->workspace and need->device. Returns the cap in bytes (0 on the CPU,
- * or where cuDNN does not run attention; a fixed cap stays as it was). */
-size_t mem_grow_workspace(zy_ctx *ctx, zy_mem_need *need);
+/* cuda.attention_workspace_gib = auto: the cap cuDNN's one-pass backward wants for model mc's
+ * attention over micro-batches [B, T] (ops_attention_workspace_wanted); 0 when there is nothing to
+ * grow. */
+size_t mem_workspace_wanted(zy_ctx *ctx, const zy_config *mc, int B, int T);
+/* cuda.attention_workspace_gib = auto: raises ctx's attention workspace cap to `want` (the largest
+ * mem_workspace_wanted of the job's shapes) when its allocation fits in what the job of estimate
+ * `need` (mem_check's; for several shapes, the largest) leaves past the larger of
+ * MEM_RESERVE_BYTES and MEM_RESERVE_FRACTION of the available memory; then counts it in
+ * need->workspace and need->device. Returns the cap in force (0 on the CPU or where cuDNN does not
+ * run attention; a fixed cap stays as it was). */
+size_t mem_grow_workspace(zy_ctx *ctx, zy_mem_need *need, size_t want);
 
 #endif

@@ -227,23 +227,28 @@ static void print_samples(trainer *tr) {
 }
 
 /* Every phase's micro-batch must fit the device (a later phase's longer context fails here, not
- * hours in); the largest then sets how far cuda.attention_workspace_gib = auto raises the
- * attention workspace cap. Phases split batch_size over the ranks as the first does. */
+ * hours in). Under cuda.attention_workspace_gib = auto the attention workspace cap then grows to
+ * the one-pass need of the longest phase when the largest job leaves room for it. */
 static int check_memory(trainer *tr, const zy_config *mc, const dist_env *e) {
     const zy_phases *ph = &tr->phases;
     zy_mem_need most = {0};
+    size_t want = 0;
     for (int p = 0; p < ph->n; p++) {
         const zy_train_config *v = &ph->views[p];
+        if (v->batch_size % e->world) continue; /* refused by trainer_phases_check */
         const int B = v->batch_size / e->world;
-        char what[ZY_PATH_MAX + 160];
+        char what[ZY_PATH_MAX + 160], which[32] = "";
+        if (ph->phased) snprintf(which, sizeof which, " (phases[%d])", p);
         snprintf(what, sizeof what, "training model %s with batch %d x %d%s", v->model_desc, B,
-                 v->seq_len, ph->phased ? " (a phase)" : "");
+                 v->seq_len, which);
         zy_mem_need n;
         ZY_TRY(mem_check(&tr->ctx, mc, B, v->seq_len, v->recompute, &v->optim, e->world,
                          e->local_world > 0 ? e->local_world : e->world, what, &n));
         if (n.device > most.device) most = n;
+        const size_t w = mem_workspace_wanted(&tr->ctx, mc, B, v->seq_len);
+        if (w > want) want = w;
     }
-    mem_grow_workspace(&tr->ctx, &most);
+    mem_grow_workspace(&tr->ctx, &most, want);
     return ZY_OK;
 }
 

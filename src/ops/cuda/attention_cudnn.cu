@@ -33,6 +33,9 @@ int cudnn_attn_prepare(cudnn_attn *a, const cudnn_attn_shape *sh, size_t *f, siz
 }
 void cudnn_attn_set_limits(cudnn_attn *a, const cudnn_attn_limits *l) {}
 void cudnn_attn_set_cap(cudnn_attn *a, size_t cap) {}
+int cudnn_attn_one_pass_bytes(cudnn_attn *a, const cudnn_attn_shape *sh, size_t *bytes) {
+    return cudnn_attn_prepare(a, sh, NULL, NULL);
+}
 size_t cudnn_attn_workspace_cap(const cudnn_attn *a) {
     return CUDNN_ATTN_WORKSPACE_CAP;
 }
@@ -145,6 +148,18 @@ void cudnn_attn_set_limits(cudnn_attn *a, const cudnn_attn_limits *l) {
 void cudnn_attn_set_cap(cudnn_attn *a, size_t cap) {
     a->cap = cap;
     a->lim.workspace_cap = cap;
+}
+
+int cudnn_attn_one_pass_bytes(cudnn_attn *a, const cudnn_attn_shape *sh, size_t *bytes) {
+    const cudnn_attn_limits in_force = a->lim;
+    a->lim.workspace_cap = (size_t)ZY_ATTN_WORKSPACE_GIB_MAX << 30;
+    a->lim.max_chunk = 0;
+    cudnn_attn_plan_info info;
+    const int rc = cudnn_attn_plan_get(a, sh, &info);
+    a->lim = in_force;
+    ZY_TRY(rc);
+    *bytes = info.chunk ? SIZE_MAX : info.bwd_ws; /* past 64 GiB: no single pass */
+    return ZY_OK;
 }
 
 size_t cudnn_attn_workspace_cap(const cudnn_attn *a) {

@@ -81,6 +81,10 @@ void cudnn_attn_set_limits(cudnn_attn *a, const cudnn_attn_limits *l);
  * shapes prepared from now on: cuda.attention_workspace_gib = auto raising it to what the job
  * leaves spare (ops_attention_workspace_grow). */
 void cudnn_attn_set_cap(cudnn_attn *a, size_t cap);
+/* The deterministic backward's workspace of shape sh in one pass, whatever the cap (its plans are
+ * built under a 64 GiB cap and kept; the limits in force are restored). ZY_ERR as
+ * cudnn_attn_prepare. */
+int cudnn_attn_one_pass_bytes(cudnn_attn *a, const cudnn_attn_shape *sh, size_t *bytes);
 /* The workspace cap in force (the handle's unless set). */
 size_t cudnn_attn_workspace_cap(const cudnn_attn *a);
 /* How shape sh runs (prepares it when needed); ZY_ERR as cudnn_attn_prepare. */

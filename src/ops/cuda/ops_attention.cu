@@ -35,15 +35,27 @@ size_t cuda_ops_attention_workspace_bytes(zy_ctx *ctx, int B, int T, int Hq, int
     return ours > cap ? ours : cap;
 }
 
-/* cuda_ws allocates a quarter past the largest request: the cap grows by 4/5 of the spare bytes. */
-size_t cuda_ops_attention_workspace_grow(zy_ctx *ctx, size_t spare) {
+size_t cuda_ops_attention_workspace_wanted(zy_ctx *ctx, int B, int T, int Hq, int Hk, int d) {
+    cuda_state *s = cuda_st(ctx);
+    if (!s->cudnn || !s->attention_ws_auto) return 0;
+    const cudnn_attn_shape sh = {B, T, Hq, Hk, d, 0, 1.0f / sqrtf((float)d), 1};
+    size_t bytes = 0;
+    if (cudnn_attn_one_pass_bytes(s->cudnn, &sh, &bytes) != ZY_OK) {
+        zy_err_clear(); /* a refused shape runs zayac's kernels: nothing to grow for */
+        return 0;
+    }
+    return bytes;
+}
+
+/* cuda_ws allocates a quarter past the largest request: want fits when 1.25 want <= cap + spare. */
+size_t cuda_ops_attention_workspace_grow(zy_ctx *ctx, size_t want, size_t spare) {
     cuda_state *s = cuda_st(ctx);
     if (!s->cudnn) return 0;
     const size_t cap = cudnn_attn_workspace_cap(s->cudnn);
-    if (!s->attention_ws_auto) return cap;
     const double most = ZY_ATTN_WORKSPACE_GIB_MAX * 1073741824.0;
-    const double grown = fmin(most, ((double)cap + (double)spare) * 0.8);
-    if (grown > (double)cap) cudnn_attn_set_cap(s->cudnn, (size_t)grown);
+    if (s->attention_ws_auto && want > cap && (double)want <= most &&
+        1.25 * (double)want <= (double)cap + (double)spare)
+        cudnn_attn_set_cap(s->cudnn, want);
     return cudnn_attn_workspace_cap(s->cudnn);
 }
 
@@ -58,9 +70,10 @@ void cuda_attention_ctx_free(cuda_state *s) {
  * ends the process with exit status 2 (the setting asks for what cannot run here).
  * cuDNN's deterministic backward keeps dP in its workspace, B Hq T^2 bf16 (8 x 2048: 0.5 GiB;
  * 4 x 4096: 1 GiB; 1 x 32768: 16 GiB). Past the workspace cap (cuda.attention_workspace_gib,
- * default 2 GiB) it runs over chunks of query rows that fit it (attention_cudnn.h); when cuDNN
- * refuses those, cuda.attention = auto leaves the shape to zayac's kernels, whose scratch stays
- * linear in T there (attention.h), and cudnn runs the single pass anyway. */
+ * 2 GiB unless auto grew it: ops_attention_workspace_grow) it runs over chunks of query rows that
+ * fit it (attention_cudnn.h); when cuDNN refuses those, cuda.attention = auto leaves the shape to
+ * zayac's kernels, whose scratch stays linear in T there (attention.h), and cudnn runs the single
+ * pass anyway. */
 static int use_cudnn(zy_ctx *ctx, const cudnn_attn_shape *sh, size_t *ws_fwd, size_t *ws_bwd) {
     cuda_state *s = cuda_st(ctx);
     if (!s->cudnn) return 0;
