@@ -604,9 +604,9 @@ static int bench_train(int argc, char **argv) {
         {"--attention", 1, "attention kernels: zayac, cudnn or auto (cuda.attention; default auto)",
          NULL},
         {"--attention-workspace-gib", 1,
-         "cuDNN attention backward workspace cap: auto (the default: 2 GiB raised into the memory "
-         "the job leaves spare) or GiB in 0.0625..64; auto attention's choice and the chunk size "
-         "(cuda.attention_workspace_gib)",
+         "cuDNN attention backward workspace cap: auto (the default: what one pass needs where "
+         "the GPU has room, else 2 GiB) or GiB in 0.0625..64; auto attention's choice and the "
+         "chunk size (cuda.attention_workspace_gib)",
          NULL},
         {"--help", 0, "this help", NULL},
         {NULL, 0, NULL, NULL}};

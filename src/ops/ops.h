@@ -51,9 +51,10 @@ extern const char *const zy_attention_backend_names[];
 /* cuDNN's attention backward workspace cap in GiB (cuda.attention_workspace_gib): AUTO runs cuDNN
  * on a shape only when its backward fits it, in one pass or in chunks of query rows sized to it.
  * ZY_ATTN_WORKSPACE_AUTO (0, the default, "auto" in configs): the cap starts at
- * ZY_ATTN_WORKSPACE_GIB_BASE and the job raises it into the memory it leaves spare
- * (ops_attention_workspace_grow): long contexts run the deterministic backward in one pass where
- * the GPU has room (1 x 32768 needs 16 GiB), in chunks where it has not. */
+ * ZY_ATTN_WORKSPACE_GIB_BASE and the job raises it to what one pass of its longest shape needs
+ * when the memory it leaves spare holds that (ops_attention_workspace_grow): long contexts run the
+ * deterministic backward in one pass where the GPU has room (1 x 32768 needs 16.1 GiB), in chunks
+ * of the base cap where it has not. */
 #define ZY_ATTN_WORKSPACE_AUTO     0
 #define ZY_ATTN_WORKSPACE_GIB_BASE 2
 #define ZY_ATTN_WORKSPACE_GIB_MIN  0.0625

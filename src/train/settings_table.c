@@ -411,10 +411,8 @@ const zy_setting zy_settings[] = {
            write_attention_workspace, "\"auto\"",
            "cap on cuDNN's attention backward workspace, GiB in [0.0625, 64]: auto attention runs "
            "cuDNN on a shape only when its backward fits it, in one pass or in chunks of query "
-           "rows sized to it; \"auto\": " TEXT(
-               ZY_ATTN_WORKSPACE_GIB_BASE) " GiB raised into the "
-                                           "memory the job leaves spare on the GPU (long contexts "
-                                           "in one pass where it fits)"),
+           "rows sized to it; \"auto\": what one pass of the longest shape needs where the GPU "
+           "has room for it, else " TEXT(ZY_ATTN_WORKSPACE_GIB_BASE) " GiB"),
     NUM("dist.timeout_s", ZY_SET_FLOAT, dist_timeout_s, 1, 86400, "300",
         "data parallel: longest wait for another rank before the run fails (a dead or stuck "
         "rank); covers rank 0's checkpoint writes"),

@@ -78,8 +78,8 @@ int cudnn_attn_prepare(cudnn_attn *a, const cudnn_attn_shape *sh, size_t *fwd_ws
  * under other limits keeps its own plans. Tests and the dev timer only. */
 void cudnn_attn_set_limits(cudnn_attn *a, const cudnn_attn_limits *l);
 /* Sets the handle's workspace cap (what limits without one take) and the one in force, for the
- * shapes prepared from now on: cuda.attention_workspace_gib = auto raising it to what the job
- * leaves spare (ops_attention_workspace_grow). */
+ * shapes prepared from now on: cuda.attention_workspace_gib = auto raising it to a one-pass need
+ * (ops_attention_workspace_grow). */
 void cudnn_attn_set_cap(cudnn_attn *a, size_t cap);
 /* The deterministic backward's workspace of shape sh in one pass, whatever the cap (its plans are
  * built under a 64 GiB cap and kept; the limits in force are restored). ZY_ERR as
