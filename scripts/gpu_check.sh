@@ -6,7 +6,10 @@
 # `zayac bench train` on bench-small side by side with another build when PREV_TAR names a source
 # tarball of it (`git archive -o .ext/prev.tar REV`), alternating rounds so clock drift hits both.
 # Usage (from the zayac root):
-#   DEBS=.ext/debs [PREV_TAR=.ext/prev.tar] [ROUNDS=3] [SKIP_TESTS=1] bash scripts/gpu_check.sh
+#   DEBS=.ext/debs [PREV_TAR=.ext/prev.tar] [ROUNDS=3] [SKIP_TESTS=1] [TESTS="test_a test_b"] \
+#       [CASES="bench-small:8:2048 bench-base:4:4096"] [OPTIMS="adamw muon"] bash scripts/gpu_check.sh
+# TESTS runs those test programs only; CASES are the benchmarked presets (preset:batch:seq; default
+# bench-small:8:2048), each under every optimizer of OPTIMS.
 # Files land in $OUT: summary.txt (the results), build.log, tests.log (every test binary of tests/
 # and dev/), memcheck_*.log, bench_*.
 set -u
@@ -40,6 +43,7 @@ fi
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
     s0=$(date +%s)
     tests=$(ls build/tests/test_* build/dev/test_* 2>/dev/null | grep -v '\.[od]$')
+    [ -n "${TESTS:-}" ] && tests=$(for t in $TESTS; do ls build/tests/$t build/dev/$t 2>/dev/null; done)
     ZAYAC_BIN=$PWD/build/zayac ZAYAC_ROOT=$PWD timeout 480 bash scripts/run_tests.sh $tests \
         >"$OUT/tests.log" 2>&1
     rc=$?
@@ -59,20 +63,23 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
     fi
 fi
 
-# bench-small, batch 8 x 2048, AdamW and Muon, this build and the previous one alternating (the
-# peak is given, not measured: MFU is not the point here)
-note "| build | optim | round | ms/step | tokens/s |"
-note "|---|---|---|---|---|"
+# each case (bench-small, batch 8 x 2048, by default) under AdamW and Muon, this build and the
+# previous one alternating (the peak is given, not measured: MFU is not the point here)
+note "| build | case | optim | round | ms/step | tokens/s |"
+note "|---|---|---|---|---|---|"
 for r in $(seq 1 "${ROUNDS:-3}"); do
-    for optim in adamw muon; do
-        for which in this prev; do
-            bin=build/zayac
-            [ "$which" = prev ] && { [ -n "$PREV_BIN" ] || continue; bin=$PREV_BIN; }
-            f="$OUT/bench_${which}_${optim}_$r"
-            timeout 300 "$bin" bench train --preset bench-small --batch 8 --seq 2048 --optim "$optim" \
-                --steps 20 --warmup 5 --peak-tflops 989 --json "$f.json" >"$f.txt" 2>&1
-            ms=$(python3 -c "import json;j=json.load(open('$f.json'));print('%.2f | %.0f'%(j['step_ms']['mean'],j['tokens_per_s']))" 2>/dev/null || echo "failed | -")
-            note "| $which | $optim | $r | $ms |"
+    for c in ${CASES:-bench-small:8:2048}; do
+        IFS=: read -r preset batch seq <<<"$c"
+        for optim in ${OPTIMS:-adamw muon}; do
+            for which in this prev; do
+                bin=build/zayac
+                [ "$which" = prev ] && { [ -n "$PREV_BIN" ] || continue; bin=$PREV_BIN; }
+                f="$OUT/bench_${which}_${preset}_${optim}_$r"
+                timeout 300 "$bin" bench train --preset "$preset" --batch "$batch" --seq "$seq" \
+                    --optim "$optim" --steps 20 --warmup 5 --peak-tflops 989 --json "$f.json" >"$f.txt" 2>&1
+                ms=$(python3 -c "import json;j=json.load(open('$f.json'));print('%.2f | %.0f'%(j['step_ms']['mean'],j['tokens_per_s']))" 2>/dev/null || echo "failed | -")
+                note "| $which | $preset $batch x $seq | $optim | $r | $ms |"
+            done
         done
     done
 done

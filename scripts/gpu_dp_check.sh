@@ -3,12 +3,14 @@
 #   1. the NCCL communicator's tests over every GPU (each NCCL algorithm: default, Ring, Tree);
 #   2. `zayac bench train -n 1` and `-n N` side by side (bench-small; AdamW and Muon; then
 #      zaya1-base's widths with 4 layers and bench-base's 8, AdamW): tokens/s per GPU, MFU, memory,
-#      optimizer per rank; each N-GPU case also with the embedding updated by every rank
-#      (`--replicate-embedding 1`, rows "+replicated"; REPLICATED=0 skips them);
+#      optimizer per rank; the embedding is updated a slice per rank (dist.embedding_update's
+#      default), and each N-GPU case runs again with it updated by every rank (`--embedding-update
+#      replicated`, rows "+replicated"; REPLICATED=0 skips them) and by its owner alone (rows
+#      "+owner"; OWNER=0 skips them);
 #   3. `zayac launch -n N -- zayac train` against one GPU on real text (bench-small widths, the
 #      same global batch): the two loss curves (and one GPU taking each step as 2 micro-batches:
-#      the noise floor), and a stop at the middle + --resume on N GPUs
-#      against the uninterrupted N-GPU run (bit for bit);
+#      the noise floor; and N GPUs with dist.embedding_update=owner), and a stop at the middle + --resume
+#      on N GPUs against the uninterrupted N-GPU run (bit for bit);
 #   4. a kernel trace of the N-GPU bench-small step (TRACE=0 skips it): the share of the NCCL
 #      kernels' time the other kernels run beside them.
 # Usage (from the zayac root; DATA holds tokenizer.json and data/ from `zayac data prepare`):
@@ -80,7 +82,10 @@ counts="$N"
 cases() { # model-args label optim batch seq: 1 GPU (unless ONE_GPU=0), N GPUs, N GPUs +replicated
     for n in $counts; do bench "$1" "$2" "$3" "$4" "$5" "$n"; done
     if [ "${REPLICATED:-1}" = 1 ]; then
-        bench "$1" "$2" "$3" "$4" "$5" "$N" "--replicate-embedding 1" +replicated
+        bench "$1" "$2" "$3" "$4" "$5" "$N" "--embedding-update replicated" +replicated
+    fi
+    if [ "${OWNER:-1}" = 1 ]; then
+        bench "$1" "$2" "$3" "$4" "$5" "$N" "--embedding-update owner" +owner
     fi
 }
 for optim in adamw muon; do cases "--preset bench-small" bench-small "$optim" 8 2048; done
@@ -122,6 +127,8 @@ train one $Z train --config "$OUT/train.json" --out "$OUT/train_one"
 train one_accum2 $Z train --config "$OUT/train.json" --out "$OUT/train_one_accum2" \
     --set batch_size=8 --set grad_accum=2
 train dp $Z launch -n "$N" -- $Z train --config "$OUT/train.json" --out "$OUT/train_dp"
+train dp_owner $Z launch -n "$N" -- $Z train --config "$OUT/train.json" --out "$OUT/train_dp_owner" \
+    --set dist.embedding_update=owner
 train dp_stop $Z launch -n "$N" -- $Z train --config "$OUT/train.json" --out "$OUT/train_dp_resume" --stop-after 20
 train dp_resume $Z launch -n "$N" -- $Z train --config "$OUT/train.json" --out "$OUT/train_dp_resume" --resume
 python3 - "$OUT" <<'EOF' | tee "$OUT/curves.txt" | tee -a "$OUT/summary.txt"
@@ -136,6 +143,7 @@ def rows(run):
         print("no metrics for", run, e)
     return out
 one, dp, res, acc = rows("one"), rows("dp"), rows("dp_resume"), rows("one_accum2")
+own = rows("dp_owner")
 steps = sorted(set(one) & set(dp))
 if steps:
     worst = max(abs(dp[s][0] - one[s][0]) / abs(one[s][0]) for s in steps)
@@ -145,6 +153,11 @@ if steps:
     if floor:
         print("the noise floor, 1 GPU as 2 micro-batches of 8 vs 1 of 16: worst relative loss difference %.2e" % max(
             abs(acc[s][0] - one[s][0]) / abs(one[s][0]) for s in floor))
+    owned = sorted(set(one) & set(own) & set(dp))
+    if owned:
+        print("1 GPU vs N GPUs with the embedding's owner updating it: worst relative loss difference %.2e; vs a slice each (the default) %.2e" % (
+            max(abs(own[s][0] - one[s][0]) / abs(one[s][0]) for s in owned),
+            max(abs(own[s][0] - dp[s][0]) / abs(dp[s][0]) for s in owned)))
     for s in steps[::5]:
         print("  step %3d  1 GPU %.5f  N GPUs %.5f  (world_size %s)" % (s, one[s][0], dp[s][0], dp[s][2]))
 both = sorted(set(dp) & set(res))

@@ -211,6 +211,21 @@ static int check_reductions(zy_comm *c, zy_comm_dtype t, zy_comm_op op, size_t n
     cudaFree(d);
     cudaFree(rs);
     d = NULL;
+    /* in place (recv is send + r n: ZeRO-1's split embedding), deferred as the backward queues it
+     */
+    name = op == ZY_COMM_SUM ? "reduce_scatter sum in place" : "reduce_scatter max in place";
+    if (rc == ZY_OK) rc = dev_buf(t, in, all, &d);
+    if (rc == ZY_OK) rc = comm_defer(c, 1);
+    if (rc == ZY_OK)
+        rc = comm_reduce_scatter(c, d, (unsigned char *)d + (size_t)r * n * comm_dtype_size(t), n,
+                                 t, op);
+    if (rc == ZY_OK) rc = comm_complete(c);
+    if (rc == ZY_OK) rc = comm_defer(c, 0);
+    if (rc == ZY_OK)
+        rc = expect(name, t, (unsigned char *)d + (size_t)r * n * comm_dtype_size(t),
+                    want + (size_t)r * n, n);
+    cudaFree(d);
+    d = NULL;
     /* reduce: the root holds the reduction, the others their own values */
     const int root = w - 1;
     name = op == ZY_COMM_SUM ? "reduce sum" : "reduce max";
@@ -281,6 +296,16 @@ static int check_movement(zy_comm *c, zy_comm_dtype t, size_t n) {
     for (size_t i = 0; i < n; i++) in[i] = mov_val(r, i, t);
     for (size_t i = 0; i < all; i++) want[i] = mov_val((int)(i / n), i % n, t);
     int rc = check_moved(c, "all_gather", comm_all_gather, t, in, n, want, all, n);
+    /* in place: this rank's block already at its place in the output (the split embedding) */
+    void *g = NULL;
+    double *own = zy_malloc(all * sizeof *own);
+    for (size_t i = 0; i < all; i++) own[i] = i / n == (size_t)r ? in[i % n] : -7.0; /* poison */
+    if (rc == ZY_OK) rc = dev_buf(t, own, all, &g);
+    if (rc == ZY_OK)
+        rc = comm_all_gather(c, (unsigned char *)g + (size_t)r * n * comm_dtype_size(t), g, n, t);
+    if (rc == ZY_OK) rc = expect("all_gather in place", t, g, want, all);
+    cudaFree(g);
+    free(own);
     /* broadcast: the root's values everywhere, over poison elsewhere */
     for (size_t i = 0; i < n; i++) want[i] = mov_val(root, i, t);
     void *d = NULL;

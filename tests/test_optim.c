@@ -600,9 +600,9 @@ static void test_optim_bad_config(void **state) {
     assert_int_equal(optim_config_check(&c), ZY_ERR);
     assert_non_null(strstr(zy_errmsg(), "decay_kinds"));
     optim_config_default(&c);
-    c.replicate_embedding = 2;
+    c.embedding_update = 3;
     assert_int_equal(optim_config_check(&c), ZY_ERR);
-    assert_non_null(strstr(zy_errmsg(), "replicate_embedding"));
+    assert_non_null(strstr(zy_errmsg(), "embedding_update"));
     params_free(&t);
 }
 

@@ -5,9 +5,11 @@
  * the tied head reads from the compute copy), its fp32 non-matrix weights are the owner's, and
  * zero1_gather_masters makes every fp32 weight the owner's. The first 2-GPU run trained with a
  * stale head on rank 1 because the embedding was sent in fp32 only. With the embedding replicated
- * (every rank updates it: dist.replicate_embedding) nothing overwrites it, and every rank's
- * optimizer has it. And the gradient reduces deferred for the backward stay deferred through the
- * forward's waits. */
+ * (every rank updates it: dist.embedding_update = replicated) nothing overwrites it, and every
+ * rank's optimizer has it; split (each rank updates a slice, the default) every element is its
+ * slice's rank's. And the gradient reduces deferred for the backward stay deferred through the
+ * forward's waits; the buckets then leave each owner (each slice's rank) the sums over ranks, and
+ * the gradient norm counts every element once. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -34,7 +36,21 @@ static float value(int r, size_t j) {
     return (float)(r * 4096 + (int)(j % 4093)) * 0.25f;
 }
 
-static int child_main(int replicate) {
+enum { OWNED = 0, REPLICATED = 1, SPLIT = 2 }; /* the embedding's mode */
+
+/* The rank whose values element j (of the whole buffer) of entry i holds after a share: its
+ * owner's, this rank's own for a replicated entry, its slice's rank's for a split one. */
+static int source_rank(const zy_zero1 *z, const zy_param *p, int i, size_t j) {
+    if (z->split[i]) {
+        const size_t k = j - p->offset, q = p->numel / (size_t)z->comm->world / 16 * 16;
+        const int r = q ? (int)(k / q) : z->comm->world - 1;
+        return r < z->comm->world ? r : z->comm->world - 1;
+    }
+    return z->replicated[i] ? z->comm->rank : z->owner[i];
+}
+
+static int child_main(int mode) {
+    const int replicate = mode != OWNED;
     zy_comm c;
     if (comm_init_mpi(&c, 60) != ZY_OK) {
         fprintf(stderr, "%s\n", zy_errmsg());
@@ -54,7 +70,9 @@ static int child_main(int replicate) {
     zy_optim_config oc;
     optim_config_default(&oc);
     oc.use_muon = 1;
-    oc.replicate_embedding = replicate;
+    oc.embedding_update = mode == REPLICATED ? ZY_EMB_REPLICATED
+                          : mode == SPLIT    ? ZY_EMB_SPLIT
+                                             : ZY_EMB_OWNER;
     zy_zero1 z;
     zero1_init(&z, &c, &m, &oc);
     int first, last, failures = 0;
@@ -65,14 +83,15 @@ static int child_main(int replicate) {
     for (int i = 0; i < t->count; i++) {
         const int own = i >= first && i < last;
         const int rep = replicate && t->items[i].kind == ZY_PARAM_EMBED;
-        if (z.mine[i] != (own || rep) || z.replicated[i] != rep) {
-            fprintf(stderr, "rank %d: %s: mine %d, replicated %d\n", c.rank, t->items[i].name,
-                    z.mine[i], z.replicated[i]);
+        if (z.mine[i] != (own || rep) || z.replicated[i] != rep ||
+            z.split[i] != (rep && mode == SPLIT)) {
+            fprintf(stderr, "rank %d: %s: mine %d, replicated %d, split %d\n", c.rank,
+                    t->items[i].name, z.mine[i], z.replicated[i], z.split[i]);
             return 1;
         }
         if (!z.mine[i]) continue;
         for (size_t j = t->items[i].offset; j < t->items[i].offset + t->items[i].numel; j++)
-            compute[j] = m.params[j];
+            if (source_rank(&z, &t->items[i], i, j) == c.rank) compute[j] = m.params[j];
     }
     /* as the step queues it: each group right after its update (optim_step_runs) */
     int share = zero1_share_begin(&z);
@@ -93,6 +112,10 @@ static int child_main(int replicate) {
     zero1_reduce_in_backward(&z);
     for (int g = -1; g < m.cfg.num_hidden_layers && m.weights_needed; g++)
         m.weights_needed(m.weights_needed_user, g);
+    /* the backward's buckets, as it makes them final: layer L-1 down to 0, then the globals */
+    float *own_grads = zy_malloc(t->total * sizeof *own_grads);
+    for (size_t j = 0; j < t->total; j++) m.grads[j] = own_grads[j] = value(c.rank, j);
+    for (int l = m.cfg.num_hidden_layers - 1; l >= -1; l--) m.grads_ready(m.grads_ready_user, l);
     if (m.weights_needed || z.share_pending) {
         fprintf(stderr, "rank %d: the hook is still installed after the last layer\n", c.rank);
         return 1;
@@ -107,14 +130,48 @@ static int child_main(int replicate) {
                 c.deferred);
         failures++;
     }
+    /* every element's sum over ranks (exact: multiples of 1/4 below 2^15) where this rank
+     * updates it, the rank's own gradient where it does not (a reduce leaves the senders' alone);
+     * the norm of the sums counts each element once (exact in double) */
+    double want_sumsq = 0;
+    for (int i = 0; i < t->count; i++) {
+        const zy_param *p = &t->items[i];
+        for (size_t j = p->offset; j < p->offset + p->numel; j++) {
+            float sum = 0;
+            for (int r = 0; r < c.world; r++) sum += value(r, j);
+            if (p->kind != ZY_PARAM_BUFFER) want_sumsq += (double)sum * sum;
+            const int src = source_rank(&z, p, i, j), updated = z.replicated[i] || src == c.rank;
+            if (updated && (z.split[i] ? src == c.rank : 1) && m.grads[j] != sum) {
+                fprintf(stderr, "rank %d: %s element %zu: gradient %g, want the sum %g\n", c.rank,
+                        p->name, j - p->offset, m.grads[j], sum);
+                failures++;
+                break;
+            }
+            if (!updated && !z.split[i] && m.grads[j] != own_grads[j]) {
+                fprintf(stderr, "rank %d: %s element %zu: another owner's gradient changed here\n",
+                        c.rank, p->name, j - p->offset);
+                failures++;
+                break;
+            }
+        }
+    }
+    free(own_grads);
+    double sumsq = -1;
+    if (zero1_grad_sumsq(&z, &sumsq) != ZY_OK || sumsq != want_sumsq) {
+        fprintf(stderr, "rank %d: gradient sum of squares %.17g, want %.17g (%s)\n", c.rank, sumsq,
+                want_sumsq, zy_errmsg());
+        failures++;
+    }
     int kinds_seen[5] = {0};
     for (int i = 0; i < t->count; i++) {
         const zy_param *p = &t->items[i];
-        /* a replicated entry's values are this rank's own (its update is every rank's) */
-        const int owner = z.replicated[i] ? c.rank : z.owner[i];
+        /* a replicated entry's values are this rank's own (its update is every rank's), a split
+         * one's its slice's rank's */
         const int matrix = p->kind == ZY_PARAM_MATRIX;
-        kinds_seen[p->kind] += owner != c.rank;
+        int foreign = 0;
         for (size_t j = p->offset; j < p->offset + p->numel; j++) {
+            const int owner = source_rank(&z, p, i, j);
+            foreign |= owner != c.rank;
             const float want_fp32 = matrix ? value(c.rank, j) : value(owner, j);
             if (compute[j] != value(owner, j) || m.params[j] != want_fp32) {
                 fprintf(stderr, "rank %d: %s (owner %d) element %zu: compute %g, fp32 %g\n", c.rank,
@@ -123,6 +180,7 @@ static int child_main(int replicate) {
                 break;
             }
         }
+        kinds_seen[p->kind] += foreign;
     }
     if (zero1_gather_masters(&z) != ZY_OK) {
         fprintf(stderr, "rank %d: gather: %s\n", c.rank, zy_errmsg());
@@ -130,27 +188,29 @@ static int child_main(int replicate) {
     }
     for (int i = 0; i < t->count; i++) {
         const zy_param *p = &t->items[i];
-        const int owner = z.replicated[i] ? c.rank : z.owner[i];
         for (size_t j = p->offset; j < p->offset + p->numel; j++)
-            if (m.params[j] != value(owner, j)) {
+            if (m.params[j] != value(source_rank(&z, p, i, j), j)) {
                 fprintf(stderr, "rank %d: after the gather %s (owner %d) holds %g\n", c.rank,
-                        p->name, owner, m.params[j]);
+                        p->name, source_rank(&z, p, i, j), m.params[j]);
                 failures++;
                 break;
             }
     }
-    /* the case at hand: another rank's matrices reach this one, and its embedding unless that is
-     * replicated */
+    /* the case at hand: another rank's matrices reach this one, and its embedding (or slices of
+     * it) unless that is replicated */
     if (c.rank == c.world - 1 &&
-        (!kinds_seen[ZY_PARAM_MATRIX] || kinds_seen[ZY_PARAM_EMBED] != !replicate)) {
-        fprintf(stderr, "rank %d received %d matrices and %d embeddings (replicated: %d)\n", c.rank,
-                kinds_seen[ZY_PARAM_MATRIX], kinds_seen[ZY_PARAM_EMBED], replicate);
+        (!kinds_seen[ZY_PARAM_MATRIX] || kinds_seen[ZY_PARAM_EMBED] != (mode != REPLICATED))) {
+        fprintf(stderr, "rank %d received %d matrices and %d embeddings (mode %d)\n", c.rank,
+                kinds_seen[ZY_PARAM_MATRIX], kinds_seen[ZY_PARAM_EMBED], mode);
         failures++;
     }
     if (failures == 0 && c.rank == 0)
-        printf("zero1 share on %d ranks (embedding replicated: %d): every compute copy and master "
-               "is its owner's\n",
-               c.world, replicate);
+        printf("zero1 on %d ranks (embedding %s): every compute copy and master is its owner's, "
+               "every owned gradient the sum, the norm exact\n",
+               c.world,
+               mode == OWNED        ? "owned"
+               : mode == REPLICATED ? "replicated"
+                                    : "split");
     zero1_free(&z);
     m.cparams = NULL;
     free(compute);
@@ -172,13 +232,13 @@ static int teardown(void **state) {
     return zy_remove_tree(dir) == ZY_OK ? 0 : -1;
 }
 
-static void run_ranks(int n, int replicate) {
+static void run_ranks(int n, int mode) {
     if (!comm_have_mpi() || !mpi_test_find_mpirun(mpirun, sizeof mpirun)) skip();
-    char np[16];
+    char np[16], md[16];
     snprintf(np, sizeof np, "%d", n);
-    const char *args[] = {"-k", "5", "120", mpirun,        "--oversubscribe",
-                          "-n", np,  self,  "--mpi-child", replicate ? "1" : "0",
-                          NULL};
+    snprintf(md, sizeof md, "%d", mode);
+    const char *args[] = {"-k", "5",           "120", mpirun, "--oversubscribe", "-n", np,
+                          self, "--mpi-child", md,    NULL};
     run_result r = spawn_capture("/usr/bin/timeout", dir, args);
     if (r.code != 0) fail_msg("%d ranks: exit %d\n%s\n%s", n, r.code, r.out, r.err);
     result_free(&r);
@@ -186,14 +246,16 @@ static void run_ranks(int n, int replicate) {
 
 static void test_share_two_ranks(void **state) {
     (void)state;
-    run_ranks(2, 1);
-    run_ranks(2, 0);
+    run_ranks(2, REPLICATED);
+    run_ranks(2, OWNED);
+    run_ranks(2, SPLIT);
 }
 
 static void test_share_three_ranks(void **state) {
     (void)state;
-    run_ranks(3, 1);
-    run_ranks(3, 0);
+    run_ranks(3, REPLICATED);
+    run_ranks(3, OWNED);
+    run_ranks(3, SPLIT);
 }
 
 int main(int argc, char **argv) {

@@ -521,8 +521,8 @@ static int train_parse(const zy_opt *opts, bench_train_opts *o) {
     o->seed = (uint64_t)seed;
     o->profile = args_get(opts, "--profile") != NULL;
     o->recompute = args_get(opts, "--recompute") != NULL;
-    ZY_TRY(train_opt_int(opts, "--replicate-embedding", o->replicate_embedding, 0, 1,
-                         &o->replicate_embedding));
+    ZY_TRY(args_choice(opts, "--embedding-update", zy_embedding_update_names, o->embedding_update,
+                       &o->embedding_update));
     ZY_TRY(train_opt_int(opts, "--expert-streams", o->cuda.expert_streams, 1, ZY_EXPERT_STREAMS_MAX,
                          &o->cuda.expert_streams));
     ZY_TRY(
@@ -590,9 +590,9 @@ static int bench_train(int argc, char **argv) {
          "activation recomputation (the recompute setting): each layer's forward again in the "
          "backward",
          NULL},
-        {"--replicate-embedding", 1,
-         "ranks: 1 every rank updates the embedding, 0 its owner alone "
-         "(dist.replicate_embedding; default 0)",
+        {"--embedding-update", 1,
+         "ranks: who updates the embedding: split (every rank a slice), owner or replicated "
+         "(dist.embedding_update; default split)",
          NULL},
         {"--peak-tflops", 1, "bf16 peak for the MFU (default: measured, 8192^3 GEMM; CUDA only)",
          NULL},

@@ -36,6 +36,7 @@ void bench_train_opts_default(bench_train_opts *o) {
     o->warmup = 3;
     o->lr = 3e-4f;
     o->seed = 1;
+    o->embedding_update = ZY_EMB_SPLIT;
 }
 
 int bench_train_check(const bench_train_opts *o) {
@@ -155,7 +156,7 @@ static int bt_init(bt_state *s, const bench_train_opts *o, const dist_env *e,
     optim_config_default(&oc);
     oc.use_muon = o->use_muon;
     oc.lr = o->lr;
-    oc.replicate_embedding = o->replicate_embedding;
+    oc.embedding_update = o->embedding_update;
     char what[128];
     snprintf(what, sizeof what, "bench train with batch %d x %d", o->batch, o->seq);
     zy_mem_need need;
@@ -525,7 +526,7 @@ cJSON *bench_train_to_json(const bench_train_opts *o, const bench_train_result *
     cJSON_AddNumberToObject(j, "warmup", o->warmup);
     cJSON_AddStringToObject(j, "optim", o->use_muon ? "muon" : "adamw");
     cJSON_AddBoolToObject(j, "recompute", o->recompute);
-    cJSON_AddBoolToObject(j, "replicate_embedding", o->replicate_embedding);
+    cJSON_AddStringToObject(j, "embedding_update", zy_embedding_update_names[o->embedding_update]);
     cJSON_AddNumberToObject(j, "lr", o->lr);
     cJSON_AddNumberToObject(j, "seed", (double)o->seed);
     cJSON_AddNumberToObject(j, "expert_streams", o->cuda.expert_streams);

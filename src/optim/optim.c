@@ -40,7 +40,10 @@ void optim_config_default(zy_optim_config *c) {
     c->muon_ns_steps = 5;
     c->muon_scale = ZY_MUON_SCALE_MATCH_ADAMW_RMS;
     c->muon_lr_ratio = 1.0f;
+    c->embedding_update = ZY_EMB_SPLIT;
 }
+
+const char *const zy_embedding_update_names[] = {"owner", "replicated", "split", NULL};
 
 /* 1 when lo <= x < hi (or <= hi when closed) and x is finite. */
 static int in_range(float x, float lo, float hi, int closed_hi) {
@@ -67,9 +70,10 @@ int optim_config_check(const zy_optim_config *c) {
         return zy_fail("optimizer: use_muon must be 0 or 1, found %d", c->use_muon);
     if (!in_range(c->muon_momentum, 0, 1, 0))
         return zy_fail("optimizer: muon_momentum must be in [0, 1), found %g", c->muon_momentum);
-    if (c->replicate_embedding != 0 && c->replicate_embedding != 1)
-        return zy_fail("optimizer: replicate_embedding must be 0 or 1, found %d",
-                       c->replicate_embedding);
+    if (c->embedding_update < ZY_EMB_OWNER || c->embedding_update > ZY_EMB_SPLIT)
+        return zy_fail("optimizer: embedding_update must be owner, replicated or split (0-2), "
+                       "found %d",
+                       c->embedding_update);
     if (c->muon_nesterov != 0 && c->muon_nesterov != 1)
         return zy_fail("optimizer: muon_nesterov must be 0 or 1, found %d", c->muon_nesterov);
     if (c->muon_ns_steps < 1 || c->muon_ns_steps > 100)
@@ -123,11 +127,11 @@ double optim_update_cost(const zy_optim_config *cfg, const zy_param *p, double f
 }
 
 int optim_init(zy_optim *opt, zy_ctx *ctx, const zy_optim_config *cfg, const zy_param_table *t) {
-    return optim_init_owned(opt, ctx, cfg, t, NULL);
+    return optim_init_owned(opt, ctx, cfg, t, NULL, NULL);
 }
 
 int optim_init_owned(zy_optim *opt, zy_ctx *ctx, const zy_optim_config *cfg,
-                     const zy_param_table *t, const unsigned char *mine) {
+                     const zy_param_table *t, const unsigned char *mine, const size_t *range) {
     memset(opt, 0, sizeof *opt);
     ZY_CHECK(ctx != NULL);
     ZY_TRY(optim_config_check(cfg));
@@ -136,12 +140,21 @@ int optim_init_owned(zy_optim *opt, zy_ctx *ctx, const zy_optim_config *cfg,
     opt->n_params = t->count;
     opt->method = zy_calloc((size_t)(t->count ? t->count : 1), sizeof *opt->method);
     opt->state_off = zy_calloc((size_t)(t->count ? t->count : 1), sizeof *opt->state_off);
+    opt->upd_lo = zy_calloc((size_t)(t->count ? t->count : 1), sizeof *opt->upd_lo);
+    opt->upd_hi = zy_calloc((size_t)(t->count ? t->count : 1), sizeof *opt->upd_hi);
     for (int i = 0; i < t->count; i++) {
         const zy_param *p = &t->items[i];
+        opt->upd_lo[i] = range ? range[2 * i] : 0;
+        opt->upd_hi[i] = range ? range[2 * i + 1] : p->numel;
+        ZY_CHECKF(opt->upd_lo[i] <= opt->upd_hi[i] && opt->upd_hi[i] <= p->numel,
+                  "%s: update range [%zu, %zu) of %zu elements", p->name, opt->upd_lo[i],
+                  opt->upd_hi[i], (size_t)p->numel);
         if (p->kind == ZY_PARAM_BUFFER || (mine && !mine[i])) {
             opt->method[i] = ZY_OPT_SKIP; /* a buffer, or another rank's tensor (ZeRO-1) */
         } else if (p->kind == ZY_PARAM_MATRIX && cfg->use_muon) {
             ZY_CHECKF(p->ndim >= 2, "%s: a matrix parameter needs >= 2 dims", p->name);
+            ZY_CHECKF(opt->upd_lo[i] == 0 && opt->upd_hi[i] == p->numel,
+                      "%s: Muon updates whole matrices", p->name);
             opt->method[i] = ZY_OPT_MUON;
             opt->state_off[i] = opt->muon_total;
             opt->muon_total += align16(p->numel);
@@ -180,6 +193,8 @@ void optim_free(zy_optim *opt) {
     }
     free(opt->method);
     free(opt->state_off);
+    free(opt->upd_lo);
+    free(opt->upd_hi);
     free(opt->work);
     if (opt->host_state) ops_host_free(opt->ctx, opt->host_state);
     memset(opt, 0, sizeof *opt);
@@ -304,10 +319,13 @@ static void update_entry(zy_optim *opt, const zy_param *p, int i, float *params,
     const float *grad = grads + p->offset;
     const size_t so = opt->state_off[i];
     switch ((zy_opt_method)opt->method[i]) {
-    case ZY_OPT_ADAMW:
-        optim_adamw_update(param, grad, opt->exp_avg + so, opt->exp_avg_sq + so, p->numel, lr_now,
-                           c->beta1, c->beta2, c->eps, wd, bc1, bc2, grad_scale);
+    case ZY_OPT_ADAMW: {
+        const size_t lo = opt->upd_lo[i];
+        optim_adamw_update(param + lo, grad + lo, opt->exp_avg + so + lo, opt->exp_avg_sq + so + lo,
+                           opt->upd_hi[i] - lo, lr_now, c->beta1, c->beta2, c->eps, wd, bc1, bc2,
+                           grad_scale);
         break;
+    }
     case ZY_OPT_MUON:
         muon_tensor(opt, p, param, grad, opt->momentum + so, lr_now * c->muon_lr_ratio, wd,
                     grad_scale);

@@ -59,11 +59,17 @@ typedef struct {
     int muon_ns_steps;        /* Newton-Schulz iterations, 5 */
     zy_muon_scale muon_scale; /* default ZY_MUON_SCALE_MATCH_ADAMW_RMS */
     float muon_lr_ratio;      /* Muon lr = lr_now * muon_lr_ratio (1 with MATCH_ADAMW_RMS) */
-    int replicate_embedding;  /* data parallel (train/zero1.h): 1: every rank keeps the tied
-                                 embedding's state and updates it (its gradient all-reduced,
-                                 nothing sent after the update); 0 (default): its owner alone
-                                 (the `dist.replicate_embedding` setting) */
+    int embedding_update;     /* data parallel (train/zero1.h): who updates the tied embedding,
+                                 a zy_embedding_update (the `dist.embedding_update` setting) */
 } zy_optim_config;
+
+/* Data parallel: who updates the tied embedding (train/zero1.h). OWNER: its owner alone (its
+ * gradient reduced to it, the weights broadcast after the update); REPLICATED: every rank, the
+ * same update (its gradient all-reduced, nothing sent after); SPLIT (the default): every rank one
+ * slice of it (its gradient reduce-scattered, the slices all-gathered after the update).
+ * REPLICATED and SPLIT keep its optimizer state on every rank. */
+typedef enum { ZY_EMB_OWNER = 0, ZY_EMB_REPLICATED = 1, ZY_EMB_SPLIT = 2 } zy_embedding_update;
+extern const char *const zy_embedding_update_names[]; /* "owner", "replicated", "split", NULL */
 
 /* What the optimiser does with one table entry. */
 typedef enum { ZY_OPT_SKIP = 0, ZY_OPT_ADAMW = 1, ZY_OPT_MUON = 2 } zy_opt_method;
@@ -78,6 +84,8 @@ typedef struct {
     int n_params;      /* table->count at init; the table must not change afterwards */
     uint8_t *method;   /* [n_params] zy_opt_method */
     size_t *state_off; /* [n_params] offset into exp_avg/exp_avg_sq (AdamW) or momentum (Muon) */
+    size_t *upd_lo, *upd_hi; /* [n_params] the elements [lo, hi) of each entry a step updates
+                                (ZeRO-1's split entries: a slice; otherwise [0, numel)) */
     float *exp_avg;    /* [adam_total] AdamW first moments, laid out param by param (ctx memory) */
     float *exp_avg_sq; /* [adam_total] AdamW second moments (ctx memory) */
     float *momentum;   /* [muon_total] Muon momentum buffers (ctx memory) */
@@ -102,9 +110,11 @@ int optim_config_check(const zy_optim_config *c);
  * must outlive opt); ZY_ERR on a bad config. */
 int optim_init(zy_optim *opt, zy_ctx *ctx, const zy_optim_config *cfg, const zy_param_table *t);
 /* ZeRO-1: the optimizer of the table entries i with mine[i] != 0 only (state for them, updates
- * of them); the others are left alone as buffers are. mine NULL: every entry. */
+ * of them); the others are left alone as buffers are. mine NULL: every entry. range NULL: each
+ * step updates every element of those entries; else [2 * count]: entry i's elements
+ * [range[2i], range[2i+1]) only (an AdamW entry split over ranks; its state stays whole). */
 int optim_init_owned(zy_optim *opt, zy_ctx *ctx, const zy_optim_config *cfg,
-                     const zy_param_table *t, const unsigned char *mine);
+                     const zy_param_table *t, const unsigned char *mine, const size_t *range);
 /* The optimizer state floats entry i needs under cfg (AdamW 2 per element, Muon 1, buffers 0). */
 size_t optim_state_floats(const zy_optim_config *cfg, const zy_param *p);
 /* The time one update of p takes, relative to other tensors, in bytes of memory traffic: its

@@ -203,7 +203,8 @@ static void plan_adam(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, const 
     const zy_optim_config *cfg = &opt->cfg;
     size_t n = 0;
     for (int i = 0; i < t->count; i++)
-        if (opt->method[i] == ZY_OPT_ADAMW) n += (t->items[i].numel + ADAM_CH - 1) / ADAM_CH;
+        if (opt->method[i] == ZY_OPT_ADAMW)
+            n += (opt->upd_hi[i] - opt->upd_lo[i] + ADAM_CH - 1) / ADAM_CH;
     ZY_CHECKF(n < (1u << 31), "optimizer: %zu AdamW chunks", n);
     c->nchunks = (int)n;
     c->chunk_at = (int *)zy_calloc((size_t)t->count + 1, sizeof *c->chunk_at);
@@ -212,10 +213,12 @@ static void plan_adam(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, const 
     for (int i = 0; i < t->count; i++) {
         const zy_param *p = &t->items[i];
         const float wd = (cfg->decay_kinds & ZY_KIND_BIT(p->kind)) ? cfg->weight_decay : 0.0f;
-        for (size_t o = 0; opt->method[i] == ZY_OPT_ADAMW && o < p->numel; o += ADAM_CH, k++) {
+        const size_t hi = opt->upd_hi[i]; /* the elements [lo, hi) a step updates */
+        for (size_t o = opt->upd_lo[i]; opt->method[i] == ZY_OPT_ADAMW && o < hi;
+             o += ADAM_CH, k++) {
             h[k].p = p->offset + o;
             h[k].s = opt->state_off[i] + o;
-            h[k].n = (uint32_t)(p->numel - o < ADAM_CH ? p->numel - o : ADAM_CH);
+            h[k].n = (uint32_t)(hi - o < ADAM_CH ? hi - o : ADAM_CH);
             h[k].wd = wd;
         }
         c->chunk_at[i + 1] = (int)k;

@@ -416,9 +416,12 @@ const zy_setting zy_settings[] = {
     NUM("dist.timeout_s", ZY_SET_FLOAT, dist_timeout_s, 1, 86400, "300",
         "data parallel: longest wait for another rank before the run fails (a dead or stuck "
         "rank); covers rank 0's checkpoint writes"),
-    BOOL("dist.replicate_embedding", optim.replicate_embedding, "false",
-         "data parallel: every rank updates the tied embedding (its gradient all-reduced, no "
-         "send after the update), for its optimizer state on every rank: shorter steps where the "
-         "embedding is a large share of the model (docs/data-parallel.md)"),
+    PICK("dist.embedding_update", ZY_SET_ENUM, optim.embedding_update, zy_embedding_update_names,
+         "\"split\"",
+         "data parallel: who updates the tied embedding. split: every rank a slice (its gradient "
+         "reduce-scattered, the slices all-gathered after the update: each link direction "
+         "carries a share); owner: its owner alone (reduced to it, broadcast after); "
+         "replicated: every rank all of it (all-reduced, nothing sent after). split and "
+         "replicated keep its optimizer state on every rank (docs/data-parallel.md)"),
 };
 const int zy_settings_count = (int)(sizeof zy_settings / sizeof zy_settings[0]);

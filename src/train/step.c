@@ -77,8 +77,9 @@ int step_init_training(zy_step *s, const zy_step_config *cfg, const zy_optim_con
         zero1_init(&s->zero, s->comm, &s->model, oc);
         s->have_zero = 1;
     }
-    ZY_TRY(
-        optim_init_owned(&s->opt, s->ctx, oc, &s->model.table, s->have_zero ? s->zero.mine : NULL));
+    ZY_TRY(optim_init_owned(&s->opt, s->ctx, oc, &s->model.table,
+                            s->have_zero ? s->zero.mine : NULL,
+                            s->have_zero ? s->zero.range : NULL));
     s->have_opt = 1;
     optim_set_compute_copy(&s->opt, s->model.cparams); /* bf16 weights refreshed by the update */
     spike_init(&s->spike, &cfg->spike);
@@ -134,6 +135,10 @@ static int clip(zy_step *s, double *norm, float *factor) {
 
 int step_weights_whole(zy_step *s) {
     return s->have_zero ? zero1_gather_masters(&s->zero) : ZY_OK;
+}
+
+int step_state_whole(zy_step *s) {
+    return s->have_zero ? zero1_gather_split_state(&s->zero, &s->opt) : ZY_OK;
 }
 
 int step_weights_ready(zy_step *s) {

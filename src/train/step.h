@@ -114,6 +114,9 @@ void step_owned(const zy_step *s, int *first, int *last);
  * GPUs only the compute copy of other ranks' matrices is current (train/zero1.h). Collective; call
  * before reading model.params (a checkpoint, the replica check). */
 int step_weights_whole(zy_step *s);
+/* Makes the optimizer state whole where each rank updated a slice of it (dist.embedding_update =
+ * split), before it is saved. Collective; after step_weights_whole. Nothing without ranks. */
+int step_state_whole(zy_step *s);
 /* Waits for weights still arriving from their owners after the last step (ZeRO-1 overlaps them
  * with the next forward, which waits by itself): call before anything but a forward or
  * step_weights_whole reads or writes model.params or the compute copy. Nothing without ranks. */

@@ -59,7 +59,7 @@ static int setup_comm(trainer *tr, const dist_env *e) {
 }
 
 /* The console line of ZeRO-1's optimizer memory (optim_bytes): every rank's, summed and the
- * largest (collective), and who updates the embedding (dist.replicate_embedding). */
+ * largest (collective), and who updates the embedding (dist.embedding_update). */
 static int report_zero1(trainer *tr) {
     const zy_optim *o = &tr->st.opt;
     const double mib = 1024.0 * 1024.0;
@@ -70,7 +70,9 @@ static int report_zero1(trainer *tr) {
     printf("ZeRO-1 over %d ranks: optimizer %.3f MiB in all, %.3f MiB on the largest rank; "
            "the embedding updated by %s\n",
            tr->ranks.comm.world, bytes[0] / mib, bytes[1] / mib,
-           o->cfg.replicate_embedding ? "every rank" : "its owner");
+           o->cfg.embedding_update == ZY_EMB_REPLICATED ? "every rank"
+           : o->cfg.embedding_update == ZY_EMB_SPLIT    ? "every rank, a slice each"
+                                                        : "its owner");
     return ZY_OK;
 }
 

@@ -309,7 +309,10 @@ static int snapshot(trainer *tr, trainer_save *j) {
         j->bound[r] = tr->st.have_zero ? tr->st.zero.bound[r] : (r ? m->table.count : 0);
     step_owned(&tr->st, &j->first, &j->last);
     trainer_snapshot_init(tr);
-    if (j->world > 1) ZY_TRY(step_weights_whole(&tr->st)); /* the replica check reads them all */
+    if (j->world > 1) {
+        ZY_TRY(step_weights_whole(&tr->st)); /* the replica check reads them all */
+        ZY_TRY(step_state_whole(&tr->st));   /* split entries' moments, for their owner */
+    }
     /* a GPU copies the weights whole (one transfer serves the check and the shard); the CPU its
      * span (the check reads the live weights) */
     const int gpu = m->ctx->device == ZY_DEV_CUDA;

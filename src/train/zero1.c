@@ -7,7 +7,50 @@
 #include <string.h>
 
 int zero1_replicates(const zy_optim_config *oc, const zy_param *p) {
-    return oc->replicate_embedding && p->kind == ZY_PARAM_EMBED;
+    return oc->embedding_update != ZY_EMB_OWNER && p->kind == ZY_PARAM_EMBED;
+}
+
+int zero1_splits(const zy_optim_config *oc, const zy_param *p) {
+    return oc->embedding_update == ZY_EMB_SPLIT && p->kind == ZY_PARAM_EMBED;
+}
+
+/* A split entry's slices: rank r < W-1 updates [r q, (r+1) q), the last rank [(W-1) q, numel);
+ * q = numel / W rounded down to 16 floats, so every slice starts 64-byte aligned (the AdamW
+ * kernel's vector loads) and the first W q elements are one reduce-scatter / all-gather. */
+static size_t split_q(const zy_zero1 *z, const zy_param *p) {
+    return p->numel / (size_t)z->comm->world / 16 * 16;
+}
+
+static void split_slice(const zy_zero1 *z, const zy_param *p, int r, size_t *lo, size_t *hi) {
+    const size_t q = split_q(z, p);
+    *lo = (size_t)r * q;
+    *hi = r == z->comm->world - 1 ? p->numel : *lo + q;
+}
+
+/* Entry i's W q head: slice r from rank r to every rank (in place), then the tail past it from
+ * the last rank: the whole entry of buf (an entry-sized array: its weights or a moment) on every
+ * rank. */
+static int split_gather(zy_zero1 *z, float *buf, const zy_param *p) {
+    const int W = z->comm->world;
+    const size_t q = split_q(z, p), head = (size_t)W * q;
+    if (q) ZY_TRY(comm_all_gather(z->comm, buf + (size_t)z->comm->rank * q, buf, q, ZY_COMM_F32));
+    if (p->numel > head)
+        ZY_TRY(comm_broadcast(z->comm, buf + head, p->numel - head, ZY_COMM_F32, W - 1));
+    return ZY_OK;
+}
+
+/* Entry i's gradient summed over ranks into each rank's own slice: a reduce-scatter of the head
+ * (each link direction carries a part), then the tail reduced to the last rank. */
+static int split_reduce(zy_zero1 *z, const zy_param *p) {
+    const int W = z->comm->world;
+    float *g = z->m->grads + p->offset;
+    const size_t q = split_q(z, p), head = (size_t)W * q;
+    if (q)
+        ZY_TRY(comm_reduce_scatter(z->comm, g, g + (size_t)z->comm->rank * q, q, ZY_COMM_F32,
+                                   ZY_COMM_SUM));
+    if (p->numel > head)
+        ZY_TRY(comm_reduce(z->comm, g + head, p->numel - head, ZY_COMM_F32, ZY_COMM_SUM, W - 1));
+    return ZY_OK;
 }
 
 void zero1_init(zy_zero1 *z, zy_comm *comm, zy_model *m, const zy_optim_config *oc) {
@@ -21,6 +64,8 @@ void zero1_init(zy_zero1 *z, zy_comm *comm, zy_model *m, const zy_optim_config *
     z->ready_at = zy_calloc((size_t)t->count + 1, sizeof *z->ready_at);
     z->replicated = zy_calloc((size_t)t->count + 1, sizeof *z->replicated);
     z->mine = zy_calloc((size_t)t->count + 1, sizeof *z->mine);
+    z->split = zy_calloc((size_t)t->count + 1, sizeof *z->split);
+    z->range = zy_calloc(2 * (size_t)t->count + 1, sizeof *z->range);
     const double fpb =
         m->ctx->device == ZY_DEV_CUDA ? OPTIM_NS_FLOPS_PER_BYTE_GPU : OPTIM_NS_FLOPS_PER_BYTE_CPU;
     double *cost = zy_calloc((size_t)t->count + 1, sizeof *cost);
@@ -39,7 +84,27 @@ void zero1_init(zy_zero1 *z, zy_comm *comm, zy_model *m, const zy_optim_config *
     for (; r <= W; r++) z->bound[r] = t->count;
     for (int q = 0; q < W; q++)
         for (int i = z->bound[q]; i < z->bound[q + 1]; i++) z->owner[i] = q;
-    for (int i = 0; i < t->count; i++) z->mine[i] = z->replicated[i] || z->owner[i] == comm->rank;
+    for (int i = 0; i < t->count; i++) {
+        z->mine[i] = z->replicated[i] || z->owner[i] == comm->rank;
+        z->split[i] = (unsigned char)zero1_splits(oc, &t->items[i]);
+        z->range[2 * i + 1] = t->items[i].numel;
+        if (z->split[i])
+            split_slice(z, &t->items[i], comm->rank, &z->range[2 * i], &z->range[2 * i + 1]);
+    }
+    /* the gradient norm's share of this rank: its own entries, and its slice of each split one
+     * (whose nominal owner would otherwise count it whole) */
+    int first, last;
+    zero1_owned(z, &first, &last);
+    z->norm_items = zy_calloc((size_t)t->count + 1, sizeof *z->norm_items);
+    for (int i = 0; i < t->count; i++) {
+        if (!z->split[i] && (i < first || i >= last)) continue;
+        zy_param p = t->items[i];
+        if (z->split[i]) {
+            p.offset += z->range[2 * i];
+            p.numel = z->range[2 * i + 1] - z->range[2 * i];
+        }
+        z->norm_items[z->norm_count++] = p;
+    }
     const int L = m->cfg.num_hidden_layers;
     z->group = zy_calloc((size_t)t->count + 1, sizeof *z->group);
     z->foreign = zy_calloc((size_t)L + 2, sizeof *z->foreign);
@@ -51,7 +116,7 @@ void zero1_init(zy_zero1 *z, zy_comm *comm, zy_model *m, const zy_optim_config *
         /* the table is in the order the forward reads it: globals after the layers (the final
          * norm) are read last */
         z->group[i] = layer >= 0 ? layer : seen_layer ? L : -1;
-        if (!z->mine[i]) z->foreign[z->group[i] + 1] = 1;
+        if (!z->mine[i] || z->split[i]) z->foreign[z->group[i] + 1] = 1;
     }
 }
 
@@ -61,6 +126,9 @@ void zero1_free(zy_zero1 *z) {
     free(z->ready_at);
     free(z->replicated);
     free(z->mine);
+    free(z->split);
+    free(z->range);
+    free(z->norm_items);
     free(z->group);
     free(z->foreign);
     memset(z, 0, sizeof *z);
@@ -78,7 +146,8 @@ static size_t span_floats(const zy_param_table *t, int a, int b) {
 }
 
 /* m->grads_ready: reduces every run of consecutive entries that became final at `layer` and
- * share an owner to that owner, or all-reduces it when they are replicated. */
+ * share an owner to that owner, or all-reduces it when they are replicated; a split entry is
+ * reduce-scattered over its slices. */
 static void reduce_bucket(void *user, int layer) {
     zy_zero1 *z = user;
     const zy_param_table *t = &z->m->table;
@@ -87,9 +156,14 @@ static void reduce_bucket(void *user, int layer) {
             a++;
             continue;
         }
+        if (z->split[a]) {
+            if (split_reduce(z, &t->items[a]) != ZY_OK) z->failed = 1;
+            a++;
+            continue;
+        }
         int b = a + 1;
         while (b < t->count && z->ready_at[b] == layer && z->owner[b] == z->owner[a] &&
-               z->replicated[b] == z->replicated[a])
+               z->replicated[b] == z->replicated[a] && !z->split[b])
             b++;
         float *g = z->m->grads + t->items[a].offset;
         const size_t n = span_floats(t, a, b);
@@ -118,18 +192,10 @@ int zero1_grads_done(zy_zero1 *z) {
     return rc;
 }
 
-/* The table entries this rank owns, as a table of their own (offsets into the whole buffer). */
-static zy_param_table owned_view(const zy_zero1 *z) {
-    zy_param_table v = z->m->table;
-    int first, last;
-    zero1_owned(z, &first, &last);
-    v.items += first;
-    v.count = last - first;
-    return v;
-}
-
 int zero1_grad_sumsq(zy_zero1 *z, double *sumsq) {
-    const zy_param_table v = owned_view(z);
+    zy_param_table v = z->m->table; /* the entries (and slices) this rank counts */
+    v.items = z->norm_items;
+    v.count = z->norm_count;
     *sumsq = v.count ? clip_grad_sumsq(z->m->ctx, &v, z->m->grads) : 0.0;
     return comm_all_reduce(z->comm, sumsq, 1, ZY_COMM_F64, ZY_COMM_SUM);
 }
@@ -177,11 +243,19 @@ static void recast_group(zy_zero1 *z, int group) {
     zy_model *m = z->m;
     const zy_param_table *t = &m->table;
     if (!m->cparams) return;
+    const size_t as = ops_act_size(m->ctx);
     for (int i = 0; i < t->count; i++) {
         const zy_param *p = &t->items[i];
-        if (z->group[i] == group && p->kind != ZY_PARAM_MATRIX && !z->mine[i])
-            ops_cast_to_act(m->ctx, (char *)m->cparams + p->offset * ops_act_size(m->ctx),
-                            m->params + p->offset, p->numel);
+        if (z->group[i] != group || p->kind == ZY_PARAM_MATRIX) continue;
+        if (z->split[i]) { /* the other ranks' slices: before and after this rank's */
+            const size_t lo = z->range[2 * i], hi = z->range[2 * i + 1];
+            ops_cast_to_act(m->ctx, (char *)m->cparams + p->offset * as, m->params + p->offset, lo);
+            ops_cast_to_act(m->ctx, (char *)m->cparams + (p->offset + hi) * as,
+                            m->params + p->offset + hi, p->numel - hi);
+        } else if (!z->mine[i]) {
+            ops_cast_to_act(m->ctx, (char *)m->cparams + p->offset * as, m->params + p->offset,
+                            p->numel);
+        }
     }
 }
 
@@ -215,10 +289,33 @@ int zero1_share_begin(zy_zero1 *z) {
     return comm_defer(z->comm, 1);
 }
 
+/* The fp32 slices of group g's split entries, from every rank to every rank. */
+static int gather_split_group(zy_zero1 *z, int group) {
+    const zy_param_table *t = &z->m->table;
+    for (int i = 0; i < t->count; i++)
+        if (z->split[i] && z->group[i] == group)
+            ZY_TRY(split_gather(z, z->m->params + t->items[i].offset, &t->items[i]));
+    return ZY_OK;
+}
+
+int zero1_gather_split_state(zy_zero1 *z, zy_optim *opt) {
+    const zy_param_table *t = &z->m->table;
+    for (int i = 0; i < t->count; i++) {
+        if (!z->split[i]) continue;
+        ZY_TRY(split_gather(z, opt->exp_avg + opt->state_off[i], &t->items[i]));
+        ZY_TRY(split_gather(z, opt->exp_avg_sq + opt->state_off[i], &t->items[i]));
+    }
+    return ZY_OK;
+}
+
 void zero1_share_group(void *user, int group) {
     zy_zero1 *z = user;
     if (z->share_error) return;
-    int rc;
+    int rc = gather_split_group(z, group);
+    if (rc != ZY_OK) {
+        z->share_error = 1;
+        return;
+    }
     if (z->m->cparams) {
         rc = broadcast_group(z, group, is_matrix, 1);
         if (rc == ZY_OK) rc = broadcast_group(z, group, not_matrix, 0);

@@ -29,18 +29,28 @@
  * weights: all of them go.
  *
  * Replicated entries (zero1_replicates: the tied embedding when the optimizer config's
- * replicate_embedding is 1; off by default) are updated by every rank instead: their gradient is
- * all-reduced (on CPU ranks and on 2 GPUs the bits the owner's reduce gives; NCCL's algorithms
- * on more may fold in another order, the same on every rank), every rank keeps their optimizer
- * state and runs the same update, and nothing is sent after it. The embedding's gradient is final
- * last in the backward and its weights are read first in the forward, so its reduce, update and
- * broadcast were one chain between the two every other rank waited for (at zaya1-base widths 2.15
- * GB each way, on 2 H200s ~16 ms); the all-reduce moves the same bytes as the reduce on 2 ranks,
- * and the update runs on every rank at once. Its cost: the embedding's AdamW moments and update on
- * every rank. Measured on 2 H100s it pays where the embedding is a large share of the step
- * (zaya1-base widths with 4 layers: 0.85 -> 0.88 per GPU) and not elsewhere (bench-small 0.97 ->
- * 0.95). It still has a nominal owner within the ranges: the rank that saves it and counts it in
+ * embedding_update is ZY_EMB_REPLICATED or ZY_EMB_SPLIT) are updated by every rank instead: their
+ * gradient is all-reduced (on CPU ranks and on 2 GPUs the bits the owner's reduce gives; NCCL's
+ * algorithms on more may fold in another order, the same on every rank), every rank keeps their
+ * optimizer state and runs the same update, and nothing is sent after it. The embedding's gradient
+ * is final last in the backward and its weights are read first in the forward, so its reduce,
+ * update and broadcast were one chain between the two every other rank waited for (at zaya1-base
+ * widths 2.15 GB each way, on 2 H200s ~16 ms); the all-reduce moves the same bytes as the reduce on
+ * 2 ranks, and the update runs on every rank at once. Its cost: the embedding's AdamW moments and
+ * update on every rank. Measured on 2 H100s it pays where the embedding is a large share of the
+ * step (zaya1-base widths with 4 layers: 0.85 -> 0.88 per GPU) and not elsewhere (bench-small 0.97
+ * -> 0.95). It still has a nominal owner within the ranges: the rank that saves it and counts it in
  * the gradient norm. Ownership balancing leaves replicated entries out (every rank pays for them).
+ *
+ * Split entries (zero1_splits: the tied embedding under ZY_EMB_SPLIT, the default) are replicated
+ * entries whose update is shared: rank r updates one slice of the elements (split_slice: W near
+ * equal parts, 16-float aligned, the tail to the last rank). Their gradient is reduce-scattered
+ * (each rank receives the sums of its slice; on 2 GPUs each link direction carries half the bytes
+ * where a reduce to one owner sends them all one way), each rank counts its slice in the norm and
+ * updates it, and the slices are all-gathered after the update in fp32 (the receivers cast them
+ * into their compute copy). Every rank keeps the whole state, current only on its slice until
+ * zero1_gather_split_state makes it whole for a checkpoint, which the nominal owner writes as it
+ * would its own: the files are the same in every mode.
  */
 #ifndef ZY_TRAIN_ZERO1_H
 #define ZY_TRAIN_ZERO1_H
@@ -56,7 +66,14 @@ typedef struct {
     unsigned char *replicated; /* [count] every rank updates the entry (zero1_replicates) */
     unsigned char *mine;       /* [count] the entries this rank's optimizer updates: its own
                                   range and the replicated ones (optim_init_owned) */
-    int *owner;                /* [count] the owning rank of each entry */
+    unsigned char *split;      /* [count] replicated entries each rank updates a slice of
+                                  (zero1_splits) */
+    size_t *range;        /* [2 count] the elements [lo, hi) of each entry this rank's update covers
+                             (optim_init_owned's range: a slice of split entries, else the whole) */
+    zy_param *norm_items; /* [norm_count] what this rank adds to the gradient norm: its own
+                             entries and its slices of the split ones (as entries of their own) */
+    int norm_count;
+    int *owner;    /* [count] the owning rank of each entry */
     int *ready_at; /* [count] the grads_ready layer after which the entry's gradient is final */
     int *group;    /* [count] the weights' group: -1 the globals read before the layers, l layer
                       l, L (the layer count) the globals read after them (final norm) */
@@ -69,9 +86,12 @@ typedef struct {
     int next_group;    /* the first group (-1: global, else layer) not yet waited for */
 } zy_zero1;
 
-/* Whether every rank updates p under oc (the file comment): the tied embedding when
- * oc->replicate_embedding. */
+/* Whether every rank keeps p's optimizer state (the file comment): the tied embedding when
+ * oc->embedding_update is ZY_EMB_REPLICATED or ZY_EMB_SPLIT. */
 int zero1_replicates(const zy_optim_config *oc, const zy_param *p);
+/* Whether each rank updates one slice of p (the file comment): the tied embedding when
+ * oc->embedding_update is ZY_EMB_SPLIT. */
+int zero1_splits(const zy_optim_config *oc, const zy_param *p);
 /* Splits the table of m over comm's ranks by update cost (oc decides it per tensor). */
 void zero1_init(zy_zero1 *z, zy_comm *comm, zy_model *m, const zy_optim_config *oc);
 void zero1_free(zy_zero1 *z);
@@ -102,5 +122,9 @@ int zero1_weights_ready(zy_zero1 *z);
 /* Makes m->params (the fp32 masters) whole on every rank: nothing unless a GPU share left some
  * stale. Collective. */
 int zero1_gather_masters(zy_zero1 *z);
+/* Makes the split entries' optimizer moments whole on every rank (each rank's update kept only
+ * its slice current), so the nominal owner saves them whole. Collective; after
+ * zero1_weights_ready (nothing deferred). */
+int zero1_gather_split_state(zy_zero1 *z, zy_optim *opt);
 
 #endif
