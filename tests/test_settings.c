@@ -96,6 +96,11 @@ static void test_unknown_key_suggestion(void **state) {
     expect_error("{\"data\": \"x\"}", "optimzer.lr=0.1", "--set optimzer.lr=0.1",
                  "did you mean optimizer.lr?");
     expect_error("{\"data\": \"x\", \"optimizer\": 3}", NULL, "optimizer must be an object", NULL);
+    /* a replaced key names what replaced it */
+    expect_error("{\"data\": \"x\", \"dist\": {\"replicate_embedding\": true}}", NULL,
+                 "dist.replicate_embedding was replaced by dist.embedding_update", "replicated");
+    expect_error("{\"data\": \"x\"}", "dist.embedding_update=everywhere", "dist.embedding_update",
+                 "split");
 }
 
 static void test_range_errors(void **state) {

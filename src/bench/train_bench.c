@@ -526,7 +526,9 @@ cJSON *bench_train_to_json(const bench_train_opts *o, const bench_train_result *
     cJSON_AddNumberToObject(j, "warmup", o->warmup);
     cJSON_AddStringToObject(j, "optim", o->use_muon ? "muon" : "adamw");
     cJSON_AddBoolToObject(j, "recompute", o->recompute);
-    cJSON_AddStringToObject(j, "embedding_update", zy_embedding_update_names[o->embedding_update]);
+    if (r->world > 1) /* what ranks do; one rank updates everything */
+        cJSON_AddStringToObject(j, "embedding_update",
+                                zy_embedding_update_names[o->embedding_update]);
     cJSON_AddNumberToObject(j, "lr", o->lr);
     cJSON_AddNumberToObject(j, "seed", (double)o->seed);
     cJSON_AddNumberToObject(j, "expert_streams", o->cuda.expert_streams);

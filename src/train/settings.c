@@ -59,7 +59,17 @@ const char *settings_suggest(const char *key) {
     return best && (best_d <= 2 || 3 * best_d <= n) ? best : NULL;
 }
 
+/* Keys that were replaced, with what replaces them (an old config gets told, not just refused). */
+static const char *const renamed_keys[][2] = {
+    {"dist.replicate_embedding",
+     "dist.embedding_update (\"replicated\" for true, \"owner\" for false; the default is "
+     "\"split\")"},
+};
+
 static int unknown_key(const char *source, const char *key) {
+    for (size_t i = 0; i < sizeof renamed_keys / sizeof renamed_keys[0]; i++)
+        if (!strcmp(key, renamed_keys[i][0]))
+            return zy_fail("%s: %s was replaced by %s", source, key, renamed_keys[i][1]);
     const char *s = settings_suggest(key);
     if (s) return zy_fail("%s: unknown key %s (did you mean %s?)", source, key, s);
     return zy_fail("%s: unknown key %s (zayac train --list-settings lists the keys)", source, key);

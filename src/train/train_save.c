@@ -2,7 +2,8 @@
  * goes on.
  *
  * The training thread takes a snapshot of what this rank writes: the fp32 weights of the tensors
- * it owns (ZeRO-1: current on their owner, so nothing is gathered) and their optimizer state;
+ * it owns (ZeRO-1: current on their owner, so no weight is gathered) and their optimizer state
+ * (a split entry's moments gathered whole first, step_state_whole);
  * rank 0 also the balancing state and state.json. The snapshot goes to host buffers made once at
  * the start and reused (trainer.h): on a GPU pinned memory, filled by copies queued on the stream
  * with one wait, so the pause is the device-to-host transfer. A writer thread then writes the
@@ -333,7 +334,8 @@ static int snapshot(trainer *tr, trainer_save *j) {
     }
     /* the state: the GPU's optimizer moments stay in the mirror they were copied to; what a step
      * changes in place on the host (the CPU's moments, the balancing state) is copied */
-    /* of its own entries (a replicated one's state, the same on every rank, is its owner's) */
+    /* of its own entries (a replicated one's state, the same on every rank once a split one's is
+     * gathered, is its owner's) */
     j->so = optim_state_tensors_of(&tr->st.opt, &m->table, j->first, j->last, &j->no);
     if (j->rank == 0) j->sb = balance_state_tensors(&tr->st.bal, &j->nb);
     const int copy_so = !optim_state_mirrored(&tr->st.opt);

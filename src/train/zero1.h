@@ -17,7 +17,8 @@
  * backward; the host backends complete it at once). Summed over the buckets, each rank sends the
  * bytes of one reduce-scatter of the gradients, without a padded copy of them. After the
  * backward an owner's gradients hold the sums over ranks; the others' are left partial, and
- * nothing reads them: the norm is summed over owned entries, then over ranks.
+ * nothing reads them: the norm is summed over owned entries (and each rank's slices of split
+ * ones, below), then over ranks.
  *
  * Weights: after the update each owner broadcasts its entries. On a GPU only what the compute
  * reads goes: the bf16 compute copy of the matrices (the GEMMs read nothing else of them) and the
@@ -29,18 +30,20 @@
  * weights: all of them go.
  *
  * Replicated entries (zero1_replicates: the tied embedding when the optimizer config's
- * embedding_update is ZY_EMB_REPLICATED or ZY_EMB_SPLIT) are updated by every rank instead: their
- * gradient is all-reduced (on CPU ranks and on 2 GPUs the bits the owner's reduce gives; NCCL's
- * algorithms on more may fold in another order, the same on every rank), every rank keeps their
- * optimizer state and runs the same update, and nothing is sent after it. The embedding's gradient
- * is final last in the backward and its weights are read first in the forward, so its reduce,
- * update and broadcast were one chain between the two every other rank waited for (at zaya1-base
- * widths 2.15 GB each way, on 2 H200s ~16 ms); the all-reduce moves the same bytes as the reduce on
- * 2 ranks, and the update runs on every rank at once. Its cost: the embedding's AdamW moments and
- * update on every rank. Measured on 2 H100s it pays where the embedding is a large share of the
- * step (zaya1-base widths with 4 layers: 0.85 -> 0.88 per GPU) and not elsewhere (bench-small 0.97
- * -> 0.95). It still has a nominal owner within the ranges: the rank that saves it and counts it in
- * the gradient norm. Ownership balancing leaves replicated entries out (every rank pays for them).
+ * embedding_update is ZY_EMB_REPLICATED or ZY_EMB_SPLIT) have their optimizer state on every rank.
+ * Under ZY_EMB_REPLICATED every rank updates them: their gradient is all-reduced (on CPU ranks and
+ * on 2 GPUs the bits the owner's reduce gives; NCCL's algorithms on more may fold in another order,
+ * the same on every rank), every rank keeps their optimizer state and runs the same update, and
+ * nothing is sent after it. The embedding's gradient is final last in the backward and its weights
+ * are read first in the forward, so its reduce, update and broadcast were one chain between the two
+ * every other rank waited for (at zaya1-base widths 2.15 GB each way, on 2 H200s ~16 ms); the
+ * all-reduce moves the same bytes as the reduce on 2 ranks, and the update runs on every rank at
+ * once. Its cost: the embedding's AdamW moments and update on every rank. Measured on 2 H100s it
+ * pays where the embedding is a large share of the step (zaya1-base widths with 4 layers: 0.85 ->
+ * 0.88 per GPU) and not elsewhere (bench-small 0.97
+ * -> 0.95). It still has a nominal owner within the ranges: the rank that saves it and (not split)
+ * counts it in the gradient norm. Ownership balancing leaves replicated entries out (every rank
+ * pays for them).
  *
  * Split entries (zero1_splits: the tied embedding under ZY_EMB_SPLIT, the default) are replicated
  * entries whose update is shared: rank r updates one slice of the elements (split_slice: W near
@@ -64,8 +67,9 @@ typedef struct {
     zy_model *m;
     int *bound;                /* [world + 1] rank r owns table entries [bound[r], bound[r+1]) */
     unsigned char *replicated; /* [count] every rank updates the entry (zero1_replicates) */
-    unsigned char *mine;       /* [count] the entries this rank's optimizer updates: its own
-                                  range and the replicated ones (optim_init_owned) */
+    unsigned char *mine;       /* [count] the entries this rank's optimizer holds and updates (a
+                                  split one: its slice, `range`): its own range and the
+                                  replicated ones (optim_init_owned) */
     unsigned char *split;      /* [count] replicated entries each rank updates a slice of
                                   (zero1_splits) */
     size_t *range;        /* [2 count] the elements [lo, hi) of each entry this rank's update covers
@@ -103,7 +107,8 @@ void zero1_owned(const zy_zero1 *z, int *first, int *last);
 void zero1_reduce_in_backward(zy_zero1 *z);
 /* Waits for the buckets, removes the hook; fails (runtime) if a reduce failed. */
 int zero1_grads_done(zy_zero1 *z);
-/* The squared L2 norm of the whole gradient: this rank's owned entries summed, then over ranks. */
+/* The squared L2 norm of the whole gradient: this rank's owned entries and split slices
+ * (norm_items) summed, then over ranks. */
 int zero1_grad_sumsq(zy_zero1 *z, double *sumsq);
 /* After the optimizer step: every owner's updated weights to every rank (see the file comment),
  * queued group by group without waiting (z->group: the globals read first, the layers, then the
