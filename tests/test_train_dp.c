@@ -17,6 +17,7 @@
 #include "dist/comm.h"
 #include "io/safetensors.h"
 #include "model/config.h"
+#include "model/model.h"
 #include "mpi_test_util.h"
 #include "ckpt_compare.h"
 #include "corpus_util.h"
@@ -744,24 +745,25 @@ static double json_number(const char *file, const char *key) {
 static void test_bench_train_ranks(void **state) {
     (void)state;
     if (!have_mpi()) skip();
-    char one[256], two[256], rep[256], spl[256];
+    char one[256], two[256], rep[256], spl[256], muon[256];
     path(one, sizeof one, "bench1.json");
     path(two, sizeof two, "bench2.json");
     path(rep, sizeof rep, "bench2rep.json");
     path(spl, sizeof spl, "bench2split.json");
-    const char *common[] = {"--preset", "tiny",  "--device", "cpu",     "--batch",
-                            "2",        "--seq", "32",       "--steps", "2",
-                            "--warmup", "1",     "--optim",  "adamw",   NULL};
+    path(muon, sizeof muon, "bench2muon.json");
+    const char *common[] = {"--preset", "tiny",    "--device", "cpu",      "--batch", "2", "--seq",
+                            "32",       "--steps", "2",        "--warmup", "1",       NULL};
     const char *args[40];
-    /* 1 rank; 2 ranks, the embedding owned; replicated; split (the default: no option) */
-    const char *modes[] = {NULL, "owner", "replicated", NULL};
-    const char *jsons[] = {one, two, rep, spl};
-    for (int n = 0; n < 4; n++) {
+    /* 1 rank; 2 ranks, the embedding owned; replicated; split (the default: no option); Muon */
+    const char *modes[] = {NULL, "owner", "replicated", NULL, NULL};
+    const char *jsons[] = {one, two, rep, spl, muon};
+    for (int n = 0; n < 5; n++) {
         int k = 0;
         args[k++] = "bench", args[k++] = "train";
         if (n > 0) args[k++] = "-n", args[k++] = "2";
         if (modes[n]) args[k++] = "--embedding-update", args[k++] = modes[n];
         for (const char **c = common; *c; c++) args[k++] = *c;
+        args[k++] = "--optim", args[k++] = n == 4 ? "muon" : "adamw";
         args[k++] = "--json", args[k++] = jsons[n], args[k] = NULL;
         run_result r = spawn_capture(bin, tmp, args);
         if (r.code != 0) fail_msg("bench train case %d: exit %d\n%s\n%s", n, r.code, r.out, r.err);
@@ -789,6 +791,21 @@ static void test_bench_train_ranks(void **state) {
                   all_rep, all_split, moments);
     assert_true(all_rep == whole + moments);
     assert_true(all_split == whole + moments);
+    /* distributed Muon against all-gathering the gradients it needs: the bench reports what
+     * the gather would hold (every Muon matrix's fp32 gradient), nothing under AdamW */
+    zy_param_table t;
+    model_build_table(&t, &tiny);
+    double matrices = 0;
+    for (int i = 0; i < t.count; i++)
+        if (t.items[i].kind == ZY_PARAM_MATRIX)
+            matrices += (double)t.items[i].numel * sizeof(float);
+    params_free(&t);
+    const double gather = json_number(muon, "memory.muon_gradient_gather_bytes");
+    print_message("Muon on 2 ranks: optimizer %.0f bytes on the larger rank; gathering the "
+                  "gradients would hold %.0f more\n",
+                  json_number(muon, "memory.optimizer_bytes"), gather);
+    assert_true(matrices > 0 && gather == matrices);
+    assert_true(json_number(two, "memory.muon_gradient_gather_bytes") == 0);
 }
 
 int main(void) {

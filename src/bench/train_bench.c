@@ -188,6 +188,11 @@ static int bt_init(bt_state *s, const bench_train_opts *o, const dist_env *e,
     r->optim_bytes = ob[0];
     r->optim_bytes_min = -ob[1];
     r->optim_bytes_all = ob[2];
+    r->muon_gather_bytes = 0;
+    const zy_param_table *t = &s->st.model.table;
+    for (int i = 0; oc.use_muon && c->world > 1 && i < t->count; i++)
+        if (t->items[i].kind == ZY_PARAM_MATRIX)
+            r->muon_gather_bytes += (double)t->items[i].numel * sizeof(float);
     return ZY_OK;
 }
 
@@ -477,6 +482,12 @@ void bench_train_print(FILE *f, const bench_train_opts *o, const bench_train_res
                 "  %-16s optimizer per rank %.3f to %.3f GiB of %.3f GiB over all ranks "
                 "(ZeRO-1: each its tensors' share)\n",
                 "", r->optim_bytes_min / GIB, r->optim_bytes / GIB, r->optim_bytes_all / GIB);
+    if (r->muon_gather_bytes > 0)
+        fprintf(f,
+                "  %-16s distributed Muon: each matrix whole on its owner, no gradient gathered; "
+                "all-gathering the Muon matrices' fp32 gradients instead would hold %.3f GiB more "
+                "on every rank\n",
+                "", r->muon_gather_bytes / GIB);
     fprintf(f, "  %-16s %.4f first step, %.4f last%s\n", "loss", r->loss_first, r->loss_last,
             r->nonfinite_steps ? " (some steps NOT FINITE)" : "");
     if (r->nsteps > 0)
@@ -567,6 +578,7 @@ cJSON *bench_train_to_json(const bench_train_opts *o, const bench_train_result *
     add_num_or_null(mem, "optimizer_bytes", r->optim_bytes); /* the largest rank's */
     add_num_or_null(mem, "optimizer_bytes_min_rank", r->optim_bytes_min);
     add_num_or_null(mem, "optimizer_bytes_all_ranks", r->optim_bytes_all);
+    add_num_or_null(mem, "muon_gradient_gather_bytes", r->muon_gather_bytes);
     add_num_or_null(mem, "activations_bytes", r->acts_bytes);
     add_num_or_null(mem, "activations_estimate_bytes", r->acts_estimate);
     add_num_or_null(mem, "attention_workspace_estimate_bytes", r->workspace_estimate);

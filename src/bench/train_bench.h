@@ -66,6 +66,9 @@ typedef struct {
     /* optimizer state (moments + Newton-Schulz workspace): the largest and smallest of one rank,
      * the sum over ranks (ZeRO-1: each rank holds its tensors' share) */
     double optim_bytes, optim_bytes_min, optim_bytes_all;
+    double muon_gather_bytes; /* ranks, Muon: what all-gathering the fp32 gradients of the Muon
+                                 matrices for Newton-Schulz would hold on every rank (the scheme
+                                 zayac does not need: each matrix is whole on its owner) */
     double *optim_ms_rank; /* [world] the optimizer phase of each rank's profiled step, or NULL */
     double acts_bytes;     /* CUDA: measured around acts_init; NaN on the CPU (not recorded) */
     double acts_estimate;  /* the activation arena's bytes as the memory estimate has them */
