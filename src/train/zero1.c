@@ -237,24 +237,25 @@ static int not_matrix(const zy_param *p) {
     return p->kind != ZY_PARAM_MATRIX;
 }
 
+/* The compute copy of fp32 weights [off, off + n) (floats into the whole buffer). */
+static void recast_span(zy_model *m, size_t off, size_t n) {
+    ops_cast_to_act(m->ctx, (char *)m->cparams + off * ops_act_size(m->ctx), m->params + off, n);
+}
+
 /* After group g's fp32 entries arrived: the receivers cast them into their compute copy (the
  * owner's optimizer wrote its own). */
 static void recast_group(zy_zero1 *z, int group) {
     zy_model *m = z->m;
     const zy_param_table *t = &m->table;
     if (!m->cparams) return;
-    const size_t as = ops_act_size(m->ctx);
     for (int i = 0; i < t->count; i++) {
         const zy_param *p = &t->items[i];
         if (z->group[i] != group || p->kind == ZY_PARAM_MATRIX) continue;
         if (z->split[i]) { /* the other ranks' slices: before and after this rank's */
-            const size_t lo = z->range[2 * i], hi = z->range[2 * i + 1];
-            ops_cast_to_act(m->ctx, (char *)m->cparams + p->offset * as, m->params + p->offset, lo);
-            ops_cast_to_act(m->ctx, (char *)m->cparams + (p->offset + hi) * as,
-                            m->params + p->offset + hi, p->numel - hi);
+            recast_span(m, p->offset, z->range[2 * i]);
+            recast_span(m, p->offset + z->range[2 * i + 1], p->numel - z->range[2 * i + 1]);
         } else if (!z->mine[i]) {
-            ops_cast_to_act(m->ctx, (char *)m->cparams + p->offset * as, m->params + p->offset,
-                            p->numel);
+            recast_span(m, p->offset, p->numel);
         }
     }
 }
@@ -312,14 +313,10 @@ void zero1_share_group(void *user, int group) {
     zy_zero1 *z = user;
     if (z->share_error) return;
     int rc = gather_split_group(z, group);
-    if (rc != ZY_OK) {
-        z->share_error = 1;
-        return;
-    }
-    if (z->m->cparams) {
+    if (rc == ZY_OK && z->m->cparams) {
         rc = broadcast_group(z, group, is_matrix, 1);
         if (rc == ZY_OK) rc = broadcast_group(z, group, not_matrix, 0);
-    } else { /* fp32 is what computes */
+    } else if (rc == ZY_OK) { /* fp32 is what computes */
         rc = broadcast_group(z, group, any_entry, 0);
     }
     if (rc == ZY_OK) rc = comm_mark(z->comm, group + 1);
