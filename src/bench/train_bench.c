@@ -176,8 +176,9 @@ static int bt_init(bt_state *s, const bench_train_opts *o, const dist_env *e,
     balance_config_default(&bc);
     zy_step_config sc = {.grad_accum = 1, .grad_clip = BT_GRAD_CLIP, .balance = 1};
     ZY_TRY(step_init_training(&s->st, &sc, &oc, &bc));
-    r->params_bytes = (double)s->st.model.table.total * sizeof(float);
-    r->grads_bytes = r->params_bytes;
+    r->grads_bytes = (double)s->st.model.table.total * sizeof(float);
+    /* this rank's fp32 masters (ZeRO-1 on GPUs gave the other ranks' matrices back) */
+    r->params_bytes = (double)s->st.model.params_resident;
     /* this rank's optimizer: the moments of the tensors it owns and its Newton-Schulz workspace */
     double ob[3];
     ob[0] = ob[2] = optim_bytes(&s->st.opt);
@@ -185,6 +186,7 @@ static int bt_init(bt_state *s, const bench_train_opts *o, const dist_env *e,
     zy_comm *c = &s->ranks.comm;
     ZY_TRY(comm_all_reduce(c, ob, 2, ZY_COMM_F64, ZY_COMM_MAX));
     ZY_TRY(comm_all_reduce(c, ob + 2, 1, ZY_COMM_F64, ZY_COMM_SUM));
+    ZY_TRY(comm_all_reduce(c, &r->params_bytes, 1, ZY_COMM_F64, ZY_COMM_MAX));
     r->optim_bytes = ob[0];
     r->optim_bytes_min = -ob[1];
     r->optim_bytes_all = ob[2];

@@ -62,7 +62,8 @@ typedef struct {
     double mfu;             /* model_tflops / peak_tflops; NaN when the peak is unknown */
     double mem_gib; /* CUDA: device memory this process added, after warm-up; CPU: peak RSS */
     double device_used_gib; /* CUDA: all used memory of the device after warm-up; NaN on the CPU */
-    double params_bytes, grads_bytes; /* from the structures (every rank holds them whole) */
+    double params_bytes; /* the fp32 masters on the device (ZeRO-1 on GPUs: the largest rank's) */
+    double grads_bytes;  /* from the structures (every rank holds them whole) */
     /* optimizer state (moments + Newton-Schulz workspace): the largest and smallest of one rank,
      * the sum over ranks (ZeRO-1: each rank holds its tensors' share) */
     double optim_bytes, optim_bytes_min, optim_bytes_all;

@@ -51,10 +51,7 @@ int hf_load_model(zy_model *m, const char *dir, zy_skip_bias_rule rule) {
     float *host = on_cpu ? m->params : zy_malloc(bytes);
     int rc = hf_load_weights(dir, &m->table, host);
     if (rc == ZY_OK && rule == ZY_SKIP_BIAS_HF) skip_bias_as_hf(m, host, dir);
-    if (rc == ZY_OK && !on_cpu) {
-        ops_copy(m->ctx, m->params, host, bytes);
-        model_sync_compute_weights(m);
-    }
+    if (rc == ZY_OK && !on_cpu) model_set_weights(m, host);
     if (!on_cpu) free(host);
     return rc;
 }

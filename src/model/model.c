@@ -204,7 +204,8 @@ int model_init(zy_model *m, const zy_config *cfg, zy_ctx *ctx, int with_grads) {
     m->cfg = *cfg;
     m->ctx = ctx;
     model_build_table(&m->table, cfg);
-    m->params = ops_alloc(ctx, m->table.total * sizeof(float));
+    m->params = ops_alloc_releasable(ctx, m->table.total * sizeof(float));
+    m->params_resident = m->table.total * sizeof(float);
     build_views(&m->w, m, m->params);
     if (ctx->act_dtype != ZY_DTYPE_F32)
         m->cparams = ops_alloc(ctx, m->table.total * ops_act_size(ctx));
@@ -232,12 +233,68 @@ void model_free(zy_model *m) {
     free(m->g.layers);
     free(m->wc.layers);
     free(m->zero_ranges);
+    free(m->kept);
     params_free(&m->table);
     memset(m, 0, sizeof *m);
 }
 
 void model_sync_compute_weights(zy_model *m) {
-    if (m->cparams) ops_cast_to_act(m->ctx, m->cparams, m->params, m->table.total);
+    if (!m->cparams) return;
+    if (!m->kept) {
+        ops_cast_to_act(m->ctx, m->cparams, m->params, m->table.total);
+        return;
+    }
+    const size_t esize = ops_act_size(m->ctx);
+    for (int i = 0; i < m->nkept; i++)
+        ops_cast_to_act(m->ctx, (char *)m->cparams + m->kept[i][0] * esize,
+                        m->params + m->kept[i][0], m->kept[i][1]);
+}
+
+void model_set_weights(zy_model *m, const float *host) {
+    const size_t bytes = m->table.total * sizeof(float);
+    if (m->ctx->device == ZY_DEV_CPU) {
+        if (host != m->params) memcpy(m->params, host, bytes);
+        return;
+    }
+    if (!m->kept) {
+        ops_copy(m->ctx, m->params, host, bytes);
+        model_sync_compute_weights(m);
+        return;
+    }
+    /* sharded masters: every compute copy, and the kept masters, from one device copy in the
+     * gradient buffer (a load comes between steps, when nothing is in it) */
+    ZY_CHECKF(m->grads && m->cparams, "sharded fp32 masters without gradients or compute copy");
+    ops_copy(m->ctx, m->grads, host, bytes);
+    ops_cast_to_act(m->ctx, m->cparams, m->grads, m->table.total);
+    for (int i = 0; i < m->nkept; i++)
+        ops_copy(m->ctx, m->params + m->kept[i][0], m->grads + m->kept[i][0],
+                 m->kept[i][1] * sizeof(float));
+}
+
+void model_release_masters(zy_model *m, const unsigned char *keep) {
+    if (m->ctx->device == ZY_DEV_CPU) return;
+    const zy_param_table *t = &m->table;
+    free(m->kept);
+    m->kept = zy_calloc((size_t)t->count + 1, sizeof *m->kept);
+    m->nkept = 0;
+    for (int i = 0; i < t->count; i++) { /* runs of kept entries, in elements */
+        if (!keep[i]) continue;
+        const size_t off = t->items[i].offset, n = t->items[i].numel;
+        if (m->nkept && m->kept[m->nkept - 1][0] + m->kept[m->nkept - 1][1] == off) {
+            m->kept[m->nkept - 1][1] += n;
+        } else {
+            m->kept[m->nkept][0] = off;
+            m->kept[m->nkept++][1] = n;
+        }
+    }
+    size_t(*bytes)[2] = zy_calloc((size_t)m->nkept + 1, sizeof *bytes);
+    for (int i = 0; i < m->nkept; i++) {
+        bytes[i][0] = m->kept[i][0] * sizeof(float);
+        bytes[i][1] = m->kept[i][1] * sizeof(float);
+    }
+    m->params_resident =
+        ops_release_except(m->ctx, m->params, t->total * sizeof(float), bytes, m->nkept);
+    free(bytes);
 }
 
 void model_zero_grads(zy_model *m) {
@@ -290,10 +347,9 @@ void model_init_weights(zy_model *m, uint64_t seed) {
         }
     }
     if (host != m->params) {
-        ops_copy(m->ctx, m->params, host, bytes);
+        model_set_weights(m, host);
         free(host);
     }
-    model_sync_compute_weights(m);
 }
 
 zy_param_counts model_count_params(const zy_config *c) {

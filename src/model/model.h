@@ -59,7 +59,8 @@ typedef struct {
     zy_config cfg;
     zy_ctx *ctx;
     zy_param_table table;
-    float *params;   /* [table.total] on ctx's device */
+    float *params;   /* [table.total] on ctx's device (its pages can be given back in part:
+                        model_release_masters) */
     float *grads;    /* [table.total] or NULL when built without gradients */
     zy_weights w;    /* views into params */
     zy_weights g;    /* views into grads (all NULL without gradients) */
@@ -72,6 +73,11 @@ typedef struct {
     float grad_beta;
     size_t (*zero_ranges)[2]; /* [nzero] {first element, count} cleared by model_zero_grads */
     int nzero;
+    /* After model_release_masters: the entries whose fp32 masters are still on the device, as
+     * [nkept] {first element, count} runs, and the bytes of params still backed. NULL: all. */
+    size_t (*kept)[2];
+    int nkept;
+    size_t params_resident;
     /* Called by the backward as soon as gradients are final, so they can be communicated while
      * the rest of the backward runs: grads_ready(user, l) right after layer l's backward, for l
      * from the top layer down to 0, then grads_ready(user, -1) at the end. Which entries each
@@ -104,6 +110,16 @@ void model_init_weights(zy_model *m, uint64_t seed);
 /* Refreshes the compute copy of the weights from the fp32 master weights (one cast kernel on
  * CUDA; nothing on the CPU). Call after any change of m->params (init, load, optimizer step). */
 void model_sync_compute_weights(zy_model *m);
+/* Sets every weight from host ([table.total] floats laid out as params; on the CPU it may be
+ * params itself): the fp32 masters the model keeps and the whole compute copy. */
+void model_set_weights(zy_model *m, const float *host);
+/* Gives back the device memory of the fp32 masters of the entries with keep[i] == 0 (ZeRO-1 on
+ * GPUs: other ranks' matrices, which only their owners' optimizers read, train/zero1.h). From then
+ * on only the kept entries' masters may be read or written (model_sync_compute_weights casts only
+ * them; model_set_weights writes only them, and every compute copy). The pages of a released entry
+ * that it shares with a kept one stay. Nothing goes back on the CPU, where the fp32 weights are the
+ * compute weights. */
+void model_release_masters(zy_model *m, const unsigned char *keep);
 /* Starts a new gradient sum: clears the gradients the backward accumulates into and lets the
  * next backward overwrite the GEMM-written ones (see grad_beta). Until that backward those hold
  * stale values. */

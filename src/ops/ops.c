@@ -237,6 +237,21 @@ void *ops_alloc(zy_ctx *ctx, size_t bytes) {
     return cpu_alloc(bytes);
 }
 
+void *ops_alloc_releasable(zy_ctx *ctx, size_t bytes) {
+#ifdef ZY_HAVE_CUDA
+    if (ctx->device == ZY_DEV_CUDA) return cuda_ops_alloc_releasable(ctx, bytes);
+#endif
+    return ops_alloc(ctx, bytes);
+}
+
+size_t ops_release_except(zy_ctx *ctx, void *p, size_t bytes, const size_t (*keep)[2], int nkeep) {
+#ifdef ZY_HAVE_CUDA
+    if (ctx->device == ZY_DEV_CUDA) return cuda_ops_release_except(ctx, p, bytes, keep, nkeep);
+#endif
+    (void)ctx, (void)p, (void)keep, (void)nkeep;
+    return bytes;
+}
+
 size_t ops_attention_workspace_bytes(zy_ctx *ctx, int B, int T, int Hq, int d) {
 #ifdef ZY_HAVE_CUDA
     if (ctx->device == ZY_DEV_CUDA) return cuda_ops_attention_workspace_bytes(ctx, B, T, Hq, d);

@@ -113,6 +113,14 @@ int ops_prof_read(zy_ctx *ctx, zy_op_time *out, int max);
 /* ---- memory ---- */
 void *ops_alloc(zy_ctx *ctx, size_t bytes); /* zeroed; out of memory ends the process (exit 1) */
 void ops_free(zy_ctx *ctx, void *p);
+/* Zeroed device memory whose pages can be given back piecewise (ops_release_except) while every
+ * address in it keeps its meaning: on CUDA a reserved address range backed granule by granule
+ * (ops/cuda/vmm.cu); elsewhere ops_alloc's memory. Freed with ops_free. */
+void *ops_alloc_releasable(zy_ctx *ctx, size_t bytes);
+/* Gives back the pages of p (from ops_alloc_releasable, `bytes` long) that hold no byte of the
+ * ranges keep[i] = {first byte, count}; returns the bytes still backed. Touching a given-back page
+ * is a device fault. On the CPU nothing goes back (returns bytes). */
+size_t ops_release_except(zy_ctx *ctx, void *p, size_t bytes, const size_t (*keep)[2], int nkeep);
 /* Bytes ctx's device can still allocate: free GPU memory, or the host memory this process can
  * take (base/sysmem.h); 0 when unknown. */
 size_t ops_mem_available(zy_ctx *ctx);

@@ -11,13 +11,15 @@
 /* Bytes by part on the job's device; host: what the host needs besides (a GPU job keeps a host
  * copy of the weights and of the optimizer state for checkpoints). */
 typedef struct {
-    double weights; /* fp32 master weights and, on a GPU, their bf16 compute copy */
+    double weights; /* fp32 master weights (ZeRO-1 on GPUs: this rank's, once set up) and, on a
+                       GPU, their bf16 compute copy */
     double grads;
     double optim;     /* optimizer moments of this rank (ZeRO-1: its share) */
     double acts;      /* the activation arena of one [B, T] micro-batch (acts_bytes) */
     double workspace; /* training on a GPU: attention's backward workspace at most
                        * (ops_attention_workspace_bytes) */
-    double device, host;
+    double device;    /* the sum, or the set-up's peak (every master, no optimizer) where larger */
+    double host;
 } zy_mem_need;
 
 /* Estimates the memory of model mc on ctx with micro-batches [B, T] (B = 0: no activations;

@@ -76,6 +76,7 @@ int step_init_training(zy_step *s, const zy_step_config *cfg, const zy_optim_con
     if (world_of(s) > 1) {
         zero1_init(&s->zero, s->comm, &s->model, oc);
         s->have_zero = 1;
+        zero1_release_masters(&s->zero); /* before the optimizer's state takes the memory */
     }
     ZY_TRY(optim_init_owned(&s->opt, s->ctx, oc, &s->model.table,
                             s->have_zero ? s->zero.mine : NULL,
@@ -133,8 +134,8 @@ static int clip(zy_step *s, double *norm, float *factor) {
     return ZY_OK;
 }
 
-int step_weights_whole(zy_step *s) {
-    return s->have_zero ? zero1_gather_masters(&s->zero) : ZY_OK;
+const unsigned char *step_masters(const zy_step *s) {
+    return s->have_zero ? s->zero.master : NULL;
 }
 
 int step_state_whole(zy_step *s) {

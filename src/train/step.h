@@ -110,16 +110,16 @@ void step_set_comm(zy_step *s, zy_comm *comm);
 /* The table entries [*first, *last) this rank's optimizer owns (all of them without ranks). */
 void step_owned(const zy_step *s, int *first, int *last);
 
-/* Makes model.params (the fp32 master weights) whole on every rank: after a data-parallel step on
- * GPUs only the compute copy of other ranks' matrices is current (train/zero1.h). Collective; call
- * before reading model.params (a checkpoint, the replica check). */
-int step_weights_whole(zy_step *s);
 /* Makes the optimizer state whole where each rank updated a slice of it (dist.embedding_update =
- * split), before it is saved. Collective; after step_weights_whole. Nothing without ranks. */
+ * split), before it is saved. Collective. Nothing without ranks. */
 int step_state_whole(zy_step *s);
+/* The table entries whose fp32 masters this rank keeps current ([count] flags; NULL: all): under
+ * ZeRO-1 with a compute copy, not other ranks' matrices (train/zero1.h). */
+const unsigned char *step_masters(const zy_step *s);
 /* Waits for weights still arriving from their owners after the last step (ZeRO-1 overlaps them
- * with the next forward, which waits by itself): call before anything but a forward or
- * step_weights_whole reads or writes model.params or the compute copy. Nothing without ranks. */
+ * with the next forward, which waits by itself): call before anything but a forward reads or
+ * writes model.params or the compute copy. Nothing without ranks. Under ZeRO-1 on GPUs, from the
+ * first step on, model.params holds only the entries zero1's `master` marks (train/zero1.h). */
 int step_weights_ready(zy_step *s);
 
 /* Runs one step at learning rate lr; *loss is the mean token loss over the step's micro-batches

@@ -311,22 +311,34 @@ static int snapshot(trainer *tr, trainer_save *j) {
     step_owned(&tr->st, &j->first, &j->last);
     trainer_snapshot_init(tr);
     if (j->world > 1) {
-        ZY_TRY(step_weights_whole(&tr->st)); /* the replica check reads them all */
+        ZY_TRY(step_weights_ready(&tr->st)); /* nothing still arriving */
         ZY_TRY(step_state_whole(&tr->st));   /* split entries' moments, for their owner */
     }
-    /* a GPU copies the weights whole (one transfer serves the check and the shard); the CPU its
-     * span (the check reads the live weights) */
+    /* a GPU copies every master it keeps (one transfer serves the check and the shard), in runs
+     * of consecutive entries (other ranks' matrices are not here); the CPU its span (the check
+     * reads the live weights) */
     const int gpu = m->ctx->device == ZY_DEV_CUDA;
-    size_t lo = 0, hi = gpu ? m->table.total : 0;
-    if (!gpu && j->last > j->first) {
-        const zy_param *a = &m->table.items[j->first], *b = &m->table.items[j->last - 1];
-        lo = a->offset;
-        hi = b->offset + b->numel;
+    const unsigned char *held = step_masters(&tr->st);
+    const zy_param_table *t = &m->table;
+    for (int a = 0; gpu && a < t->count;) {
+        if (held && !held[a]) {
+            a++;
+            continue;
+        }
+        int b = a + 1;
+        while (b < t->count && (!held || held[b])) b++;
+        const size_t lo = t->items[a].offset, hi = t->items[b - 1].offset + t->items[b - 1].numel;
+        ops_copy_async(m->ctx, tr->params_host + lo, m->params + lo, (hi - lo) * sizeof(float));
+        a = b;
     }
-    ops_copy_async(m->ctx, tr->params_host + lo, m->params + lo, (hi - lo) * sizeof(float));
+    if (!gpu && j->last > j->first) {
+        const zy_param *a = &t->items[j->first], *b = &t->items[j->last - 1];
+        const size_t lo = a->offset, hi = b->offset + b->numel;
+        ops_copy_async(m->ctx, tr->params_host + lo, m->params + lo, (hi - lo) * sizeof(float));
+    }
     optim_state_to_host(&tr->st.opt); /* CUDA: queued behind the weights, waits for both */
     ops_sync(m->ctx);
-    if (j->world > 1) ZY_TRY(trainer_check_replicas(tr, gpu ? tr->params_host : m->params));
+    if (j->world > 1) ZY_TRY(trainer_check_replicas(tr, gpu ? tr->params_host : m->params, held));
     if (j->last > j->first) {
         const zy_param *a = &m->table.items[j->first], *b = &m->table.items[j->last - 1];
         j->params = tr->params_host + a->offset;

@@ -86,9 +86,10 @@ void trainer_drop_checkpoint(trainer *tr);
 /* Loads a checkpoint folder: weights, this rank's optimizer state (by global name, from whichever
  * file holds it), balancing state, counters and the data position. */
 int trainer_resume_from(trainer *tr, const char *dir);
-/* Compares the ranks' checksums of the whole weights, `host` ([table.total] floats, this rank's
- * copy on the host): a runtime error when they differ. Collective. */
-int trainer_check_replicas(trainer *tr, const float *host);
+/* Compares the ranks' checksums of the weights every rank holds, `host` ([table.total] floats laid
+ * out as model.params, this rank's copy; held: the entries current in it, NULL: all): a runtime
+ * error when they differ. Collective. */
+int trainer_check_replicas(trainer *tr, const float *host, const unsigned char *held);
 
 /* Phases (phases.c). Checks every phase can run here (its batch splits over the ranks, its data
  * folders exist) before anything trains. */

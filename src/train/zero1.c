@@ -84,8 +84,11 @@ void zero1_init(zy_zero1 *z, zy_comm *comm, zy_model *m, const zy_optim_config *
     for (; r <= W; r++) z->bound[r] = t->count;
     for (int q = 0; q < W; q++)
         for (int i = z->bound[q]; i < z->bound[q + 1]; i++) z->owner[i] = q;
+    z->master = zy_calloc((size_t)t->count + 1, sizeof *z->master);
     for (int i = 0; i < t->count; i++) {
         z->mine[i] = z->replicated[i] || z->owner[i] == comm->rank;
+        /* with a compute copy the GEMMs read only it: another rank's matrix needs no fp32 here */
+        z->master[i] = !m->cparams || t->items[i].kind != ZY_PARAM_MATRIX || z->mine[i];
         z->split[i] = (unsigned char)zero1_splits(oc, &t->items[i]);
         z->range[2 * i + 1] = t->items[i].numel;
         if (z->split[i])
@@ -126,6 +129,7 @@ void zero1_free(zy_zero1 *z) {
     free(z->ready_at);
     free(z->replicated);
     free(z->mine);
+    free(z->master);
     free(z->split);
     free(z->range);
     free(z->norm_items);
@@ -331,7 +335,6 @@ int zero1_share_end(zy_zero1 *z) {
     }
     z->next_group = -1;
     z->share_pending = 1;
-    z->stale = m->cparams != NULL;
     m->weights_needed = weights_needed;
     m->weights_needed_user = z;
     return ZY_OK;
@@ -351,11 +354,8 @@ int zero1_weights_ready(zy_zero1 *z) {
     return ZY_OK;
 }
 
-int zero1_gather_masters(zy_zero1 *z) {
-    ZY_TRY(zero1_weights_ready(z));
-    if (!z->stale) return ZY_OK;
-    for (int g = -1; g <= z->m->cfg.num_hidden_layers; g++)
-        ZY_TRY(broadcast_group(z, g, is_matrix, 0));
-    z->stale = 0;
-    return ZY_OK;
+void zero1_release_masters(zy_zero1 *z) {
+    if (z->released) return;
+    model_release_masters(z->m, z->master);
+    z->released = 1;
 }

@@ -25,9 +25,12 @@
  * fp32 values of the rest (embedding, norms, biases), about half the bytes of the fp32 masters;
  * the receivers cast the latter into their compute copy (the tied head's GEMM reads the
  * embedding's).
- * The fp32 masters of other ranks' matrices are then stale until zero1_gather_masters (before
- * a checkpoint or any other reader of m->params). On the CPU the fp32 weights are the compute
- * weights: all of them go.
+ * Nothing reads the fp32 masters of other ranks' matrices, so at set-up (zero1_release_masters)
+ * their device memory is given back: each rank holds fp32 masters for
+ * its own matrices and for every entry the compute reads in fp32 (z->master), about 4/N bytes per
+ * matrix parameter instead of 4, at the same addresses (model_release_masters). A checkpoint
+ * saves each rank's own entries and checks the replicas on the entries every rank holds. On the
+ * CPU the fp32 weights are the compute weights: all of them go, and all stay.
  *
  * Replicated entries (zero1_replicates: the tied embedding when the optimizer config's
  * embedding_update is ZY_EMB_REPLICATED or ZY_EMB_SPLIT) have their optimizer state on every rank.
@@ -83,11 +86,13 @@ typedef struct {
                       l, L (the layer count) the globals read after them (final norm) */
     int *foreign;  /* [L + 2] group g + 1: whether it has entries this rank does not update */
     int failed;    /* a bucket's reduce failed: the error is in zy_errmsg */
-    int stale;     /* other ranks' fp32 matrices are stale (a GPU share since the last gather) */
-    int share_pending; /* a share's broadcasts may still be running (zero1_weights_ready) */
-    int share_error;   /* queueing a group's broadcasts failed (zero1_share_end reports it) */
-    int share_failed;  /* waiting for them failed in the forward's hook: error in zy_errmsg */
-    int next_group;    /* the first group (-1: global, else layer) not yet waited for */
+    unsigned char *master; /* [count] the entries whose fp32 masters this rank keeps: all but
+                              other ranks' matrices when the model has a compute copy */
+    int released;          /* zero1_release_masters gave back the others' */
+    int share_pending;     /* a share's broadcasts may still be running (zero1_weights_ready) */
+    int share_error;       /* queueing a group's broadcasts failed (zero1_share_end reports it) */
+    int share_failed;      /* waiting for them failed in the forward's hook: error in zy_errmsg */
+    int next_group;        /* the first group (-1: global, else layer) not yet waited for */
 } zy_zero1;
 
 /* Whether every rank keeps p's optimizer state (the file comment): the tied embedding when
@@ -124,9 +129,9 @@ int zero1_share_end(zy_zero1 *z);
 /* Waits for the share's broadcasts still running (nothing after a forward: it waited); ends the
  * communicator's deferred mode. Collective only in that every rank waits for the same transfers. */
 int zero1_weights_ready(zy_zero1 *z);
-/* Makes m->params (the fp32 masters) whole on every rank: nothing unless a GPU share left some
- * stale. Collective. */
-int zero1_gather_masters(zy_zero1 *z);
+/* Gives back the device memory of the fp32 masters this rank does not keep (z->master; nothing on
+ * the CPU). Once, at set-up: later loads write only the kept ones (model_set_weights). */
+void zero1_release_masters(zy_zero1 *z);
 /* Makes the split entries' optimizer moments whole on every rank (each rank's update kept only
  * its slice current), so the nominal owner saves them whole. Collective; after
  * zero1_weights_ready (nothing deferred). */

@@ -34,6 +34,11 @@ void cuda_ops_act_to_f32(zy_ctx *ctx, float *dst, const zy_act *src, size_t n);
 /* ---- the ops (same order as ops.h) ---- */
 void *cuda_ops_alloc(zy_ctx *ctx, size_t bytes);
 void cuda_ops_free(zy_ctx *ctx, void *p);
+void *cuda_ops_alloc_releasable(zy_ctx *ctx, size_t bytes); /* vmm.cu */
+size_t cuda_ops_release_except(zy_ctx *ctx, void *p, size_t bytes, const size_t (*keep)[2],
+                               int nkeep);
+/* Frees p if it came from cuda_ops_alloc_releasable (returns 1), else returns 0. */
+int cuda_ops_free_releasable(zy_ctx *ctx, void *p);
 size_t cuda_ops_mem_available(zy_ctx *ctx);
 size_t cuda_ops_attention_workspace_bytes(zy_ctx *ctx, int B, int T, int Hq, int d);
 size_t cuda_ops_attention_workspace_wanted(zy_ctx *ctx, int B, int T, int Hq, int Hk, int d);

@@ -147,7 +147,7 @@ size_t cuda_ops_mem_available(zy_ctx *ctx) {
 }
 
 void cuda_ops_free(zy_ctx *ctx, void *p) {
-    if (!p) return;
+    if (!p || cuda_ops_free_releasable(ctx, p)) return;
     ZY_CUDA_CHECK(cudaStreamSynchronize(cuda_stream(ctx)));
     ZY_CUDA_CHECK(cudaFree(p));
 }
