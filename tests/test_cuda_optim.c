@@ -220,6 +220,7 @@ static void run_adamw_vs_cpu(int ranged) {
      * difference here and there (2 ulp of the value, 1e-6 of the largest change) */
     double dpar = close_ratio(hp, p, t.total, 1e-6 * change, &nd);
     optim_state_to_host(&og);
+    optim_state_to_host(&oc); /* sliced: the CPU's mirror too */
     int nc, ng;
     zy_state_tensor *sc = optim_state_tensors(&oc, &t, &nc),
                     *sg = optim_state_tensors(&og, &t, &ng);
@@ -462,6 +463,7 @@ static void test_muon_steps(void **state) {
     float *hp = to_host(dp, t.total);
     compare_muon(&t, hp, p, p0, 0, "3 steps, parameter change");
     optim_state_to_host(&og);
+    optim_state_to_host(&oc); /* sliced: the CPU's mirror too */
     int nc, ng;
     zy_state_tensor *sc = optim_state_tensors(&oc, &t, &nc),
                     *sg = optim_state_tensors(&og, &t, &ng);

@@ -486,6 +486,81 @@ static void test_optim_state_round_trip(void **state) {
     pair_free(&x);
 }
 
+/* ZeRO-1's split entries: an optimizer updating a 16-aligned slice of each AdamW entry holds
+ * those elements' moments only (the state is the slices' size), and its host mirror holds every
+ * entry whole: after optim_state_to_host the slices carry the bits a whole optimizer's moments
+ * have there (AdamW is elementwise), the rest of the mirror what was loaded into it; a load
+ * through the mirror (optim_state_from_host) continues the slices bit for bit. */
+static void test_sliced_state(void **state) {
+    (void)state;
+    zy_param_table t;
+    params_init(&t);
+    params_add(&t, "emb", 2, (int64_t[]){37, 8}, ZY_PARAM_EMBED, -1);
+    params_add(&t, "norm", 1, (int64_t[]){7}, ZY_PARAM_VECTOR, 0);
+    params_add(&t, "emb2", 2, (int64_t[]){11, 9}, ZY_PARAM_EMBED, -1);
+    zy_optim_config cfg;
+    optim_config_default(&cfg);
+    cfg.use_muon = 0;
+    size_t range[6] = {16, 160, 0, 7, 48, 99}; /* slices of emb and emb2; norm whole */
+    zy_optim whole, part, again;
+    assert_int_equal(optim_init(&whole, &cpu, &cfg, &t), ZY_OK);
+    assert_int_equal(optim_init_owned(&part, &cpu, &cfg, &t, NULL, range), ZY_OK);
+    assert_int_equal(optim_init_owned(&again, &cpu, &cfg, &t, NULL, range), ZY_OK);
+    assert_int_equal(part.adam_total, 144 + 16 + 64); /* 16-aligned slices */
+    assert_true(optim_state_mirrored(&part) && !optim_state_mirrored(&whole));
+    zy_rng rng = zy_rng_init(41, 0);
+    float *pw = malloc(t.total * sizeof(float)), *pp = malloc(t.total * sizeof(float));
+    float *g = malloc(t.total * sizeof(float));
+    fill_normal(pw, t.total, 1.0f, &rng);
+    memcpy(pp, pw, t.total * sizeof(float));
+    for (int k = 0; k < 3; k++) {
+        fill_normal(g, t.total, 0.5f, &rng);
+        optim_step(&whole, &t, pw, g, 1e-2f, 1.0f);
+        optim_step(&part, &t, pp, g, 1e-2f, 1.0f);
+    }
+    optim_state_to_host(&part);
+    int nw, np;
+    zy_state_tensor *sw = optim_state_tensors(&whole, &t, &nw);
+    zy_state_tensor *sp = optim_state_tensors(&part, &t, &np);
+    assert_int_equal(nw, 6);
+    assert_int_equal(np, nw);
+    for (int k = 0; k < nw; k++) {
+        const int i = k / 2;
+        const size_t lo = range[2 * i], hi = range[2 * i + 1];
+        assert_int_equal(sp[k].numel, t.items[i].numel); /* named and shaped whole */
+        assert_memory_equal(sp[k].data + lo, sw[k].data + lo, (hi - lo) * sizeof(float));
+        for (size_t j = 0; j < t.items[i].numel; j++) /* nothing was loaded outside the slice */
+            if (j < lo || j >= hi) assert_true(sp[k].data[j] == 0.0f);
+        assert_memory_equal(pp + t.items[i].offset + lo, pw + t.items[i].offset + lo,
+                            (hi - lo) * sizeof(float));
+    }
+    /* a resume: the whole moments loaded by name into a fresh sliced optimizer */
+    zy_state_tensor *sa = optim_state_tensors(&again, &t, &np);
+    for (int k = 0; k < np; k++) memcpy(sa[k].data, sw[k].data, sw[k].numel * sizeof(float));
+    optim_state_from_host(&again);
+    again.step = whole.step;
+    float *pa = malloc(t.total * sizeof(float));
+    memcpy(pa, pw, t.total * sizeof(float));
+    fill_normal(g, t.total, 0.5f, &rng);
+    optim_step(&whole, &t, pw, g, 1e-2f, 1.0f);
+    optim_step(&again, &t, pa, g, 1e-2f, 1.0f);
+    for (int i = 0; i < t.count; i++)
+        assert_memory_equal(pa + t.items[i].offset + range[2 * i],
+                            pw + t.items[i].offset + range[2 * i],
+                            (range[2 * i + 1] - range[2 * i]) * sizeof(float));
+    free(sa);
+    free(sw);
+    free(sp);
+    free(pw);
+    free(pp);
+    free(pa);
+    free(g);
+    optim_free(&whole);
+    optim_free(&part);
+    optim_free(&again);
+    params_free(&t);
+}
+
 /* Clipping's factor given to the step (grad_scale) gives the bits of scaling the gradients in
  * place first, for AdamW and Muon tensors, weights and state alike; the gradients are not
  * modified. */
@@ -1030,6 +1105,7 @@ int main(void) {
         cmocka_unit_test(test_muon_scale_rules),
         cmocka_unit_test(test_adamw_only_and_decay_kinds),
         cmocka_unit_test(test_optim_state_round_trip),
+        cmocka_unit_test(test_sliced_state),
         cmocka_unit_test(test_optim_bad_config),
         cmocka_unit_test(test_schedule_cosine),
         cmocka_unit_test(test_schedule_wsd),

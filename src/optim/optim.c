@@ -142,8 +142,11 @@ int optim_init_owned(zy_optim *opt, zy_ctx *ctx, const zy_optim_config *cfg,
     opt->state_off = zy_calloc((size_t)(t->count ? t->count : 1), sizeof *opt->state_off);
     opt->upd_lo = zy_calloc((size_t)(t->count ? t->count : 1), sizeof *opt->upd_lo);
     opt->upd_hi = zy_calloc((size_t)(t->count ? t->count : 1), sizeof *opt->upd_hi);
+    opt->numel = zy_calloc((size_t)(t->count ? t->count : 1), sizeof *opt->numel);
+    opt->host_off = zy_calloc((size_t)(t->count ? t->count : 1), sizeof *opt->host_off);
     for (int i = 0; i < t->count; i++) {
         const zy_param *p = &t->items[i];
+        opt->numel[i] = p->numel;
         opt->upd_lo[i] = range ? range[2 * i] : 0;
         opt->upd_hi[i] = range ? range[2 * i + 1] : p->numel;
         ZY_CHECKF(opt->upd_lo[i] <= opt->upd_hi[i] && opt->upd_hi[i] <= p->numel,
@@ -156,7 +159,7 @@ int optim_init_owned(zy_optim *opt, zy_ctx *ctx, const zy_optim_config *cfg,
             ZY_CHECKF(opt->upd_lo[i] == 0 && opt->upd_hi[i] == p->numel,
                       "%s: Muon updates whole matrices", p->name);
             opt->method[i] = ZY_OPT_MUON;
-            opt->state_off[i] = opt->muon_total;
+            opt->state_off[i] = opt->host_off[i] = opt->muon_total;
             opt->muon_total += align16(p->numel);
             int64_t r, c, n;
             matrix_dims(p, &r, &c, &n);
@@ -164,8 +167,12 @@ int optim_init_owned(zy_optim *opt, zy_ctx *ctx, const zy_optim_config *cfg,
             if (need > opt->work_floats) opt->work_floats = need;
         } else {
             opt->method[i] = ZY_OPT_ADAMW;
-            opt->state_off[i] = opt->adam_total;
-            opt->adam_total += align16(p->numel);
+            ZY_CHECKF(opt->upd_lo[i] % 16 == 0, "%s: a slice must start 16-float aligned", p->name);
+            opt->state_off[i] = opt->adam_total; /* the updated elements only */
+            opt->adam_total += align16(opt->upd_hi[i] - opt->upd_lo[i]);
+            opt->host_off[i] = opt->adam_host_total;
+            opt->adam_host_total += align16(p->numel);
+            opt->sliced |= opt->upd_hi[i] - opt->upd_lo[i] != p->numel;
         }
     }
     const size_t adam_bytes = (opt->adam_total ? opt->adam_total : 1) * sizeof(float);
@@ -195,6 +202,8 @@ void optim_free(zy_optim *opt) {
     free(opt->state_off);
     free(opt->upd_lo);
     free(opt->upd_hi);
+    free(opt->numel);
+    free(opt->host_off);
     free(opt->work);
     if (opt->host_state) ops_host_free(opt->ctx, opt->host_state);
     memset(opt, 0, sizeof *opt);
@@ -321,7 +330,7 @@ static void update_entry(zy_optim *opt, const zy_param *p, int i, float *params,
     switch ((zy_opt_method)opt->method[i]) {
     case ZY_OPT_ADAMW: {
         const size_t lo = opt->upd_lo[i];
-        optim_adamw_update(param + lo, grad + lo, opt->exp_avg + so + lo, opt->exp_avg_sq + so + lo,
+        optim_adamw_update(param + lo, grad + lo, opt->exp_avg + so, opt->exp_avg_sq + so,
                            opt->upd_hi[i] - lo, lr_now, c->beta1, c->beta2, c->eps, wd, bc1, bc2,
                            grad_scale);
         break;
@@ -388,30 +397,42 @@ static void state_entry(zy_state_tensor *s, const char *prefix, const zy_param *
     s->numel = p->numel;
 }
 
+int optim_state_mirrored(const zy_optim *opt) {
+    return opt->ctx && (on_cuda(opt->ctx) || opt->sliced);
+}
+
 void optim_state_mirror(zy_optim *opt) {
-    if (opt->host_state || !opt->ctx || !on_cuda(opt->ctx)) return;
-    const size_t n = 2 * opt->adam_total + opt->muon_total + 1;
+    if (opt->host_state || !optim_state_mirrored(opt)) return;
+    const size_t n = 2 * opt->adam_host_total + opt->muon_total + 1;
     opt->host_state = ops_host_alloc(opt->ctx, n * sizeof(float));
     memset(opt->host_state, 0, n * sizeof(float));
 }
 
-int optim_state_mirrored(const zy_optim *opt) {
-    return opt->ctx && on_cuda(opt->ctx);
-}
-
-/* Host addresses of the three state arrays: the state itself on the CPU, the mirror on CUDA (made
- * at first use). */
+/* Host addresses of the three state arrays: the mirror where there is one (made at first use),
+ * else the state itself. */
 static void host_views(zy_optim *opt, float **m, float **v, float **mom) {
     optim_state_mirror(opt);
     if (opt->host_state) {
         *m = opt->host_state;
-        *v = opt->host_state + opt->adam_total;
-        *mom = opt->host_state + 2 * opt->adam_total;
+        *v = opt->host_state + opt->adam_host_total;
+        *mom = opt->host_state + 2 * opt->adam_host_total;
     } else {
         *m = opt->exp_avg;
         *v = opt->exp_avg_sq;
         *mom = opt->momentum;
     }
+}
+
+float *optim_adam_live(zy_optim *opt, int i, int which) {
+    ZY_CHECK(0 <= i && i < opt->n_params && opt->method[i] == ZY_OPT_ADAMW);
+    return (which ? opt->exp_avg_sq : opt->exp_avg) + opt->state_off[i];
+}
+
+float *optim_adam_host(zy_optim *opt, int i, int which) {
+    ZY_CHECK(0 <= i && i < opt->n_params && opt->method[i] == ZY_OPT_ADAMW);
+    float *hm, *hv, *hmom;
+    host_views(opt, &hm, &hv, &hmom);
+    return (which ? hv : hm) + opt->host_off[i];
 }
 
 void optim_set_compute_copy(zy_optim *opt, void *bf16_params) {
@@ -431,7 +452,7 @@ zy_state_tensor *optim_state_tensors_of(zy_optim *opt, const zy_param_table *t, 
     int n = 0;
     for (int i = first; i < last; i++) {
         const zy_param *p = &t->items[i];
-        size_t so = opt->state_off[i];
+        size_t so = opt->host_off[i];
         if (opt->method[i] == ZY_OPT_ADAMW) {
             state_entry(&s[n++], "exp_avg.", p, hm + so);
             state_entry(&s[n++], "exp_avg_sq.", p, hv + so);
@@ -443,14 +464,37 @@ zy_state_tensor *optim_state_tensors_of(zy_optim *opt, const zy_param_table *t, 
     return s;
 }
 
-/* Three copies queued on the stream into pinned memory, then one wait: the time is the
+/* The AdamW moments between the live layout (a sliced entry holds its slice) and the mirror's
+ * (every entry whole): the whole entries between two sliced ones in one copy (the layouts agree
+ * there, alignment padding included), each slice on its own. Queued (ops_copy_async). */
+static void adam_copy(zy_optim *opt, float *host, float *live, int to_host) {
+    size_t run_live = 0, run_host = 0; /* where the current run of whole entries starts */
+    for (int i = 0; i <= opt->n_params; i++) {
+        const int end = i == opt->n_params;
+        if (!end &&
+            (opt->method[i] != ZY_OPT_ADAMW || opt->upd_hi[i] - opt->upd_lo[i] == opt->numel[i]))
+            continue;
+        const size_t stop = end ? opt->adam_total : opt->state_off[i], n = stop - run_live;
+        float *h = host + run_host, *l = live + run_live;
+        if (n) ops_copy_async(opt->ctx, to_host ? h : l, to_host ? l : h, n * sizeof(float));
+        if (end) break;
+        const size_t len = opt->upd_hi[i] - opt->upd_lo[i];
+        h = host + opt->host_off[i] + opt->upd_lo[i];
+        l = live + opt->state_off[i];
+        if (len) ops_copy_async(opt->ctx, to_host ? h : l, to_host ? l : h, len * sizeof(float));
+        run_live = opt->state_off[i] + align16(len);
+        run_host = opt->host_off[i] + align16(opt->numel[i]);
+    }
+}
+
+/* Copies queued into the mirror (pinned memory on CUDA), then one wait: the time is the
  * device-to-host transfer alone. */
 void optim_state_to_host(zy_optim *opt) {
     if (!optim_state_mirrored(opt)) return;
     float *hm, *hv, *hmom;
     host_views(opt, &hm, &hv, &hmom);
-    ops_copy_async(opt->ctx, hm, opt->exp_avg, opt->adam_total * sizeof(float));
-    ops_copy_async(opt->ctx, hv, opt->exp_avg_sq, opt->adam_total * sizeof(float));
+    adam_copy(opt, hm, opt->exp_avg, 1);
+    adam_copy(opt, hv, opt->exp_avg_sq, 1);
     ops_copy_async(opt->ctx, hmom, opt->momentum, opt->muon_total * sizeof(float));
     ops_sync(opt->ctx);
 }
@@ -459,7 +503,8 @@ void optim_state_from_host(zy_optim *opt) {
     if (!optim_state_mirrored(opt)) return;
     float *hm, *hv, *hmom;
     host_views(opt, &hm, &hv, &hmom);
-    ops_copy(opt->ctx, opt->exp_avg, hm, opt->adam_total * sizeof(float));
-    ops_copy(opt->ctx, opt->exp_avg_sq, hv, opt->adam_total * sizeof(float));
-    ops_copy(opt->ctx, opt->momentum, hmom, opt->muon_total * sizeof(float));
+    adam_copy(opt, hm, opt->exp_avg, 0);
+    adam_copy(opt, hv, opt->exp_avg_sq, 0);
+    ops_copy_async(opt->ctx, opt->momentum, hmom, opt->muon_total * sizeof(float));
+    ops_sync(opt->ctx);
 }

@@ -20,9 +20,10 @@
  *
  * Checkpoints and the state on a GPU: optim_state_tensors always points into HOST memory: the
  * state itself on a CPU context, a host mirror of it on CUDA (page-locked, made at first use or
- * by optim_state_mirror). Before saving, call optim_state_to_host (device -> mirror); after
- * loading into the entries, call optim_state_from_host (mirror -> device). Both are no-ops on the
- * CPU, so callers need not care which device they run on. Only those two calls (and loads into
+ * by optim_state_mirror) or where an entry's state is a slice (ZeRO-1's split entries: the mirror
+ * holds it whole). Before saving, call optim_state_to_host (state -> mirror); after loading into
+ * the entries, call optim_state_from_host (mirror -> state). Both are no-ops without a mirror, so
+ * callers need not care which device they run on. Only those two calls (and loads into
  * the entries) change the mirror, so a background writer may read it while training goes on
  * (optim_state_mirrored); the CPU's entries are the live state, which every step changes. */
 #ifndef ZY_OPTIM_H
@@ -85,7 +86,13 @@ typedef struct {
     uint8_t *method;   /* [n_params] zy_opt_method */
     size_t *state_off; /* [n_params] offset into exp_avg/exp_avg_sq (AdamW) or momentum (Muon) */
     size_t *upd_lo, *upd_hi; /* [n_params] the elements [lo, hi) of each entry a step updates
-                                (ZeRO-1's split entries: a slice; otherwise [0, numel)) */
+                                (ZeRO-1's split entries: a slice; otherwise [0, numel)); an AdamW
+                                entry's state holds those elements only */
+    size_t *numel;           /* [n_params] each entry's elements */
+    size_t *host_off;        /* [n_params] AdamW: offset of the entry's whole moments in the host
+                                mirror's layout (every entry whole); Muon: state_off */
+    size_t adam_host_total;  /* floats of each moment in the host layout */
+    int sliced;              /* some AdamW entry holds a slice: the host layout differs */
     float *exp_avg;    /* [adam_total] AdamW first moments, laid out param by param (ctx memory) */
     float *exp_avg_sq; /* [adam_total] AdamW second moments (ctx memory) */
     float *momentum;   /* [muon_total] Muon momentum buffers (ctx memory) */
@@ -93,9 +100,10 @@ typedef struct {
     size_t muon_total; /* floats */
     float *work; /* CPU: [work_floats] Muon update + Newton-Schulz workspace, largest matrix */
     size_t work_floats;
-    float *host_state;   /* CUDA: host mirror [2 * adam_total + muon_total] (exp_avg, exp_avg_sq,
-                            momentum) for checkpoints, pinned (ops_host_alloc); NULL on the CPU
-                            and until first used */
+    float *host_state;   /* CUDA, or any context with a sliced entry: host mirror [2 *
+                            adam_host_total + muon_total] (exp_avg, exp_avg_sq, momentum; every
+                            entry whole) for checkpoints, pinned on CUDA (ops_host_alloc); NULL
+                            otherwise and until first used */
     zy_optim_cuda *cuda; /* CUDA: chunk table, Muon batches, GEMM plans, workspace */
     void *compute_copy;  /* CUDA: bf16 [t->total] copy of params that each step refreshes for the
                             tensors it updates (the model's GEMM weights), or NULL */
@@ -112,7 +120,8 @@ int optim_init(zy_optim *opt, zy_ctx *ctx, const zy_optim_config *cfg, const zy_
 /* ZeRO-1: the optimizer of the table entries i with mine[i] != 0 only (state for them, updates
  * of them); the others are left alone as buffers are. mine NULL: every entry. range NULL: each
  * step updates every element of those entries; else [2 * count]: entry i's elements
- * [range[2i], range[2i+1]) only (an AdamW entry split over ranks; its state stays whole). */
+ * [range[2i], range[2i+1]) only (an AdamW entry split over ranks: its state holds that slice;
+ * the host mirror, which checkpoints read and write, holds every entry whole). */
 int optim_init_owned(zy_optim *opt, zy_ctx *ctx, const zy_optim_config *cfg,
                      const zy_param_table *t, const unsigned char *mine, const size_t *range);
 /* The optimizer state floats entry i needs under cfg (AdamW 2 per element, Muon 1, buffers 0). */
@@ -156,7 +165,8 @@ void optim_step_runs(zy_optim *opt, const zy_param_table *t, float *params, cons
 void optim_set_compute_copy(zy_optim *opt, void *bf16_params);
 /* The named state tensors in table order: "exp_avg.<param>" and "exp_avg_sq.<param>" for AdamW
  * tensors, "muon_momentum.<param>" for Muon tensors, each with the param's shape, pointing into
- * HOST memory: the state itself on the CPU, the host mirror on CUDA (see the top of this file).
+ * HOST memory: the state itself on the CPU, the host mirror on CUDA or with a sliced entry (a
+ * sliced entry's other elements there are what the last load or optim_adam_host wrote).
  * Returns a heap array (free() it) and its length in *count. The step counter is opt->step. */
 zy_state_tensor *optim_state_tensors(zy_optim *opt, const zy_param_table *t, int *count);
 /* The same for table entries [first, last) only (what a ZeRO-1 rank saves: the entries it owns,
@@ -166,15 +176,20 @@ zy_state_tensor *optim_state_tensors_of(zy_optim *opt, const zy_param_table *t, 
 /* CUDA: makes the host mirror now (pinning takes a while: at the start of a run rather than at its
  * first checkpoint). No-op on the CPU or when it exists. */
 void optim_state_mirror(zy_optim *opt);
-/* 1 when optim_state_tensors' entries are the CUDA host mirror (changed only by
- * optim_state_to_host and loads), 0 when they are the live state (the CPU). */
+/* 1 when optim_state_tensors' entries are the host mirror (CUDA, or a sliced entry; changed only
+ * by optim_state_to_host, loads and optim_adam_host's writers), 0 when they are the live state. */
 int optim_state_mirrored(const zy_optim *opt);
-/* CUDA: copies the device state into the host mirror (queued copies, one wait for the device);
- * call before saving the entries of optim_state_tensors. No-op on the CPU. */
+/* Copies the live state into the host mirror (CUDA: queued copies, one wait for the device; a
+ * sliced entry's slice only); call before saving the entries of optim_state_tensors. No-op
+ * without a mirror. */
 void optim_state_to_host(zy_optim *opt);
-/* CUDA: copies the host mirror into the device state (waits); call after loading the entries of
- * optim_state_tensors. No-op on the CPU. */
+/* Copies the host mirror into the live state (waits; a sliced entry's slice only); call after
+ * loading the entries of optim_state_tensors. No-op without a mirror. */
 void optim_state_from_host(zy_optim *opt);
+/* AdamW entry i's moment (which 0: exp_avg, 1: exp_avg_sq): the live state of its elements
+ * [upd_lo, upd_hi) (ctx memory), and its whole host-mirror copy (makes the mirror). */
+float *optim_adam_live(zy_optim *opt, int i, int which);
+float *optim_adam_host(zy_optim *opt, int i, int which);
 
 /* ---- the math, over flat arrays (each a future CUDA kernel) ---- */
 

@@ -217,7 +217,7 @@ static void plan_adam(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, const 
         for (size_t o = opt->upd_lo[i]; opt->method[i] == ZY_OPT_ADAMW && o < hi;
              o += ADAM_CH, k++) {
             h[k].p = p->offset + o;
-            h[k].s = opt->state_off[i] + o;
+            h[k].s = opt->state_off[i] + (o - opt->upd_lo[i]); /* the state holds [lo, hi) */
             h[k].n = (uint32_t)(hi - o < ADAM_CH ? hi - o : ADAM_CH);
             h[k].wd = wd;
         }

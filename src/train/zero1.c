@@ -304,11 +304,20 @@ static int gather_split_group(zy_zero1 *z, int group) {
 }
 
 int zero1_gather_split_state(zy_zero1 *z, zy_optim *opt) {
-    const zy_param_table *t = &z->m->table;
+    zy_model *m = z->m;
+    const zy_param_table *t = &m->table;
     for (int i = 0; i < t->count; i++) {
         if (!z->split[i]) continue;
-        ZY_TRY(split_gather(z, opt->exp_avg + opt->state_off[i], &t->items[i]));
-        ZY_TRY(split_gather(z, opt->exp_avg_sq + opt->state_off[i], &t->items[i]));
+        const zy_param *p = &t->items[i];
+        const size_t lo = z->range[2 * i], n = z->range[2 * i + 1] - lo;
+        /* assembled in the entry's gradient, which nothing needs between steps (the next backward
+         * overwrites it whole) */
+        float *whole = m->grads + p->offset;
+        for (int k = 0; k < 2; k++) { /* exp_avg, exp_avg_sq */
+            ops_copy(m->ctx, whole + lo, optim_adam_live(opt, i, k), n * sizeof(float));
+            ZY_TRY(split_gather(z, whole, p));
+            ops_copy(m->ctx, optim_adam_host(opt, i, k), whole, p->numel * sizeof(float));
+        }
     }
     return ZY_OK;
 }

@@ -33,17 +33,17 @@
  * CPU the fp32 weights are the compute weights: all of them go, and all stay.
  *
  * Replicated entries (zero1_replicates: the tied embedding when the optimizer config's
- * embedding_update is ZY_EMB_REPLICATED or ZY_EMB_SPLIT) have their optimizer state on every rank.
- * Under ZY_EMB_REPLICATED every rank updates them: their gradient is all-reduced (on CPU ranks and
- * on 2 GPUs the bits the owner's reduce gives; NCCL's algorithms on more may fold in another order,
- * the same on every rank), every rank keeps their optimizer state and runs the same update, and
- * nothing is sent after it. The embedding's gradient is final last in the backward and its weights
- * are read first in the forward, so its reduce, update and broadcast were one chain between the two
- * every other rank waited for (at zaya1-base widths 2.15 GB each way, on 2 H200s ~16 ms); the
- * all-reduce moves the same bytes as the reduce on 2 ranks, and the update runs on every rank at
- * once. Its cost: the embedding's AdamW moments and update on every rank. Measured on 2 H100s it
- * pays where the embedding is a large share of the step (zaya1-base widths with 4 layers: 0.85 ->
- * 0.88 per GPU) and not elsewhere (bench-small 0.97
+ * embedding_update is ZY_EMB_REPLICATED or ZY_EMB_SPLIT) are updated by every rank (split: a slice
+ * each). Under ZY_EMB_REPLICATED every rank updates them: their gradient is all-reduced (on CPU
+ * ranks and on 2 GPUs the bits the owner's reduce gives; NCCL's algorithms on more may fold in
+ * another order, the same on every rank), every rank keeps their optimizer state and runs the same
+ * update, and nothing is sent after it. The embedding's gradient is final last in the backward and
+ * its weights are read first in the forward, so its reduce, update and broadcast were one chain
+ * between the two every other rank waited for (at zaya1-base widths 2.15 GB each way, on 2 H200s
+ * ~16 ms); the all-reduce moves the same bytes as the reduce on 2 ranks, and the update runs on
+ * every rank at once. Its cost: the embedding's AdamW moments and update on every rank. Measured on
+ * 2 H100s it pays where the embedding is a large share of the step (zaya1-base widths with 4
+ * layers: 0.85 -> 0.88 per GPU) and not elsewhere (bench-small 0.97
  * -> 0.95). It still has a nominal owner within the ranges: the rank that saves it and (not split)
  * counts it in the gradient norm. Ownership balancing leaves replicated entries out (every rank
  * pays for them).
@@ -54,9 +54,10 @@
  * (each rank receives the sums of its slice; on 2 GPUs each link direction carries half the bytes
  * where a reduce to one owner sends them all one way), each rank counts its slice in the norm and
  * updates it, and the slices are all-gathered after the update in fp32 (the receivers cast them
- * into their compute copy). Every rank keeps the whole state, current only on its slice until
- * zero1_gather_split_state makes it whole for a checkpoint, which the nominal owner writes as it
- * would its own: the files are the same in every mode.
+ * into their compute copy). Each rank's optimizer holds the moments of its slice only
+ * (optim_init_owned's range); for a checkpoint zero1_gather_split_state assembles them whole in
+ * the host mirror, whose copy the nominal owner writes as it would its own: the files are the
+ * same in every mode.
  */
 #ifndef ZY_TRAIN_ZERO1_H
 #define ZY_TRAIN_ZERO1_H
@@ -132,9 +133,10 @@ int zero1_weights_ready(zy_zero1 *z);
 /* Gives back the device memory of the fp32 masters this rank does not keep (z->master; nothing on
  * the CPU). Once, at set-up: later loads write only the kept ones (model_set_weights). */
 void zero1_release_masters(zy_zero1 *z);
-/* Makes the split entries' optimizer moments whole on every rank (each rank's update kept only
- * its slice current), so the nominal owner saves them whole. Collective; after
- * zero1_weights_ready (nothing deferred). */
+/* Makes the split entries' optimizer moments whole in every rank's host mirror (each rank's
+ * optimizer holds its slice; optim_adam_host), so the nominal owner saves them whole. Uses those
+ * entries' gradients as the buffer (between steps). Collective; after zero1_weights_ready
+ * (nothing deferred). */
 int zero1_gather_split_state(zy_zero1 *z, zy_optim *opt);
 
 #endif
