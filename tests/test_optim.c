@@ -496,12 +496,14 @@ static void test_sliced_state(void **state) {
     zy_param_table t;
     params_init(&t);
     params_add(&t, "emb", 2, (int64_t[]){37, 8}, ZY_PARAM_EMBED, -1);
+    params_add(&t, "mat", 2, (int64_t[]){4, 8}, ZY_PARAM_MATRIX, 0); /* Muon: no AdamW state */
     params_add(&t, "norm", 1, (int64_t[]){7}, ZY_PARAM_VECTOR, 0);
+    params_add(&t, "buf", 1, (int64_t[]){5}, ZY_PARAM_BUFFER, 0); /* no state */
     params_add(&t, "emb2", 2, (int64_t[]){11, 9}, ZY_PARAM_EMBED, -1);
     zy_optim_config cfg;
     optim_config_default(&cfg);
-    cfg.use_muon = 0;
-    size_t range[6] = {16, 160, 0, 7, 48, 99}; /* slices of emb and emb2; norm whole */
+    /* slices of emb and emb2; the rest whole */
+    size_t range[10] = {16, 160, 0, 32, 0, 7, 0, 5, 48, 99};
     zy_optim whole, part, again;
     assert_int_equal(optim_init(&whole, &cpu, &cfg, &t), ZY_OK);
     assert_int_equal(optim_init_owned(&part, &cpu, &cfg, &t, NULL, range), ZY_OK);
@@ -522,10 +524,11 @@ static void test_sliced_state(void **state) {
     int nw, np;
     zy_state_tensor *sw = optim_state_tensors(&whole, &t, &nw);
     zy_state_tensor *sp = optim_state_tensors(&part, &t, &np);
-    assert_int_equal(nw, 6);
+    assert_int_equal(nw, 7); /* 3 AdamW entries, 2 moments each; the matrix's momentum */
     assert_int_equal(np, nw);
     for (int k = 0; k < nw; k++) {
-        const int i = k / 2;
+        assert_string_equal(sp[k].name, sw[k].name);
+        const int i = params_find(&t, strchr(sw[k].name, '.') + 1);
         const size_t lo = range[2 * i], hi = range[2 * i + 1];
         assert_int_equal(sp[k].numel, t.items[i].numel); /* named and shaped whole */
         assert_memory_equal(sp[k].data + lo, sw[k].data + lo, (hi - lo) * sizeof(float));

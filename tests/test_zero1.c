@@ -182,7 +182,7 @@ static int child_main(int mode) {
         }
         kinds_seen[p->kind] += foreign;
     }
-    /* the fp32 masters this rank keeps (the rest go back to the device at the first step):
+    /* the fp32 masters this rank keeps (zero1_release_masters gives the rest back at set-up):
      * every entry but the other ranks' matrices, whose compute copies came from their owners */
     for (int i = 0; i < t->count; i++) {
         const int want = t->items[i].kind != ZY_PARAM_MATRIX || z.owner[i] == c.rank;

@@ -22,7 +22,8 @@ void mem_need(zy_ctx *ctx, const zy_config *mc, int B, int T, int recompute,
     if (ops_act_size(ctx) != sizeof(float)) need->weights += floats * (double)ops_act_size(ctx);
     need->grads = oc ? floats * f32 : 0;
     double shared = 0, everywhere = 0; /* state floats: split over the ranks, on every rank */
-    double matrices = 0;               /* floats of the matrices */
+    double mirror_extra = 0; /* floats the host mirror holds whole of split entries' slices */
+    double matrices = 0;     /* floats of the matrices */
     for (int i = 0; oc && i < t.count; i++) { /* the optimizer keeps 16-float aligned blocks */
         if (t.items[i].kind == ZY_PARAM_MATRIX) matrices += (double)t.items[i].numel;
         const double f = (double)((optim_state_floats(oc, &t.items[i]) + 15) & ~(size_t)15);
@@ -30,6 +31,7 @@ void mem_need(zy_ctx *ctx, const zy_config *mc, int B, int T, int recompute,
             everywhere += f;
         else
             shared += f;
+        if (world > 1 && zero1_splits(oc, &t.items[i])) mirror_extra += f * (1.0 - 1.0 / world);
     }
     need->optim = (shared / (world > 1 ? world : 1) + everywhere) * f32;
     params_free(&t);
@@ -39,14 +41,15 @@ void mem_need(zy_ctx *ctx, const zy_config *mc, int B, int T, int recompute,
                                         ctx, B, T, mc->num_attention_heads, mc->head_dim)
                                   : 0;
     /* ZeRO-1 with a compute copy: from the end of set-up a rank keeps the fp32 masters of about
-     * 1/world of the matrices (train/zero1.h); before, all of them, but no optimizer state */
+     * 1/world of the matrices (train/zero1.h; ownership is balanced by update cost, so the
+     * largest rank may hold a little more); before, all of them, but no optimizer state */
     const double setup = need->weights + need->grads + need->acts;
     if (world > 1 && ops_act_size(ctx) != sizeof(float))
         need->weights -= matrices * f32 * (1.0 - 1.0 / world);
     need->device = need->weights + need->grads + need->optim + need->acts + need->workspace;
     if (setup > need->device) need->device = setup;
     /* a GPU job: the host copy of the weights (initialisation, checkpoints) and of the state */
-    need->host = on_gpu ? floats * f32 + need->optim : 0;
+    need->host = on_gpu ? floats * f32 + need->optim + mirror_extra * f32 : 0;
 }
 
 size_t mem_workspace_wanted(zy_ctx *ctx, const zy_config *mc, int B, int T) {

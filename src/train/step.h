@@ -119,7 +119,8 @@ const unsigned char *step_masters(const zy_step *s);
 /* Waits for weights still arriving from their owners after the last step (ZeRO-1 overlaps them
  * with the next forward, which waits by itself): call before anything but a forward reads or
  * writes model.params or the compute copy. Nothing without ranks. Under ZeRO-1 on GPUs, from the
- * first step on, model.params holds only the entries zero1's `master` marks (train/zero1.h). */
+ * end of step_init_training, model.params holds only the entries zero1's `master` marks
+ * (train/zero1.h). */
 int step_weights_ready(zy_step *s);
 
 /* Runs one step at learning rate lr; *loss is the mean token loss over the step's micro-batches

@@ -316,7 +316,8 @@ int zero1_gather_split_state(zy_zero1 *z, zy_optim *opt) {
         for (int k = 0; k < 2; k++) { /* exp_avg, exp_avg_sq */
             ops_copy(m->ctx, whole + lo, optim_adam_live(opt, i, k), n * sizeof(float));
             ZY_TRY(split_gather(z, whole, p));
-            ops_copy(m->ctx, optim_adam_host(opt, i, k), whole, p->numel * sizeof(float));
+            if (z->owner[i] == z->comm->rank) /* it alone saves them */
+                ops_copy(m->ctx, optim_adam_host(opt, i, k), whole, p->numel * sizeof(float));
         }
     }
     return ZY_OK;

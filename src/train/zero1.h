@@ -56,7 +56,7 @@
  * updates it, and the slices are all-gathered after the update in fp32 (the receivers cast them
  * into their compute copy). Each rank's optimizer holds the moments of its slice only
  * (optim_init_owned's range); for a checkpoint zero1_gather_split_state assembles them whole in
- * the host mirror, whose copy the nominal owner writes as it would its own: the files are the
+ * the nominal owner's host mirror, which it writes as it would its own: the files are the
  * same in every mode.
  */
 #ifndef ZY_TRAIN_ZERO1_H
@@ -133,10 +133,10 @@ int zero1_weights_ready(zy_zero1 *z);
 /* Gives back the device memory of the fp32 masters this rank does not keep (z->master; nothing on
  * the CPU). Once, at set-up: later loads write only the kept ones (model_set_weights). */
 void zero1_release_masters(zy_zero1 *z);
-/* Makes the split entries' optimizer moments whole in every rank's host mirror (each rank's
- * optimizer holds its slice; optim_adam_host), so the nominal owner saves them whole. Uses those
- * entries' gradients as the buffer (between steps). Collective; after zero1_weights_ready
- * (nothing deferred). */
+/* Makes the split entries' optimizer moments whole in their nominal owner's host mirror (each
+ * rank's optimizer holds its slice; optim_adam_host), which saves them. Uses those entries'
+ * gradients as the buffer (between steps). Collective; after zero1_weights_ready (nothing
+ * deferred). */
 int zero1_gather_split_state(zy_zero1 *z, zy_optim *opt);
 
 #endif

@@ -6,8 +6,10 @@
  * matrices go back to the device once nothing reads them (a stray read of one is a device fault,
  * not a wrong number).
  *
- * The driver's functions come through the runtime's entry-point query, so nothing links
- * libcuda: a binary built with CUDA still starts where the driver is absent. */
+ * The driver's functions come through the runtime's entry-point query (CUDA 12.5 or later), so
+ * nothing links libcuda: a binary built with CUDA still starts where the driver is absent. Where
+ * the entry points or the device's support are missing, the memory is plain cudaMalloc memory
+ * and ops_release_except gives nothing back (the job then needs the memory of whole masters). */
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/cuda_state.h"
 
@@ -27,6 +29,8 @@ typedef CUresult (*unmap_fn)(CUdeviceptr, size_t);
 typedef CUresult (*access_fn)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
 typedef CUresult (*granularity_fn)(size_t *, const CUmemAllocationProp *,
                                    CUmemAllocationGranularity_flags);
+typedef CUresult (*device_fn)(CUdevice *, int);
+typedef CUresult (*attribute_fn)(int *, CUdevice_attribute, CUdevice);
 
 static struct {
     reserve_fn reserve;
@@ -37,6 +41,8 @@ static struct {
     unmap_fn unmap;
     access_fn access;
     granularity_fn granularity;
+    device_fn device;
+    attribute_fn attribute;
 } drv;
 
 /* One releasable allocation: granule i of [base, base + bytes) is handle[i] (0 once given back). */
@@ -72,6 +78,8 @@ static void load_driver(void) {
     VMM_SYM(unmap, "cuMemUnmap");
     VMM_SYM(access, "cuMemSetAccess");
     VMM_SYM(granularity, "cuMemGetAllocationGranularity");
+    VMM_SYM(device, "cuDeviceGet");
+    VMM_SYM(attribute, "cuDeviceGetAttribute");
     drv_ok = 1;
 }
 
@@ -79,9 +87,24 @@ static void check_cu(CUresult r, const char *what, size_t bytes) {
     if (r == CUDA_SUCCESS) return;
     size_t free_b = 0, total_b = 0;
     cudaMemGetInfo(&free_b, &total_b);
+    if (r == CUDA_ERROR_OUT_OF_MEMORY)
+        zy_fatal_runtime_at(__FILE__, __LINE__, what,
+                            "out of GPU memory: asked for %.2f GiB, %.2f GiB free of %.2f GiB",
+                            bytes / 1073741824.0, free_b / 1073741824.0, total_b / 1073741824.0);
     zy_fatal_runtime_at(__FILE__, __LINE__, what,
                         "driver error %d (%.2f GiB asked; %.2f GiB free of %.2f GiB)", (int)r,
                         bytes / 1073741824.0, free_b / 1073741824.0, total_b / 1073741824.0);
+}
+
+/* Whether the device of ctx maps memory granule by granule (some virtualised GPUs do not). */
+static int vmm_supported(const zy_ctx *ctx) {
+    CUdevice dev;
+    int on = 0;
+    if (drv.device(&dev, ctx->gpu) != CUDA_SUCCESS ||
+        drv.attribute(&on, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev) !=
+            CUDA_SUCCESS)
+        return 0;
+    return on;
 }
 
 static CUmemAllocationProp device_prop(int gpu) {
@@ -95,7 +118,8 @@ static CUmemAllocationProp device_prop(int gpu) {
 
 void *cuda_ops_alloc_releasable(zy_ctx *ctx, size_t bytes) {
     pthread_once(&drv_once, load_driver);
-    if (!drv_ok) return cuda_ops_alloc(ctx, bytes); /* no driver entry points: plain memory */
+    if (!drv_ok || !vmm_supported(ctx)) /* plain memory: nothing can go back later */
+        return cuda_ops_alloc(ctx, bytes);
     const CUmemAllocationProp prop = device_prop(ctx->gpu);
     vmm_block *b = (vmm_block *)zy_calloc(1, sizeof *b);
     check_cu(drv.granularity(&b->granule, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
@@ -171,7 +195,7 @@ size_t cuda_ops_release_except(zy_ctx *ctx, void *p, size_t bytes, const size_t 
 int cuda_ops_free_releasable(zy_ctx *ctx, void *p) {
     vmm_block *b = find_block(p);
     if (!b) return 0;
-    ZY_CUDA_CHECK(cudaStreamSynchronize(cuda_stream(ctx)));
+    ZY_CUDA_CHECK(cudaDeviceSynchronize()); /* any stream (NCCL's too) may still use it */
     pthread_mutex_lock(&blocks_lock);
     vmm_block **at = &blocks;
     while (*at != b) at = &(*at)->next;
