@@ -22,12 +22,14 @@
 #include "data/shard.h"
 #include "model/config.h"
 #include "model/model.h"
+#include "optim/optim.h"
 #include "spawn_util.h"
 #include "tensor/params.h"
 #include "train/memory.h"
 #include "train/metrics.h"
 #include "train/step.h"
 
+#include <math.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -308,6 +310,52 @@ static void test_memory_estimate_matches_use(void **state) {
     assert_true(rec.device == plain.device - (plain.acts - rec.acts));
 }
 
+/* The estimate of a data-parallel GPU job (no activations, so no device is touched): each rank
+ * keeps the fp32 masters of 1/W of the matrices and all the rest, AdamW's state splits 1/W (the
+ * split embedding's too: each rank holds its slice's moments; replicated, every rank holds the
+ * embedding's whole), the device peak is the larger of set-up (every master, no state) and
+ * training, and the host mirror holds the split embedding's moments whole. Sums from the table. */
+static void test_memory_estimate_data_parallel_gpu(void **state) {
+    (void)state;
+    zy_config c;
+    assert_int_equal(config_preset_builtin(&c, "bench-small"), ZY_OK);
+    zy_ctx gpu = {.device = ZY_DEV_CUDA, .act_dtype = ZY_DTYPE_BF16};
+    zy_param_table t;
+    model_build_table(&t, &c);
+    double matrices = 0, emb = 0; /* floats */
+    for (int i = 0; i < t.count; i++) {
+        if (t.items[i].kind == ZY_PARAM_MATRIX) matrices += (double)t.items[i].numel;
+        if (t.items[i].kind == ZY_PARAM_EMBED) emb += (double)t.items[i].numel;
+    }
+    const double floats = (double)t.total;
+    params_free(&t);
+    zy_optim_config oc;
+    optim_config_default(&oc);
+    oc.use_muon = 0;
+    zy_mem_need one, n;
+    mem_need(&gpu, &c, 0, 0, 0, &oc, 1, &one);
+    assert_true(one.weights == floats * 6 && one.grads == floats * 4);
+    for (int w = 2; w <= 8; w *= 2) {
+        oc.embedding_update = ZY_EMB_SPLIT;
+        mem_need(&gpu, &c, 0, 0, 0, &oc, w, &n);
+        const double weights = one.weights - matrices * 4 * (1.0 - 1.0 / w);
+        assert_true(fabs(n.weights - weights) <= 1.0);
+        assert_true(fabs(n.optim * w - one.optim) <= 1.0 * w); /* 1/W of all of it */
+        const double setup = one.weights + one.grads, run = n.weights + n.grads + n.optim;
+        assert_true(n.device == (setup > run ? setup : run));
+        const double mirror = 2 * emb * 4 * (1.0 - 1.0 / w); /* the slices' moments, whole */
+        assert_true(fabs(n.host - (floats * 4 + n.optim + mirror)) <= 16.0 * 2 * 4);
+        oc.embedding_update = ZY_EMB_REPLICATED;
+        zy_mem_need r;
+        mem_need(&gpu, &c, 0, 0, 0, &oc, w, &r);
+        assert_true(fabs(r.optim - (n.optim + 2 * emb * 4 * (1.0 - 1.0 / w))) <= 16.0 * 2 * 4);
+        print_message("%d GPU ranks: weights %.2f GB (1 rank %.2f), optimizer %.2f GB split, "
+                      "%.2f replicated, device %.2f GB\n",
+                      w, n.weights / 1e9, one.weights / 1e9, n.optim / 1e9, r.optim / 1e9,
+                      n.device / 1e9);
+    }
+}
+
 /* ---- ids outside the vocabulary ---- */
 
 static void put_u32(uint8_t *p, uint32_t v) {
@@ -464,6 +512,7 @@ int main(void) {
         cmocka_unit_test(test_jobs_larger_than_memory),
         cmocka_unit_test(test_allocation_failure_is_runtime),
         cmocka_unit_test(test_memory_estimate_matches_use),
+        cmocka_unit_test(test_memory_estimate_data_parallel_gpu),
         cmocka_unit_test(test_ids_outside_the_vocabulary),
         cmocka_unit_test(test_metrics_on_a_full_disk),
         cmocka_unit_test(test_metrics_never_torn),
