@@ -567,6 +567,34 @@ static void test_rank_failing_its_shard(void **state) {
     assert_false(zy_path_exists(p));
 }
 
+/* The replica check: one weight every rank keeps, moved on rank 1 alone at step 2 (ZAYAC_FAULT=
+ * diverge), stays moved where every rank updates the embedding itself (replicated), and the step-4
+ * checkpoint refuses to save it: exit 1 naming the step, nothing committed. Split (the default)
+ * makes it whole again at the next all-gather (that element is rank 0's), and the checkpoint
+ * lands. */
+static void test_replica_divergence_is_refused(void **state) {
+    (void)state;
+    if (!have_mpi()) skip();
+    char out[256], p[400];
+    setenv("ZAYAC_FAULT", "diverge:step=2:rank=1", 1);
+    path(out, sizeof out, "diverged");
+    run_result r =
+        train(2, out, (const char *const[]){"--set", "dist.embedding_update=replicated", NULL});
+    if (r.code != 1 || !strstr(r.err, "step 4: the ranks' weights differ"))
+        fail_msg("replicated: exit %d:\n%s\n%s", r.code, r.out, r.err);
+    result_free(&r);
+    snprintf(p, sizeof p, "%s/checkpoints/step_000000004", out);
+    assert_false(zy_path_exists(p));
+    path(out, sizeof out, "diverged_split");
+    r = train(2, out, NULL);
+    unsetenv("ZAYAC_FAULT");
+    if (r.code != 0 || !strstr(r.out, "weights identical on all 2 ranks"))
+        fail_msg("split: exit %d:\n%s\n%s", r.code, r.out, r.err);
+    result_free(&r);
+    snprintf(p, sizeof p, "%s/checkpoints/step_000000004", out);
+    assert_true(zy_path_exists(p));
+}
+
 /* A fresh 2-rank run into a folder that holds a run: every rank refuses (exit 2), rank 0 saying
  * why, before any rank writes there. */
 static void test_ranks_refuse_a_used_out_dir(void **state) {
@@ -828,6 +856,7 @@ int main(void) {
         cmocka_unit_test(test_batch_must_divide),
         cmocka_unit_test(test_ranks_refuse_a_used_out_dir),
         cmocka_unit_test(test_rank_failing_its_shard),
+        cmocka_unit_test(test_replica_divergence_is_refused),
         cmocka_unit_test(test_launcher_sigterm_saves_and_resumes_exactly),
         cmocka_unit_test(test_bench_train_ranks),
         cmocka_unit_test(test_dead_rank_ends_the_job),

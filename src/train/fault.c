@@ -17,10 +17,20 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-typedef enum { F_KILL, F_EXIT, F_HANG, F_NAN, F_SPIKE, F_CORRUPT, F_ENOSPC, F_KINDS } fault_kind;
+typedef enum {
+    F_KILL,
+    F_EXIT,
+    F_HANG,
+    F_NAN,
+    F_SPIKE,
+    F_CORRUPT,
+    F_ENOSPC,
+    F_DIVERGE,
+    F_KINDS
+} fault_kind;
 
 static const char *const kind_names[F_KINDS] = {
-    "kill", "exit", "hang", "nan", "spike", "corrupt-checkpoint", "enospc"};
+    "kill", "exit", "hang", "nan", "spike", "corrupt-checkpoint", "enospc", "diverge"};
 
 typedef struct {
     int index; /* its place in the list: a fault listed twice fires twice */
@@ -38,7 +48,7 @@ static pthread_once_t parsed = PTHREAD_ONCE_INIT;
 static void bad_spec(const char *spec, const char *why) {
     fprintf(stderr,
             "ZAYAC_FAULT: '%s': %s (KIND[:rank=R][:step=S], kinds: kill, exit, hang, nan, "
-            "spike, corrupt-checkpoint, enospc)\n",
+            "spike, corrupt-checkpoint, enospc, diverge)\n",
             spec, why);
     _exit(2);
 }
@@ -131,6 +141,16 @@ void fault_at_step(zy_step *s, long long step, int rank) {
         announce(F_NAN, step, rank);
         const float nan_value = NAN; /* one weight: the forward's loss becomes non-finite */
         ops_copy(s->model.ctx, s->model.params, &nan_value, sizeof nan_value);
+        model_sync_compute_weights(&s->model);
+    }
+    if (find(F_DIVERGE, step, rank)) {
+        announce(F_DIVERGE, step, rank);
+        /* one finite weight every rank keeps (the table's first: the embedding) moved by 0.1%,
+         * on this rank only, as a silent replica divergence would */
+        float w;
+        ops_copy(s->model.ctx, &w, s->model.params, sizeof w);
+        w += 1e-3f * (fabsf(w) > 1e-3f ? fabsf(w) : 1e-3f);
+        ops_copy(s->model.ctx, s->model.params, &w, sizeof w);
         model_sync_compute_weights(&s->model);
     }
     if (find(F_SPIKE, step, rank)) {

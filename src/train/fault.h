@@ -4,7 +4,8 @@
  * share of the step's loss multiplied, so the step's loss is about 100 times what it would be and
  * the loss-spike detector, train/spike.h, sees it; weights and gradients untouched),
  * corrupt-checkpoint (damage the checkpoint of step S once it is committed), enospc (the checkpoint
- * write of step S fails as on a full disk). rank defaults to 0; step to the first step the run
+ * write of step S fails as on a full disk), diverge (one weight every rank keeps moved on this
+ * rank alone: the replica check's drill). rank defaults to 0; step to the first step the run
  * reaches (for the checkpoint kinds: the first save). A fault fires where its rank reaches its
  * step; with ZAYAC_FAULT_STATE=DIR (the supervisor sets it) it fires once per DIR: a file there
  * records it, so a restarted run does not fire it again. Without the variable nothing here costs
@@ -14,8 +15,9 @@
 
 #include "train/step.h"
 
-/* At the start of step `step` (1-based) on `rank`: kill, exit, hang, poison a weight (nan) or
- * inflate the step's loss (spike). */
+/* At the start of step `step` (1-based) on `rank`: kill, exit, hang, poison a weight (nan), move
+ * one replicated weight on this rank alone (diverge: the next checkpoint's replica check trips)
+ * or inflate the step's loss (spike). */
 void fault_at_step(zy_step *s, long long step, int rank);
 /* In a checkpoint writer, before writing step `step`: ZY_ERR (a full-disk message) for enospc. */
 int fault_checkpoint_write(long long step, int rank);

@@ -48,7 +48,8 @@ void mem_need(zy_ctx *ctx, const zy_config *mc, int B, int T, int recompute,
         need->weights -= matrices * f32 * (1.0 - 1.0 / world);
     need->device = need->weights + need->grads + need->optim + need->acts + need->workspace;
     if (setup > need->device) need->device = setup;
-    /* a GPU job: the host copy of the weights (initialisation, checkpoints) and of the state */
+    /* a GPU job: the weights whole in host memory (initialisation and loads go through it; a
+     * checkpoint's pinned copy holds what the rank keeps, less) and the state's mirror */
     need->host = on_gpu ? floats * f32 + need->optim + mirror_extra * f32 : 0;
 }
 

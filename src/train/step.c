@@ -134,8 +134,8 @@ static int clip(zy_step *s, double *norm, float *factor) {
     return ZY_OK;
 }
 
-const unsigned char *step_masters(const zy_step *s) {
-    return s->have_zero ? s->zero.master : NULL;
+int step_master_everywhere(const zy_step *s, int i) {
+    return s->have_zero ? zero1_master_everywhere(&s->zero, i) : 1;
 }
 
 int step_state_whole(zy_step *s) {

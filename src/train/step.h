@@ -113,9 +113,10 @@ void step_owned(const zy_step *s, int *first, int *last);
 /* Makes the optimizer state whole where each rank updated a slice of it (dist.embedding_update =
  * split), before it is saved. Collective. Nothing without ranks. */
 int step_state_whole(zy_step *s);
-/* The table entries whose fp32 masters this rank keeps current ([count] flags; NULL: all): under
- * ZeRO-1 with a compute copy, not other ranks' matrices (train/zero1.h). */
-const unsigned char *step_masters(const zy_step *s);
+/* Whether every rank keeps table entry i's fp32 master current (all of them without ranks;
+ * under ZeRO-1 with a compute copy, not the matrices, which only their owners keep:
+ * train/zero1.h). */
+int step_master_everywhere(const zy_step *s, int i);
 /* Waits for weights still arriving from their owners after the last step (ZeRO-1 overlaps them
  * with the next forward, which waits by itself): call before anything but a forward reads or
  * writes model.params or the compute copy. Nothing without ranks. Under ZeRO-1 on GPUs, from the

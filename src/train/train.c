@@ -321,6 +321,7 @@ static void trainer_free(trainer *tr) {
     batches_close(tr->val);
     step_free(&tr->st);
     ops_host_free(&tr->ctx, tr->params_host);
+    free(tr->host_at);
     free(tr->state_copy);
     ranks_free(&tr->ranks);
     ops_ctx_free(&tr->ctx);

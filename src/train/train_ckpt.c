@@ -15,54 +15,49 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* CRC-32C of the entries of t that sel marks, each cut into fixed pieces, each piece on its own
- * thread, then of the pieces' CRCs: the same value for any number of threads, at the memory
- * bandwidth of every core rather than one core's 1-2 GB/s (the weights are checked at every
- * checkpoint, while training waits). Padding between entries is not read. */
-static uint32_t weights_crc(const zy_param_table *t, const unsigned char *sel, const float *p) {
+/* CRC-32C of the entries of t with at[i] != NULL (entry i's floats at at[i]), each cut into fixed
+ * pieces, each piece on its own thread, then of the pieces' CRCs: the same value for any number
+ * of threads, at the memory bandwidth of every core rather than one core's 1-2 GB/s (the weights
+ * are checked at every checkpoint, while training waits). */
+static uint32_t weights_crc(const zy_param_table *t, const float *const *at) {
     enum { PIECE = 1 << 24 }; /* floats: 64 MiB */
     size_t pieces = 0;
     for (int i = 0; i < t->count; i++)
-        if (sel[i]) pieces += (t->items[i].numel + PIECE - 1) / PIECE;
-    const float **at = zy_calloc(pieces + 1, sizeof *at);
+        if (at[i]) pieces += (t->items[i].numel + PIECE - 1) / PIECE;
+    const float **from = zy_calloc(pieces + 1, sizeof *from);
     size_t *len = zy_calloc(pieces + 1, sizeof *len), k = 0;
     for (int i = 0; i < t->count; i++)
-        for (size_t o = 0; sel[i] && o < t->items[i].numel; o += PIECE) {
-            at[k] = p + t->items[i].offset + o;
+        for (size_t o = 0; at[i] && o < t->items[i].numel; o += PIECE) {
+            from[k] = at[i] + o;
             len[k++] = t->items[i].numel - o < PIECE ? t->items[i].numel - o : PIECE;
         }
     uint32_t *crc = zy_calloc(pieces + 1, sizeof *crc);
 #pragma omp parallel for schedule(dynamic)
-    for (size_t i = 0; i < pieces; i++) crc[i] = zy_crc32c(0, at[i], len[i] * sizeof(float));
+    for (size_t i = 0; i < pieces; i++) crc[i] = zy_crc32c(0, from[i], len[i] * sizeof(float));
     const uint32_t all = zy_crc32c(0, crc, pieces * sizeof *crc);
     free(crc);
-    free(at);
+    free(from);
     free(len);
     return all;
 }
 
 /* Replicated state must stay identical on every rank (the same reduced gradients, the same
  * update, the same bytes received from each owner): checked at every checkpoint by comparing
- * the ranks' checksums of the weights every rank holds (held: this rank's entries, NULL: all;
- * the entries held on every rank are checked), so a silent divergence (a nondeterministic
- * kernel, a bit flip) is caught instead of saved. */
-int trainer_check_replicas(trainer *tr, const float *host, const unsigned char *held) {
+ * the ranks' checksums of the weights every rank keeps, so a silent divergence (a
+ * nondeterministic kernel, a bit flip) is caught instead of saved. */
+int trainer_check_replicas(trainer *tr, const float *const *at) {
     const zy_param_table *t = &tr->st.model.table;
-    int64_t *missing = zy_calloc((size_t)t->count + 1, sizeof *missing); /* on some rank */
-    for (int i = 0; i < t->count; i++) missing[i] = held && !held[i];
-    int rc = comm_all_reduce(&tr->ranks.comm, missing, (size_t)t->count, ZY_COMM_I64, ZY_COMM_MAX);
-    unsigned char *sel = zy_calloc((size_t)t->count + 1, sizeof *sel);
-    for (int i = 0; i < t->count; i++) sel[i] = !missing[i];
+    const float **sel = zy_calloc((size_t)t->count + 1, sizeof *sel);
+    for (int i = 0; i < t->count; i++) sel[i] = step_master_everywhere(&tr->st, i) ? at[i] : NULL;
     int64_t crc[2];
-    crc[0] = weights_crc(t, sel, host);
+    crc[0] = weights_crc(t, sel);
     crc[1] = -crc[0];
-    free(missing);
     free(sel);
-    if (rc == ZY_OK) rc = comm_all_reduce(&tr->ranks.comm, crc, 2, ZY_COMM_I64, ZY_COMM_MAX);
-    if (rc == ZY_OK && crc[0] != -crc[1])
+    ZY_TRY(comm_all_reduce(&tr->ranks.comm, crc, 2, ZY_COMM_I64, ZY_COMM_MAX));
+    if (crc[0] != -crc[1])
         return zy_fail_runtime("step %lld: the ranks' weights differ (replicated state diverged)",
                                (long long)tr->st.step);
-    return rc;
+    return ZY_OK;
 }
 
 /* Reads each named state tensor from whichever of the files holds it (a checkpoint written by

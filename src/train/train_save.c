@@ -283,9 +283,35 @@ static char *state_json(const trainer *tr) {
     return json;
 }
 
+/* The host copy's layout (trainer.h's params_host): the owned entries' block, then on a GPU the
+ * other entries every rank keeps, packed. */
+static void host_layout(trainer *tr) {
+    const zy_model *m = &tr->st.model;
+    const zy_param_table *t = &m->table;
+    int first, last;
+    step_owned(&tr->st, &first, &last);
+    tr->host_at = zy_calloc((size_t)t->count + 1, sizeof *tr->host_at);
+    const size_t lo = first < last ? t->items[first].offset : 0;
+    size_t at = first < last ? t->items[last - 1].offset + t->items[last - 1].numel - lo : 0;
+    for (int i = 0; i < t->count; i++) {
+        const int own = i >= first && i < last;
+        if (own) {
+            tr->host_at[i] = t->items[i].offset - lo;
+        } else if (m->ctx->device == ZY_DEV_CUDA && step_master_everywhere(&tr->st, i)) {
+            tr->host_at[i] = at;
+            at += t->items[i].numel;
+        } else {
+            tr->host_at[i] = SIZE_MAX;
+        }
+    }
+    tr->params_host_floats = at;
+}
+
 void trainer_snapshot_init(trainer *tr) {
     zy_model *m = &tr->st.model;
-    if (!tr->params_host) tr->params_host = ops_host_alloc(m->ctx, m->table.total * sizeof(float));
+    if (!tr->host_at) host_layout(tr);
+    if (!tr->params_host)
+        tr->params_host = ops_host_alloc(m->ctx, (tr->params_host_floats + 1) * sizeof(float));
     optim_state_mirror(&tr->st.opt);
 }
 
@@ -314,35 +340,32 @@ static int snapshot(trainer *tr, trainer_save *j) {
         ZY_TRY(step_weights_ready(&tr->st)); /* nothing still arriving */
         ZY_TRY(step_state_whole(&tr->st));   /* split entries' moments, for their owner */
     }
-    /* a GPU copies every master it keeps (one transfer serves the check and the shard), in runs
-     * of consecutive entries (other ranks' matrices are not here); the CPU its span (the check
-     * reads the live weights) */
-    const int gpu = m->ctx->device == ZY_DEV_CUDA;
-    const unsigned char *held = step_masters(&tr->st);
+    /* the owned block in one copy; a GPU also copies the other entries every rank keeps, for
+     * the replica check (a CPU's reads the live weights) */
     const zy_param_table *t = &m->table;
-    for (int a = 0; gpu && a < t->count;) {
-        if (held && !held[a]) {
-            a++;
-            continue;
-        }
-        int b = a + 1;
-        while (b < t->count && (!held || held[b])) b++;
-        const size_t lo = t->items[a].offset, hi = t->items[b - 1].offset + t->items[b - 1].numel;
-        ops_copy_async(m->ctx, tr->params_host + lo, m->params + lo, (hi - lo) * sizeof(float));
-        a = b;
-    }
-    if (!gpu && j->last > j->first) {
+    const int gpu = m->ctx->device == ZY_DEV_CUDA;
+    if (j->last > j->first) {
         const zy_param *a = &t->items[j->first], *b = &t->items[j->last - 1];
-        const size_t lo = a->offset, hi = b->offset + b->numel;
-        ops_copy_async(m->ctx, tr->params_host + lo, m->params + lo, (hi - lo) * sizeof(float));
+        const size_t n = b->offset + b->numel - a->offset;
+        ops_copy_async(m->ctx, tr->params_host, m->params + a->offset, n * sizeof(float));
+        j->params = tr->params_host;
+        j->bytes += (double)n * sizeof(float);
     }
+    for (int i = 0; gpu && i < t->count; i++)
+        if (tr->host_at[i] != SIZE_MAX && (i < j->first || i >= j->last))
+            ops_copy_async(m->ctx, tr->params_host + tr->host_at[i], m->params + t->items[i].offset,
+                           t->items[i].numel * sizeof(float));
     optim_state_to_host(&tr->st.opt); /* CUDA: queued behind the weights, waits for both */
     ops_sync(m->ctx);
-    if (j->world > 1) ZY_TRY(trainer_check_replicas(tr, gpu ? tr->params_host : m->params, held));
-    if (j->last > j->first) {
-        const zy_param *a = &m->table.items[j->first], *b = &m->table.items[j->last - 1];
-        j->params = tr->params_host + a->offset;
-        j->bytes += (double)(b->offset + b->numel - a->offset) * sizeof(float);
+    if (j->world > 1) {
+        const float **at = zy_calloc((size_t)t->count + 1, sizeof *at);
+        for (int i = 0; i < t->count; i++)
+            at[i] = !gpu                         ? m->params + t->items[i].offset
+                    : tr->host_at[i] != SIZE_MAX ? tr->params_host + tr->host_at[i]
+                                                 : NULL;
+        const int rc = trainer_check_replicas(tr, at);
+        free(at);
+        ZY_TRY(rc);
     }
     /* the state: the GPU's optimizer moments stay in the mirror they were copied to; what a step
      * changes in place on the host (the CPU's moments, the balancing state) is copied */

@@ -52,8 +52,12 @@ typedef struct {
     char ckpt_root[ZY_PATH_MAX + 16];
     /* Host copies a save writes from, made at the start and reused by every save (a writer reads
      * them until the next save, which waits for it first): */
-    float *params_host;  /* [table.total] the weights (pinned on a GPU: ops_host_alloc): a GPU
-                            copies them whole (the replica check reads them), the CPU its span */
+    float *params_host; /* [params_host_floats] the weights a save copies (pinned on a GPU:
+                           ops_host_alloc): this rank's owned entries as one block laid out as
+                           in model.params, then, on a GPU, every other entry all ranks keep
+                           (the replica check reads them; a CPU's reads the live weights) */
+    size_t *host_at;    /* [table.count] each entry's offset in params_host, or SIZE_MAX */
+    size_t params_host_floats;
     float *state_copy;   /* the state a step changes under a writer: the balancing moments, and
                             on the CPU the optimizer's (a GPU's are in its pinned mirror, optim.h) */
     size_t state_floats; /* state_copy's size */
@@ -86,10 +90,9 @@ void trainer_drop_checkpoint(trainer *tr);
 /* Loads a checkpoint folder: weights, this rank's optimizer state (by global name, from whichever
  * file holds it), balancing state, counters and the data position. */
 int trainer_resume_from(trainer *tr, const char *dir);
-/* Compares the ranks' checksums of the weights every rank holds, `host` ([table.total] floats laid
- * out as model.params, this rank's copy; held: the entries current in it, NULL: all): a runtime
- * error when they differ. Collective. */
-int trainer_check_replicas(trainer *tr, const float *host, const unsigned char *held);
+/* Compares the ranks' checksums of the weights every rank keeps (step_master_everywhere), entry i
+ * read at at[i] (this rank's copy): a runtime error when they differ. Collective. */
+int trainer_check_replicas(trainer *tr, const float *const *at);
 
 /* Phases (phases.c). Checks every phase can run here (its batch splits over the ranks, its data
  * folders exist) before anything trains. */

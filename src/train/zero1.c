@@ -87,8 +87,7 @@ void zero1_init(zy_zero1 *z, zy_comm *comm, zy_model *m, const zy_optim_config *
     z->master = zy_calloc((size_t)t->count + 1, sizeof *z->master);
     for (int i = 0; i < t->count; i++) {
         z->mine[i] = z->replicated[i] || z->owner[i] == comm->rank;
-        /* with a compute copy the GEMMs read only it: another rank's matrix needs no fp32 here */
-        z->master[i] = !m->cparams || t->items[i].kind != ZY_PARAM_MATRIX || z->mine[i];
+        z->master[i] = zero1_master_everywhere(z, i) || z->mine[i];
         z->split[i] = (unsigned char)zero1_splits(oc, &t->items[i]);
         z->range[2 * i + 1] = t->items[i].numel;
         if (z->split[i])
@@ -362,6 +361,11 @@ int zero1_weights_ready(zy_zero1 *z) {
         return zy_fail_ctx("receiving the updated weights from their owners");
     }
     return ZY_OK;
+}
+
+int zero1_master_everywhere(const zy_zero1 *z, int i) {
+    /* with a compute copy the GEMMs read only it: another rank's matrix needs no fp32 here */
+    return !z->m->cparams || z->m->table.items[i].kind != ZY_PARAM_MATRIX;
 }
 
 void zero1_release_masters(zy_zero1 *z) {

@@ -130,6 +130,8 @@ int zero1_share_end(zy_zero1 *z);
 /* Waits for the share's broadcasts still running (nothing after a forward: it waited); ends the
  * communicator's deferred mode. Collective only in that every rank waits for the same transfers. */
 int zero1_weights_ready(zy_zero1 *z);
+/* Whether every rank keeps entry i's fp32 master (z->master is this, or the rank's own). */
+int zero1_master_everywhere(const zy_zero1 *z, int i);
 /* Gives back the device memory of the fp32 masters this rank does not keep (z->master; nothing on
  * the CPU). Once, at set-up: later loads write only the kept ones (model_set_weights). */
 void zero1_release_masters(zy_zero1 *z);
