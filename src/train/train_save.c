@@ -283,8 +283,9 @@ static char *state_json(const trainer *tr) {
     return json;
 }
 
-/* The host copy's layout (trainer.h's params_host): the owned entries' block, then on a GPU the
- * other entries every rank keeps, packed. */
+/* The host copy's layout (trainer.h's params_host): the owned entries' block, then the other
+ * entries every rank keeps, packed (the same on CPU and GPU ranks: one path, which the CPU ranks'
+ * tests cover). */
 static void host_layout(trainer *tr) {
     const zy_model *m = &tr->st.model;
     const zy_param_table *t = &m->table;
@@ -297,7 +298,7 @@ static void host_layout(trainer *tr) {
         const int own = i >= first && i < last;
         if (own) {
             tr->host_at[i] = t->items[i].offset - lo;
-        } else if (m->ctx->device == ZY_DEV_CUDA && step_master_everywhere(&tr->st, i)) {
+        } else if (step_master_everywhere(&tr->st, i)) {
             tr->host_at[i] = at;
             at += t->items[i].numel;
         } else {
@@ -340,10 +341,9 @@ static int snapshot(trainer *tr, trainer_save *j) {
         ZY_TRY(step_weights_ready(&tr->st)); /* nothing still arriving */
         ZY_TRY(step_state_whole(&tr->st));   /* split entries' moments, for their owner */
     }
-    /* the owned block in one copy; a GPU also copies the other entries every rank keeps, for
-     * the replica check (a CPU's reads the live weights) */
+    /* the owned block in one copy, then the other entries every rank keeps (the replica check
+     * reads them) */
     const zy_param_table *t = &m->table;
-    const int gpu = m->ctx->device == ZY_DEV_CUDA;
     if (j->last > j->first) {
         const zy_param *a = &t->items[j->first], *b = &t->items[j->last - 1];
         const size_t n = b->offset + b->numel - a->offset;
@@ -351,7 +351,7 @@ static int snapshot(trainer *tr, trainer_save *j) {
         j->params = tr->params_host;
         j->bytes += (double)n * sizeof(float);
     }
-    for (int i = 0; gpu && i < t->count; i++)
+    for (int i = 0; j->world > 1 && i < t->count; i++)
         if (tr->host_at[i] != SIZE_MAX && (i < j->first || i >= j->last))
             ops_copy_async(m->ctx, tr->params_host + tr->host_at[i], m->params + t->items[i].offset,
                            t->items[i].numel * sizeof(float));
@@ -360,9 +360,7 @@ static int snapshot(trainer *tr, trainer_save *j) {
     if (j->world > 1) {
         const float **at = zy_calloc((size_t)t->count + 1, sizeof *at);
         for (int i = 0; i < t->count; i++)
-            at[i] = !gpu                         ? m->params + t->items[i].offset
-                    : tr->host_at[i] != SIZE_MAX ? tr->params_host + tr->host_at[i]
-                                                 : NULL;
+            at[i] = tr->host_at[i] != SIZE_MAX ? tr->params_host + tr->host_at[i] : NULL;
         const int rc = trainer_check_replicas(tr, at);
         free(at);
         ZY_TRY(rc);

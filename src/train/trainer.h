@@ -54,8 +54,8 @@ typedef struct {
      * them until the next save, which waits for it first): */
     float *params_host; /* [params_host_floats] the weights a save copies (pinned on a GPU:
                            ops_host_alloc): this rank's owned entries as one block laid out as
-                           in model.params, then, on a GPU, every other entry all ranks keep
-                           (the replica check reads them; a CPU's reads the live weights) */
+                           in model.params, then every other entry all ranks keep, packed
+                           (the replica check reads them) */
     size_t *host_at;    /* [table.count] each entry's offset in params_host, or SIZE_MAX */
     size_t params_host_floats;
     float *state_copy;   /* the state a step changes under a writer: the balancing moments, and
