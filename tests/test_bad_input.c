@@ -342,7 +342,7 @@ static void test_memory_estimate_data_parallel_gpu(void **state) {
         assert_true(fabs(n.weights - weights) <= 1.0);
         assert_true(fabs(n.optim * w - one.optim) <= 1.0 * w); /* 1/W of all of it */
         const double setup = one.weights + one.grads, run = n.weights + n.grads + n.optim;
-        assert_true(n.device == (setup > run ? setup : run));
+        assert_true(n.setup == setup && n.device == (setup > run ? setup : run));
         const double mirror = 2 * emb * 4 * (1.0 - 1.0 / w); /* the slices' moments, whole */
         assert_true(fabs(n.host - (floats * 4 + n.optim + mirror)) <= 16.0 * 2 * 4);
         oc.embedding_update = ZY_EMB_REPLICATED;

@@ -43,7 +43,7 @@ void mem_need(zy_ctx *ctx, const zy_config *mc, int B, int T, int recompute,
     /* ZeRO-1 with a compute copy: from the end of set-up a rank keeps the fp32 masters of about
      * 1/world of the matrices (train/zero1.h; ownership is balanced by update cost, so the
      * largest rank may hold a little more); before, all of them, but no optimizer state */
-    const double setup = need->weights + need->grads + need->acts;
+    const double setup = need->setup = need->weights + need->grads + need->acts;
     if (world > 1 && ops_act_size(ctx) != sizeof(float))
         need->weights -= matrices * f32 * (1.0 - 1.0 / world);
     need->device = need->weights + need->grads + need->optim + need->acts + need->workspace;
@@ -74,9 +74,13 @@ static int refuse(const char *what, const char *where, double need, double ranks
                   const zy_mem_need *n) {
     char per[64] = "";
     if (ranks > 1) snprintf(per, sizeof per, " for %.0f ranks of this host", ranks);
-    char ws[64] = "";
+    char ws[160] = "";
+    int k = 0;
     if (n->workspace > 0)
-        snprintf(ws, sizeof ws, ", attention workspace %.1f GB", n->workspace / GB);
+        k = snprintf(ws, sizeof ws, ", attention workspace %.1f GB", n->workspace / GB);
+    if (n->device == n->setup && n->setup > n->weights + n->grads + n->optim + n->acts)
+        snprintf(ws + k, sizeof ws - (size_t)k,
+                 "; the peak is at set-up, while every fp32 master is still here");
     return zy_fail("%s needs %.1f GB of %s memory%s (per rank: weights %.1f GB, gradients %.1f GB, "
                    "optimizer %.1f GB, activations %.1f GB%s), %.1f GB available: use a smaller "
                    "model, batch or sequence length",

@@ -19,6 +19,7 @@ typedef struct {
     double workspace; /* training on a GPU: attention's backward workspace at most
                        * (ops_attention_workspace_bytes) */
     double device;    /* the sum, or the set-up's peak (every master, no optimizer) where larger */
+    double setup;     /* that set-up peak (ZeRO-1 on GPUs: before other ranks' masters go back) */
     double host;
 } zy_mem_need;
 
