@@ -186,9 +186,9 @@ static int child_main(int mode) {
      * every entry but the other ranks' matrices, whose compute copies came from their owners */
     for (int i = 0; i < t->count; i++) {
         const int want = t->items[i].kind != ZY_PARAM_MATRIX || z.owner[i] == c.rank;
-        if (z.master[i] != want) {
+        if (zero1_keeps_master(&z, i) != want) {
             fprintf(stderr, "rank %d: %s (owner %d): master kept %d, want %d\n", c.rank,
-                    t->items[i].name, z.owner[i], z.master[i], want);
+                    t->items[i].name, z.owner[i], zero1_keeps_master(&z, i), want);
             failures++;
         }
     }

@@ -120,7 +120,7 @@ int step_master_everywhere(const zy_step *s, int i);
 /* Waits for weights still arriving from their owners after the last step (ZeRO-1 overlaps them
  * with the next forward, which waits by itself): call before anything but a forward reads or
  * writes model.params or the compute copy. Nothing without ranks. Under ZeRO-1 on GPUs, from the
- * end of step_init_training, model.params holds only the entries zero1's `master` marks
+ * end of step_init_training, model.params holds only the entries zero1_keeps_master marks
  * (train/zero1.h). */
 int step_weights_ready(zy_step *s);
 

@@ -84,10 +84,8 @@ void zero1_init(zy_zero1 *z, zy_comm *comm, zy_model *m, const zy_optim_config *
     for (; r <= W; r++) z->bound[r] = t->count;
     for (int q = 0; q < W; q++)
         for (int i = z->bound[q]; i < z->bound[q + 1]; i++) z->owner[i] = q;
-    z->master = zy_calloc((size_t)t->count + 1, sizeof *z->master);
     for (int i = 0; i < t->count; i++) {
         z->mine[i] = z->replicated[i] || z->owner[i] == comm->rank;
-        z->master[i] = zero1_master_everywhere(z, i) || z->mine[i];
         z->split[i] = (unsigned char)zero1_splits(oc, &t->items[i]);
         z->range[2 * i + 1] = t->items[i].numel;
         if (z->split[i])
@@ -128,7 +126,6 @@ void zero1_free(zy_zero1 *z) {
     free(z->ready_at);
     free(z->replicated);
     free(z->mine);
-    free(z->master);
     free(z->split);
     free(z->range);
     free(z->norm_items);
@@ -368,8 +365,14 @@ int zero1_master_everywhere(const zy_zero1 *z, int i) {
     return !z->m->cparams || z->m->table.items[i].kind != ZY_PARAM_MATRIX;
 }
 
+int zero1_keeps_master(const zy_zero1 *z, int i) {
+    return zero1_master_everywhere(z, i) || z->mine[i];
+}
+
 void zero1_release_masters(zy_zero1 *z) {
-    if (z->released) return;
-    model_release_masters(z->m, z->master);
-    z->released = 1;
+    const int n = z->m->table.count;
+    unsigned char *keep = zy_calloc((size_t)n + 1, sizeof *keep);
+    for (int i = 0; i < n; i++) keep[i] = (unsigned char)zero1_keeps_master(z, i);
+    model_release_masters(z->m, keep);
+    free(keep);
 }

@@ -27,7 +27,8 @@
  * embedding's).
  * Nothing reads the fp32 masters of other ranks' matrices, so at set-up (zero1_release_masters)
  * their device memory is given back: each rank holds fp32 masters for
- * its own matrices and for every entry the compute reads in fp32 (z->master), about 4/N bytes per
+ * its own matrices and for every entry the compute reads in fp32 (zero1_keeps_master), about 4/N
+ * bytes per
  * matrix parameter instead of 4, at the same addresses (model_release_masters). A checkpoint
  * saves each rank's own entries and checks the replicas on the entries every rank holds. On the
  * CPU the fp32 weights are the compute weights: all of them go, and all stay.
@@ -81,19 +82,16 @@ typedef struct {
     zy_param *norm_items; /* [norm_count] what this rank adds to the gradient norm: its own
                              entries and its slices of the split ones (as entries of their own) */
     int norm_count;
-    int *owner;    /* [count] the owning rank of each entry */
-    int *ready_at; /* [count] the grads_ready layer after which the entry's gradient is final */
-    int *group;    /* [count] the weights' group: -1 the globals read before the layers, l layer
-                      l, L (the layer count) the globals read after them (final norm) */
-    int *foreign;  /* [L + 2] group g + 1: whether it has entries this rank does not update */
-    int failed;    /* a bucket's reduce failed: the error is in zy_errmsg */
-    unsigned char *master; /* [count] the entries whose fp32 masters this rank keeps: all but
-                              other ranks' matrices when the model has a compute copy */
-    int released;          /* zero1_release_masters gave back the others' */
-    int share_pending;     /* a share's broadcasts may still be running (zero1_weights_ready) */
-    int share_error;       /* queueing a group's broadcasts failed (zero1_share_end reports it) */
-    int share_failed;      /* waiting for them failed in the forward's hook: error in zy_errmsg */
-    int next_group;        /* the first group (-1: global, else layer) not yet waited for */
+    int *owner;        /* [count] the owning rank of each entry */
+    int *ready_at;     /* [count] the grads_ready layer after which the entry's gradient is final */
+    int *group;        /* [count] the weights' group: -1 the globals read before the layers, l layer
+                          l, L (the layer count) the globals read after them (final norm) */
+    int *foreign;      /* [L + 2] group g + 1: whether it has entries this rank does not update */
+    int failed;        /* a bucket's reduce failed: the error is in zy_errmsg */
+    int share_pending; /* a share's broadcasts may still be running (zero1_weights_ready) */
+    int share_error;   /* queueing a group's broadcasts failed (zero1_share_end reports it) */
+    int share_failed;  /* waiting for them failed in the forward's hook: error in zy_errmsg */
+    int next_group;    /* the first group (-1: global, else layer) not yet waited for */
 } zy_zero1;
 
 /* Whether every rank keeps p's optimizer state (the file comment): the tied embedding when
@@ -130,10 +128,13 @@ int zero1_share_end(zy_zero1 *z);
 /* Waits for the share's broadcasts still running (nothing after a forward: it waited); ends the
  * communicator's deferred mode. Collective only in that every rank waits for the same transfers. */
 int zero1_weights_ready(zy_zero1 *z);
-/* Whether every rank keeps entry i's fp32 master (z->master is this, or the rank's own). */
+/* Whether every rank keeps entry i's fp32 master. */
 int zero1_master_everywhere(const zy_zero1 *z, int i);
-/* Gives back the device memory of the fp32 masters this rank does not keep (z->master; nothing on
- * the CPU). Once, at set-up: later loads write only the kept ones (model_set_weights). */
+/* Whether this rank keeps entry i's fp32 master: one every rank keeps, or one of its own (all but
+ * other ranks' matrices when the model has a compute copy). */
+int zero1_keeps_master(const zy_zero1 *z, int i);
+/* Gives back the device memory of the fp32 masters this rank does not keep (zero1_keeps_master;
+ * nothing on the CPU). At set-up: later loads write only the kept ones (model_set_weights). */
 void zero1_release_masters(zy_zero1 *z);
 /* Makes the split entries' optimizer moments whole in their nominal owner's host mirror (each
  * rank's optimizer holds its slice; optim_adam_host), which saves them. Uses those entries'
