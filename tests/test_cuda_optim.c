@@ -373,7 +373,7 @@ static void muon_one_step(const zy_param_table *t, size_t batch_elems, int legac
 #ifdef ZY_HAVE_CUDA
     if (batch_elems) {
         optim_cuda_free(&gpu, og.cuda);
-        og.cuda = optim_cuda_init(&gpu, &og, t, batch_elems);
+        og.cuda = optim_cuda_init(&gpu, &og, t, batch_elems, NULL);
     }
     optim_cuda_set_legacy_gemm(og.cuda, legacy);
     optim_cuda_set_previous(og.cuda, previous);
@@ -405,7 +405,7 @@ static zy_optim_cuda_info plan_of(const zy_param_table *t, size_t batch_elems) {
     assert_int_equal(optim_init(&og, &gpu, &cfg, t), ZY_OK);
     if (batch_elems) {
         optim_cuda_free(&gpu, og.cuda);
-        og.cuda = optim_cuda_init(&gpu, &og, t, batch_elems);
+        og.cuda = optim_cuda_init(&gpu, &og, t, batch_elems, NULL);
     }
     optim_cuda_plan_info(og.cuda, &info);
     optim_free(&og);

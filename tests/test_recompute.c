@@ -220,8 +220,10 @@ typedef struct {
 } run;
 
 /* STEPS training steps (Muon + AdamW, balancing on) of grad_accum micro-batches each; timed:
- * with the phase hook, so forward and backward run as two passes. */
-static void train(int recompute, int grad_accum, int timed, run *r) {
+ * with the phase hook, so forward and backward run as two passes; overlap: the update on a
+ * context beside the step's (cuda.overlap_optimizer), clearing the gradients for the next step
+ * itself. */
+static void train(int recompute, int overlap, int grad_accum, int timed, run *r) {
     zy_step s;
     assert_int_equal(step_init_model(&s, &cpu, &cfg, B, T, 1), ZY_OK);
     model_init_weights(&s.model, 5);
@@ -233,8 +235,10 @@ static void train(int recompute, int grad_accum, int timed, run *r) {
     zy_balance_config bc;
     balance_config_default(&bc);
     bc.step_size = 1e-2f; /* biases that move enough to change routing within the run */
-    zy_step_config sc = {.grad_accum = grad_accum, .grad_clip = 1, .balance = 1};
+    zy_step_config sc = {
+        .grad_accum = grad_accum, .grad_clip = 1, .balance = 1, .overlap_optimizer = overlap};
     assert_int_equal(step_init_training(&s, &sc, &oc, &bc), ZY_OK);
+    assert_int_equal(step_update_ctx(&s) != s.ctx, overlap);
     feeder f = {0, 0};
     zy_step_hooks h = {
         .next_batch = next_batch, .phase_end = timed ? count_phase : NULL, .user = &f};
@@ -269,13 +273,16 @@ static void run_free(run *r) {
     free(r->bal_v);
 }
 
-static void same_training(int grad_accum, int timed) {
+/* Training with recomputation (overlap 0), or with the update beside the step (overlap 1),
+ * against without. */
+static void same_training_as(int overlap, int grad_accum, int timed) {
     run keep, rec;
-    train(0, grad_accum, timed, &keep);
-    train(1, grad_accum, timed, &rec);
-    print_message("grad_accum %d%s: loss %.6f -> %.6f, either way\n", grad_accum,
+    train(0, 0, grad_accum, timed, &keep);
+    train(!overlap, overlap, grad_accum, timed, &rec);
+    const char *what = overlap ? "the update beside the step" : "recomputation";
+    print_message("grad_accum %d%s: loss %.6f -> %.6f, with and without %s\n", grad_accum,
                   timed ? " (forward and backward as two passes)" : "", keep.loss[0],
-                  keep.loss[STEPS - 1]);
+                  keep.loss[STEPS - 1], what);
     assert_memory_equal(rec.loss, keep.loss, sizeof keep.loss);
     assert_memory_equal(rec.gnorm, keep.gnorm, sizeof keep.gnorm);
     const int L = cfg.num_hidden_layers, E1 = cfg.num_experts + 1;
@@ -288,8 +295,8 @@ static void same_training(int grad_accum, int timed) {
     for (int i = 0; i < t.count; i++) { /* the balancing biases are table entries too */
         const zy_param *p = &t.items[i];
         if (memcmp(rec.params + p->offset, keep.params + p->offset, p->numel * sizeof(float)))
-            fail_msg("grad_accum %d: %s differs after %d steps with recomputation", grad_accum,
-                     p->name, STEPS);
+            fail_msg("grad_accum %d: %s differs after %d steps with %s", grad_accum, p->name, STEPS,
+                     what);
     }
     params_free(&t);
     assert_int_equal(rec.bal_step, keep.bal_step);
@@ -297,6 +304,10 @@ static void same_training(int grad_accum, int timed) {
     assert_memory_equal(rec.bal_v, keep.bal_v, (size_t)L * E1 * sizeof(float));
     run_free(&keep);
     run_free(&rec);
+}
+
+static void same_training(int grad_accum, int timed) {
+    same_training_as(0, grad_accum, timed);
 }
 
 static void test_training_bitwise(void **state) {
@@ -308,6 +319,16 @@ static void test_training_grad_accum_bitwise(void **state) {
     (void)state;
     same_training(2, 0);
     same_training(2, 1);
+}
+
+/* The update beside the step: the gradients it clears after reading them are the next step's
+ * start (a step that did not clear them would add to the last step's), with and without
+ * accumulation and the phase hook (which waits for the update). */
+static void test_training_update_beside_bitwise(void **state) {
+    (void)state;
+    same_training_as(1, 1, 0);
+    same_training_as(1, 2, 0);
+    same_training_as(1, 2, 1);
 }
 
 /* A new shape keeps the choice (training phases reshape the step). */
@@ -327,6 +348,7 @@ int main(void) {
         cmocka_unit_test(test_one_pass_bitwise),
         cmocka_unit_test(test_training_bitwise),
         cmocka_unit_test(test_training_grad_accum_bitwise),
+        cmocka_unit_test(test_training_update_beside_bitwise),
         cmocka_unit_test(test_reshape_keeps_recompute),
     };
     return cmocka_run_group_tests(tests, setup, NULL);

@@ -527,6 +527,8 @@ static int train_parse(const zy_opt *opts, bench_train_opts *o) {
                          &o->cuda.expert_streams));
     ZY_TRY(
         train_opt_int(opts, "--expert-chunk", o->cuda.expert_chunk, 0, 1, &o->cuda.expert_chunk));
+    ZY_TRY(train_opt_int(opts, "--overlap-optimizer", o->cuda.overlap_optimizer, 0, 1,
+                         &o->cuda.overlap_optimizer));
     ZY_TRY(args_choice(opts, "--attention", zy_attention_backend_names, o->cuda.attention,
                        &o->cuda.attention));
     const char *ws = args_get(opts, "--attention-workspace-gib");
@@ -601,6 +603,10 @@ static int bench_train(int argc, char **argv) {
         {"--threads", 1, "CPU threads (default: OpenMP's)", NULL},
         {"--expert-streams", 1, "CUDA streams the expert GEMMs share (cuda.expert_streams)", NULL},
         {"--expert-chunk", 1, "1: expert GEMMs by 256-row blocks (cuda.expert_chunk)", NULL},
+        {"--overlap-optimizer", 1,
+         "0: the update after the step; 1: beside the next forward (cuda.overlap_optimizer; "
+         "default 1)",
+         NULL},
         {"--attention", 1, "attention kernels: zayac, cudnn or auto (cuda.attention; default auto)",
          NULL},
         {"--attention-workspace-gib", 1,

@@ -144,7 +144,9 @@ static int bt_init(bt_state *s, const bench_train_opts *o, const dist_env *e,
     memset(s, 0, sizeof *s);
     s->o = o;
     if (o->device == ZY_DEV_CUDA) {
-        ZY_TRY(ops_ctx_init_cuda_opts(&s->ctx, o->gpu, &o->cuda));
+        zy_cuda_opts co = o->cuda;
+        co.overlap_optimizer &= e->world == 1; /* ZeRO-1 does not (train/step.h) */
+        ZY_TRY(ops_ctx_init_cuda_opts(&s->ctx, o->gpu, &co));
     } else {
         if (o->threads > 0) omp_set_num_threads(o->threads);
         ops_ctx_init_cpu(&s->ctx, o->threads);
@@ -174,7 +176,10 @@ static int bt_init(bt_state *s, const bench_train_opts *o, const dist_env *e,
     r->acts_bytes = o->device == ZY_DEV_CUDA ? u1 - u0 : NAN;
     zy_balance_config bc;
     balance_config_default(&bc);
-    zy_step_config sc = {.grad_accum = 1, .grad_clip = BT_GRAD_CLIP, .balance = 1};
+    zy_step_config sc = {.grad_accum = 1,
+                         .grad_clip = BT_GRAD_CLIP,
+                         .balance = 1,
+                         .overlap_optimizer = o->cuda.overlap_optimizer};
     ZY_TRY(step_init_training(&s->st, &sc, &oc, &bc));
     r->grads_bytes = (double)s->st.model.table.total * sizeof(float);
     /* this rank's fp32 masters (ZeRO-1 on GPUs gave the other ranks' matrices back) */
@@ -318,24 +323,52 @@ static int bt_timed(bt_state *s, bench_train_result *r, double used0) {
     return comm_all_reduce(&s->ranks.comm, &r->mem_gib, 1, ZY_COMM_F64, ZY_COMM_MAX);
 }
 
+static int by_ms_desc(const void *a, const void *b) {
+    const double x = ((const zy_op_time *)a)->ms, y = ((const zy_op_time *)b)->ms;
+    return (x < y) - (x > y);
+}
+
+/* t[0, n) and the m entries after them as one list, each op once (times and calls summed), most
+ * time first; returns its length. */
+static int merge_times(zy_op_time *t, int n, int m) {
+    int k = n;
+    for (int j = n; j < n + m; j++) {
+        int i = 0;
+        while (i < k && strcmp(t[i].name, t[j].name) != 0) i++;
+        if (i < k) {
+            t[i].ms += t[j].ms;
+            t[i].calls += t[j].calls;
+        } else {
+            t[k++] = t[j];
+        }
+    }
+    qsort(t, (size_t)k, sizeof *t, by_ms_desc);
+    return k;
+}
+
 /* One extra step with the op profiler on: the per-op breakdown and the phases (this rank's), and
  * every rank's optimizer phase. */
 static int bt_profiled(bt_state *s, bench_train_result *r) {
     const bench_train_opts *o = s->o;
     double loss, gnorm;
     bt_batch(s, (int64_t)o->warmup + o->steps);
+    zy_ctx *uc = step_update_ctx(&s->st); /* the update's context (its own with the overlap) */
+    ops_sync(uc);
     ops_sync(&s->ctx);
     ops_prof_reset(&s->ctx);
-    s->ctx.prof = 1;
+    if (uc != &s->ctx) ops_prof_reset(uc);
+    s->ctx.prof = uc->prof = 1;
     double t0 = bt_clock(s);
     ZY_TRY(bt_step(s, &loss, &gnorm, r->phase_ms));
     r->prof_step_ms = (bt_clock(s) - t0) * 1e3;
     r->optim_ms_rank = zy_calloc((size_t)r->world, sizeof *r->optim_ms_rank);
     ZY_TRY(comm_all_gather(&s->ranks.comm, &r->phase_ms[ZY_PHASE_OPTIM], r->optim_ms_rank, 1,
                            ZY_COMM_F64));
-    s->ctx.prof = 0;
-    zy_op_time t[BT_PROF_MAX];
+    s->ctx.prof = uc->prof = 0;
+    zy_op_time t[2 * BT_PROF_MAX];
     int n = ops_prof_read(&s->ctx, t, BT_PROF_MAX);
+    if (uc != &s->ctx && uc->device == ZY_DEV_CUDA) /* each its own (the CPU's is global) */
+        n = merge_times(t, n, ops_prof_read(uc, t + n, BT_PROF_MAX));
     r->ops = zy_calloc((size_t)(n > 0 ? n : 1), sizeof *r->ops);
     for (int i = 0; i < n; i++) {
         bench_train_op *x = &r->ops[r->nops++];
@@ -547,6 +580,7 @@ cJSON *bench_train_to_json(const bench_train_opts *o, const bench_train_result *
     cJSON_AddNumberToObject(j, "expert_streams", o->cuda.expert_streams);
     cJSON_AddNumberToObject(j, "expert_chunk", o->cuda.expert_chunk);
     cJSON_AddStringToObject(j, "attention", zy_attention_backend_names[o->cuda.attention]);
+    cJSON_AddBoolToObject(j, "overlap_optimizer", o->cuda.overlap_optimizer);
     if (o->cuda.attention_workspace_gib == ZY_ATTN_WORKSPACE_AUTO)
         cJSON_AddStringToObject(j, "attention_workspace_gib", "auto");
     else

@@ -225,6 +225,14 @@ int model_grads_final_at(const zy_model *m, int i) {
     return p->layer;
 }
 
+int model_entry_group(const zy_model *m, int i) {
+    const zy_param_table *t = &m->table;
+    if (t->items[i].layer >= 0) return t->items[i].layer;
+    for (int k = 0; k < i; k++) /* a global entry after a layer's comes after the layers */
+        if (t->items[k].layer >= 0) return m->cfg.num_hidden_layers;
+    return -1;
+}
+
 void model_free(zy_model *m) {
     if (m->params) ops_free(m->ctx, m->params);
     if (m->grads) ops_free(m->ctx, m->grads);
@@ -298,9 +306,13 @@ void model_release_masters(zy_model *m, const unsigned char *keep) {
 }
 
 void model_zero_grads(zy_model *m) {
+    model_zero_grads_on(m, m->ctx);
+}
+
+void model_zero_grads_on(zy_model *m, zy_ctx *ctx) {
     if (!m->grads) return;
     for (int i = 0; i < m->nzero; i++)
-        ops_zero(m->ctx, m->grads + m->zero_ranges[i][0], m->zero_ranges[i][1] * sizeof(float));
+        ops_zero(ctx, m->grads + m->zero_ranges[i][0], m->zero_ranges[i][1] * sizeof(float));
     m->grad_beta = 0.0f;
 }
 

@@ -99,6 +99,11 @@ typedef struct {
  * writes (the norm reads that layer's output): l - 1, and -1 for layer 0's (the embedding's
  * backward); -1 for the global entries (embedding, final norm). */
 int model_grads_final_at(const zy_model *m, int i);
+/* The weights_needed call (its layer argument) before which the forward first reads table entry
+ * i, in the table's order (the forward's): the entry's layer; -1 for the global entries before
+ * the layers (the embedding), num_hidden_layers for those after them (the final norm, which the
+ * call for the last layer covers). */
+int model_entry_group(const zy_model *m, int i);
 /* Builds the HF parameter table of a config into t (t is initialised here). */
 void model_build_table(zy_param_table *t, const zy_config *cfg);
 /* Allocates a model for cfg (weights zeroed; with_grads: also a gradient buffer). */
@@ -124,6 +129,9 @@ void model_release_masters(zy_model *m, const unsigned char *keep);
  * next backward overwrite the GEMM-written ones (see grad_beta). Until that backward those hold
  * stale values. */
 void model_zero_grads(zy_model *m);
+/* model_zero_grads with the clearing issued on ctx (a context beside m->ctx: ops_ctx_init_beside),
+ * so that it can run beside m->ctx's work; the caller orders it (ops_mark). */
+void model_zero_grads_on(zy_model *m, zy_ctx *ctx);
 
 typedef struct {
     int64_t total;           /* every trained parameter (buffers excluded), embedding included */

@@ -99,6 +99,7 @@ const char *const zy_attention_backend_names[] = {"auto", "zayac", "cudnn", NULL
 
 zy_cuda_opts ops_cuda_opts_default(void) {
     return (zy_cuda_opts){.expert_streams = ZY_EXPERT_STREAMS_DEFAULT,
+                          .overlap_optimizer = 1,
                           .expert_chunk = 0,
                           .attention = ZY_ATTN_AUTO,
                           .attention_workspace_gib = ZY_ATTN_WORKSPACE_AUTO};
@@ -116,6 +117,8 @@ int ops_ctx_init_cuda_opts(zy_ctx *ctx, int gpu, const zy_cuda_opts *opts) {
     if (o.expert_streams < 1 || o.expert_streams > ZY_EXPERT_STREAMS_MAX)
         return zy_fail("cuda.expert_streams = %d is outside [1, %d]", o.expert_streams,
                        ZY_EXPERT_STREAMS_MAX);
+    if (o.overlap_optimizer != 0 && o.overlap_optimizer != 1)
+        return zy_fail("cuda.overlap_optimizer = %d must be 0 or 1", o.overlap_optimizer);
     if (o.expert_chunk != 0 && o.expert_chunk != 1)
         return zy_fail("cuda.expert_chunk = %d must be 0 or 1", o.expert_chunk);
     if (o.attention < ZY_ATTN_AUTO || o.attention > ZY_ATTN_CUDNN)
@@ -176,6 +179,50 @@ void *ops_stream(zy_ctx *ctx) {
 #endif
     (void)ctx;
     return NULL;
+}
+
+int ops_ctx_init_beside(zy_ctx *side, zy_ctx *ctx) {
+#ifdef ZY_HAVE_CUDA
+    if (ctx->device == ZY_DEV_CUDA) return cuda_ops_ctx_init_beside(side, ctx);
+#endif
+    ops_ctx_init_cpu(side, ctx->num_threads);
+    return ZY_OK;
+}
+
+/* The CPU's marks: a placeholder (its ops are done when they return). */
+struct zy_mark {
+    char unused;
+};
+
+zy_mark *ops_mark_new(zy_ctx *ctx) {
+#ifdef ZY_HAVE_CUDA
+    if (ctx->device == ZY_DEV_CUDA) return cuda_ops_mark_new(ctx);
+#endif
+    return zy_calloc(1, sizeof(zy_mark));
+}
+
+void ops_mark_free(zy_ctx *ctx, zy_mark *m) {
+#ifdef ZY_HAVE_CUDA
+    if (ctx->device == ZY_DEV_CUDA) {
+        cuda_ops_mark_free(m);
+        return;
+    }
+#endif
+    free(m);
+}
+
+void ops_mark(zy_ctx *ctx, zy_mark *m) {
+#ifdef ZY_HAVE_CUDA
+    if (ctx->device == ZY_DEV_CUDA) cuda_ops_mark(ctx, m);
+#endif
+    (void)ctx, (void)m;
+}
+
+void ops_wait_mark(zy_ctx *ctx, zy_mark *m) {
+#ifdef ZY_HAVE_CUDA
+    if (ctx->device == ZY_DEV_CUDA) cuda_ops_wait_mark(ctx, m);
+#endif
+    (void)ctx, (void)m;
 }
 
 /* ---- activation dtype helpers ---- */

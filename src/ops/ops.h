@@ -61,12 +61,17 @@ extern const char *const zy_attention_backend_names[];
 #define ZY_ATTN_WORKSPACE_GIB_MAX  64.0
 typedef struct {
     int expert_streams; /* side streams the expert GEMMs share, 1..ZY_EXPERT_STREAMS_MAX */
-    int expert_chunk;   /* 1: forward and input-gradient GEMMs by 256-row blocks in one call */
-    int attention;      /* zy_attention_backend */
+    /* cuda.overlap_optimizer: the optimizer update runs on a context beside this one
+     * (ops_ctx_init_beside), overlapping the next step's forward (train/step.h); this context's
+     * streams then run at the device's highest priority, so its work goes first wherever the two
+     * compete for the SMs */
+    int overlap_optimizer;
+    int expert_chunk; /* 1: forward and input-gradient GEMMs by 256-row blocks in one call */
+    int attention;    /* zy_attention_backend */
     float attention_workspace_gib; /* ZY_ATTN_WORKSPACE_AUTO, or ZY_ATTN_WORKSPACE_GIB_MIN..MAX */
 } zy_cuda_opts;
-/* The defaults: ZY_EXPERT_STREAMS_DEFAULT streams, no blocks, ZY_ATTN_AUTO attention with the
- * ZY_ATTN_WORKSPACE_AUTO cap. */
+/* The defaults: ZY_EXPERT_STREAMS_DEFAULT streams, the optimizer overlapped, no blocks,
+ * ZY_ATTN_AUTO attention with the ZY_ATTN_WORKSPACE_AUTO cap. */
 zy_cuda_opts ops_cuda_opts_default(void);
 /* CUDA context on GPU `gpu` with bf16 activations and the default options. */
 int ops_ctx_init_cuda(zy_ctx *ctx, int gpu);
@@ -87,6 +92,23 @@ void ops_sync(zy_ctx *ctx);
 /* CUDA: the cudaStream_t every op of ctx runs on (a communicator orders its work after it); NULL
  * on the CPU. */
 void *ops_stream(zy_ctx *ctx);
+
+/* ---- a second context on one device, and the order between the two ---- */
+/* A context beside ctx, on its device: ops issued on it run on a stream of its own at the
+ * device's lowest priority, with its own GEMM workspace (no expert side streams, zayac's
+ * attention), so they can overlap ctx's work; memory is shared (either context's pointers are
+ * valid in both). Marks (below) order the two. On the CPU: a CPU context like ctx (ops run in
+ * the order they are issued, so marks have nothing to do). Freed with ops_ctx_free, after the
+ * work on it finished (ops_sync). */
+int ops_ctx_init_beside(zy_ctx *side, zy_ctx *ctx);
+/* A point in one context's work that another context's later work can wait for. */
+typedef struct zy_mark zy_mark;
+zy_mark *ops_mark_new(zy_ctx *ctx);
+void ops_mark_free(zy_ctx *ctx, zy_mark *m);
+/* m completes when the work issued on ctx so far has run (re-recording moves it). */
+void ops_mark(zy_ctx *ctx, zy_mark *m);
+/* Work issued on ctx from now on starts after m completes; the host does not wait. */
+void ops_wait_mark(zy_ctx *ctx, zy_mark *m);
 
 /* ---- activation dtype helpers ---- */
 /* Bytes of one zy_act element of ctx. */

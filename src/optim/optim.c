@@ -181,7 +181,7 @@ int optim_init_owned(zy_optim *opt, zy_ctx *ctx, const zy_optim_config *cfg,
     opt->momentum = ops_alloc(ctx, (opt->muon_total ? opt->muon_total : 1) * sizeof(float));
     if (on_cuda(ctx)) {
 #ifdef ZY_HAVE_CUDA
-        opt->cuda = optim_cuda_init(ctx, opt, t, 0);
+        opt->cuda = optim_cuda_init(ctx, opt, t, 0, NULL);
 #endif
     } else {
         opt->work = zy_calloc(opt->work_floats ? opt->work_floats : 1, sizeof(float));
@@ -351,6 +351,23 @@ static int run_end(const int *group, int a, int n) {
     return b;
 }
 
+void optim_plan_runs(zy_optim *opt, const zy_param_table *t, const int *group) {
+    ZY_CHECKF(t->count == opt->n_params, "table has %d tensors, the optimiser was planned for %d",
+              t->count, opt->n_params);
+    opt->runs_planned = group;
+#ifdef ZY_HAVE_CUDA
+    if (!on_cuda(opt->ctx)) return;
+    int *key = zy_calloc((size_t)t->count + 1, sizeof *key);
+    for (int a = 0, b, r = 0; a < t->count; a = b, r++) {
+        b = run_end(group, a, t->count);
+        for (int i = a; i < b; i++) key[i] = r;
+    }
+    optim_cuda_free(opt->ctx, opt->cuda);
+    opt->cuda = optim_cuda_init(opt->ctx, opt, t, 0, key);
+    free(key);
+#endif
+}
+
 void optim_step_runs(zy_optim *opt, const zy_param_table *t, float *params, const float *grads,
                      float lr_now, float grad_scale, const int *group,
                      void (*done)(void *user, int group), void *user) {
@@ -360,23 +377,29 @@ void optim_step_runs(zy_optim *opt, const zy_param_table *t, float *params, cons
     opt->step++;
     const double bc1 = 1.0 - pow((double)c->beta1, (double)opt->step);
     const double bc2 = 1.0 - pow((double)c->beta2, (double)opt->step);
-    /* On the GPU each run is one AdamW launch, unless Muon matrices are updated: their
-     * Newton-Schulz batches same-shape matrices over the runs, so every update comes first. */
+    /* On the GPU each run is one AdamW launch and, planned by these runs (optim_plan_runs), its
+     * Muon matrices' Newton-Schulz calls; else those batch same-shape matrices over the runs, so
+     * every update comes first. */
     const int gpu = on_cuda(opt->ctx);
 #ifdef ZY_HAVE_CUDA
+    const int by_run = gpu && optim_cuda_keyed(opt->cuda);
+    ZY_CHECK(!by_run || group == opt->runs_planned);
     int whole = 0;
-    if (gpu && (whole = optim_cuda_has_muon(opt->cuda)))
+    if (gpu && !by_run && (whole = optim_cuda_has_muon(opt->cuda)))
         optim_cuda_step(opt->ctx, opt->cuda, opt, params, grads, lr_now, grad_scale, bc1, bc2);
 #endif
-    for (int a = 0, b; a < t->count; a = b) {
+    for (int a = 0, b, r = 0; a < t->count; a = b, r++) {
         b = run_end(group, a, t->count);
         if (!gpu)
             for (int i = a; i < b; i++)
                 update_entry(opt, &t->items[i], i, params, grads, lr_now, grad_scale, bc1, bc2);
 #ifdef ZY_HAVE_CUDA
-        else if (!whole)
+        else if (!whole) {
             optim_cuda_adamw(opt->ctx, opt->cuda, opt, params, grads, lr_now, grad_scale, bc1, bc2,
                              a, b);
+            if (by_run)
+                optim_cuda_muon_key(opt->ctx, opt->cuda, opt, params, grads, lr_now, grad_scale, r);
+        }
 #endif
         if (done) done(user, group[a]);
     }

@@ -100,13 +100,14 @@ typedef struct {
     size_t muon_total; /* floats */
     float *work; /* CPU: [work_floats] Muon update + Newton-Schulz workspace, largest matrix */
     size_t work_floats;
-    float *host_state;   /* CUDA, or any context with a sliced entry: host mirror [2 *
-                            adam_host_total + muon_total] (exp_avg, exp_avg_sq, momentum; every
-                            entry whole) for checkpoints, pinned on CUDA (ops_host_alloc); NULL
-                            otherwise and until first used */
-    zy_optim_cuda *cuda; /* CUDA: chunk table, Muon batches, GEMM plans, workspace */
-    void *compute_copy;  /* CUDA: bf16 [t->total] copy of params that each step refreshes for the
-                            tensors it updates (the model's GEMM weights), or NULL */
+    float *host_state;       /* CUDA, or any context with a sliced entry: host mirror [2 *
+                                adam_host_total + muon_total] (exp_avg, exp_avg_sq, momentum; every
+                                entry whole) for checkpoints, pinned on CUDA (ops_host_alloc); NULL
+                                otherwise and until first used */
+    zy_optim_cuda *cuda;     /* CUDA: chunk table, Muon batches, GEMM plans, workspace */
+    const int *runs_planned; /* the group array of optim_plan_runs (the caller's), or NULL */
+    void *compute_copy; /* CUDA: bf16 [t->total] copy of params that each step refreshes for the
+                           tensors it updates (the model's GEMM weights), or NULL */
 } zy_optim;
 
 /* Fills the defaults: lr 3e-4, betas (0.9, 0.95), eps 1e-8, wd 0.1 on matrices and embeddings,
@@ -152,12 +153,18 @@ void optim_step(zy_optim *opt, const zy_param_table *t, float *params, const flo
                 float lr_now, float grad_scale);
 /* optim_step in table order, calling done(user, group[i]) after the last entry of each run of
  * consecutive entries with one group value, so the caller can queue that run's communication
- * (ZeRO-1's broadcast of the updated weights) while the later runs are updated. On a CUDA context
- * each run's AdamW tensors are one launch queued before its done; when Muon tensors are updated
- * (batched by shape over the whole table) every update is queued first, then every done. */
+ * (ZeRO-1's broadcast of the updated weights, or the step's mark of the weights a forward may
+ * read) while the later runs are updated. On a CUDA context each run's AdamW tensors are one
+ * launch queued before its done, and so are its Muon tensors when the plan is by these runs
+ * (optim_plan_runs); otherwise, when Muon tensors are updated (batched by shape over the whole
+ * table) every update is queued first, then every done. */
 void optim_step_runs(zy_optim *opt, const zy_param_table *t, float *params, const float *grads,
                      float lr_now, float grad_scale, const int *group,
                      void (*done)(void *user, int group), void *user);
+/* Plans the GPU's Muon batches by the runs of group (as optim_step_runs forms them), so that no
+ * Newton-Schulz call spans two runs: optim_step_runs with this group array (the caller keeps it)
+ * then queues each run's whole update, Muon included, before its done. Nothing on the CPU. */
+void optim_plan_runs(zy_optim *opt, const zy_param_table *t, const int *group);
 
 /* CUDA: from now on each step also writes the updated tensors, rounded to bf16, at the same
  * offsets of bf16 [t->total] (the model's compute copy, model.cparams), in the same pass as the

@@ -98,6 +98,7 @@ typedef struct {
     int count;  /* matrices */
     int vec;    /* 8: 8-wide aligned accesses; 1: element by element */
     int nchunk; /* MUON_CH blocks per matrix */
+    int key;    /* the run of table entries its matrices belong to (0 in an unkeyed plan) */
     float scale;
 } muon_batch;
 
@@ -114,6 +115,7 @@ struct zy_optim_cuda {
     int nbatches;
     bf16 *x[2], *ga, *gb; /* workspace: iterates, Gram A, polynomial B */
     float *part;          /* [count * nchunk] chunk sums of u^2 */
+    int keyed;            /* batches never span two keys (optim_cuda_init's key) */
     int legacy;
     int previous; /* bench/test hook: the previous scheme (optim_cuda_set_previous) */
     int lt_missing;
@@ -251,8 +253,9 @@ static int ns_prepare(zy_ctx *ctx, const zy_optim_cuda *c, const ns_shape *sh) {
 /* Groups the Muon matrices by shape, cuts the groups into batches, builds their GEMM plans and
  * allocates the workspace. */
 static void plan_muon(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, const zy_param_table *t,
-                      size_t batch_elems) {
-    /* every matrix in table order, with its group (order of first appearance) */
+                      size_t batch_elems, const int *key) {
+    /* every matrix in table order, with its group (same shape and key; order of first
+     * appearance) */
     int nmat = 0;
     for (int i = 0; i < t->count; i++) {
         if (opt->method[i] != ZY_OPT_MUON) continue;
@@ -265,7 +268,7 @@ static void plan_muon(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, const 
     uint64_t *goff = (uint64_t *)zy_calloc((size_t)nmat, sizeof *goff);
     uint64_t *moff = (uint64_t *)zy_calloc((size_t)nmat, sizeof *moff);
     int *grp = (int *)zy_calloc((size_t)nmat, sizeof *grp);
-    int64_t(*gdim)[2] = (int64_t(*)[2])zy_calloc((size_t)nmat, sizeof *gdim);
+    int64_t(*gdim)[3] = (int64_t(*)[3])zy_calloc((size_t)nmat, sizeof *gdim); /* rows, cols, key */
     int *gsize = (int *)zy_calloc((size_t)nmat, sizeof *gsize);
     int ng = 0, m = 0;
     for (int i = 0; i < t->count; i++) {
@@ -273,9 +276,10 @@ static void plan_muon(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, const 
         const zy_param *p = &t->items[i];
         int64_t r, cc, e;
         matrix_dims(p, &r, &cc, &e);
+        const int64_t k_i = key ? key[i] : 0;
         int g = 0;
-        while (g < ng && !(gdim[g][0] == r && gdim[g][1] == cc)) g++;
-        if (g == ng) gdim[ng][0] = r, gdim[ng][1] = cc, ng++;
+        while (g < ng && !(gdim[g][0] == r && gdim[g][1] == cc && gdim[g][2] == k_i)) g++;
+        if (g == ng) gdim[ng][0] = r, gdim[ng][1] = cc, gdim[ng][2] = k_i, ng++;
         for (int64_t k = 0; k < e; k++, m++) {
             goff[m] = p->offset + (uint64_t)(k * r * cc);
             moff[m] = opt->state_off[i] + (uint64_t)(k * r * cc);
@@ -324,6 +328,7 @@ static void plan_muon(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, const 
             b->first = gfirst[g] + (int)first;
             b->count = count;
             b->nchunk = (int)((mn + MUON_CH - 1) / MUON_CH);
+            b->key = (int)gdim[g][2];
             b->scale = optim_muon_scale(cfg->muon_scale, r, cc);
             int vec = cc % 8 == 0;
             for (int k = 0; k < count; k++)
@@ -365,10 +370,11 @@ static void plan_muon(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, const 
 }
 
 zy_optim_cuda *optim_cuda_init(zy_ctx *ctx, const zy_optim *opt, const zy_param_table *t,
-                               size_t batch_elems) {
+                               size_t batch_elems, const int *key) {
     zy_optim_cuda *c = (zy_optim_cuda *)zy_calloc(1, sizeof *c);
     plan_adam(ctx, c, opt, t);
-    plan_muon(ctx, c, opt, t, batch_elems ? batch_elems : OPTIM_CUDA_BATCH_ELEMS);
+    plan_muon(ctx, c, opt, t, batch_elems ? batch_elems : OPTIM_CUDA_BATCH_ELEMS, key);
+    c->keyed = key != NULL;
     return c;
 }
 
@@ -709,16 +715,17 @@ void optim_cuda_step(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, float *
     optim_cuda_muon(ctx, c, opt, params, grads, lr_now, gscale);
 }
 
-void optim_cuda_muon(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, float *params,
-                     const float *grads, float lr_now, float gscale) {
+/* The batches [b0, b1): momentum, Newton-Schulz and the apply of each. */
+static void muon_batches(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, float *params,
+                         const float *grads, float lr_now, float gscale, int b0, int b1) {
     const zy_optim_config *cfg = &opt->cfg;
-    if (c->nbatches == 0) return;
+    if (b1 <= b0) return;
     const int slot = prof_begin(ctx);
     const float lr = lr_now * cfg->muon_lr_ratio, mu = cfg->muon_momentum;
     const float wd = (cfg->decay_kinds & ZY_KIND_BIT(ZY_PARAM_MATRIX)) ? cfg->weight_decay : 0.0f;
     const float decay = lr * wd;
     const int nesterov = cfg->muon_nesterov;
-    for (int i = 0; i < c->nbatches; i++) {
+    for (int i = b0; i < b1; i++) {
         const muon_batch *b = &c->batches[i];
         const ns_shape *sh = &c->shapes[b->shape];
         const int64_t mn = sh->rows * sh->cols;
@@ -744,6 +751,24 @@ void optim_cuda_muon(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, float *
                     (bf16 *)opt->compute_copy);
     }
     prof_end(ctx, slot, "optim_muon");
+}
+
+void optim_cuda_muon(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, float *params,
+                     const float *grads, float lr_now, float gscale) {
+    muon_batches(ctx, c, opt, params, grads, lr_now, gscale, 0, c->nbatches);
+}
+
+int optim_cuda_keyed(const zy_optim_cuda *c) {
+    return c->keyed;
+}
+
+void optim_cuda_muon_key(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, float *params,
+                         const float *grads, float lr_now, float gscale, int key) {
+    int b0 = 0;
+    while (b0 < c->nbatches && c->batches[b0].key != key) b0++;
+    int b1 = b0;
+    while (b1 < c->nbatches && c->batches[b1].key == key) b1++;
+    muon_batches(ctx, c, opt, params, grads, lr_now, gscale, b0, b1);
 }
 
 /* ---- clipping ---- */

@@ -37,11 +37,13 @@ typedef struct {
 
 /* Plans opt (cfg, method and state_off already set from t) for the GPU: uploads the AdamW chunk
  * table and the Muon matrix offsets, groups Muon matrices by shape (all layers and experts
- * together), splits groups into calls of at most batch_elems elements (0: OPTIM_CUDA_BATCH_ELEMS),
- * allocates the Newton-Schulz workspace and plans its GEMMs in the context's GEMM module (gemm.h).
- * Ends the process on a CUDA failure. */
+ * together; with key [t->count] not NULL, by shape and key: no Newton-Schulz call mixes entries
+ * of two keys, and calls come in the order of their keys' first entries), splits groups into
+ * calls of at most batch_elems elements (0: OPTIM_CUDA_BATCH_ELEMS), allocates the Newton-Schulz
+ * workspace and plans its GEMMs in the context's GEMM module (gemm.h). Ends the process on a
+ * CUDA failure. */
 zy_optim_cuda *optim_cuda_init(zy_ctx *ctx, const zy_optim *opt, const zy_param_table *t,
-                               size_t batch_elems);
+                               size_t batch_elems, const int *key);
 /* Releases what init created (NULL is ignored). */
 void optim_cuda_free(zy_ctx *ctx, zy_optim_cuda *c);
 /* One step of every AdamW and Muon tensor from grads * gscale (opt->step already incremented;
@@ -56,6 +58,11 @@ void optim_cuda_adamw(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, float 
                       int first, int last);
 void optim_cuda_muon(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, float *params,
                      const float *grads, float lr_now, float gscale);
+/* Whether the plan was made with keys; then optim_cuda_muon_key updates the Muon tensors of the
+ * entries with one key (optim_cuda_muon: every key's, in key order). */
+int optim_cuda_keyed(const zy_optim_cuda *c);
+void optim_cuda_muon_key(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, float *params,
+                         const float *grads, float lr_now, float gscale, int key);
 /* Whether the plan updates any Muon tensor. */
 int optim_cuda_has_muon(const zy_optim_cuda *c);
 /* Test hook: 1 runs every Newton-Schulz GEMM through classic cuBLAS (cublasGemmStridedBatchedEx)

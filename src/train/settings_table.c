@@ -401,6 +401,9 @@ const zy_setting zy_settings[] = {
     NUM("samples.top_p", ZY_SET_FLOAT, sample_top_p, 1e-6, 1, "0.9", "nucleus sampling mass"),
     NUM("cuda.expert_streams", ZY_SET_INT, cuda.expert_streams, 1, ZY_EXPERT_STREAMS_MAX,
         TEXT(ZY_EXPERT_STREAMS_DEFAULT), "CUDA streams the expert GEMMs share"),
+    BOOL("cuda.overlap_optimizer", cuda.overlap_optimizer, "true",
+         "one GPU: the optimizer update runs beside the next step's forward, each layer's "
+         "weights waited for just before the forward reads them (same bits as without)"),
     BOOL("cuda.expert_chunk", cuda.expert_chunk, "false",
          "run the expert GEMMs by 256-row blocks in one batched call"),
     PICK("cuda.attention", ZY_SET_ENUM, cuda.attention, zy_attention_backend_names, "\"auto\"",

@@ -78,10 +78,25 @@ int step_init_training(zy_step *s, const zy_step_config *cfg, const zy_optim_con
         s->have_zero = 1;
         zero1_release_masters(&s->zero); /* before the optimizer's state takes the memory */
     }
-    ZY_TRY(optim_init_owned(&s->opt, s->ctx, oc, &s->model.table,
-                            s->have_zero ? s->zero.mine : NULL,
+    const zy_param_table *t = &s->model.table;
+    s->group = zy_calloc((size_t)t->count + 1, sizeof *s->group);
+    for (int i = 0; i < t->count; i++) s->group[i] = model_entry_group(&s->model, i);
+    zy_ctx *update_ctx = s->ctx;
+    if (cfg->overlap_optimizer && !s->have_zero) {
+        ZY_TRY(ops_ctx_init_beside(&s->side, s->ctx));
+        s->have_side = 1;
+        update_ctx = &s->side;
+        s->grads_final = ops_mark_new(s->ctx);
+        s->update_done = ops_mark_new(&s->side);
+        s->updated = zy_calloc((size_t)L + 2, sizeof *s->updated);
+        for (int g = 0; g < L + 2; g++) s->updated[g] = ops_mark_new(&s->side);
+    }
+    ZY_TRY(optim_init_owned(&s->opt, update_ctx, oc, t, s->have_zero ? s->zero.mine : NULL,
                             s->have_zero ? s->zero.range : NULL));
     s->have_opt = 1;
+    /* one rank: each group's update (Muon's too) is done before the next group's starts, so the
+     * forward can start on the first groups while the update works on the later ones */
+    if (!s->have_zero) optim_plan_runs(&s->opt, t, s->group);
     optim_set_compute_copy(&s->opt, s->model.cparams); /* bf16 weights refreshed by the update */
     spike_init(&s->spike, &cfg->spike);
     ZY_TRY(balance_init(&s->bal, bc, L, E));
@@ -100,7 +115,17 @@ void step_free(zy_step *s) {
     free(s->biases);
     if (s->have_zero) zero1_free(&s->zero);
     if (s->have_bal) balance_free(&s->bal);
+    if (s->have_side) ops_sync(&s->side); /* no update left running */
     if (s->have_opt) optim_free(&s->opt);
+    if (s->have_side) {
+        const int L = s->model.cfg.num_hidden_layers;
+        for (int g = 0; g < L + 2; g++) ops_mark_free(&s->side, s->updated[g]);
+        free(s->updated);
+        ops_mark_free(&s->side, s->update_done);
+        ops_mark_free(s->ctx, s->grads_final);
+        ops_ctx_free(&s->side);
+    }
+    free(s->group);
     if (s->have_acts) acts_free(&s->acts, &s->model);
     if (s->have_model) model_free(&s->model);
     memset(s, 0, sizeof *s);
@@ -134,6 +159,10 @@ static int clip(zy_step *s, double *norm, float *factor) {
     return ZY_OK;
 }
 
+zy_ctx *step_update_ctx(zy_step *s) {
+    return s->have_side ? &s->side : s->ctx;
+}
+
 int step_master_everywhere(const zy_step *s, int i) {
     return s->have_zero ? zero1_master_everywhere(&s->zero, i) : 1;
 }
@@ -142,8 +171,54 @@ int step_state_whole(zy_step *s) {
     return s->have_zero ? zero1_gather_split_state(&s->zero, &s->opt) : ZY_OK;
 }
 
+/* What the forward's last wait and step_weights_ready do once the update beside it is done:
+ * s->ctx's later work comes after it. */
+static void update_joined(zy_step *s) {
+    ops_wait_mark(s->ctx, s->update_done);
+    s->model.weights_needed = NULL;
+    s->model.weights_needed_user = NULL;
+    s->update_pending = 0;
+}
+
 int step_weights_ready(zy_step *s) {
+    if (s->update_pending) update_joined(s);
     return s->have_zero ? zero1_weights_ready(&s->zero) : ZY_OK;
+}
+
+/* model.weights_needed while the update runs beside the forward: s->ctx waits for group g's
+ * mark; the last layer's call waits for the whole update (the final norm and the cleared
+ * gradients, which the backward accumulates into). */
+static void update_needed(void *user, int group) {
+    zy_step *s = user;
+    ops_wait_mark(s->ctx, s->updated[group + 1]);
+    if (group == s->model.cfg.num_hidden_layers - 1) update_joined(s);
+}
+
+/* optim_step_runs' done: group g's weights are updated. */
+static void update_group_done(void *user, int group) {
+    zy_step *s = user;
+    ops_mark(&s->side, s->updated[group + 1]);
+}
+
+/* The update beside the next forward (cfg.overlap_optimizer): it starts once the gradients are
+ * complete, marks each group, then clears the gradients for the next step; timed (the phase
+ * hook), the host waits for it, so the phases and the op profile see it whole. */
+static void update_beside(zy_step *s, float lr, float clip_scale, int timed) {
+    zy_model *m = &s->model;
+    /* what the forward reads is what the update writes: the compute copy, or the fp32 weights
+     * where they compute (the CPU) */
+    ZY_CHECK(s->opt.compute_copy || !m->cparams);
+    ops_mark(s->ctx, s->grads_final);
+    ops_wait_mark(&s->side, s->grads_final);
+    optim_step_runs(&s->opt, &m->table, m->params, m->grads, lr, clip_scale, s->group,
+                    update_group_done, s);
+    model_zero_grads_on(m, &s->side);
+    s->grads_cleared = 1;
+    ops_mark(&s->side, s->update_done);
+    s->update_pending = 1;
+    m->weights_needed = update_needed;
+    m->weights_needed_user = s;
+    if (timed) ops_sync(&s->side);
 }
 
 static void phase_end(const zy_step_hooks *h, zy_step_phase p) {
@@ -155,8 +230,10 @@ int step_run(zy_step *s, const zy_step_hooks *hooks, float lr, double *loss, dou
     const int LE1 = m->cfg.num_hidden_layers * (m->cfg.num_experts + 1);
     const double tokens = (double)s->B * s->T * s->cfg.grad_accum * world_of(s); /* of all ranks */
     const int timed = hooks && hooks->phase_end;
-    zy_err_set_step(s->step + 1); /* fatal messages name the step being computed */
-    model_zero_grads(m);
+    zy_err_set_step(s->step + 1);                  /* fatal messages name the step being computed */
+    if (timed && s->have_side) ops_sync(&s->side); /* the phases time this step's work alone */
+    if (!s->grads_cleared) model_zero_grads(m);    /* else the update beside did, after its read */
+    s->grads_cleared = 0;
     phase_end(hooks, ZY_PHASE_ZERO);
     memset(s->step_counts, 0, (size_t)LE1 * sizeof *s->step_counts);
     double sum = 0;
@@ -199,8 +276,12 @@ int step_run(zy_step *s, const zy_step_hooks *hooks, float lr, double *loss, dou
                         zero1_share_group, &s->zero);
         phase_end(hooks, ZY_PHASE_OPTIM);
         ZY_TRY(zero1_share_end(&s->zero));
+    } else if (s->have_side) {
+        update_beside(s, lr, clip_scale, timed);
+        phase_end(hooks, ZY_PHASE_OPTIM);
     } else {
-        optim_step(&s->opt, &m->table, m->params, m->grads, lr, clip_scale);
+        optim_step_runs(&s->opt, &m->table, m->params, m->grads, lr, clip_scale, s->group, NULL,
+                        NULL);
         if (!s->opt.compute_copy) model_sync_compute_weights(m);
         phase_end(hooks, ZY_PHASE_OPTIM);
     }

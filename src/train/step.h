@@ -27,6 +27,12 @@ typedef struct {
                               update (training); 0: the update is applied anyway (benchmarks,
                               so every step costs the same) */
     zy_spike_config spike; /* loss-spike detection (train/spike.h; factor 0: off) */
+    /* 1 (cuda.overlap_optimizer): on one rank, the update runs beside the next step's forward:
+     * queued on a context of its own (ops_ctx_init_beside) group by group, each group's weights
+     * marked as the update finishes them, the forward waiting for each group just before it reads
+     * it (model.weights_needed), then clearing the gradients. The same kernels on the same data,
+     * so the same bits as 0; ignored under ZeRO-1, whose weights travel to the ranks instead. */
+    int overlap_optimizer;
 } zy_step_config;
 
 /* The phases of a step, in order (the phase hook is called at the end of each). */
@@ -81,7 +87,15 @@ typedef struct {
     double fault_loss_scale; /* ZAYAC_FAULT=spike: this rank's loss sum of the next step is
                                 multiplied by it before the ranks' sum (0: none) */
     int recompute; /* the activations recompute each layer in the backward (step_init_acts) */
-    int have_model, have_acts, have_opt, have_bal, have_zero;
+    int *group;    /* [table.count] model_entry_group: the runs the update goes by */
+    /* cfg.overlap_optimizer (one rank): the context the update runs on, and its marks */
+    zy_ctx side;
+    zy_mark *grads_final; /* the gradients are complete (the update starts after it) */
+    zy_mark **updated;    /* [L + 2]: group g's weights are updated (index g + 1) */
+    zy_mark *update_done; /* every weight updated and the gradients cleared */
+    int update_pending;   /* the forward has not yet waited for update_done */
+    int grads_cleared;    /* the last update cleared the gradients (the next step need not) */
+    int have_model, have_acts, have_opt, have_bal, have_zero, have_side;
 } zy_step;
 
 /* Creates the model of config mc on ctx (weights not initialised: the caller draws or loads them)
@@ -118,11 +132,16 @@ int step_state_whole(zy_step *s);
  * train/zero1.h). */
 int step_master_everywhere(const zy_step *s, int i);
 /* Waits for weights still arriving from their owners after the last step (ZeRO-1 overlaps them
- * with the next forward, which waits by itself): call before anything but a forward reads or
- * writes model.params or the compute copy. Nothing without ranks. Under ZeRO-1 on GPUs, from the
+ * with the next forward, which waits by itself) or still being updated beside it
+ * (cfg.overlap_optimizer): call before anything but a forward reads or writes model.params or the
+ * compute copy; work issued on s->ctx afterwards comes after them. Under ZeRO-1 on GPUs, from the
  * end of step_init_training, model.params holds only the entries zero1_keeps_master marks
  * (train/zero1.h). */
 int step_weights_ready(zy_step *s);
+
+/* The context the optimizer update runs on: s->side under cfg.overlap_optimizer, else s->ctx
+ * (a profiler of the step times both). */
+zy_ctx *step_update_ctx(zy_step *s);
 
 /* Runs one step at learning rate lr; *loss is the mean token loss over the step's micro-batches
  * (of every rank), *grad_norm the global gradient norm before clipping. Advances s->step. Fails

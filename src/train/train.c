@@ -39,8 +39,11 @@
 static int setup_device(trainer *tr, const dist_env *e) {
     const char *dev = tr->cfg->device;
     const int local = ranks_local_gpu(e);
-    if (!strcmp(dev, "cuda") || (!strcmp(dev, "auto") && ops_cuda_device_count() > 0))
-        return ops_ctx_init_cuda_opts(&tr->ctx, local, &tr->cfg->cuda);
+    if (!strcmp(dev, "cuda") || (!strcmp(dev, "auto") && ops_cuda_device_count() > 0)) {
+        zy_cuda_opts o = tr->cfg->cuda;
+        o.overlap_optimizer &= e->world == 1; /* ZeRO-1 does not (step.h) */
+        return ops_ctx_init_cuda_opts(&tr->ctx, local, &o);
+    }
     int threads = tr->cfg->threads;
     if (threads == 0 && e->world > 1) {
         const int per_host = e->local_world > 0 ? e->local_world : e->world;
@@ -292,7 +295,8 @@ static int trainer_init(trainer *tr, const zy_train_config *c) {
                          .grad_clip = c->grad_clip,
                          .balance = c->balance_enabled,
                          .stop_on_nonfinite = 1,
-                         .spike = c->spike};
+                         .spike = c->spike,
+                         .overlap_optimizer = c->cuda.overlap_optimizer};
     ZY_TRY(step_init_training(&tr->st, &sc, &c->optim, &c->balance));
     trainer_snapshot_init(tr);
     ZY_TRY(batches_open(&tr->train, c, 0, c->seed));

@@ -108,14 +108,9 @@ void zero1_init(zy_zero1 *z, zy_comm *comm, zy_model *m, const zy_optim_config *
     const int L = m->cfg.num_hidden_layers;
     z->group = zy_calloc((size_t)t->count + 1, sizeof *z->group);
     z->foreign = zy_calloc((size_t)L + 2, sizeof *z->foreign);
-    int seen_layer = 0;
     for (int i = 0; i < t->count; i++) {
-        const int layer = t->items[i].layer;
         z->ready_at[i] = model_grads_final_at(m, i);
-        seen_layer |= layer >= 0;
-        /* the table is in the order the forward reads it: globals after the layers (the final
-         * norm) are read last */
-        z->group[i] = layer >= 0 ? layer : seen_layer ? L : -1;
+        z->group[i] = model_entry_group(m, i);
         if (!z->mine[i] || z->split[i]) z->foreign[z->group[i] + 1] = 1;
     }
 }

@@ -22,6 +22,11 @@ int cuda_ops_device_count(void);
 void cuda_ops_sync(zy_ctx *ctx);
 int cuda_ops_device_mem(zy_ctx *ctx, size_t *used, size_t *total);
 void *cuda_ops_stream(zy_ctx *ctx);
+int cuda_ops_ctx_init_beside(zy_ctx *side, zy_ctx *ctx);
+zy_mark *cuda_ops_mark_new(zy_ctx *ctx);
+void cuda_ops_mark_free(zy_mark *m);
+void cuda_ops_mark(zy_ctx *ctx, zy_mark *m);
+void cuda_ops_wait_mark(zy_ctx *ctx, zy_mark *m);
 /* Profiler hooks used by ops.c around every op when ctx->prof is set: begin records a start event
  * and returns a slot, end records the stop event for that slot under name (a static string). */
 int cuda_ops_prof_begin(zy_ctx *ctx);

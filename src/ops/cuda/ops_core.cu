@@ -25,7 +25,19 @@ int cuda_ops_device_count(void) {
     return n;
 }
 
-int cuda_ops_ctx_init(zy_ctx *ctx, int gpu, const zy_cuda_opts *opts) {
+/* The device's stream priorities: high = its greatest, low = its least (the default's). */
+typedef enum { PRIORITY_LOW = 0, PRIORITY_HIGH = 1 } stream_priority;
+
+static int stream_create(cudaStream_t *st, stream_priority pr) {
+    int least = 0, greatest = 0;
+    ZY_CUDA_TRY(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    ZY_CUDA_TRY(cudaStreamCreateWithPriority(st, cudaStreamNonBlocking,
+                                             pr == PRIORITY_HIGH ? greatest : least));
+    return ZY_OK;
+}
+
+/* A context's state: its stream and opts->expert_streams side streams at priority pr. */
+static int ctx_init(zy_ctx *ctx, int gpu, const zy_cuda_opts *opts, stream_priority pr) {
     int n = cuda_ops_device_count();
     if (gpu < 0 || gpu >= n)
         return zy_fail_runtime("device cuda:%d: %d CUDA GPU%s visible to this process", gpu, n,
@@ -33,7 +45,10 @@ int cuda_ops_ctx_init(zy_ctx *ctx, int gpu, const zy_cuda_opts *opts) {
     ZY_CUDA_TRY(cudaSetDevice(gpu));
     cuda_state *s = (cuda_state *)calloc(1, sizeof *s);
     if (!s) return zy_fail_runtime("out of host memory");
-    ZY_CUDA_TRY(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
+    if (stream_create(&s->stream, pr) != ZY_OK) {
+        free(s);
+        return ZY_ERR;
+    }
     if (cuda_gemm_init(&s->gemm) != ZY_OK) {
         cudaStreamDestroy(s->stream);
         free(s);
@@ -43,7 +58,7 @@ int cuda_ops_ctx_init(zy_ctx *ctx, int gpu, const zy_cuda_opts *opts) {
     s->expert_chunk = opts->expert_chunk;
     const int nside = opts->expert_streams;
     for (int i = 0; i < nside; i++) {
-        ZY_CUDA_TRY(cudaStreamCreateWithFlags(&s->side[i], cudaStreamNonBlocking));
+        ZY_TRY(stream_create(&s->side[i], pr));
         ZY_CUDA_TRY(cudaEventCreateWithFlags(&s->join[i], cudaEventDisableTiming));
         if (cuda_gemm_init(&s->side_gemm[i]) != ZY_OK)
             return zy_fail_ctx("device cuda:%d: cuBLASLt setup of side stream %d", gpu, i);
@@ -60,6 +75,44 @@ int cuda_ops_ctx_init(zy_ctx *ctx, int gpu, const zy_cuda_opts *opts) {
         return ZY_ERR;
     }
     return ZY_OK;
+}
+
+int cuda_ops_ctx_init(zy_ctx *ctx, int gpu, const zy_cuda_opts *opts) {
+    return ctx_init(ctx, gpu, opts, opts->overlap_optimizer ? PRIORITY_HIGH : PRIORITY_LOW);
+}
+
+int cuda_ops_ctx_init_beside(zy_ctx *side, zy_ctx *ctx) {
+    zy_cuda_opts o;
+    memset(&o, 0, sizeof o); /* no expert side streams: it runs no expert GEMMs */
+    o.attention = ZY_ATTN_ZAYAC;
+    return ctx_init(side, ctx->gpu, &o, PRIORITY_LOW);
+}
+
+/* ---- marks ---- */
+
+struct zy_mark {
+    cudaEvent_t ev;
+};
+
+zy_mark *cuda_ops_mark_new(zy_ctx *ctx) {
+    (void)ctx;
+    zy_mark *m = (zy_mark *)zy_calloc(1, sizeof *m);
+    ZY_CUDA_CHECK(cudaEventCreateWithFlags(&m->ev, cudaEventDisableTiming));
+    return m;
+}
+
+void cuda_ops_mark_free(zy_mark *m) {
+    if (!m) return;
+    cudaEventDestroy(m->ev);
+    free(m);
+}
+
+void cuda_ops_mark(zy_ctx *ctx, zy_mark *m) {
+    ZY_CUDA_CHECK(cudaEventRecord(m->ev, cuda_stream(ctx)));
+}
+
+void cuda_ops_wait_mark(zy_ctx *ctx, zy_mark *m) {
+    ZY_CUDA_CHECK(cudaStreamWaitEvent(cuda_stream(ctx), m->ev, 0));
 }
 
 void cuda_ops_ctx_free(zy_ctx *ctx) {

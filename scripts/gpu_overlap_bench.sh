@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# The optimizer update beside the next step's forward (cuda.overlap_optimizer, train/step.h) on one
+# GPU, in one call: build; test_cuda_step (the same bits as the update after the step, AdamW and
+# Muon) and test_cuda_optim; then, with MUTANT=1, test_cuda_step against a copy of the build whose
+# forward does not wait for each group's update (it must fail there); then `zayac bench train`
+# with the update after the step (--overlap-optimizer 0) and beside it (1), alternating, ROUNDS
+# rounds of every case and optimizer, and the median of each.
+# Usage (from the zayac root):
+#   DEBS=.ext/debs [ROUNDS=2] [CASES="bench-small:8:2048 bench-base:4:4096"] [OPTIMS="adamw muon"] \
+#       [MUTANT=1] [SKIP_TESTS=1] bash scripts/gpu_overlap_bench.sh
+# Files land in $OUT: summary.txt, build.log, tests.log, mutant.log, bench_*.json.
+set -u
+export PATH=/usr/local/cuda/bin:$PATH
+OUT=${OUT:-/tmp/gpu_overlap_out}
+mkdir -p "$OUT"
+NJ=$(nproc)
+note() { echo "$*" | tee -a "$OUT/summary.txt"; }
+
+. "$(dirname "$0")/gpu_deps.sh"
+note "$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader)"
+t0=$(date +%s)
+make -j"$NJ" DEPS_ROOT="$DEPS_ROOT" CUDA=1 all build/tests/test_cuda_step build/tests/test_cuda_optim \
+    >"$OUT/build.log" 2>&1 || { grep -E "error" "$OUT/build.log" | head -20 | tee -a "$OUT/summary.txt"; exit 1; }
+note "build done ($(($(date +%s) - t0)) s)"
+
+if [ "${SKIP_TESTS:-0}" != 1 ]; then
+    for t in test_cuda_step test_cuda_optim; do
+        ZAYAC_ROOT=$PWD ZAYAC_OPTGPU_NO_BENCH=1 timeout 200 build/tests/$t >>"$OUT/tests.log" 2>&1
+        note "$t rc=$? $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/tests.log" | tail -1)"
+    done
+    grep -E "the update after the step and beside" "$OUT/tests.log" | tee -a "$OUT/summary.txt"
+fi
+
+if [ "${MUTANT:-0}" = 1 ]; then
+    # a forward that waits only for the whole update at its last layer, not for each group
+    rm -rf /tmp/zy_mut && mkdir -p /tmp/zy_mut && cp -a Makefile src tests build /tmp/zy_mut/
+    sed -i 's|^    ops_wait_mark(s->ctx, s->updated\[group + 1\]);|    (void)0; /* mutant: no wait */|' \
+        /tmp/zy_mut/src/train/step.c
+    if grep -q "mutant: no wait" /tmp/zy_mut/src/train/step.c &&
+        (cd /tmp/zy_mut && make -j"$NJ" DEPS_ROOT="$DEPS_ROOT" CUDA=1 build/tests/test_cuda_step) \
+            >"$OUT/mutant.log" 2>&1; then
+        ZAYAC_ROOT=$PWD timeout 200 /tmp/zy_mut/build/tests/test_cuda_step >>"$OUT/mutant.log" 2>&1
+        note "mutant (no per-group wait): test_cuda_step rc=$? (must be nonzero): $(grep -E 'differs|FAILED  \]' "$OUT/mutant.log" | head -3 | tr '\n' ' ')"
+    else
+        note "mutant: could not be built"
+    fi
+fi
+
+note "| case | optim | overlap | round | ms/step | tokens/s | device GiB |"
+note "|---|---|---|---|---|---|---|"
+for r in $(seq 1 "${ROUNDS:-2}"); do
+    for c in ${CASES:-bench-small:8:2048 bench-base:4:4096}; do
+        IFS=: read -r preset batch seq <<<"$c"
+        for optim in ${OPTIMS:-adamw muon}; do
+            for ov in 0 1; do
+                f="$OUT/bench_${preset}_${optim}_ov${ov}_$r"
+                timeout 240 build/zayac bench train --preset "$preset" --batch "$batch" --seq "$seq" \
+                    --optim "$optim" --overlap-optimizer "$ov" --steps 20 --warmup 5 \
+                    --peak-tflops 989 --json "$f.json" >"$f.txt" 2>&1
+                row=$(python3 -c "import json;j=json.load(open('$f.json'));print('%.2f | %.0f | %.1f'%(j['step_ms']['median'],j['tokens_per_s'],j['memory']['device_used_gib']))" 2>/dev/null || echo "failed | - | -")
+                note "| $preset $batch x $seq | $optim | $ov | $r | $row |"
+            done
+        done
+    done
+done
+python3 - "$OUT" <<'EOF' | tee -a "$OUT/summary.txt"
+import glob, json, re, statistics, sys
+ms = {}
+for f in glob.glob(sys.argv[1] + "/bench_*.json"):
+    m = re.search(r"bench_(.+)_(adamw|muon)_ov(\d)_\d+\.json$", f)
+    try:
+        ms.setdefault((m[1], m[2], m[3]), []).append(json.load(open(f))["step_ms"]["median"])
+    except Exception:
+        pass
+print("| case | optim | after the step ms | beside ms | after / beside |")
+print("|---|---|---|---|---|")
+for case, optim in sorted({(k[0], k[1]) for k in ms}):
+    a, b = ms.get((case, optim, "0")), ms.get((case, optim, "1"))
+    if a and b:
+        a, b = statistics.median(a), statistics.median(b)
+        print(f"| {case} | {optim} | {a:.2f} | {b:.2f} | {a / b:.3f} |")
+EOF
