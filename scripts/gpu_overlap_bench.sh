@@ -3,11 +3,12 @@
 # GPU, in one call: build; test_cuda_step (the same bits as the update after the step, AdamW and
 # Muon) and test_cuda_optim; then, with MUTANT=1, test_cuda_step against a copy of the build whose
 # forward does not wait for each group's update (it must fail there); then `zayac bench train`
-# with the update after the step (--overlap-optimizer 0) and beside it (1), alternating, ROUNDS
-# rounds of every case and optimizer, and the median of each.
+# with the update after the step (--overlap-optimizer 0) and beside it (1), and the build of
+# PREV_TAR (`git archive -o .ext/prev.tar REV`) when given, alternating, ROUNDS rounds of every
+# case and optimizer, and the median of each.
 # Usage (from the zayac root):
-#   DEBS=.ext/debs [ROUNDS=2] [CASES="bench-small:8:2048 bench-base:4:4096"] [OPTIMS="adamw muon"] \
-#       [MUTANT=1] [SKIP_TESTS=1] bash scripts/gpu_overlap_bench.sh
+#   DEBS=.ext/debs [PREV_TAR=.ext/prev.tar] [ROUNDS=2] [CASES="bench-small:8:2048 bench-base:4:4096"] \
+#       [OPTIMS="adamw muon"] [MUTANT=1] [SKIP_TESTS=1] bash scripts/gpu_overlap_bench.sh
 # Files land in $OUT: summary.txt, build.log, tests.log, mutant.log, bench_*.json.
 set -u
 export PATH=/usr/local/cuda/bin:$PATH
@@ -22,6 +23,13 @@ t0=$(date +%s)
 make -j"$NJ" DEPS_ROOT="$DEPS_ROOT" CUDA=1 all build/tests/test_cuda_step build/tests/test_cuda_optim \
     >"$OUT/build.log" 2>&1 || { grep -E "error" "$OUT/build.log" | head -20 | tee -a "$OUT/summary.txt"; exit 1; }
 note "build done ($(($(date +%s) - t0)) s)"
+variants="0 1"
+if [ -n "${PREV_TAR:-}" ]; then
+    rm -rf /tmp/zy_prev && mkdir -p /tmp/zy_prev && tar -xf "$PREV_TAR" -C /tmp/zy_prev
+    (cd /tmp/zy_prev && make -j"$NJ" DEPS_ROOT="$DEPS_ROOT" CUDA=1 all) >>"$OUT/build.log" 2>&1 &&
+        variants="prev 0 1"
+    note "previous build: $([ "$variants" = "0 1" ] && echo FAILED || echo done) ($(($(date +%s) - t0)) s)"
+fi
 
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
     for t in test_cuda_step test_cuda_optim; do
@@ -52,11 +60,16 @@ for r in $(seq 1 "${ROUNDS:-2}"); do
     for c in ${CASES:-bench-small:8:2048 bench-base:4:4096}; do
         IFS=: read -r preset batch seq <<<"$c"
         for optim in ${OPTIMS:-adamw muon}; do
-            for ov in 0 1; do
+            for ov in $variants; do
                 f="$OUT/bench_${preset}_${optim}_ov${ov}_$r"
-                timeout 240 build/zayac bench train --preset "$preset" --batch "$batch" --seq "$seq" \
-                    --optim "$optim" --overlap-optimizer "$ov" --steps 20 --warmup 5 \
-                    --peak-tflops 989 --json "$f.json" >"$f.txt" 2>&1
+                if [ "$ov" = prev ]; then
+                    args=(/tmp/zy_prev/build/zayac bench train)
+                else
+                    args=(build/zayac bench train --overlap-optimizer "$ov")
+                fi
+                timeout 240 "${args[@]}" --preset "$preset" --batch "$batch" --seq "$seq" \
+                    --optim "$optim" --steps 20 --warmup 5 --peak-tflops 989 --json "$f.json" \
+                    >"$f.txt" 2>&1
                 row=$(python3 -c "import json;j=json.load(open('$f.json'));print('%.2f | %.0f | %.1f'%(j['step_ms']['median'],j['tokens_per_s'],j['memory']['device_used_gib']))" 2>/dev/null || echo "failed | - | -")
                 note "| $preset $batch x $seq | $optim | $ov | $r | $row |"
             done
@@ -67,16 +80,17 @@ python3 - "$OUT" <<'EOF' | tee -a "$OUT/summary.txt"
 import glob, json, re, statistics, sys
 ms = {}
 for f in glob.glob(sys.argv[1] + "/bench_*.json"):
-    m = re.search(r"bench_(.+)_(adamw|muon)_ov(\d)_\d+\.json$", f)
+    m = re.search(r"bench_(.+)_(adamw|muon)_ov(\w+)_\d+\.json$", f)
     try:
         ms.setdefault((m[1], m[2], m[3]), []).append(json.load(open(f))["step_ms"]["median"])
     except Exception:
         pass
-print("| case | optim | after the step ms | beside ms | after / beside |")
-print("|---|---|---|---|---|")
+med = {k: statistics.median(v) for k, v in ms.items()}
+print("| case | optim | previous build ms | after the step ms | beside ms | previous / beside | after / beside |")
+print("|---|---|---|---|---|---|---|")
 for case, optim in sorted({(k[0], k[1]) for k in ms}):
-    a, b = ms.get((case, optim, "0")), ms.get((case, optim, "1"))
-    if a and b:
-        a, b = statistics.median(a), statistics.median(b)
-        print(f"| {case} | {optim} | {a:.2f} | {b:.2f} | {a / b:.3f} |")
+    p, a, b = (med.get((case, optim, v)) for v in ("prev", "0", "1"))
+    f = lambda x: f"{x:.2f}" if x else "-"
+    r = lambda x: f"{x / b:.3f}" if x and b else "-"
+    print(f"| {case} | {optim} | {f(p)} | {f(a)} | {f(b)} | {r(p)} | {r(a)} |")
 EOF

@@ -163,7 +163,10 @@ void optim_step_runs(zy_optim *opt, const zy_param_table *t, float *params, cons
                      void (*done)(void *user, int group), void *user);
 /* Plans the GPU's Muon batches by the runs of group (as optim_step_runs forms them), so that no
  * Newton-Schulz call spans two runs: optim_step_runs with this group array (the caller keeps it)
- * then queues each run's whole update, Muon included, before its done. Nothing on the CPU. */
+ * then queues each run's whole update, Muon included, before its done. Entries of fewer than
+ * OPTIM_RUN_MIN_ELEMS elements count as the first run's (updated before every done, batched with
+ * their shape over the runs). Nothing on the CPU. */
+#define OPTIM_RUN_MIN_ELEMS ((size_t)1 << 23)
 void optim_plan_runs(zy_optim *opt, const zy_param_table *t, const int *group);
 
 /* CUDA: from now on each step also writes the updated tensors, rounded to bf16, at the same
