@@ -100,6 +100,7 @@ static int check_data_fits(const trainer *tr, const zy_batches *b, const char *s
 /* Mean loss over the first `batches` validation batches (the same batches every time). */
 static int evaluate(trainer *tr, int64_t batches, double *loss, int64_t *tokens) {
     const zy_train_config *c = tr->cfg;
+    ZY_TRY(step_weights_ready(&tr->st)); /* for the samples after it too, which decode */
     batches_close(tr->val);
     tr->val = NULL;
     ZY_TRY(batches_open(&tr->val, c, 1, c->seed + 1000003));
