@@ -359,7 +359,8 @@ void optim_plan_runs(zy_optim *opt, const zy_param_table *t, const int *group) {
     if (!on_cuda(opt->ctx)) return;
     /* a small matrix goes with the first run: its Newton-Schulz, batched with its shape's
      * matrices of every run, costs less there than alone in its run (bench-small's attention
-     * and router matrices: 4.5 ms more a step alone, one H100) */
+     * and router matrices alone: Muon's step 90.8 ms on one H100, batched 85.8 on another;
+     * results/one-gpu-limit/README.md) */
     int *key = zy_calloc((size_t)t->count + 1, sizeof *key);
     for (int a = 0, b, r = 0; a < t->count; a = b, r++) {
         b = run_end(group, a, t->count);
