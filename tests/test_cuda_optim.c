@@ -588,57 +588,6 @@ static void test_clip_vs_cpu(void **state) {
     params_free(&t);
 }
 
-/* The sum by parts (clip_parts_*, the step's norm as the backward completes each part): the
- * same total whichever order the parts are queued in and on whichever context (to the bit), and
- * the whole sum's value (another order of the same double additions). */
-static void test_clip_by_parts(void **state) {
-    (void)state;
-    NEED_GPU();
-    zy_param_table t;
-    params_init(&t);
-    char name[64];
-    for (int i = 0; i < 300; i++) { /* parts interleaved: no part is contiguous */
-        snprintf(name, sizeof name, "v%d", i);
-        params_add(&t, name, 1, (int64_t[]){(i * 7919) % 20011 + 1}, ZY_PARAM_VECTOR, 0);
-        if (i % 13 == 0) {
-            snprintf(name, sizeof name, "buf%d", i);
-            params_add(&t, name, 1, (int64_t[]){9}, ZY_PARAM_BUFFER, 0);
-        }
-    }
-    enum { P = 5 };
-    int *part_of = malloc((size_t)t.count * sizeof *part_of);
-    for (int i = 0; i < t.count; i++) part_of[i] = (i * 3) % P;
-    float *g = malloc(t.total * sizeof *g);
-    fill_normal(g, t.total, 1.0f);
-    float *dg = to_dev(g, t.total);
-    const double whole = clip_grad_sumsq(&gpu, &t, dg);
-    zy_sumsq_parts *sp = clip_parts_new(&gpu, &t, part_of, P);
-    assert_non_null(sp);
-    double got[3];
-    for (int p = 0; p < P; p++) clip_parts_add(&gpu, sp, dg, p);
-    got[0] = clip_parts_sumsq(&gpu, sp);
-    for (int p = P - 1; p >= 0; p--) clip_parts_add(&gpu, sp, dg, p);
-    got[1] = clip_parts_sumsq(&gpu, sp);
-    zy_ctx side; /* on a context beside, ordered after this one's work by a mark */
-    assert_int_equal(ops_ctx_init_beside(&side, &gpu), ZY_OK);
-    zy_mark *mk = ops_mark_new(&gpu);
-    ops_mark(&gpu, mk);
-    ops_wait_mark(&side, mk);
-    for (int p = 0; p < P; p++) clip_parts_add(&side, sp, dg, (p * 2) % P);
-    got[2] = clip_parts_sumsq(&side, sp);
-    printf("clip by %d parts: %.17g, whole %.17g\n", P, got[0], whole);
-    assert_memory_equal(&got[1], &got[0], sizeof got[0]);
-    assert_memory_equal(&got[2], &got[0], sizeof got[0]);
-    assert_true(fabs(got[0] - whole) <= 1e-12 * whole);
-    ops_mark_free(&gpu, mk);
-    ops_ctx_free(&side);
-    clip_parts_free(&gpu, sp);
-    ops_free(&gpu, dg);
-    free(g);
-    free(part_of);
-    params_free(&t);
-}
-
 /* ---- state round trip ---- */
 
 static void test_state_round_trip(void **state) {
@@ -874,12 +823,11 @@ static void test_bench_timing(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_adamw_vs_cpu),     cmocka_unit_test(test_adamw_ranges_vs_cpu),
-        cmocka_unit_test(test_muon_vs_cpu),      cmocka_unit_test(test_muon_steps),
-        cmocka_unit_test(test_muon_batching),    cmocka_unit_test(test_muon_blocked),
-        cmocka_unit_test(test_clip_vs_cpu),      cmocka_unit_test(test_clip_by_parts),
-        cmocka_unit_test(test_state_round_trip), cmocka_unit_test(test_balance_vs_cpu),
-        cmocka_unit_test(test_bench_timing),
+        cmocka_unit_test(test_adamw_vs_cpu),   cmocka_unit_test(test_adamw_ranges_vs_cpu),
+        cmocka_unit_test(test_muon_vs_cpu),    cmocka_unit_test(test_muon_steps),
+        cmocka_unit_test(test_muon_batching),  cmocka_unit_test(test_muon_blocked),
+        cmocka_unit_test(test_clip_vs_cpu),    cmocka_unit_test(test_state_round_trip),
+        cmocka_unit_test(test_balance_vs_cpu), cmocka_unit_test(test_bench_timing),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -52,37 +52,6 @@ double clip_grad_sumsq(zy_ctx *ctx, const zy_param_table *t, const float *grads)
     return total;
 }
 
-zy_sumsq_parts *clip_parts_new(zy_ctx *ctx, const zy_param_table *t, const int *part_of,
-                               int nparts) {
-#ifdef ZY_HAVE_CUDA
-    if (on_cuda(ctx)) return optim_cuda_sumsq_parts_new(ctx, t, part_of, nparts);
-#endif
-    (void)t, (void)part_of, (void)nparts;
-    return NULL;
-}
-
-void clip_parts_free(zy_ctx *ctx, zy_sumsq_parts *s) {
-#ifdef ZY_HAVE_CUDA
-    if (s) optim_cuda_sumsq_parts_free(ctx, s);
-#endif
-    (void)ctx, (void)s;
-}
-
-void clip_parts_add(zy_ctx *ctx, zy_sumsq_parts *s, const float *grads, int p) {
-#ifdef ZY_HAVE_CUDA
-    optim_cuda_sumsq_part(ctx, s, grads, p);
-#endif
-    (void)ctx, (void)s, (void)grads, (void)p;
-}
-
-double clip_parts_sumsq(zy_ctx *ctx, zy_sumsq_parts *s) {
-#ifdef ZY_HAVE_CUDA
-    return optim_cuda_sumsq_parts_total(ctx, s);
-#endif
-    (void)ctx, (void)s;
-    return 0.0;
-}
-
 float clip_factor(double norm, float max_norm) {
     if (!(max_norm > 0) || !isfinite(norm)) return 1.0f;
     double f = (double)max_norm / (norm + 1e-6);

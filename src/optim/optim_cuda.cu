@@ -782,16 +782,14 @@ typedef struct {
 } seg_list;
 
 /* Fills L with the next segments of t's non-buffer tensors from tensor *next on (contiguous
- * tensors merged), those with part_of[i] == part when part_of is not NULL; returns 0 when there
- * are none left. */
-static int seg_fill(const zy_param_table *t, int *next, seg_list *L, const int *part_of, int part) {
+ * tensors merged); returns 0 when there are none left. */
+static int seg_fill(const zy_param_table *t, int *next, seg_list *L) {
     L->n = 0;
     L->blk0[0] = 0;
     int i = *next;
     for (; i < t->count; i++) {
         const zy_param *p = &t->items[i];
         if (p->kind == ZY_PARAM_BUFFER || p->numel == 0) continue;
-        if (part_of && part_of[i] != part) continue;
         if (L->n > 0 && L->off[L->n - 1] + L->len[L->n - 1] == p->offset) {
             L->len[L->n - 1] += p->numel;
             continue;
@@ -869,86 +867,28 @@ __global__ void __launch_bounds__(1024)
     if (threadIdx.x == 0) *out = s;
 }
 
-/* The blocks of the entries of one part (part_of NULL: every entry). */
-static int64_t part_blocks(const zy_param_table *t, const int *part_of, int p) {
-    seg_list L;
-    int64_t n = 0;
-    for (int next = 0; seg_fill(t, &next, &L, part_of, p);) n += L.blk0[L.n];
-    return n;
-}
-
-/* Queues the block sums of part p's entries into part_sums[0 ..). */
-static void sumsq_blocks(zy_ctx *ctx, const zy_param_table *t, const int *part_of, int p,
-                         const float *grads, double *part_sums) {
-    seg_list L;
-    int64_t base = 0;
-    for (int next = 0; seg_fill(t, &next, &L, part_of, p);) {
-        sumsq_kernel<<<L.blk0[L.n], NT, 0, cuda_stream(ctx)>>>(grads, L, part_sums + base);
-        ZY_CUDA_CHECK_LAUNCH();
-        base += L.blk0[L.n];
-    }
-}
-
-/* Sums the n block sums in a fixed order into part_sums[n], copies it to the host and waits. */
-static double sumsq_final(zy_ctx *ctx, double *part_sums, int64_t n) {
-    cudaStream_t st = cuda_stream(ctx);
-    sum_final_kernel<<<1, 1024, 0, st>>>(part_sums, (int)n, part_sums + n);
-    ZY_CUDA_CHECK_LAUNCH();
-    double out = 0;
-    ZY_CUDA_CHECK(cudaMemcpyAsync(&out, part_sums + n, sizeof out, cudaMemcpyDeviceToHost, st));
-    ZY_CUDA_CHECK(cudaStreamSynchronize(st));
-    return out;
-}
-
 double optim_cuda_sumsq(zy_ctx *ctx, const zy_param_table *t, const float *grads) {
-    const int64_t total = part_blocks(t, NULL, 0);
+    seg_list L;
+    int64_t total = 0;
+    for (int next = 0; seg_fill(t, &next, &L);) total += L.blk0[L.n];
     if (total == 0) return 0.0;
     ZY_CHECK(total < (1 << 30));
     double *part = (double *)cuda_ws(ctx, (size_t)(total + 1) * sizeof(double));
+    cudaStream_t st = cuda_stream(ctx);
     const int slot = prof_begin(ctx);
-    sumsq_blocks(ctx, t, NULL, 0, grads, part);
+    int64_t base = 0;
+    for (int next = 0; seg_fill(t, &next, &L);) {
+        sumsq_kernel<<<L.blk0[L.n], NT, 0, st>>>(grads, L, part + base);
+        ZY_CUDA_CHECK_LAUNCH();
+        base += L.blk0[L.n];
+    }
+    sum_final_kernel<<<1, 1024, 0, st>>>(part, (int)total, part + total);
+    ZY_CUDA_CHECK_LAUNCH();
     prof_end(ctx, slot, "clip_sumsq");
-    return sumsq_final(ctx, part, total);
-}
-
-struct zy_sumsq_parts {
-    const zy_param_table *t;
-    int *part_of; /* [t->count] */
-    int nparts;
-    int64_t *first; /* [nparts + 1] each part's first block sum in sums */
-    double *sums;   /* device [first[nparts] + 1] */
-};
-
-zy_sumsq_parts *optim_cuda_sumsq_parts_new(zy_ctx *ctx, const zy_param_table *t, const int *part_of,
-                                           int nparts) {
-    zy_sumsq_parts *s = (zy_sumsq_parts *)zy_calloc(1, sizeof *s);
-    s->t = t;
-    s->nparts = nparts;
-    s->part_of = (int *)zy_calloc((size_t)t->count + 1, sizeof *s->part_of);
-    memcpy(s->part_of, part_of, (size_t)t->count * sizeof *part_of);
-    s->first = (int64_t *)zy_calloc((size_t)nparts + 1, sizeof *s->first);
-    for (int p = 0; p < nparts; p++) s->first[p + 1] = s->first[p] + part_blocks(t, part_of, p);
-    ZY_CHECK(s->first[nparts] < (1 << 30));
-    s->sums = (double *)ops_alloc(ctx, (size_t)(s->first[nparts] + 1) * sizeof(double));
-    return s;
-}
-
-void optim_cuda_sumsq_parts_free(zy_ctx *ctx, zy_sumsq_parts *s) {
-    if (!s) return;
-    ops_free(ctx, s->sums);
-    free(s->part_of);
-    free(s->first);
-    free(s);
-}
-
-void optim_cuda_sumsq_part(zy_ctx *ctx, zy_sumsq_parts *s, const float *grads, int p) {
-    const int slot = prof_begin(ctx);
-    sumsq_blocks(ctx, s->t, s->part_of, p, grads, s->sums + s->first[p]);
-    prof_end(ctx, slot, "clip_sumsq");
-}
-
-double optim_cuda_sumsq_parts_total(zy_ctx *ctx, zy_sumsq_parts *s) {
-    return s->first[s->nparts] ? sumsq_final(ctx, s->sums, s->first[s->nparts]) : 0.0;
+    double out = 0;
+    ZY_CUDA_CHECK(cudaMemcpyAsync(&out, part + total, sizeof out, cudaMemcpyDeviceToHost, st));
+    ZY_CUDA_CHECK(cudaStreamSynchronize(st));
+    return out;
 }
 
 /* ---- balancing biases ---- */

@@ -78,19 +78,6 @@ void optim_cuda_plan_info(const zy_optim_cuda *c, zy_optim_cuda_info *info);
  * a fixed order, so the result does not depend on timing. Waits for the device. */
 double optim_cuda_sumsq(zy_ctx *ctx, const zy_param_table *t, const float *grads);
 
-/* The same sum by parts of the table (part_of[i] in [0, nparts) for each entry; buffers are
- * skipped), so that each part can be summed as soon as its gradients are final: every block sum
- * has a fixed slot, and the total adds them in one fixed order whatever order the parts ran in.
- * optim_cuda_sumsq_part queues part p's block sums on ctx's stream; optim_cuda_sumsq_parts_total
- * adds them (after every part was queued on ctx, or ordered before it) and waits. t must outlive
- * the parts. */
-typedef struct zy_sumsq_parts zy_sumsq_parts;
-zy_sumsq_parts *optim_cuda_sumsq_parts_new(zy_ctx *ctx, const zy_param_table *t, const int *part_of,
-                                           int nparts);
-void optim_cuda_sumsq_parts_free(zy_ctx *ctx, zy_sumsq_parts *s);
-void optim_cuda_sumsq_part(zy_ctx *ctx, zy_sumsq_parts *s, const float *grads, int p);
-double optim_cuda_sumsq_parts_total(zy_ctx *ctx, zy_sumsq_parts *s);
-
 /* biases[l][e] -= delta[l * n + e] for l < n_layers, e < n, then each layer shifted so its last
  * (skip) class is ZY_SKIP_BIAS (balance.h's canonical form); biases are device pointers, delta is
  * host memory (passed to the kernel by value, so nothing waits). */

@@ -97,13 +97,6 @@ int step_init_training(zy_step *s, const zy_step_config *cfg, const zy_optim_con
     /* one rank: each group's update (Muon's too) is done before the next group's starts, so the
      * forward can start on the first groups while the update works on the later ones */
     if (!s->have_zero) optim_plan_runs(&s->opt, t, s->group);
-    if (!s->have_zero) { /* the norm by the parts the backward completes: grads_ready(l) */
-        int *part_of = zy_calloc((size_t)t->count + 1, sizeof *part_of);
-        for (int i = 0; i < t->count; i++) part_of[i] = model_grads_final_at(&s->model, i) + 1;
-        s->norm_parts = clip_parts_new(update_ctx, t, part_of, L + 1);
-        free(part_of);
-        if (s->norm_parts) s->part_final = ops_mark_new(s->ctx);
-    }
     optim_set_compute_copy(&s->opt, s->model.cparams); /* bf16 weights refreshed by the update */
     spike_init(&s->spike, &cfg->spike);
     ZY_TRY(balance_init(&s->bal, bc, L, E));
@@ -123,10 +116,6 @@ void step_free(zy_step *s) {
     if (s->have_zero) zero1_free(&s->zero);
     if (s->have_bal) balance_free(&s->bal);
     if (s->have_side) ops_sync(&s->side); /* no update left running */
-    if (s->norm_parts) {
-        clip_parts_free(step_update_ctx(s), s->norm_parts);
-        ops_mark_free(s->ctx, s->part_final);
-    }
     if (s->have_opt) optim_free(&s->opt);
     if (s->have_side) {
         const int L = s->model.cfg.num_hidden_layers;
@@ -163,8 +152,6 @@ static int clip(zy_step *s, double *norm, float *factor) {
     double sumsq;
     if (s->have_zero)
         ZY_TRY(zero1_grad_sumsq(&s->zero, &sumsq));
-    else if (s->norm_parts) /* every part was queued on the update's context by the backward */
-        sumsq = clip_parts_sumsq(step_update_ctx(s), s->norm_parts);
     else
         sumsq = clip_grad_sumsq(s->ctx, &m->table, m->grads);
     *norm = sqrt(sumsq);
@@ -205,18 +192,6 @@ static void update_needed(void *user, int group) {
     zy_step *s = user;
     ops_wait_mark(s->ctx, s->updated[group + 1]);
     if (group == s->model.cfg.num_hidden_layers - 1) update_joined(s);
-}
-
-/* model.grads_ready during the step's last backward: the sum of squares of the entries it made
- * final (part layer + 1), on the update's context once the backward's work so far has run. */
-static void norm_part_ready(void *user, int layer) {
-    zy_step *s = user;
-    zy_ctx *uc = step_update_ctx(s);
-    if (uc != s->ctx) {
-        ops_mark(s->ctx, s->part_final);
-        ops_wait_mark(uc, s->part_final);
-    }
-    clip_parts_add(uc, s->norm_parts, s->model.grads, layer + 1);
 }
 
 /* optim_step_runs' done: group g's weights are updated. */
@@ -266,9 +241,7 @@ int step_run(zy_step *s, const zy_step_hooks *hooks, float lr, double *loss, dou
         if (hooks && hooks->next_batch) ZY_TRY(hooks->next_batch(hooks->user, s->ids, s->targets));
         /* the last micro-batch's backward completes each gradient: reduce them as it goes */
         const int reduce = s->have_zero && micro == s->cfg.grad_accum - 1;
-        const int norm_parts = s->norm_parts && micro == s->cfg.grad_accum - 1;
         if (reduce) zero1_reduce_in_backward(&s->zero);
-        if (norm_parts) m->grads_ready = norm_part_ready, m->grads_ready_user = s;
         if (timed) {
             sum += model_forward(m, &s->acts, s->ids, s->targets);
             phase_end(hooks, ZY_PHASE_FORWARD);
@@ -277,7 +250,6 @@ int step_run(zy_step *s, const zy_step_hooks *hooks, float lr, double *loss, dou
             sum += model_forward_backward(m, &s->acts, s->ids, s->targets, (float)(1.0 / tokens));
         }
         if (reduce) ZY_TRY(zero1_grads_done(&s->zero));
-        if (norm_parts) m->grads_ready = NULL, m->grads_ready_user = NULL;
         if (timed) phase_end(hooks, ZY_PHASE_BACKWARD);
         model_route_counts(m, &s->acts, s->counts);
         for (int i = 0; i < LE1; i++) s->step_counts[i] += s->counts[i];

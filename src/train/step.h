@@ -13,7 +13,6 @@
 #include "dist/comm.h"
 #include "model/model.h"
 #include "optim/balance.h"
-#include "optim/clip.h"
 #include "optim/optim.h"
 #include "train/spike.h"
 #include "train/zero1.h"
@@ -96,10 +95,6 @@ typedef struct {
     zy_mark *update_done; /* every weight updated and the gradients cleared */
     int update_pending;   /* the forward has not yet waited for update_done */
     int grads_cleared;    /* the last update cleared the gradients (the next step need not) */
-    /* one rank on a GPU: the gradient norm's sum of squares by the backward's grads_ready
-     * parts (optim/clip.h), on the update's context (beside the backward with the overlap) */
-    zy_sumsq_parts *norm_parts;
-    zy_mark *part_final; /* the backward's work up to the last grads_ready call */
     int have_model, have_acts, have_opt, have_bal, have_zero, have_side;
 } zy_step;
 
