@@ -363,7 +363,7 @@ static void compare_muon(const zy_param_table *t, const float *got, const float 
 /* One step from zero parameters at lr 1 with no scale rule: the parameters become minus the
  * orthogonalised update (AdamW tensors take a sign step), on the CPU and on the GPU. */
 static void muon_one_step(const zy_param_table *t, size_t batch_elems, int legacy, int previous,
-                          float **out_gpu, float **out_cpu) {
+                          const int *group, float **out_gpu, float **out_cpu) {
     zy_optim_config cfg;
     optim_config_default(&cfg);
     cfg.muon_scale = ZY_MUON_SCALE_NONE;
@@ -375,6 +375,7 @@ static void muon_one_step(const zy_param_table *t, size_t batch_elems, int legac
         optim_cuda_free(&gpu, og.cuda);
         og.cuda = optim_cuda_init(&gpu, &og, t, batch_elems, NULL);
     }
+    if (group) optim_plan_runs(&og, t, group); /* the plan by runs, as the step makes it */
     optim_cuda_set_legacy_gemm(og.cuda, legacy);
     optim_cuda_set_previous(og.cuda, previous);
 #else
@@ -384,7 +385,7 @@ static void muon_one_step(const zy_param_table *t, size_t batch_elems, int legac
     fill_normal(g, t->total, 1.0f);
     float *dp = to_dev(p, t->total), *dg = to_dev(g, t->total);
     optim_step(&oc, t, p, g, 1.0f, 0.75f); /* with a clipping factor, as a clipped step */
-    optim_step(&og, t, dp, dg, 1.0f, 0.75f);
+    optim_step_runs(&og, t, dp, dg, 1.0f, 0.75f, group, NULL, NULL);
     *out_gpu = to_host(dp, t->total);
     *out_cpu = p;
     ops_free(&gpu, dp);
@@ -419,7 +420,7 @@ static zy_optim_cuda_info plan_of(const zy_param_table *t, size_t batch_elems) {
 static void muon_check(const zy_param_table *t, size_t batch_elems, int legacy, int previous,
                        const char *what) {
     float *zero = calloc(t->total, sizeof *zero), *pg, *pc;
-    muon_one_step(t, batch_elems, legacy, previous, &pg, &pc);
+    muon_one_step(t, batch_elems, legacy, previous, NULL, &pg, &pc);
     compare_muon(t, pg, pc, zero, 1, what);
     free(pg);
     free(pc);
@@ -433,6 +434,41 @@ static void test_muon_vs_cpu(void **state) {
     muon_table(&t);
     muon_check(&t, 0, 0, 0, "one step (cuBLASLt)");
     muon_check(&t, 0, 1, 0, "one step (classic cuBLAS)");
+    params_free(&t);
+}
+
+/* The plan by runs (optim_plan_runs, what the one-rank step uses): every matrix updated once, as
+ * the CPU does. Per layer a large stack, a small matrix of a shape first seen after it (its own
+ * key is the first run's) and a large stack of another shape: the second stack's calls come after
+ * the small one's in the table, yet must run with its layer's run (a plan that ran only each
+ * key's first stretch of calls left it untouched). */
+static void test_muon_by_runs(void **state) {
+    (void)state;
+    NEED_GPU();
+    zy_param_table t;
+    params_init(&t);
+    params_add(&t, "emb", 2, (int64_t[]){9, 4}, ZY_PARAM_EMBED, -1);
+    char name[32];
+    for (int l = 0; l < 2; l++) { /* stacks of OPTIM_RUN_MIN_ELEMS elements: keyed by run */
+        snprintf(name, sizeof name, "l%d.big", l);
+        params_add(&t, name, 3, (int64_t[]){2048, 64, 64}, ZY_PARAM_MATRIX, l);
+        snprintf(name, sizeof name, "l%d.small", l);
+        params_add(&t, name, 2, (int64_t[]){96, 64}, ZY_PARAM_MATRIX, l);
+        snprintf(name, sizeof name, "l%d.big2", l);
+        params_add(&t, name, 3, (int64_t[]){2048, 32, 128}, ZY_PARAM_MATRIX, l);
+        snprintf(name, sizeof name, "l%d.norm", l);
+        params_add(&t, name, 1, (int64_t[]){64}, ZY_PARAM_VECTOR, l);
+    }
+    assert_true(t.items[1].numel >= OPTIM_RUN_MIN_ELEMS && t.items[2].numel < OPTIM_RUN_MIN_ELEMS);
+    int *group = malloc((size_t)t.count * sizeof *group);
+    for (int i = 0; i < t.count; i++) group[i] = t.items[i].layer;
+    float *zero = calloc(t.total, sizeof *zero), *pg, *pc;
+    muon_one_step(&t, 0, 0, 0, group, &pg, &pc);
+    compare_muon(&t, pg, pc, zero, 1, "planned by runs");
+    free(pg);
+    free(pc);
+    free(zero);
+    free(group);
     params_free(&t);
 }
 
@@ -823,11 +859,12 @@ static void test_bench_timing(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_adamw_vs_cpu),   cmocka_unit_test(test_adamw_ranges_vs_cpu),
-        cmocka_unit_test(test_muon_vs_cpu),    cmocka_unit_test(test_muon_steps),
-        cmocka_unit_test(test_muon_batching),  cmocka_unit_test(test_muon_blocked),
-        cmocka_unit_test(test_clip_vs_cpu),    cmocka_unit_test(test_state_round_trip),
-        cmocka_unit_test(test_balance_vs_cpu), cmocka_unit_test(test_bench_timing),
+        cmocka_unit_test(test_adamw_vs_cpu),     cmocka_unit_test(test_adamw_ranges_vs_cpu),
+        cmocka_unit_test(test_muon_vs_cpu),      cmocka_unit_test(test_muon_by_runs),
+        cmocka_unit_test(test_muon_steps),       cmocka_unit_test(test_muon_batching),
+        cmocka_unit_test(test_muon_blocked),     cmocka_unit_test(test_clip_vs_cpu),
+        cmocka_unit_test(test_state_round_trip), cmocka_unit_test(test_balance_vs_cpu),
+        cmocka_unit_test(test_bench_timing),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -580,7 +580,9 @@ cJSON *bench_train_to_json(const bench_train_opts *o, const bench_train_result *
     cJSON_AddNumberToObject(j, "expert_streams", o->cuda.expert_streams);
     cJSON_AddNumberToObject(j, "expert_chunk", o->cuda.expert_chunk);
     cJSON_AddStringToObject(j, "attention", zy_attention_backend_names[o->cuda.attention]);
-    cJSON_AddBoolToObject(j, "overlap_optimizer", o->cuda.overlap_optimizer);
+    /* what ran: one GPU (ZeRO-1 shares the weights instead; the CPU's ops run in order) */
+    cJSON_AddBoolToObject(j, "overlap_optimizer",
+                          o->cuda.overlap_optimizer && r->world == 1 && o->device == ZY_DEV_CUDA);
     if (o->cuda.attention_workspace_gib == ZY_ATTN_WORKSPACE_AUTO)
         cJSON_AddStringToObject(j, "attention_workspace_gib", "auto");
     else

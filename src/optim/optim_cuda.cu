@@ -303,7 +303,16 @@ static void plan_muon(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, const 
     c->batches = (muon_batch *)zy_calloc((size_t)nmat, sizeof *c->batches);
     const zy_optim_config *cfg = &opt->cfg;
     size_t max_x = 0, max_s = 0, max_part = 0;
-    for (int g = 0; g < ng; g++) {
+    /* the calls by key, each key's in order of first appearance: a key's calls are one stretch
+     * (a group of a later key can appear in the table before one of an earlier key) */
+    int *by_key = (int *)zy_calloc((size_t)ng, sizeof *by_key);
+    for (int g = 0, k = 0; g < ng; g++) {
+        int at = k++;
+        while (at > 0 && gdim[by_key[at - 1]][2] > gdim[g][2]) by_key[at] = by_key[at - 1], at--;
+        by_key[at] = g;
+    }
+    for (int gi = 0; gi < ng; gi++) {
+        const int g = by_key[gi];
         const int64_t r = gdim[g][0], cc = gdim[g][1], mn = r * cc, n = gsize[g];
         int64_t per = (int64_t)batch_elems / mn;
         if (per < 1) per = 1;
@@ -367,6 +376,7 @@ static void plan_muon(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, const 
     free(sm);
     free(gfirst);
     free(fill);
+    free(by_key);
 }
 
 zy_optim_cuda *optim_cuda_init(zy_ctx *ctx, const zy_optim *opt, const zy_param_table *t,
@@ -768,6 +778,8 @@ void optim_cuda_muon_key(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, flo
     while (b0 < c->nbatches && c->batches[b0].key != key) b0++;
     int b1 = b0;
     while (b1 < c->nbatches && c->batches[b1].key == key) b1++;
+    for (int i = b1; i < c->nbatches; i++) /* the plan keeps a key's calls together */
+        ZY_CHECKF(c->batches[i].key != key, "Muon plan: key %d's calls are not together", key);
     muon_batches(ctx, c, opt, params, grads, lr_now, gscale, b0, b1);
 }
 

@@ -232,7 +232,10 @@ int step_run(zy_step *s, const zy_step_hooks *hooks, float lr, double *loss, dou
     const int timed = hooks && hooks->phase_end;
     zy_err_set_step(s->step + 1);                  /* fatal messages name the step being computed */
     if (timed && s->have_side) ops_sync(&s->side); /* the phases time this step's work alone */
-    if (!s->grads_cleared) model_zero_grads(m);    /* else the update beside did, after its read */
+    if (!s->grads_cleared) {                       /* else the update beside did, after its read */
+        if (s->update_pending) update_joined(s);   /* a step retried: it may still read them */
+        model_zero_grads(m);
+    }
     s->grads_cleared = 0;
     phase_end(hooks, ZY_PHASE_ZERO);
     memset(s->step_counts, 0, (size_t)LE1 * sizeof *s->step_counts);

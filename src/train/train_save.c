@@ -355,8 +355,8 @@ static int snapshot(trainer *tr, trainer_save *j) {
         if (tr->host_at[i] != SIZE_MAX && (i < j->first || i >= j->last))
             ops_copy_async(m->ctx, tr->params_host + tr->host_at[i], m->params + t->items[i].offset,
                            t->items[i].numel * sizeof(float));
-    optim_state_to_host(&tr->st.opt); /* CUDA: queued behind the weights, waits for both */
-    ops_sync(m->ctx);
+    optim_state_to_host(&tr->st.opt); /* waits for its copies (on the update's context) */
+    ops_sync(m->ctx);                 /* and for the weights' */
     if (j->world > 1) {
         const float **at = zy_calloc((size_t)t->count + 1, sizeof *at);
         for (int i = 0; i < t->count; i++)
