@@ -1,7 +1,8 @@
 /* The training step on a GPU with the optimizer update beside the next step's forward
  * (cuda.overlap_optimizer, train/step.h) against the update after the step: the same losses,
  * gradient norms, weights, bf16 compute copy and optimizer state to the bit, AdamW and Muon, with
- * a forward of its own (an evaluation) and a read of the weights (a checkpoint) between steps.
+ * a forward of its own (an evaluation) and a read of the weights (a checkpoint) between steps;
+ * and every trained tensor changed.
  * The model is large enough that each group's update takes longer than a launch, so a forward
  * that did not wait for a group would read some weights before their update. Skips without a
  * GPU. */
@@ -37,6 +38,7 @@ static int next_batch(void *user, int32_t *ids, int32_t *targets) {
 
 typedef struct {
     double loss[STEPS], gnorm[STEPS], eval_loss;
+    float *init;    /* [total] fp32 weights before the first step */
     float *mid;     /* [total] fp32 weights after step EVAL_AFTER, read between steps */
     float *params;  /* [total] fp32 weights at the end */
     uint16_t *copy; /* [total] the bf16 compute copy at the end */
@@ -67,6 +69,8 @@ static void train(int use_muon, int overlap, run *r) {
     uint64_t k = 0;
     zy_step_hooks h = {.next_batch = next_batch, .user = &k};
     const size_t total = s.model.table.total;
+    r->init = malloc(total * sizeof(float));
+    ops_copy(&gpu, r->init, s.model.params, total * sizeof(float));
     for (int i = 0; i < STEPS; i++) {
         assert_int_equal(step_run(&s, &h, 1e-3f, &r->loss[i], &r->gnorm[i]), ZY_OK);
         if (i + 1 == EVAL_AFTER) {
@@ -93,6 +97,7 @@ static void train(int use_muon, int overlap, run *r) {
 }
 
 static void run_free(run *r) {
+    free(r->init);
     free(r->mid);
     free(r->params);
     free(r->copy);
@@ -124,6 +129,10 @@ static void same_bits(int use_muon) {
             fail_msg("%s differs after %d steps", p->name, STEPS);
         if (memcmp(beside.copy + p->offset, after.copy + p->offset, p->numel * sizeof(uint16_t)))
             fail_msg("the compute copy of %s differs after %d steps", p->name, STEPS);
+        /* every trained entry was updated (both ways could skip one alike) */
+        if (p->kind != ZY_PARAM_BUFFER &&
+            !memcmp(after.params + p->offset, after.init + p->offset, p->numel * sizeof(float)))
+            fail_msg("%s did not change in %d steps", p->name, STEPS);
     }
     params_free(&t);
     assert_int_equal(beside.state_floats, after.state_floats);
