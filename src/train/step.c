@@ -79,8 +79,10 @@ int step_init_training(zy_step *s, const zy_step_config *cfg, const zy_optim_con
         zero1_release_masters(&s->zero); /* before the optimizer's state takes the memory */
     }
     const zy_param_table *t = &s->model.table;
-    s->group = zy_calloc((size_t)t->count + 1, sizeof *s->group);
-    for (int i = 0; i < t->count; i++) s->group[i] = model_entry_group(&s->model, i);
+    if (!s->have_zero) { /* under ZeRO-1 its own groups (zero1.group) order the update */
+        s->group = zy_calloc((size_t)t->count + 1, sizeof *s->group);
+        for (int i = 0; i < t->count; i++) s->group[i] = model_entry_group(&s->model, i);
+    }
     zy_ctx *update_ctx = s->ctx;
     if (cfg->overlap_optimizer && !s->have_zero) {
         ZY_TRY(ops_ctx_init_beside(&s->side, s->ctx));

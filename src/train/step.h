@@ -87,7 +87,7 @@ typedef struct {
     double fault_loss_scale; /* ZAYAC_FAULT=spike: this rank's loss sum of the next step is
                                 multiplied by it before the ranks' sum (0: none) */
     int recompute; /* the activations recompute each layer in the backward (step_init_acts) */
-    int *group;    /* [table.count] model_entry_group: the runs the update goes by */
+    int *group;    /* [table.count] model_entry_group: the runs the update goes by (one rank) */
     /* cfg.overlap_optimizer (one rank): the context the update runs on, and its marks */
     zy_ctx side;
     zy_mark *grads_final; /* the gradients are complete (the update starts after it) */
