@@ -1,0 +1,348 @@
+/* Batched bf16 SYRK on Hopper (syrk.h): TMA loads, an mbarrier ring, wgmma m64n128k16.
+ *
+ * A CTA of 384 threads loops over lower tiles (b, i, j), j <= i, of the whole batch, CTAs
+ * striding by the grid (one CTA per SM: the ring and the epilogue buffers take ~200 KB):
+ *   warpgroup 0, one thread: for each k step, waits until the stage is empty, then TMA-loads
+ *     X_b rows [128 i, +128) and [128 j, +128), columns [64 kt, +64), into it (16 KB each; rows
+ *     past n and columns past k arrive as zeros);
+ *   warpgroups 1 and 2: rows [64 c, +64) of the tile (c = warpgroup - 1) against all 128
+ *     columns, four wgmma k16 per stage, one commit group in flight; a stage is released once the
+ *     MMAs reading it are complete. The epilogue forms alpha acc + beta C in fp32, rounds to bf16
+ *     into the warpgroup's own [64][136] shared half and stores it by rows and by columns at the
+ *     mirrored place (on a diagonal tile, the elements on and below the diagonal and their
+ *     mirrors). The two warpgroups synchronise only through the ring, so one's stores overlap
+ *     the other's MMAs.
+ * Shared operand tiles are K-major with the 128-byte swizzle TMA writes: row r of a [128][64]
+ * tile is 128 bytes at 128 r whose 16-byte chunks are permuted by r % 8, the layout the wgmma
+ * descriptor's SWIZZLE_128B mode reads (8-row atoms 1024 bytes apart). */
+#include "ops/cuda/syrk.h"
+
+#include "base/check.h"
+#include "base/err.h"
+#include "ops/cuda/mma.h"
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <cudaTypedefs.h>
+#include <stdint.h>
+
+typedef __nv_bfloat16 bf16;
+
+#define SY_BM     128 /* tile side */
+#define SY_BK     64  /* k per stage: one 128-byte swizzle row */
+#define SY_STAGES 4
+#define SY_NTH    384
+#define SY_TILE_B (SY_BM * SY_BK * 2) /* bytes of one operand tile */
+#define SY_EP_LD  (SY_BM + 8) /* epilogue rows [64][EP_LD] bf16 per warpgroup: 16-byte pad */
+#define SY_ET_LD  (64 + 8)    /* the same transposed, [128][ET_LD]: conflict-free writes */
+#define SY_EP_B   (2 * (64 * SY_EP_LD + SY_BM * SY_ET_LD) * 2)
+#define SY_BAR_AT (2 * SY_STAGES * SY_TILE_B + SY_EP_B)
+#define SY_SMEM   (SY_BAR_AT + 2 * SY_STAGES * 8 + 1024) /* + slack to align the base to 1024 */
+
+/* ---- PTX: mbarriers, TMA, wgmma ---- */
+
+static __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+
+static __device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
+
+static __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+/* Waits until the phase of parity `parity` of the barrier has completed. */
+static __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+    uint32_t done;
+    do {
+        asm volatile("{\n.reg .pred p;\n"
+                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+
+/* The box of map at (c0, c1, c2) into shared dst; completes `bar`'s transaction bytes. */
+static __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap *map, int c0,
+                                                   int c1, int c2, uint32_t bar) {
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
+                 "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+                 : "memory");
+}
+
+/* The wgmma descriptor of a K-major, 128-byte-swizzled operand at shared address addr: start
+ * address >> 4 (bits 0-13), leading offset 1 (unused by swizzled K-major layouts), stride offset
+ * 1024 bytes >> 4 between 8-row atoms (bits 32-45), layout SWIZZLE_128B (1, bits 62-63). The
+ * next k16 slice of the same rows starts 32 bytes on: +2 in the address field. */
+static __device__ __forceinline__ uint64_t sw128_desc(uint32_t addr) {
+    return (uint64_t)((addr & 0x3FFFFu) >> 4) | ((uint64_t)1 << 16) |
+           ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
+}
+
+static __device__ __forceinline__ void wgmma_fence(void) {
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+static __device__ __forceinline__ void wgmma_commit(void) {
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N> static __device__ __forceinline__ void wgmma_wait(void) {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+/* Pins the accumulators in place around the asynchronous MMAs: the compiler sees each register
+ * read and written here, so it neither hoists the epilogue's reads above wgmma_wait nor sinks
+ * the zeroing below the first wgmma (the wgmma asm alone does not tell it the registers change
+ * later, asynchronously). */
+static __device__ __forceinline__ void fence_acc(float (&d)[64]) {
+#pragma unroll
+    for (int e = 0; e < 64; e++) asm volatile("" : "+f"(d[e])::"memory");
+}
+
+/* d[64 x 128] (this warpgroup's fragment) (+)= A[64 x 16] B[128 x 16]^T from descriptors;
+ * accumulate 0 overwrites d. Fragment: warp w of the warpgroup holds rows 16 w + lane / 4 (+ 8),
+ * d[4 j + 0, 1] columns 8 j + 2 (lane % 4) + {0, 1} of the first row, d[4 j + 2, 3] of the
+ * second. */
+static __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t da, uint64_t db,
+                                                        int accumulate) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+                 "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+                   "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+                   "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+                   "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+                   "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+                   "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+                   "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
+                   "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
+                   "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "l"(da), "l"(db), "r"(accumulate));
+}
+
+/* Tile t of the batch: matrix b, lower tile (i, j) of the row-major order of ntri = T (T + 1) / 2
+ * tiles (0,0), (1,0), (1,1), (2,0), ... */
+static __device__ __forceinline__ void tile_of(int t, int ntri, int *b, int *i, int *j) {
+    *b = t / ntri;
+    const int r = t - *b * ntri;
+    int row = (int)((sqrtf(8.0f * (float)r + 1.0f) - 1.0f) * 0.5f);
+    while ((row + 1) * (row + 2) / 2 <= r) row++;
+    while (row * (row + 1) / 2 > r) row--;
+    *i = row;
+    *j = r - row * (row + 1) / 2;
+}
+
+/* grid: CTAs striding over `total` = batch x ntri tiles; block SY_NTH; SY_SMEM dynamic bytes. */
+__global__ void __launch_bounds__(SY_NTH, 1)
+    syrk_kernel(const __grid_constant__ CUtensorMap xmap, bf16 *__restrict__ D,
+                const bf16 *__restrict__ C, int n, int nk, int64_t ldd, int64_t sd, int ntri,
+                int total, float alpha, float beta) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    extern __shared__ uint8_t sy_smem[];
+    const uint32_t raw = smem_u32(sy_smem), base = (raw + 1023u) & ~1023u;
+    uint8_t *gbase = sy_smem + (base - raw);
+    const uint32_t sa = base, sb = base + SY_STAGES * SY_TILE_B, bars = base + SY_BAR_AT;
+#define FULL(s)  (bars + 8u * (uint32_t)(s))
+#define EMPTY(s) (bars + 8u * (uint32_t)(SY_STAGES + (s)))
+    const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < SY_STAGES; s++) {
+            mbar_init(FULL(s), 1);
+            mbar_init(EMPTY(s), 256); /* every consumer thread releases */
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    if (wg == 0) { /* producer; a diagonal tile's two operands are the same rows: loaded once */
+        if (tid == 0) {
+            int stage = 0;
+            uint32_t phase = 0;
+            for (int t = blockIdx.x; t < total; t += gridDim.x) {
+                int b, i, j;
+                tile_of(t, ntri, &b, &i, &j);
+                for (int kt = 0; kt < nk; kt++) {
+                    mbar_wait(EMPTY(stage), phase ^ 1u);
+                    mbar_expect_tx(FULL(stage), (i == j ? 1 : 2) * SY_TILE_B);
+                    tma_load_3d(sa + stage * SY_TILE_B, &xmap, kt * SY_BK, i * SY_BM, b,
+                                FULL(stage));
+                    if (i != j)
+                        tma_load_3d(sb + stage * SY_TILE_B, &xmap, kt * SY_BK, j * SY_BM, b,
+                                    FULL(stage));
+                    if (++stage == SY_STAGES) stage = 0, phase ^= 1u;
+                }
+            }
+        }
+        return;
+    }
+
+    /* consumers: c = 0, 1 own tile rows [64 c, +64), each with its own part of the epilogue
+     * buffers and its own named barrier, so one can run the next tile's MMAs during the other's
+     * stores */
+    const int c = wg - 1, warp = tid / 32, lane = tid % 32;
+    bf16 *ep = (bf16 *)(gbase + 2 * SY_STAGES * SY_TILE_B) +
+               c * (64 * SY_EP_LD + SY_BM * SY_ET_LD); /* [64][EP_LD]: rows of the tile */
+    bf16 *et = ep + 64 * SY_EP_LD;                     /* [128][ET_LD]: the same, transposed */
+    int stage = 0;
+    uint32_t phase = 0;
+    for (int t = blockIdx.x; t < total; t += gridDim.x) {
+        int b, i, j;
+        tile_of(t, ntri, &b, &i, &j);
+        float acc[64];
+#pragma unroll
+        for (int e = 0; e < 64; e++) acc[e] = 0.0f;
+        fence_acc(acc);
+        int prev = -1;
+        for (int kt = 0; kt < nk; kt++) {
+            mbar_wait(FULL(stage), phase);
+            wgmma_fence();
+            const uint64_t da = sw128_desc(sa + stage * SY_TILE_B + c * 64 * 128);
+            const uint64_t db = sw128_desc((i == j ? sa : sb) + stage * SY_TILE_B);
+#pragma unroll
+            for (int kk = 0; kk < SY_BK / 16; kk++)
+                wgmma_m64n128k16(acc, da + 2 * kk, db + 2 * kk, 1);
+            wgmma_commit();
+            fence_acc(acc);
+            if (prev >= 0) { /* the previous stage's MMAs are done: release it */
+                wgmma_wait<1>();
+                mbar_arrive(EMPTY(prev));
+            }
+            prev = stage;
+            if (++stage == SY_STAGES) stage = 0, phase ^= 1u;
+        }
+        wgmma_wait<0>();
+        fence_acc(acc);
+        mbar_arrive(EMPTY(prev));
+
+        /* epilogue: alpha acc + beta C -> bf16 rows [rh, rh + 64) of the tile in shared memory,
+         * and off the diagonal their transpose too */
+        const int64_t r0 = (int64_t)i * SY_BM, c0 = (int64_t)j * SY_BM, rh = r0 + c * 64;
+        const bf16 *Cb = C + (int64_t)b * sd;
+        bf16 *Db = D + (int64_t)b * sd;
+        const bool diag = i == j;
+#pragma unroll
+        for (int jn = 0; jn < 16; jn++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int r = warp * 16 + lane / 4 + 8 * h, col = 8 * jn + 2 * (lane % 4);
+                float v0 = alpha * acc[4 * jn + 2 * h], v1 = alpha * acc[4 * jn + 2 * h + 1];
+                if (beta != 0.0f && rh + r < n && c0 + col < n) {
+                    const __nv_bfloat162 cv =
+                        *(const __nv_bfloat162 *)(Cb + (rh + r) * ldd + c0 + col);
+                    v0 += beta * __bfloat162float(cv.x);
+                    v1 += beta * __bfloat162float(cv.y);
+                }
+                const __nv_bfloat162 o = __floats2bfloat162_rn(v0, v1);
+                *(__nv_bfloat162 *)(ep + r * SY_EP_LD + col) = o;
+                if (!diag) {
+                    et[col * SY_ET_LD + r] = o.x;
+                    et[(col + 1) * SY_ET_LD + r] = o.y;
+                }
+            }
+        const uint32_t bar_id = 1 + c;
+        asm volatile("bar.sync %0, 128;\n" ::"r"(bar_id) : "memory");
+        for (int u = tid; u < 64 * (SY_BM / 8); u += 128) { /* rows, 16-byte vectors */
+            const int r = u / (SY_BM / 8), v = u % (SY_BM / 8);
+            if (rh + r < n && c0 + 8 * v < n)
+                *(uint4 *)(Db + (rh + r) * ldd + c0 + 8 * v) =
+                    *(const uint4 *)(ep + r * SY_EP_LD + 8 * v);
+        }
+        if (!diag)
+            for (int u = tid; u < SY_BM * 8; u += 128) { /* columns, mirrored: D[c0 + cc][rh..] */
+                const int cc = u / 8, v = u % 8;
+                if (c0 + cc < n && rh + 8 * v < n)
+                    *(uint4 *)(Db + (c0 + cc) * ldd + rh + 8 * v) =
+                        *(const uint4 *)(et + cc * SY_ET_LD + 8 * v);
+            }
+        asm volatile("bar.sync %0, 128;\n" ::"r"(bar_id) : "memory"); /* free for the next tile */
+    }
+#undef FULL
+#undef EMPTY
+#endif
+}
+
+/* ---- host ---- */
+
+static PFN_cuTensorMapEncodeTiled_v12000 encode_tiled(void) {
+    static PFN_cuTensorMapEncodeTiled_v12000 fn;
+    static int tried;
+    if (!tried) {
+        tried = 1;
+        void *p = NULL;
+        cudaDriverEntryPointQueryResult q;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault,
+                                             &q) == cudaSuccess &&
+            q == cudaDriverEntryPointSuccess)
+            fn = (PFN_cuTensorMapEncodeTiled_v12000)p;
+    }
+    return fn;
+}
+
+int cuda_syrk_supported(void) {
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+        return 0;
+    cudaFuncAttributes fa;
+    /* the sm_90a image exists only when this build made it (Makefile CUDA_ARCH) */
+    if (cudaFuncGetAttributes(&fa, syrk_kernel) != cudaSuccess || fa.binaryVersion != 90) return 0;
+    return major == 9 && minor == 0 && encode_tiled() != NULL;
+}
+
+int cuda_syrk_fits(const void *D, const void *C, const void *X, int n, int k, long long ldx,
+                   long long sx, long long ldd, long long sd) {
+    const int al = ((uintptr_t)D | (uintptr_t)X | (C ? (uintptr_t)C : 0)) % 16 == 0;
+    return al && n >= 1 && k >= 1 && n % 8 == 0 && ldx % 8 == 0 && sx % 8 == 0 && ldd % 8 == 0 &&
+           sd % 8 == 0 && n <= ldd && k <= ldx && sx >= ldx * n && sd >= ldd * n;
+}
+
+int cuda_syrk_bf16(void *D, const void *C, const void *X, int n, int k, long long ldx, long long sx,
+                   long long ldd, long long sd, int batch, float alpha, float beta, void *stream) {
+    if (batch < 1) return ZY_OK;
+    if (!cuda_syrk_fits(D, beta != 0.0f ? C : NULL, X, n, k, ldx, sx, ldd, sd))
+        return zy_fail("cuda_syrk: layout does not fit (n=%d k=%d ldx=%lld sx=%lld ldd=%lld "
+                       "sd=%lld, or a pointer not 16-byte aligned)",
+                       n, k, ldx, sx, ldd, sd);
+    if (beta != 0.0f && !C) return zy_fail("cuda_syrk: beta %g without C", (double)beta);
+    PFN_cuTensorMapEncodeTiled_v12000 enc = encode_tiled();
+    if (!enc) return zy_fail("cuda_syrk: the driver has no cuTensorMapEncodeTiled");
+    static int sms, ready;
+    if (!ready) {
+        int dev = 0;
+        ZY_CUDA_TRY(cudaGetDevice(&dev));
+        ZY_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        ZY_CUDA_TRY(cudaFuncSetAttribute(syrk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         SY_SMEM));
+        ready = 1;
+    }
+    CUtensorMap map;
+    const cuuint64_t dims[3] = {(cuuint64_t)k, (cuuint64_t)n, (cuuint64_t)batch};
+    const cuuint64_t strides[2] = {(cuuint64_t)ldx * 2, (cuuint64_t)sx * 2}; /* bytes, dims 1, 2 */
+    const cuuint32_t box[3] = {SY_BK, SY_BM, 1}, estr[3] = {1, 1, 1};
+    CUresult r = enc(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, (void *)X, dims, strides, box, estr,
+                     CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                     CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) return zy_fail("cuda_syrk: cuTensorMapEncodeTiled failed (%d)", (int)r);
+    const int tiles = (n + SY_BM - 1) / SY_BM, ntri = tiles * (tiles + 1) / 2;
+    const long long total = (long long)ntri * batch;
+    if (total > (1ll << 30)) return zy_fail("cuda_syrk: %lld tiles", total);
+    const int grid = (int)(total < sms ? total : sms);
+    syrk_kernel<<<grid, SY_NTH, SY_SMEM, (cudaStream_t)stream>>>(
+        map, (bf16 *)D, (const bf16 *)C, n, (k + SY_BK - 1) / SY_BK, (int64_t)ldd, (int64_t)sd,
+        ntri, (int)total, alpha, beta);
+    ZY_CUDA_TRY_LAUNCH();
+    return ZY_OK;
+}
