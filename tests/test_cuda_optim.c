@@ -33,10 +33,11 @@
 #include "optim/clip.h"
 #include "optim/optim.h"
 #ifdef ZY_HAVE_CUDA
+#include "ops/cuda/syrk.h"
 #include "optim/optim_cuda.h"
 #else
 typedef struct { /* the plan summary of optim_cuda.h, for a build without CUDA (tests skip) */
-    int adam_chunks, muon_groups, muon_batches, muon_mats, lt_missing, muon_blocked;
+    int adam_chunks, muon_groups, muon_batches, muon_mats, lt_missing, muon_blocked, muon_syrk;
 } zy_optim_cuda_info;
 #endif
 
@@ -360,6 +361,9 @@ static void compare_muon(const zy_param_table *t, const float *got, const float 
     worst_ns_sv = fmax(worst_ns_sv, worst_sv);
 }
 
+/* 1: muon_one_step runs the symmetric products through cuBLAS, not the Hopper SYRK. */
+static int no_syrk;
+
 /* One step from zero parameters at lr 1 with no scale rule: the parameters become minus the
  * orthogonalised update (AdamW tensors take a sign step), on the CPU and on the GPU. */
 static void muon_one_step(const zy_param_table *t, size_t batch_elems, int legacy, int previous,
@@ -378,6 +382,7 @@ static void muon_one_step(const zy_param_table *t, size_t batch_elems, int legac
     if (group) optim_plan_runs(&og, t, group); /* the plan by runs, as the step makes it */
     optim_cuda_set_legacy_gemm(og.cuda, legacy);
     optim_cuda_set_previous(og.cuda, previous);
+    optim_cuda_set_syrk(og.cuda, !no_syrk);
 #else
     (void)previous;
 #endif
@@ -559,7 +564,9 @@ static void test_muon_batching(void **state) {
 }
 
 /* Gram sides of 2048 (4 block rows of 512: wide with an expert stack, tall), and of 1024 and 256,
- * which stay whole (under NS_BLOCK_MIN_SIDE); then the same as before issue 19. */
+ * which stay whole (under NS_BLOCK_MIN_SIDE). Where the Hopper SYRK runs (ops/cuda/syrk.h), it
+ * takes A and B of every shape (X^T X for the tall ones), and the default step uses it;
+ * then the symmetric products through cuBLAS by block rows, and the same as before issue 19. */
 static void test_muon_blocked(void **state) {
     (void)state;
     NEED_GPU();
@@ -573,7 +580,13 @@ static void test_muon_blocked(void **state) {
     zy_optim_cuda_info info = plan_of(&t, 0);
     assert_int_equal(info.muon_groups, 5);
     assert_int_equal(info.muon_blocked, 2); /* cuBLASLt runs every block on Hopper */
-    muon_check(&t, 0, 0, 0, "symmetric products by block rows");
+#ifdef ZY_HAVE_CUDA
+    assert_int_equal(info.muon_syrk, cuda_syrk_supported() ? 10 : 0);
+#endif
+    muon_check(&t, 0, 0, 0, info.muon_syrk ? "symmetric products by the SYRK" : "default");
+    no_syrk = 1;
+    muon_check(&t, 0, 0, 0, "symmetric products by cuBLAS, block rows");
+    no_syrk = 0;
     muon_check(&t, 0, 0, 1, "as before issue 19");
     params_free(&t);
 }
@@ -791,7 +804,8 @@ static void time_steps(zy_optim *o, const zy_param_table *t, float *p, const flo
     }
 }
 
-/* One preset's table: AdamW everywhere, then Muon as before issue 19 and as now. */
+/* One preset's table: AdamW everywhere, then Muon as before issue 19, as now with the symmetric
+ * products through cuBLAS, and as now (the Hopper SYRK where it runs). */
 static void time_preset(const char *preset) {
     zy_config mc;
     assert_int_equal(config_preset(&mc, preset), ZY_OK);
@@ -809,9 +823,9 @@ static void time_preset(const char *preset) {
     float *p = ops_alloc(&gpu, t.total * sizeof *p), *g = ops_alloc(&gpu, t.total * sizeof *g);
     fill_dev(p, t.total, 0.02f);
     fill_dev(g, t.total, 1e-3f);
-    double best[3], mean[3]; /* AdamW, Muon before issue 19, Muon now */
+    double best[4], mean[4]; /* AdamW, Muon before issue 19, Muon by cuBLAS, Muon now */
     zy_optim_cuda_info info = {0};
-    for (int run = 0; run < 3; run++) {
+    for (int run = 0; run < 4; run++) {
         zy_optim_config cfg;
         optim_config_default(&cfg);
         cfg.use_muon = run > 0;
@@ -820,6 +834,7 @@ static void time_preset(const char *preset) {
 #ifdef ZY_HAVE_CUDA
         if (run > 0) optim_cuda_plan_info(o.cuda, &info);
         if (run > 0) optim_cuda_set_previous(o.cuda, run == 1);
+        if (run > 0) optim_cuda_set_syrk(o.cuda, run == 3);
 #endif
         time_steps(&o, &t, p, g, 5, &best[run], &mean[run]);
         optim_free(&o);
@@ -833,17 +848,20 @@ static void time_preset(const char *preset) {
         clip_best = fmin(clip_best, (zy_now() - t0) * 1e3);
     }
     printf("%s optimiser step (%.1fM params, %.1fM in %d Muon matrices of %d shapes, %d "
-           "Newton-Schulz calls, %d shapes by block rows, %d GEMM shapes without cuBLASLt):\n"
+           "Newton-Schulz calls, %d shapes by block rows, %d products by the SYRK, %d GEMM shapes "
+           "without cuBLASLt):\n"
            "  AdamW everywhere:          %.2f ms (mean %.2f)\n",
            preset, t.total / 1e6, mat / 1e6, info.muon_mats, info.muon_groups, info.muon_batches,
-           info.muon_blocked, info.lt_missing, best[0], mean[0]);
-    for (int run = 1; run < 3; run++)
+           info.muon_blocked, info.muon_syrk, info.lt_missing, best[0], mean[0]);
+    static const char *label[4] = {"", "before:    ", "by cuBLAS: ", "now:       "};
+    for (int run = 1; run < 4; run++)
         printf("  Muon + AdamW, %s %.2f ms (mean %.2f), x%.2f AdamW, +%.2f ms; Newton-Schulz "
                "%.1f TFLOP (whole products), %.0f TFLOP/s-equivalent over the whole step\n",
-               run == 1 ? "before:    " : "now:       ", best[run], mean[run], best[run] / best[0],
-               best[run] - best[0], flops / 1e12, flops / (best[run] * 1e-3) / 1e12);
-    printf("  Muon now / before: %.3f\n  clip_grad_sumsq (the norm): %.2f ms\n", best[2] / best[1],
-           clip_best);
+               label[run], best[run], mean[run], best[run] / best[0], best[run] - best[0],
+               flops / 1e12, flops / (best[run] * 1e-3) / 1e12);
+    printf("  Muon now / before: %.3f; now / by cuBLAS: %.3f\n  clip_grad_sumsq (the norm): %.2f "
+           "ms\n",
+           best[3] / best[1], best[3] / best[2], clip_best);
     ops_free(&gpu, p);
     ops_free(&gpu, g);
     params_free(&t);

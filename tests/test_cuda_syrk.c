@@ -25,9 +25,11 @@ static int setup_syrk(void **state) {
     return rc;
 }
 
-/* One case: batch matrices X [n, k] (rows ldx apart, sx apart) into D [n, n] (ldd, sd). */
-static void check_case(int n, int k, long long ldx, long long sx, long long ldd, long long sd,
-                       int batch, float alpha, float beta, int in_place) {
+/* One case: batch matrices X [n, k] (trans 0) or [k, n] (trans 1), rows ldx apart, sx apart,
+ * into D [n, n] (ldd, sd). */
+static void check_case(int n, int k, int trans, long long ldx, long long sx, long long ldd,
+                       long long sd, int batch, float alpha, float beta, int in_place) {
+    const int xr = trans ? k : n, xc = trans ? n : k; /* X as stored */
     const size_t nx = (size_t)sx * batch, nd = (size_t)sd * batch;
     float *X = rand_vals(nx, CUDA_GEMM_BF16), *C0 = rand_vals(nd, CUDA_GEMM_BF16);
     for (int b = 0; b < batch; b++) /* C symmetric (syrk.h); the rest of C0 is the sentinel */
@@ -39,8 +41,9 @@ static void check_case(int n, int k, long long ldx, long long sx, long long ldd,
     void *dD = upload(C0, nd, CUDA_GEMM_BF16);
     void *dC =
         in_place ? dD : (beta != 0 ? upload(C0, nd, CUDA_GEMM_BF16) : poisoned(nd, CUDA_GEMM_BF16));
-    if (cuda_syrk_bf16(dD, dC, dX, n, k, ldx, sx, ldd, sd, batch, alpha, beta, NULL) != ZY_OK)
-        fail_msg("cuda_syrk n=%d k=%d batch=%d: %s", n, k, batch, zy_errmsg());
+    if (cuda_syrk_bf16(dD, dC, dX, n, k, trans, ldx, sx, ldd, sd, batch, alpha, beta, NULL) !=
+        ZY_OK)
+        fail_msg("cuda_syrk n=%d k=%d trans=%d batch=%d: %s", n, k, trans, batch, zy_errmsg());
     float *got = download(dD, nd, CUDA_GEMM_BF16);
     float *xb = malloc((size_t)n * k * sizeof(float)), *ref = malloc((size_t)n * n * sizeof(float));
     assert_non_null(xb);
@@ -49,14 +52,14 @@ static void check_case(int n, int k, long long ldx, long long sx, long long ldd,
     double worst_rel = 0;
     int tile_bad[16][16] = {{0}}; /* wrong elements by [128 x 128] tile (first 16 x 16 tiles) */
     for (int b = 0; b < batch; b++) {
-        for (int r = 0; r < n; r++)
-            for (int c = 0; c < k; c++)
-                xb[(size_t)r * k + c] = X[(size_t)b * sx + (size_t)r * ldx + c];
+        for (int r = 0; r < xr; r++)
+            for (int c = 0; c < xc; c++)
+                xb[(size_t)r * xc + c] = X[(size_t)b * sx + (size_t)r * ldx + c];
         for (int r = 0; r < n; r++)
             for (int c = 0; c < n; c++)
                 ref[(size_t)r * n + c] =
                     beta != 0 ? C0[(size_t)b * sd + (size_t)r * ldd + c] : 0.0f;
-        ops_matmul(&cpu, ref, xb, xb, n, n, k, 0, 1, alpha, beta);
+        ops_matmul(&cpu, ref, xb, xb, n, n, k, trans, !trans, alpha, beta);
         double *dref = malloc((size_t)n * n * sizeof(double));
         float *gb = malloc((size_t)n * n * sizeof(float));
         assert_non_null(dref);
@@ -99,11 +102,13 @@ static void check_case(int n, int k, long long ldx, long long sx, long long ldd,
             printf("\n");
         }
     }
-    check_err(worst_rel, 0, "syrk n=%d k=%d batch=%d beta=%g", n, k, batch, (double)beta);
+    check_err(worst_rel, 0, "syrk n=%d k=%d trans=%d batch=%d beta=%g", n, k, trans, batch,
+              (double)beta);
     if (bad || outside)
-        fail_msg("cuda_syrk n=%d k=%d ldx=%lld ldd=%lld batch=%d beta=%g%s: %zu wrong or "
+        fail_msg("cuda_syrk n=%d k=%d trans=%d ldx=%lld ldd=%lld batch=%d beta=%g%s: %zu wrong or "
                  "asymmetric elements, %zu written outside the matrices",
-                 n, k, ldx, ldd, batch, (double)beta, in_place ? " (C = D)" : "", bad, outside);
+                 n, k, trans, ldx, ldd, batch, (double)beta, in_place ? " (C = D)" : "", bad,
+                 outside);
     free(X), free(C0), free(got), free(xb), free(ref);
     cudaFree(dX);
     if (!in_place) cudaFree(dC);
@@ -119,15 +124,16 @@ static void test_syrk_shapes(void **state) {
         {1024, 1024, 0, 0, 3}, {256, 2048, 8, 64, 2}, {200, 72, 0, 8, 2},
         {8, 1, 8, 0, 1},       {136, 130, 16, 16, 3}, {384, 64, 0, 0, 5},
     };
-    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
-        const int n = cases[ci][0], k = cases[ci][1], pad = cases[ci][2], gap = cases[ci][3];
-        const int batch = cases[ci][4];
-        const long long ldx = ((k + 7) / 8) * 8 + pad, ldd = n + pad;
-        const long long sx = ldx * n + gap, sd = ldd * n + gap;
-        check_case(n, k, ldx, sx, ldd, sd, batch, 1.0f, 0.0f, 0);
-        check_case(n, k, ldx, sx, ldd, sd, batch, 2.0315f, -4.775f, 0);
-        check_case(n, k, ldx, sx, ldd, sd, batch, 0.5f, 1.0f, 1);
-    }
+    for (int trans = 0; trans < 2; trans++) /* X [n, k]; X [k, n] */
+        for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+            const int n = cases[ci][0], k = cases[ci][1], pad = cases[ci][2], gap = cases[ci][3];
+            const int batch = cases[ci][4], xr = trans ? k : n, xc = trans ? n : k;
+            const long long ldx = ((xc + 7) / 8) * 8 + pad, ldd = n + pad;
+            const long long sx = ldx * xr + gap, sd = ldd * n + gap;
+            check_case(n, k, trans, ldx, sx, ldd, sd, batch, 1.0f, 0.0f, 0);
+            check_case(n, k, trans, ldx, sx, ldd, sd, batch, 2.0315f, -4.775f, 0);
+            check_case(n, k, trans, ldx, sx, ldd, sd, batch, 0.5f, 1.0f, 1);
+        }
 }
 
 static void test_syrk_refuses(void **state) {
@@ -135,16 +141,21 @@ static void test_syrk_refuses(void **state) {
     if (!supported) skip();
     void *d = NULL;
     assert_int_equal(cudaMalloc(&d, 1 << 20), cudaSuccess);
-    /* n not a multiple of 8, ldx not, a misaligned pointer, k > ldx */
-    assert_int_equal(cuda_syrk_bf16(d, NULL, d, 12, 16, 16, 16 * 12, 16, 16 * 12, 1, 1, 0, NULL),
+    /* n not a multiple of 8, ldx not, a misaligned pointer, k > ldx, beta without C, a
+     * transposed X [k, n] whose n columns do not fit ldx */
+    assert_int_equal(cuda_syrk_bf16(d, NULL, d, 12, 16, 0, 16, 16 * 12, 16, 16 * 12, 1, 1, 0, NULL),
                      ZY_ERR);
-    assert_int_equal(cuda_syrk_bf16(d, NULL, d, 16, 16, 20, 20 * 16, 16, 256, 1, 1, 0, NULL),
+    assert_int_equal(cuda_syrk_bf16(d, NULL, d, 16, 16, 0, 20, 20 * 16, 16, 256, 1, 1, 0, NULL),
                      ZY_ERR);
     assert_int_equal(
-        cuda_syrk_bf16((char *)d + 2, NULL, d, 16, 16, 16, 256, 16, 256, 1, 1, 0, NULL), ZY_ERR);
-    assert_int_equal(cuda_syrk_bf16(d, NULL, d, 16, 24, 16, 256, 16, 256, 1, 1, 0, NULL), ZY_ERR);
-    assert_int_equal(cuda_syrk_bf16(d, NULL, d, 16, 16, 16, 256, 16, 256, 1, 1, 1.0f, NULL),
+        cuda_syrk_bf16((char *)d + 2, NULL, d, 16, 16, 0, 16, 256, 16, 256, 1, 1, 0, NULL), ZY_ERR);
+    assert_int_equal(cuda_syrk_bf16(d, NULL, d, 16, 24, 0, 16, 256, 16, 256, 1, 1, 0, NULL),
                      ZY_ERR);
+    assert_int_equal(cuda_syrk_bf16(d, NULL, d, 16, 16, 0, 16, 256, 16, 256, 1, 1, 1.0f, NULL),
+                     ZY_ERR);
+    assert_int_equal(cuda_syrk_bf16(d, NULL, d, 32, 8, 1, 16, 512, 32, 1024, 1, 1, 0, NULL),
+                     ZY_ERR);
+    assert_int_equal(cuda_syrk_bf16(d, NULL, d, 32, 8, 1, 32, 256, 32, 1024, 1, 1, 0, NULL), ZY_OK);
     cudaFree(d);
 }
 
@@ -153,30 +164,38 @@ static void test_syrk_refuses(void **state) {
 static void test_syrk_timing(void **state) {
     (void)state;
     if (!supported || getenv("ZAYAC_SYRK_NO_BENCH")) skip();
-    static const int shapes[][3] = {
-        {1024, 1024, 16}, {1024, 2048, 16}, {2048, 2048, 16}, {2048, 4096, 16}};
+    /* n, k, batch, beta != 0 (B = c A A + b A), trans (A = X^T X of a tall X) */
+    static const int shapes[][5] = {{1024, 1024, 16, 0, 0}, {1024, 1024, 16, 1, 0},
+                                    {1024, 2048, 16, 0, 0}, {1024, 2048, 16, 0, 1},
+                                    {2048, 2048, 16, 0, 0}, {2048, 2048, 16, 1, 0},
+                                    {2048, 4096, 16, 0, 0}, {2048, 4096, 16, 0, 1}};
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);
-    printf("%-22s %10s %10s %8s %14s\n", "n x k x batch", "cuBLAS ms", "SYRK ms", "ratio",
+    printf("%-26s %10s %10s %8s %14s\n", "n x k x batch", "cuBLAS ms", "SYRK ms", "ratio",
            "SYRK TFLOP/s*");
-    for (int si = 0; si < 4; si++) {
+    for (int si = 0; si < (int)(sizeof shapes / sizeof shapes[0]); si++) {
         const int n = shapes[si][0], k = shapes[si][1], batch = shapes[si][2];
+        const float alpha = shapes[si][3] ? 2.0315f : 1.0f, beta = shapes[si][3] ? -4.775f : 0.0f;
+        const int tr = shapes[si][4];
         const long long sx = (long long)n * k, sd = (long long)n * n;
-        void *dX = NULL, *dD = NULL;
+        void *dX = NULL, *dD = NULL, *dC = NULL;
         assert_int_equal(cudaMalloc(&dX, (size_t)sx * batch * 2), cudaSuccess);
         assert_int_equal(cudaMalloc(&dD, (size_t)sd * batch * 2), cudaSuccess);
+        assert_int_equal(cudaMalloc(&dC, (size_t)sd * batch * 2), cudaSuccess);
         cudaMemset(dX, 0x3c, (size_t)sx * batch * 2); /* 0x3c3c: ~0.0115, finite products */
+        cudaMemset(dC, 0x3c, (size_t)sd * batch * 2); /* symmetric */
         cuda_gemm_desc gd = {.M = n,
                              .N = n,
                              .K = k,
-                             .transB = 1,
-                             .alpha = 1,
-                             .beta = 0,
+                             .transA = tr,
+                             .transB = !tr,
+                             .alpha = alpha,
+                             .beta = beta,
                              .dtype_ab = CUDA_GEMM_BF16,
                              .dtype_c = CUDA_GEMM_BF16,
-                             .lda = k,
-                             .ldb = k,
+                             .lda = tr ? n : k,
+                             .ldb = tr ? n : k,
                              .ldc = n,
                              .batch = batch,
                              .stride_a = sx,
@@ -187,10 +206,11 @@ static void test_syrk_timing(void **state) {
             for (int rep = -2; rep < 10; rep++) {
                 cudaEventRecord(e0, NULL);
                 if (way == 0)
-                    assert_int_equal(cuda_gemm_run(&g, &gd, dD, dD, dX, dX, NULL), ZY_OK);
+                    assert_int_equal(cuda_gemm_run(&g, &gd, dD, dC, dX, dX, NULL), ZY_OK);
                 else
-                    assert_int_equal(
-                        cuda_syrk_bf16(dD, NULL, dX, n, k, k, sx, n, sd, batch, 1, 0, NULL), ZY_OK);
+                    assert_int_equal(cuda_syrk_bf16(dD, dC, dX, n, k, tr, tr ? n : k, sx, n, sd,
+                                                    batch, alpha, beta, NULL),
+                                     ZY_OK);
                 cudaEventRecord(e1, NULL);
                 cudaEventSynchronize(e1);
                 if (rep >= 0) cudaEventElapsedTime(&ms[way][rep], e0, e1);
@@ -204,13 +224,15 @@ static void test_syrk_timing(void **state) {
                 }
             med[way] = 0.5f * (ms[way][4] + ms[way][5]);
         }
-        char name[32];
-        snprintf(name, sizeof name, "%d x %d x %d", n, k, batch);
+        char name[48];
+        snprintf(name, sizeof name, "%d x %d x %d%s%s", n, k, batch, tr ? " X^T X" : "",
+                 beta != 0 ? " + beta C" : "");
         const double full = 2.0 * n * n * (double)k * batch;
-        printf("%-22s %10.3f %10.3f %8.3f %14.0f\n", name, (double)med[0], (double)med[1],
+        printf("%-26s %10.3f %10.3f %8.3f %14.0f\n", name, (double)med[0], (double)med[1],
                (double)(med[0] / med[1]), full / (med[1] * 1e-3) / 1e12);
         cudaFree(dX);
         cudaFree(dD);
+        cudaFree(dC);
     }
     printf("(* the whole product's FLOPs over the SYRK's time)\n");
     cudaEventDestroy(e0);

@@ -33,6 +33,7 @@ extern "C" { /* ops.h has no C++ guards of its own: include it with C linkage fi
 }
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/cuda_state.h"
+#include "ops/cuda/syrk.h"
 
 #include <cuda_bf16.h>
 #include <math.h>
@@ -89,6 +90,7 @@ typedef struct {
     int64_t sx, ss;     /* batch strides of X and of the Gram buffers */
     int count;          /* matrices per call */
     int kb;             /* block rows of A and B (1: whole products; ns_block_rows) */
+    int syrk_a, syrk_b; /* A and B by cuda_syrk_bf16 */
 } ns_shape;
 
 /* One Newton-Schulz call: count matrices of one shape. */
@@ -118,6 +120,7 @@ struct zy_optim_cuda {
     int keyed;            /* batches never span two keys (optim_cuda_init's key) */
     int legacy;
     int previous; /* bench/test hook: the previous scheme (optim_cuda_set_previous) */
+    int no_syrk;  /* bench/test hook: A and B through cuBLAS (optim_cuda_set_syrk) */
     int lt_missing;
 };
 
@@ -357,7 +360,19 @@ static void plan_muon(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, const 
     c->ga = (bf16 *)ops_alloc(ctx, max_s * sizeof(bf16));
     c->gb = (bf16 *)ops_alloc(ctx, max_s * sizeof(bf16));
     c->part = (float *)ops_alloc(ctx, max_part * sizeof(float));
-    /* the plans now, so the first step pays nothing; the two X buffers align alike */
+    /* the symmetric products by the Hopper SYRK where it runs and the layouts fit; then the GEMM
+     * plans, so the first step pays nothing; the two X buffers align alike */
+    const int syrk = cuda_syrk_supported();
+    for (int i = 0; i < c->nshapes; i++) {
+        ns_shape *sh = &c->shapes[i];
+        sh->syrk_a = syrk &&
+                     cuda_syrk_fits(c->ga, NULL, c->x[0], (int)sh->s, (int)sh->l, sh->tall, sh->ldx,
+                                    sh->sx, sh->lds, sh->ss) &&
+                     cuda_syrk_fits(c->ga, NULL, c->x[1], (int)sh->s, (int)sh->l, sh->tall, sh->ldx,
+                                    sh->sx, sh->lds, sh->ss);
+        sh->syrk_b = syrk && cuda_syrk_fits(c->gb, c->ga, c->ga, (int)sh->s, (int)sh->s, 0, sh->lds,
+                                            sh->ss, sh->lds, sh->ss);
+    } /* every GEMM is planned below all the same: optim_cuda_set_syrk(c, 0) runs them */
     for (int i = 0; i < c->nshapes; i++) {
         ns_shape *sh = &c->shapes[i];
         int missing = ns_prepare(ctx, c, sh);
@@ -411,14 +426,21 @@ void optim_cuda_set_previous(zy_optim_cuda *c, int previous) {
     c->previous = previous;
 }
 
+void optim_cuda_set_syrk(zy_optim_cuda *c, int on) {
+    c->no_syrk = !on;
+}
+
 void optim_cuda_plan_info(const zy_optim_cuda *c, zy_optim_cuda_info *info) {
     info->adam_chunks = c->nchunks;
     info->muon_groups = c->ngroups;
     info->muon_batches = c->nbatches;
     info->muon_mats = c->nmat;
     info->lt_missing = c->lt_missing;
-    info->muon_blocked = 0;
-    for (int i = 0; i < c->nshapes; i++) info->muon_blocked += c->shapes[i].kb > 1;
+    info->muon_blocked = info->muon_syrk = 0;
+    for (int i = 0; i < c->nshapes; i++) {
+        info->muon_blocked += c->shapes[i].kb > 1;
+        info->muon_syrk += c->shapes[i].syrk_a + c->shapes[i].syrk_b;
+    }
 }
 
 /* ---- AdamW ---- */
@@ -659,14 +681,28 @@ static void ns_mirror(zy_ctx *ctx, const ns_shape *sh, int kb, bf16 *G) {
     ZY_CUDA_CHECK_LAUNCH();
 }
 
-/* `steps` quintic iterations on the count matrices of *x (swapping *x and *y as it goes), through
- * the context's GEMM module (classic cuBLAS for every GEMM while the test hook says so); A and B
- * by kb block rows, mirrored. */
-static void newton_schulz(zy_ctx *ctx, zy_optim_cuda *c, const ns_shape *sh, int kb, int steps,
-                          bf16 **x, bf16 **y) {
+/* `steps` quintic iterations on the count matrices of *x (swapping *x and *y as it goes): A and B
+ * by the Hopper SYRK where sh says so and `syrk` allows (cuda_syrk_bf16: lower tiles, mirrored),
+ * the rest through the context's GEMM module (classic cuBLAS for every GEMM while the test hook
+ * says so), A and B by kb block rows, mirrored. */
+static void newton_schulz(zy_ctx *ctx, zy_optim_cuda *c, const ns_shape *sh, int kb, int syrk,
+                          int steps, bf16 **x, bf16 **y) {
     cuda_gemm_ctx *gc = &cuda_st(ctx)->gemm;
+    const int s = (int)sh->s;
     for (int it = 0; it < steps; it++) {
         for (int k = 0; k < 3; k++) {
+            if (syrk && k == 0 && sh->syrk_a) { /* A = X X^T (X [s, l]) or X^T X (X [l, s]) */
+                ZY_STATUS_CHECK(cuda_syrk_bf16(c->ga, NULL, *x, s, (int)sh->l, sh->tall, sh->ldx,
+                                               sh->sx, sh->lds, sh->ss, sh->count, 1.0f, 0.0f,
+                                               cuda_stream(ctx)));
+                continue;
+            }
+            if (syrk && k == 1 && sh->syrk_b) { /* B = c A A^T + b A, A symmetric */
+                ZY_STATUS_CHECK(cuda_syrk_bf16(c->gb, c->ga, c->ga, s, s, 0, sh->lds, sh->ss,
+                                               sh->lds, sh->ss, sh->count, NS_C, NS_B,
+                                               cuda_stream(ctx)));
+                continue;
+            }
             for (int i = 0; i < (k == 2 ? 1 : kb); i++) {
                 cuda_gemm_desc g = ns_desc(sh, k, i, kb);
                 g.classic = c->legacy;
@@ -755,7 +791,8 @@ static void muon_batches(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, flo
         }
         bf16 *x = c->x[0], *y = c->x[1];
         const int kb = c->previous || c->legacy ? 1 : sh->kb; /* blocks need cuBLASLt */
-        newton_schulz(ctx, c, sh, kb, cfg->muon_ns_steps, &x, &y);
+        const int syrk = !c->previous && !c->legacy && !c->no_syrk;
+        newton_schulz(ctx, c, sh, kb, syrk, cfg->muon_ns_steps, &x, &y);
         const float su = lr * b->scale;
         MUON_LAUNCH(muon_apply_kernel, b, params, goff, mn, sh->cols, sh->ldx, sh->sx, x, su, decay,
                     (bf16 *)opt->compute_copy);

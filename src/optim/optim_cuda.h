@@ -33,6 +33,7 @@ typedef struct {
     int muon_mats;    /* Muon matrices (an [E, out, in] stack counts E) */
     int lt_missing;   /* GEMM shapes cuBLASLt had no algorithm for (classic cuBLAS runs them) */
     int muon_blocked; /* Newton-Schulz shapes whose symmetric products go by block rows */
+    int muon_syrk;    /* symmetric products (A and B of each shape) by the Hopper SYRK */
 } zy_optim_cuda_info;
 
 /* Plans opt (cfg, method and state_off already set from t) for the GPU: uploads the AdamW chunk
@@ -71,6 +72,11 @@ void optim_cuda_set_legacy_gemm(zy_optim_cuda *c, int legacy);
 /* Bench/test hook: 1 runs Muon as before issue 19 (the normalise kernel re-reading g and the
  * momentum, A and B as whole GEMMs; planned at first use), 0 restores the default. Same math. */
 void optim_cuda_set_previous(zy_optim_cuda *c, int previous);
+/* Bench/test hook: 0 runs Newton-Schulz's symmetric products A = X X^T and B = c A A + b A through
+ * cuBLAS (whole, or by block rows with a mirror) instead of the Hopper SYRK (ops/cuda/syrk.h,
+ * where the device runs it); 1 restores the default. Same math; the products differ in rounding
+ * order only. */
+void optim_cuda_set_syrk(zy_optim_cuda *c, int on);
 /* Fills *info from the plan. */
 void optim_cuda_plan_info(const zy_optim_cuda *c, zy_optim_cuda_info *info);
 

@@ -7,7 +7,8 @@
  *     past n and columns past k arrive as zeros);
  *   warpgroups 1 and 2: rows [64 c, +64) of the tile (c = warpgroup - 1) against all 128
  *     columns, four wgmma k16 per stage, one commit group in flight; a stage is released once the
- *     MMAs reading it are complete. The epilogue forms alpha acc + beta C in fp32, rounds to bf16
+ *     MMAs reading it are complete. C's part of the tile is copied into shared memory (cp.async)
+ *     while the MMAs run. The epilogue forms alpha acc + beta C in fp32, rounds to bf16
  *     into the warpgroup's own [64][136] shared half and stores it by rows and by columns at the
  *     mirrored place (on a diagonal tile, the elements on and below the diagonal and their
  *     mirrors). The two warpgroups synchronise only through the ring, so one's stores overlap
@@ -86,6 +87,14 @@ static __device__ __forceinline__ uint64_t sw128_desc(uint32_t addr) {
            ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
 }
 
+/* The same for an MN-major operand (trans): [64 k rows][64 MN] boxes of 128-byte rows, the MN
+ * chunks of 64 `chunk` bytes apart (leading offset), groups of 8 k rows 1024 bytes apart (stride
+ * offset). The next k16 slice starts 16 rows = 2048 bytes on: +128 in the address field. */
+static __device__ __forceinline__ uint64_t sw128_desc_mn(uint32_t addr, uint32_t chunk) {
+    return (uint64_t)((addr & 0x3FFFFu) >> 4) | ((uint64_t)(chunk >> 4) << 16) |
+           ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
+}
+
 static __device__ __forceinline__ void wgmma_fence(void) {
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 }
@@ -105,10 +114,11 @@ static __device__ __forceinline__ void fence_acc(float (&d)[64]) {
     for (int e = 0; e < 64; e++) asm volatile("" : "+f"(d[e])::"memory");
 }
 
-/* d[64 x 128] (this warpgroup's fragment) (+)= A[64 x 16] B[128 x 16]^T from descriptors;
- * accumulate 0 overwrites d. Fragment: warp w of the warpgroup holds rows 16 w + lane / 4 (+ 8),
- * d[4 j + 0, 1] columns 8 j + 2 (lane % 4) + {0, 1} of the first row, d[4 j + 2, 3] of the
- * second. */
+/* d[64 x 128] (this warpgroup's fragment) (+)= A[64 x 16] B[128 x 16]^T from descriptors, both
+ * K-major (TR 0) or both MN-major (TR 1); accumulate 0 overwrites d. Fragment: warp w of the
+ * warpgroup holds rows 16 w + lane / 4 (+ 8), d[4 j + 0, 1] columns 8 j + 2 (lane % 4) + {0, 1} of
+ * the first row, d[4 j + 2, 3] of the second. */
+template <int TR>
 static __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t da, uint64_t db,
                                                         int accumulate) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
@@ -117,7 +127,7 @@ static __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t
                  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
                  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
                  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-                 "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+                 "}, %64, %65, p, 1, 1, %67, %67;\n}\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
                    "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
                    "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
@@ -129,7 +139,7 @@ static __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t
                    "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
                    "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
                    "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-                 : "l"(da), "l"(db), "r"(accumulate));
+                 : "l"(da), "l"(db), "r"(accumulate), "n"(TR));
 }
 
 /* Tile t of the batch: matrix b, lower tile (i, j) of the row-major order of ntri = T (T + 1) / 2
@@ -144,7 +154,11 @@ static __device__ __forceinline__ void tile_of(int t, int ntri, int *b, int *i, 
     *j = r - row * (row + 1) / 2;
 }
 
-/* grid: CTAs striding over `total` = batch x ntri tiles; block SY_NTH; SY_SMEM dynamic bytes. */
+/* grid: CTAs striding over `total` = batch x ntri tiles; block SY_NTH; SY_SMEM dynamic bytes.
+ * TR 0: X_b [n, k], D = X X^T, a stage holds rows [128 i, +128) x k [64 kt, +64) (one box);
+ * TR 1: X_b [k, n], D = X^T X, a stage holds k rows [64 kt, +64) x columns [128 i, +128) as two
+ * [64][64] boxes, 8 KB apart. */
+template <int TR>
 __global__ void __launch_bounds__(SY_NTH, 1)
     syrk_kernel(const __grid_constant__ CUtensorMap xmap, bf16 *__restrict__ D,
                 const bf16 *__restrict__ C, int n, int nk, int64_t ldd, int64_t sd, int ntri,
@@ -176,11 +190,15 @@ __global__ void __launch_bounds__(SY_NTH, 1)
                 for (int kt = 0; kt < nk; kt++) {
                     mbar_wait(EMPTY(stage), phase ^ 1u);
                     mbar_expect_tx(FULL(stage), (i == j ? 1 : 2) * SY_TILE_B);
-                    tma_load_3d(sa + stage * SY_TILE_B, &xmap, kt * SY_BK, i * SY_BM, b,
-                                FULL(stage));
-                    if (i != j)
-                        tma_load_3d(sb + stage * SY_TILE_B, &xmap, kt * SY_BK, j * SY_BM, b,
-                                    FULL(stage));
+                    for (int h = 0; h < (TR ? 2 : 1); h++) {
+                        const uint32_t at = stage * SY_TILE_B + h * (SY_TILE_B / 2);
+                        const int ca = TR ? i * SY_BM + 64 * h : kt * SY_BK;
+                        const int cb = TR ? j * SY_BM + 64 * h : kt * SY_BK;
+                        const int ka = TR ? kt * SY_BK : i * SY_BM;
+                        const int kb2 = TR ? kt * SY_BK : j * SY_BM;
+                        tma_load_3d(sa + at, &xmap, ca, ka, b, FULL(stage));
+                        if (i != j) tma_load_3d(sb + at, &xmap, cb, kb2, b, FULL(stage));
+                    }
                     if (++stage == SY_STAGES) stage = 0, phase ^= 1u;
                 }
             }
@@ -200,6 +218,17 @@ __global__ void __launch_bounds__(SY_NTH, 1)
     for (int t = blockIdx.x; t < total; t += gridDim.x) {
         int b, i, j;
         tile_of(t, ntri, &b, &i, &j);
+        const int64_t r0 = (int64_t)i * SY_BM, c0 = (int64_t)j * SY_BM, rh = r0 + c * 64;
+        if (beta != 0.0f) { /* C's rows [rh, +64) x [c0, +128) into ep during the MMAs */
+            const bf16 *Cb = C + (int64_t)b * sd;
+            for (int u = tid; u < 64 * (SY_BM / 8); u += 128) {
+                const int r = u / (SY_BM / 8), v = u % (SY_BM / 8);
+                const bool ok = rh + r < n && c0 + 8 * v < n;
+                cp_async16(smem_u32(ep + r * SY_EP_LD + 8 * v),
+                           ok ? Cb + (rh + r) * ldd + c0 + 8 * v : Cb, ok);
+            }
+            cp_async_commit();
+        }
         float acc[64];
 #pragma unroll
         for (int e = 0; e < 64; e++) acc[e] = 0.0f;
@@ -208,11 +237,15 @@ __global__ void __launch_bounds__(SY_NTH, 1)
         for (int kt = 0; kt < nk; kt++) {
             mbar_wait(FULL(stage), phase);
             wgmma_fence();
-            const uint64_t da = sw128_desc(sa + stage * SY_TILE_B + c * 64 * 128);
-            const uint64_t db = sw128_desc((i == j ? sa : sb) + stage * SY_TILE_B);
+            const uint32_t ta = sa + stage * SY_TILE_B, tb = (i == j ? sa : sb) + stage * SY_TILE_B;
+            /* this warpgroup's 64 rows of A: 64 K-major rows, or the c-th MN chunk */
+            const uint64_t da = TR ? sw128_desc_mn(ta + c * (SY_TILE_B / 2), SY_TILE_B / 2)
+                                   : sw128_desc(ta + c * 64 * 128);
+            const uint64_t db = TR ? sw128_desc_mn(tb, SY_TILE_B / 2) : sw128_desc(tb);
+            const int step = TR ? 2048 >> 4 : 32 >> 4; /* the next k16, in 16-byte units */
 #pragma unroll
             for (int kk = 0; kk < SY_BK / 16; kk++)
-                wgmma_m64n128k16(acc, da + 2 * kk, db + 2 * kk, 1);
+                wgmma_m64n128k16<TR>(acc, da + step * kk, db + step * kk, 1);
             wgmma_commit();
             fence_acc(acc);
             if (prev >= 0) { /* the previous stage's MMAs are done: release it */
@@ -226,10 +259,13 @@ __global__ void __launch_bounds__(SY_NTH, 1)
         fence_acc(acc);
         mbar_arrive(EMPTY(prev));
 
-        /* epilogue: alpha acc + beta C -> bf16 rows [rh, rh + 64) of the tile in shared memory,
-         * and off the diagonal their transpose too */
-        const int64_t r0 = (int64_t)i * SY_BM, c0 = (int64_t)j * SY_BM, rh = r0 + c * 64;
-        const bf16 *Cb = C + (int64_t)b * sd;
+        /* epilogue: alpha acc + beta C (prefetched into ep) -> bf16 rows [rh, rh + 64) of the
+         * tile in ep, over C, and off the diagonal their transpose in et */
+        const uint32_t bar_id = 1 + c;
+        if (beta != 0.0f) {
+            cp_async_wait<0>();
+            asm volatile("bar.sync %0, 128;\n" ::"r"(bar_id) : "memory");
+        }
         bf16 *Db = D + (int64_t)b * sd;
         const bool diag = i == j;
 #pragma unroll
@@ -238,34 +274,43 @@ __global__ void __launch_bounds__(SY_NTH, 1)
             for (int h = 0; h < 2; h++) {
                 const int r = warp * 16 + lane / 4 + 8 * h, col = 8 * jn + 2 * (lane % 4);
                 float v0 = alpha * acc[4 * jn + 2 * h], v1 = alpha * acc[4 * jn + 2 * h + 1];
-                if (beta != 0.0f && rh + r < n && c0 + col < n) {
-                    const __nv_bfloat162 cv =
-                        *(const __nv_bfloat162 *)(Cb + (rh + r) * ldd + c0 + col);
+                if (beta != 0.0f) { /* this thread reads and then writes the same pair */
+                    const __nv_bfloat162 cv = *(const __nv_bfloat162 *)(ep + r * SY_EP_LD + col);
                     v0 += beta * __bfloat162float(cv.x);
                     v1 += beta * __bfloat162float(cv.y);
                 }
                 const __nv_bfloat162 o = __floats2bfloat162_rn(v0, v1);
                 *(__nv_bfloat162 *)(ep + r * SY_EP_LD + col) = o;
-                if (!diag) {
-                    et[col * SY_ET_LD + r] = o.x;
-                    et[(col + 1) * SY_ET_LD + r] = o.y;
-                }
+                et[col * SY_ET_LD + r] = o.x;
+                et[(col + 1) * SY_ET_LD + r] = o.y;
             }
-        const uint32_t bar_id = 1 + c;
         asm volatile("bar.sync %0, 128;\n" ::"r"(bar_id) : "memory");
+        /* Stores. On a diagonal tile only the elements on and below its diagonal are stored as
+         * computed and the ones below mirrored (the MMA does not give (x, y) and (y, x) the same
+         * bits), so vectors that cross the diagonal go element by element. */
         for (int u = tid; u < 64 * (SY_BM / 8); u += 128) { /* rows, 16-byte vectors */
             const int r = u / (SY_BM / 8), v = u % (SY_BM / 8);
-            if (rh + r < n && c0 + 8 * v < n)
-                *(uint4 *)(Db + (rh + r) * ldd + c0 + 8 * v) =
-                    *(const uint4 *)(ep + r * SY_EP_LD + 8 * v);
+            if (rh + r >= n || c0 + 8 * v >= n) continue;
+            const int ok = diag ? min(max(c * 64 + r - 8 * v + 1, 0), 8) : 8; /* first ok cols */
+            bf16 *dst = Db + (rh + r) * ldd + c0 + 8 * v;
+            const bf16 *src = ep + r * SY_EP_LD + 8 * v;
+            if (ok == 8)
+                *(uint4 *)dst = *(const uint4 *)src;
+            else
+                for (int e = 0; e < ok; e++) dst[e] = src[e];
         }
-        if (!diag)
-            for (int u = tid; u < SY_BM * 8; u += 128) { /* columns, mirrored: D[c0 + cc][rh..] */
-                const int cc = u / 8, v = u % 8;
-                if (c0 + cc < n && rh + 8 * v < n)
-                    *(uint4 *)(Db + (c0 + cc) * ldd + rh + 8 * v) =
-                        *(const uint4 *)(et + cc * SY_ET_LD + 8 * v);
-            }
+        for (int u = tid; u < SY_BM * 8; u += 128) { /* columns, mirrored: D[c0 + cc][rh..] */
+            const int cc = u / 8, v = u % 8;
+            if (c0 + cc >= n || rh + 8 * v >= n) continue;
+            /* element e mirrors tile row c 64 + 8 v + e, column cc: below the diagonal from e0 */
+            const int e0 = diag ? min(max(cc - c * 64 - 8 * v + 1, 0), 8) : 0;
+            bf16 *dst = Db + (c0 + cc) * ldd + rh + 8 * v;
+            const bf16 *src = et + cc * SY_ET_LD + 8 * v;
+            if (e0 == 0)
+                *(uint4 *)dst = *(const uint4 *)src;
+            else
+                for (int e = e0; e < 8; e++) dst[e] = src[e];
+        }
         asm volatile("bar.sync %0, 128;\n" ::"r"(bar_id) : "memory"); /* free for the next tile */
     }
 #undef FULL
@@ -298,24 +343,27 @@ int cuda_syrk_supported(void) {
         return 0;
     cudaFuncAttributes fa;
     /* the sm_90a image exists only when this build made it (Makefile CUDA_ARCH) */
-    if (cudaFuncGetAttributes(&fa, syrk_kernel) != cudaSuccess || fa.binaryVersion != 90) return 0;
+    if (cudaFuncGetAttributes(&fa, syrk_kernel<0>) != cudaSuccess || fa.binaryVersion != 90)
+        return 0;
     return major == 9 && minor == 0 && encode_tiled() != NULL;
 }
 
-int cuda_syrk_fits(const void *D, const void *C, const void *X, int n, int k, long long ldx,
-                   long long sx, long long ldd, long long sd) {
+int cuda_syrk_fits(const void *D, const void *C, const void *X, int n, int k, int trans,
+                   long long ldx, long long sx, long long ldd, long long sd) {
     const int al = ((uintptr_t)D | (uintptr_t)X | (C ? (uintptr_t)C : 0)) % 16 == 0;
+    const long long xrows = trans ? k : n, xcols = trans ? n : k;
     return al && n >= 1 && k >= 1 && n % 8 == 0 && ldx % 8 == 0 && sx % 8 == 0 && ldd % 8 == 0 &&
-           sd % 8 == 0 && n <= ldd && k <= ldx && sx >= ldx * n && sd >= ldd * n;
+           sd % 8 == 0 && n <= ldd && xcols <= ldx && sx >= ldx * xrows && sd >= ldd * n;
 }
 
-int cuda_syrk_bf16(void *D, const void *C, const void *X, int n, int k, long long ldx, long long sx,
-                   long long ldd, long long sd, int batch, float alpha, float beta, void *stream) {
+int cuda_syrk_bf16(void *D, const void *C, const void *X, int n, int k, int trans, long long ldx,
+                   long long sx, long long ldd, long long sd, int batch, float alpha, float beta,
+                   void *stream) {
     if (batch < 1) return ZY_OK;
-    if (!cuda_syrk_fits(D, beta != 0.0f ? C : NULL, X, n, k, ldx, sx, ldd, sd))
-        return zy_fail("cuda_syrk: layout does not fit (n=%d k=%d ldx=%lld sx=%lld ldd=%lld "
-                       "sd=%lld, or a pointer not 16-byte aligned)",
-                       n, k, ldx, sx, ldd, sd);
+    if (!cuda_syrk_fits(D, beta != 0.0f ? C : NULL, X, n, k, trans, ldx, sx, ldd, sd))
+        return zy_fail("cuda_syrk: layout does not fit (n=%d k=%d trans=%d ldx=%lld sx=%lld "
+                       "ldd=%lld sd=%lld, or a pointer not 16-byte aligned)",
+                       n, k, trans, ldx, sx, ldd, sd);
     if (beta != 0.0f && !C) return zy_fail("cuda_syrk: beta %g without C", (double)beta);
     PFN_cuTensorMapEncodeTiled_v12000 enc = encode_tiled();
     if (!enc) return zy_fail("cuda_syrk: the driver has no cuTensorMapEncodeTiled");
@@ -324,14 +372,18 @@ int cuda_syrk_bf16(void *D, const void *C, const void *X, int n, int k, long lon
         int dev = 0;
         ZY_CUDA_TRY(cudaGetDevice(&dev));
         ZY_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-        ZY_CUDA_TRY(cudaFuncSetAttribute(syrk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         SY_SMEM));
+        ZY_CUDA_TRY(cudaFuncSetAttribute(syrk_kernel<0>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, SY_SMEM));
+        ZY_CUDA_TRY(cudaFuncSetAttribute(syrk_kernel<1>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, SY_SMEM));
         ready = 1;
     }
     CUtensorMap map;
-    const cuuint64_t dims[3] = {(cuuint64_t)k, (cuuint64_t)n, (cuuint64_t)batch};
+    /* dims innermost first: [batch][rows][cols] of X; boxes [64 k][128 rows] or [64 k][64 cols] */
+    const cuuint64_t dims[3] = {(cuuint64_t)(trans ? n : k), (cuuint64_t)(trans ? k : n),
+                                (cuuint64_t)batch};
     const cuuint64_t strides[2] = {(cuuint64_t)ldx * 2, (cuuint64_t)sx * 2}; /* bytes, dims 1, 2 */
-    const cuuint32_t box[3] = {SY_BK, SY_BM, 1}, estr[3] = {1, 1, 1};
+    const cuuint32_t box[3] = {64, trans ? 64u : (cuuint32_t)SY_BM, 1}, estr[3] = {1, 1, 1};
     CUresult r = enc(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, (void *)X, dims, strides, box, estr,
                      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
@@ -339,10 +391,18 @@ int cuda_syrk_bf16(void *D, const void *C, const void *X, int n, int k, long lon
     const int tiles = (n + SY_BM - 1) / SY_BM, ntri = tiles * (tiles + 1) / 2;
     const long long total = (long long)ntri * batch;
     if (total > (1ll << 30)) return zy_fail("cuda_syrk: %lld tiles", total);
+    /* persistent, one CTA per SM: measured beside the forward (cuda.overlap_optimizer) on one
+     * H100, a CTA per tile was no better (bench-small Muon step 83.17 / 82.62 ms against 81.66 /
+     * 82.21) and half the SMs worse (89.1 ms) */
     const int grid = (int)(total < sms ? total : sms);
-    syrk_kernel<<<grid, SY_NTH, SY_SMEM, (cudaStream_t)stream>>>(
-        map, (bf16 *)D, (const bf16 *)C, n, (k + SY_BK - 1) / SY_BK, (int64_t)ldd, (int64_t)sd,
-        ntri, (int)total, alpha, beta);
+    if (trans)
+        syrk_kernel<1><<<grid, SY_NTH, SY_SMEM, (cudaStream_t)stream>>>(
+            map, (bf16 *)D, (const bf16 *)C, n, (k + SY_BK - 1) / SY_BK, (int64_t)ldd, (int64_t)sd,
+            ntri, (int)total, alpha, beta);
+    else
+        syrk_kernel<0><<<grid, SY_NTH, SY_SMEM, (cudaStream_t)stream>>>(
+            map, (bf16 *)D, (const bf16 *)C, n, (k + SY_BK - 1) / SY_BK, (int64_t)ldd, (int64_t)sd,
+            ntri, (int)total, alpha, beta);
     ZY_CUDA_TRY_LAUNCH();
     return ZY_OK;
 }
