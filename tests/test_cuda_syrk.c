@@ -120,9 +120,20 @@ static void test_syrk_shapes(void **state) {
     if (!supported) skip();
     /* n, k, row pads, matrix gaps, batch */
     static const int cases[][5] = {
-        {128, 64, 0, 0, 1},    {128, 128, 0, 0, 1},   {256, 64, 0, 0, 1},
-        {1024, 1024, 0, 0, 3}, {256, 2048, 8, 64, 2}, {200, 72, 0, 8, 2},
-        {8, 1, 8, 0, 1},       {136, 130, 16, 16, 3}, {384, 64, 0, 0, 5},
+        {128, 64, 0, 0, 1},
+        {128, 128, 0, 0, 1},
+        {256, 64, 0, 0, 1},
+        {1024, 1024, 0, 0, 3},
+        {256, 2048, 8, 64, 2},
+        {200, 72, 0, 8, 2},
+        {8, 1, 8, 0, 1},
+        {136, 130, 16, 16, 3},
+        {384, 64, 0, 0, 5},
+        /* more tiles than SMs: CTAs loop over tiles (ring phases, buffers reused, the two
+         * warpgroups a tile apart when k is short) */
+        {1024, 64, 0, 0, 8},
+        {8, 1, 0, 0, 300},
+        {200, 72, 8, 8, 60},
     };
     for (int trans = 0; trans < 2; trans++) /* X [n, k]; X [k, n] */
         for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {

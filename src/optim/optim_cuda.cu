@@ -12,10 +12,13 @@
  * Newton-Schulz steps as strided-batched bf16 GEMMs (fp32 accumulation, bf16 results):
  *     A = X X^T,   B = c A A + b A,   X' = B X + a X        (wide: rows <= cols)
  *     A = X^T X,   B = c A A + b A,   X' = X B + a X        (tall: the Gram matrix is cols^2)
- * A and B are symmetric: for a Gram side s >= 512 they are computed by kb block rows of s / kb
- * rows, block row i only up to its diagonal block ((kb + 1) / (2 kb) of the FLOPs: 5/8 at kb 4),
- * and the mirror kernel copies the lower blocks onto the upper ones (it moves s^2 bf16 elements
- * a matrix; at s = 1024 the GEMM work it saves takes 2-4x as long on an H100). Every GEMM goes
+ * A and B are symmetric. Where the device runs it (Hopper), both go to the batched SYRK of
+ * ops/cuda/syrk.h, which computes only the [128 x 128] tiles on and below the diagonal and mirrors
+ * them (36 of 64 tiles at s = 1024); measured on one H100 the optimizer step took 0.88x
+ * (bench-small) and 0.92x (bench-base) as long as with cuBLAS. Otherwise (and under
+ * optim_cuda_set_syrk(c, 0)), for a Gram side s >= 2048 they are computed by kb block rows of
+ * s / kb rows, block row i only up to its diagonal block ((kb + 1) / (2 kb) of the FLOPs: 5/8 at
+ * kb 4), and the mirror kernel copies the lower blocks onto the upper ones. Every other GEMM goes
  * through the context's GEMM module (ops/cuda/gemm.h, cuda_gemm_run: its plan cache, planned at
  * init; cuBLASLt, whose D may differ from C so that nothing is copied; classic cuBLAS where
  * cuBLASLt has no algorithm; blocks only where cuBLASLt runs them all). Last, the apply kernel:
@@ -370,8 +373,9 @@ static void plan_muon(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, const 
                                     sh->sx, sh->lds, sh->ss) &&
                      cuda_syrk_fits(c->ga, NULL, c->x[1], (int)sh->s, (int)sh->l, sh->tall, sh->ldx,
                                     sh->sx, sh->lds, sh->ss);
-        sh->syrk_b = syrk && cuda_syrk_fits(c->gb, c->ga, c->ga, (int)sh->s, (int)sh->s, 0, sh->lds,
-                                            sh->ss, sh->lds, sh->ss);
+        /* B's SYRK reads A as symmetric: only an A from the SYRK is, bit for bit */
+        sh->syrk_b = sh->syrk_a && cuda_syrk_fits(c->gb, c->ga, c->ga, (int)sh->s, (int)sh->s, 0,
+                                                  sh->lds, sh->ss, sh->lds, sh->ss);
     } /* every GEMM is planned below all the same: optim_cuda_set_syrk(c, 0) runs them */
     for (int i = 0; i < c->nshapes; i++) {
         ns_shape *sh = &c->shapes[i];

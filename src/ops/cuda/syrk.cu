@@ -26,6 +26,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <cudaTypedefs.h>
+#include <pthread.h>
 #include <stdint.h>
 
 typedef __nv_bfloat16 bf16;
@@ -223,6 +224,7 @@ __global__ void __launch_bounds__(SY_NTH, 1)
             const bf16 *Cb = C + (int64_t)b * sd;
             for (int u = tid; u < 64 * (SY_BM / 8); u += 128) {
                 const int r = u / (SY_BM / 8), v = u % (SY_BM / 8);
+                if (i == j && 8 * v > c * 64 + r) continue; /* above the diagonal: unused */
                 const bool ok = rh + r < n && c0 + 8 * v < n;
                 cp_async16(smem_u32(ep + r * SY_EP_LD + 8 * v),
                            ok ? Cb + (rh + r) * ldd + c0 + 8 * v : Cb, ok);
@@ -315,37 +317,80 @@ __global__ void __launch_bounds__(SY_NTH, 1)
     }
 #undef FULL
 #undef EMPTY
+#else
+    __trap(); /* a build without sm_90a: cuda_syrk_supported() is 0, so nothing launches this */
+#endif
+}
+
+/* *flag = 1 when this build compiled the kernel's body (sm_90a features), else 0. */
+__global__ void syrk_probe(int *flag) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    *flag = 1;
+#else
+    *flag = 0;
 #endif
 }
 
 /* ---- host ---- */
 
+static PFN_cuTensorMapEncodeTiled_v12000 lookup_encode_tiled(void) {
+    void *p = NULL;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault,
+                                         &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+        return NULL;
+    return (PFN_cuTensorMapEncodeTiled_v12000)p;
+}
+
 static PFN_cuTensorMapEncodeTiled_v12000 encode_tiled(void) {
-    static PFN_cuTensorMapEncodeTiled_v12000 fn;
-    static int tried;
-    if (!tried) {
-        tried = 1;
-        void *p = NULL;
-        cudaDriverEntryPointQueryResult q;
-        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault,
-                                             &q) == cudaSuccess &&
-            q == cudaDriverEntryPointSuccess)
-            fn = (PFN_cuTensorMapEncodeTiled_v12000)p;
-    }
+    static const PFN_cuTensorMapEncodeTiled_v12000 fn = lookup_encode_tiled(); /* once, safely */
     return fn;
 }
 
+/* Per device (the current one): whether the kernel runs there (-1: not yet known), its SM count,
+ * and whether its shared-memory opt-in is set; under one lock, since threads of one process may
+ * drive different GPUs. */
+#define SY_MAX_DEV 64
+static pthread_mutex_t dev_lock = PTHREAD_MUTEX_INITIALIZER;
+static int dev_ok[SY_MAX_DEV], dev_known[SY_MAX_DEV], dev_sms[SY_MAX_DEV];
+
+/* Fills dev_* for the current device once; returns its index or -1. */
+static int device_state(void) {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= SY_MAX_DEV) return -1;
+    pthread_mutex_lock(&dev_lock);
+    if (!dev_known[dev]) {
+        int major = 0, minor = 0, optin = 0, ok = 0, *flag = NULL;
+        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+            cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
+            cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) ==
+                cudaSuccess &&
+            cudaDeviceGetAttribute(&dev_sms[dev], cudaDevAttrMultiProcessorCount, dev) ==
+                cudaSuccess &&
+            major == 9 && minor == 0 && optin >= SY_SMEM && encode_tiled() &&
+            cudaMalloc(&flag, sizeof *flag) == cudaSuccess) {
+            /* the body exists only in an sm_90a build (Makefile CUDA_ARCH): ask the device */
+            int h = 0;
+            syrk_probe<<<1, 1>>>(flag);
+            ok = cudaMemcpy(&h, flag, sizeof h, cudaMemcpyDeviceToHost) == cudaSuccess && h == 1 &&
+                 cudaFuncSetAttribute(syrk_kernel<0>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      SY_SMEM) == cudaSuccess &&
+                 cudaFuncSetAttribute(syrk_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      SY_SMEM) == cudaSuccess;
+        }
+        if (flag) cudaFree(flag);
+        (void)cudaGetLastError(); /* a failed probe leaves no error behind for the next call */
+        dev_ok[dev] = ok;
+        dev_known[dev] = 1;
+    }
+    pthread_mutex_unlock(&dev_lock);
+    return dev;
+}
+
 int cuda_syrk_supported(void) {
-    int dev = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return 0;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
-        return 0;
-    cudaFuncAttributes fa;
-    /* the sm_90a image exists only when this build made it (Makefile CUDA_ARCH) */
-    if (cudaFuncGetAttributes(&fa, syrk_kernel<0>) != cudaSuccess || fa.binaryVersion != 90)
-        return 0;
-    return major == 9 && minor == 0 && encode_tiled() != NULL;
+    const int dev = device_state();
+    return dev >= 0 && dev_ok[dev];
 }
 
 int cuda_syrk_fits(const void *D, const void *C, const void *X, int n, int k, int trans,
@@ -365,19 +410,12 @@ int cuda_syrk_bf16(void *D, const void *C, const void *X, int n, int k, int tran
                        "ldd=%lld sd=%lld, or a pointer not 16-byte aligned)",
                        n, k, trans, ldx, sx, ldd, sd);
     if (beta != 0.0f && !C) return zy_fail("cuda_syrk: beta %g without C", (double)beta);
+    const int dev = device_state();
+    if (dev < 0 || !dev_ok[dev])
+        return zy_fail("cuda_syrk: this device or build cannot run it (needs compute capability "
+                       "9.0 and an sm_90a build)");
     PFN_cuTensorMapEncodeTiled_v12000 enc = encode_tiled();
-    if (!enc) return zy_fail("cuda_syrk: the driver has no cuTensorMapEncodeTiled");
-    static int sms, ready;
-    if (!ready) {
-        int dev = 0;
-        ZY_CUDA_TRY(cudaGetDevice(&dev));
-        ZY_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-        ZY_CUDA_TRY(cudaFuncSetAttribute(syrk_kernel<0>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, SY_SMEM));
-        ZY_CUDA_TRY(cudaFuncSetAttribute(syrk_kernel<1>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, SY_SMEM));
-        ready = 1;
-    }
+    const int sms = dev_sms[dev];
     CUtensorMap map;
     /* dims innermost first: [batch][rows][cols] of X; boxes [64 k][128 rows] or [64 k][64 cols] */
     const cuuint64_t dims[3] = {(cuuint64_t)(trans ? n : k), (cuuint64_t)(trans ? k : n),
@@ -388,8 +426,8 @@ int cuda_syrk_bf16(void *D, const void *C, const void *X, int n, int k, int tran
                      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS) return zy_fail("cuda_syrk: cuTensorMapEncodeTiled failed (%d)", (int)r);
-    const int tiles = (n + SY_BM - 1) / SY_BM, ntri = tiles * (tiles + 1) / 2;
-    const long long total = (long long)ntri * batch;
+    const long long tiles = (n + SY_BM - 1) / SY_BM, ntri = tiles * (tiles + 1) / 2;
+    const long long total = ntri * batch;
     if (total > (1ll << 30)) return zy_fail("cuda_syrk: %lld tiles", total);
     /* persistent, one CTA per SM: measured beside the forward (cuda.overlap_optimizer) on one
      * H100, a CTA per tile was no better (bench-small Muon step 83.17 / 82.62 ms against 81.66 /
@@ -398,11 +436,11 @@ int cuda_syrk_bf16(void *D, const void *C, const void *X, int n, int k, int tran
     if (trans)
         syrk_kernel<1><<<grid, SY_NTH, SY_SMEM, (cudaStream_t)stream>>>(
             map, (bf16 *)D, (const bf16 *)C, n, (k + SY_BK - 1) / SY_BK, (int64_t)ldd, (int64_t)sd,
-            ntri, (int)total, alpha, beta);
+            (int)ntri, (int)total, alpha, beta);
     else
         syrk_kernel<0><<<grid, SY_NTH, SY_SMEM, (cudaStream_t)stream>>>(
             map, (bf16 *)D, (const bf16 *)C, n, (k + SY_BK - 1) / SY_BK, (int64_t)ldd, (int64_t)sd,
-            ntri, (int)total, alpha, beta);
+            (int)ntri, (int)total, alpha, beta);
     ZY_CUDA_TRY_LAUNCH();
     return ZY_OK;
 }

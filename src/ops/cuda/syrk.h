@@ -30,6 +30,7 @@ int cuda_syrk_fits(const void *D, const void *C, const void *X, int n, int k, in
  * apart; D_b [n, n] rows ldd apart, matrices sd apart; all bf16, fp32 accumulation. C_b (laid out
  * as D_b; C may be D; beta == 0 does not read C) must be symmetric, as this function's results
  * are bit for bit: below the diagonal tiles only its lower part is read and the result mirrored.
+ * X must not overlap D (other CTAs would read what one has written).
  * `stream` is a cudaStream_t. ZY_ERR with a message when the arguments do not fit
  * (cuda_syrk_fits) or the device cannot run it. */
 int cuda_syrk_bf16(void *D, const void *C, const void *X, int n, int k, int trans, long long ldx,
