@@ -14,8 +14,8 @@
  *     A = X^T X,   B = c A A + b A,   X' = X B + a X        (tall: the Gram matrix is cols^2)
  * A and B are symmetric. Where the device runs it (Hopper), both go to the batched SYRK of
  * ops/cuda/syrk.h, which computes only the [128 x 128] tiles on and below the diagonal and mirrors
- * them (36 of 64 tiles at s = 1024); measured on one H100 the optimizer step took 0.88x
- * (bench-small) and 0.92x (bench-base) as long as with cuBLAS. Otherwise (and under
+ * them (36 of 64 tiles at s = 1024); measured on H100s the optimizer step took 0.88-0.94x
+ * (bench-small) and 0.92-0.94x (bench-base) as long as with cuBLAS. Otherwise (and under
  * optim_cuda_set_syrk(c, 0)), for a Gram side s >= 2048 they are computed by kb block rows of
  * s / kb rows, block row i only up to its diagonal block ((kb + 1) / (2 kb) of the FLOPs: 5/8 at
  * kb 4), and the mirror kernel copies the lower blocks onto the upper ones. Every other GEMM goes
