@@ -3,7 +3,8 @@
  * by element (bf16 rounding of the fp32 result, 2^-8 relative, plus accumulation-order slack of
  * 1e-5 of the matrix's largest |value|), on shapes with partial tiles in n and k, padded rows and
  * gaps between matrices, beta 0 (C poisoned with NaN, so reading it fails) and beta != 0, C
- * apart from D and C = D; C is symmetric, as syrk.h requires. The result must be exactly symmetric
+ * apart from D and C = D, with and without per-matrix factors (alpha a_b, beta b_b, + d_b on the
+ * diagonal); C is symmetric, as syrk.h requires. The result must be exactly symmetric
  * (the mirrored stores) and every element outside the [n, n] matrices (row padding, gaps) must be
  * left as it was. Then the timing of Newton-Schulz's shapes against cuBLAS's whole product
  * (printed, not asserted). */
@@ -26,9 +27,9 @@ static int setup_syrk(void **state) {
 }
 
 /* One case: batch matrices X [n, k] (trans 0) or [k, n] (trans 1), rows ldx apart, sx apart,
- * into D [n, n] (ldd, sd). */
+ * into D [n, n] (ldd, sd); scaled: per-matrix factors a_b, b_b, d_b (syrk.h) too. */
 static void check_case(int n, int k, int trans, long long ldx, long long sx, long long ldd,
-                       long long sd, int batch, float alpha, float beta, int in_place) {
+                       long long sd, int batch, float alpha, float beta, int in_place, int scaled) {
     const int xr = trans ? k : n, xc = trans ? n : k; /* X as stored */
     const size_t nx = (size_t)sx * batch, nd = (size_t)sd * batch;
     float *X = rand_vals(nx, CUDA_GEMM_BF16), *C0 = rand_vals(nd, CUDA_GEMM_BF16);
@@ -41,8 +42,19 @@ static void check_case(int n, int k, int trans, long long ldx, long long sx, lon
     void *dD = upload(C0, nd, CUDA_GEMM_BF16);
     void *dC =
         in_place ? dD : (beta != 0 ? upload(C0, nd, CUDA_GEMM_BF16) : poisoned(nd, CUDA_GEMM_BF16));
-    if (cuda_syrk_bf16(dD, dC, dX, n, k, trans, ldx, sx, ldd, sd, batch, alpha, beta, NULL) !=
-        ZY_OK)
+    float *fac = malloc(3 * (size_t)batch * sizeof(float)); /* a_b | b_b | d_b */
+    assert_non_null(fac);
+    for (int b = 0; b < batch; b++)
+        fac[b] = 0.5f + 0.25f * (float)(b % 7), fac[batch + b] = 1.0f - 0.1f * (float)(b % 5),
+        fac[2 * batch + b] = 0.3f * (float)(b % 3 + 1);
+    float *dfac = NULL;
+    assert_int_equal(cudaMalloc((void **)&dfac, 3 * (size_t)batch * sizeof(float)), cudaSuccess);
+    assert_int_equal(
+        cudaMemcpy(dfac, fac, 3 * (size_t)batch * sizeof(float), cudaMemcpyHostToDevice),
+        cudaSuccess);
+    const cuda_syrk_scales per = {dfac, dfac + batch, dfac + 2 * batch};
+    if (cuda_syrk_bf16(dD, dC, dX, n, k, trans, ldx, sx, ldd, sd, batch, alpha, beta,
+                       scaled ? &per : NULL, NULL) != ZY_OK)
         fail_msg("cuda_syrk n=%d k=%d trans=%d batch=%d: %s", n, k, trans, batch, zy_errmsg());
     float *got = download(dD, nd, CUDA_GEMM_BF16);
     float *xb = malloc((size_t)n * k * sizeof(float)), *ref = malloc((size_t)n * n * sizeof(float));
@@ -59,7 +71,11 @@ static void check_case(int n, int k, int trans, long long ldx, long long sx, lon
             for (int c = 0; c < n; c++)
                 ref[(size_t)r * n + c] =
                     beta != 0 ? C0[(size_t)b * sd + (size_t)r * ldd + c] : 0.0f;
-        ops_matmul(&cpu, ref, xb, xb, n, n, k, trans, !trans, alpha, beta);
+        const float fa = scaled ? alpha * fac[b] : alpha,
+                    fb = scaled ? beta * fac[batch + b] : beta;
+        ops_matmul(&cpu, ref, xb, xb, n, n, k, trans, !trans, fa, fb);
+        if (scaled)
+            for (int r = 0; r < n; r++) ref[(size_t)r * n + r] += fac[2 * batch + b];
         double *dref = malloc((size_t)n * n * sizeof(double));
         float *gb = malloc((size_t)n * n * sizeof(float));
         assert_non_null(dref);
@@ -109,7 +125,8 @@ static void check_case(int n, int k, int trans, long long ldx, long long sx, lon
                  "asymmetric elements, %zu written outside the matrices",
                  n, k, trans, ldx, ldd, batch, (double)beta, in_place ? " (C = D)" : "", bad,
                  outside);
-    free(X), free(C0), free(got), free(xb), free(ref);
+    free(X), free(C0), free(got), free(xb), free(ref), free(fac);
+    cudaFree(dfac);
     cudaFree(dX);
     if (!in_place) cudaFree(dC);
     cudaFree(dD);
@@ -141,9 +158,11 @@ static void test_syrk_shapes(void **state) {
             const int batch = cases[ci][4], xr = trans ? k : n, xc = trans ? n : k;
             const long long ldx = ((xc + 7) / 8) * 8 + pad, ldd = n + pad;
             const long long sx = ldx * xr + gap, sd = ldd * n + gap;
-            check_case(n, k, trans, ldx, sx, ldd, sd, batch, 1.0f, 0.0f, 0);
-            check_case(n, k, trans, ldx, sx, ldd, sd, batch, 2.0315f, -4.775f, 0);
-            check_case(n, k, trans, ldx, sx, ldd, sd, batch, 0.5f, 1.0f, 1);
+            check_case(n, k, trans, ldx, sx, ldd, sd, batch, 1.0f, 0.0f, 0, 0);
+            check_case(n, k, trans, ldx, sx, ldd, sd, batch, 2.0315f, -4.775f, 0, 0);
+            check_case(n, k, trans, ldx, sx, ldd, sd, batch, 0.5f, 1.0f, 1, 0);
+            check_case(n, k, trans, ldx, sx, ldd, sd, batch, 2.0315f, -4.775f, 0, 1);
+            check_case(n, k, trans, ldx, sx, ldd, sd, batch, 1.0f, 0.0f, 0, 1);
         }
 }
 
@@ -154,19 +173,22 @@ static void test_syrk_refuses(void **state) {
     assert_int_equal(cudaMalloc(&d, 1 << 20), cudaSuccess);
     /* n not a multiple of 8, ldx not, a misaligned pointer, k > ldx, beta without C, a
      * transposed X [k, n] whose n columns do not fit ldx */
-    assert_int_equal(cuda_syrk_bf16(d, NULL, d, 12, 16, 0, 16, 16 * 12, 16, 16 * 12, 1, 1, 0, NULL),
-                     ZY_ERR);
-    assert_int_equal(cuda_syrk_bf16(d, NULL, d, 16, 16, 0, 20, 20 * 16, 16, 256, 1, 1, 0, NULL),
+    assert_int_equal(
+        cuda_syrk_bf16(d, NULL, d, 12, 16, 0, 16, 16 * 12, 16, 16 * 12, 1, 1, 0, NULL, NULL),
+        ZY_ERR);
+    assert_int_equal(
+        cuda_syrk_bf16(d, NULL, d, 16, 16, 0, 20, 20 * 16, 16, 256, 1, 1, 0, NULL, NULL), ZY_ERR);
+    assert_int_equal(
+        cuda_syrk_bf16((char *)d + 2, NULL, d, 16, 16, 0, 16, 256, 16, 256, 1, 1, 0, NULL, NULL),
+        ZY_ERR);
+    assert_int_equal(cuda_syrk_bf16(d, NULL, d, 16, 24, 0, 16, 256, 16, 256, 1, 1, 0, NULL, NULL),
                      ZY_ERR);
     assert_int_equal(
-        cuda_syrk_bf16((char *)d + 2, NULL, d, 16, 16, 0, 16, 256, 16, 256, 1, 1, 0, NULL), ZY_ERR);
-    assert_int_equal(cuda_syrk_bf16(d, NULL, d, 16, 24, 0, 16, 256, 16, 256, 1, 1, 0, NULL),
+        cuda_syrk_bf16(d, NULL, d, 16, 16, 0, 16, 256, 16, 256, 1, 1, 1.0f, NULL, NULL), ZY_ERR);
+    assert_int_equal(cuda_syrk_bf16(d, NULL, d, 32, 8, 1, 16, 512, 32, 1024, 1, 1, 0, NULL, NULL),
                      ZY_ERR);
-    assert_int_equal(cuda_syrk_bf16(d, NULL, d, 16, 16, 0, 16, 256, 16, 256, 1, 1, 1.0f, NULL),
-                     ZY_ERR);
-    assert_int_equal(cuda_syrk_bf16(d, NULL, d, 32, 8, 1, 16, 512, 32, 1024, 1, 1, 0, NULL),
-                     ZY_ERR);
-    assert_int_equal(cuda_syrk_bf16(d, NULL, d, 32, 8, 1, 32, 256, 32, 1024, 1, 1, 0, NULL), ZY_OK);
+    assert_int_equal(cuda_syrk_bf16(d, NULL, d, 32, 8, 1, 32, 256, 32, 1024, 1, 1, 0, NULL, NULL),
+                     ZY_OK);
     cudaFree(d);
 }
 
@@ -222,7 +244,7 @@ static void test_syrk_timing(void **state) {
                         assert_int_equal(cuda_gemm_run(&g, &gd, dD, dC, dX, dX, NULL), ZY_OK);
                     else
                         assert_int_equal(cuda_syrk_bf16(dD, dC, dX, n, k, tr, tr ? n : k, sx, n, sd,
-                                                        batch, alpha, beta, NULL),
+                                                        batch, alpha, beta, NULL, NULL),
                                          ZY_OK);
                 }
                 cudaEventRecord(e1, NULL);

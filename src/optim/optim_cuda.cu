@@ -6,9 +6,11 @@
  * Muon: the matrices of all Muon tensors (an [E, out, in] stack gives E of them) are grouped by
  * shape at init, whatever layer they come from, and each group is cut into calls ("batches") of at
  * most batch_elems elements. Per batch: the momentum kernel (mom = mu mom + g, the Nesterov update
- * u written as bf16 into the X buffer, and per-chunk sums of u^2), the normalise kernel (each block
- * sums its matrix's chunk sums in a fixed order, in double, and scales X in place by
- * 1 / (||u|| + 1e-7): 4 bytes an element instead of re-reading g and the momentum), five quintic
+ * u written as bf16 into the X buffer, and per-chunk sums of u^2), the normalisation by
+ * 1 / (||u|| + 1e-7) (each matrix's chunk sums added in a fixed order, in double): folded into the
+ * first Newton-Schulz step's SYRKs and X' (newton_schulz) where both symmetric products go to the
+ * SYRK, else a kernel that scales X in place (4 bytes an element instead of re-reading g and the
+ * momentum), five quintic
  * Newton-Schulz steps as strided-batched bf16 GEMMs (fp32 accumulation, bf16 results):
  *     A = X X^T,   B = c A A + b A,   X' = B X + a X        (wide: rows <= cols)
  *     A = X^T X,   B = c A A + b A,   X' = X B + a X        (tall: the Gram matrix is cols^2)
@@ -120,6 +122,7 @@ struct zy_optim_cuda {
     int nbatches;
     bf16 *x[2], *ga, *gb; /* workspace: iterates, Gram A, polynomial B */
     float *part;          /* [count * nchunk] chunk sums of u^2 */
+    float *fold;          /* [3 * count]: inv, inv^2, a inv per matrix (the scale folded in) */
     int keyed;            /* batches never span two keys (optim_cuda_init's key) */
     int legacy;
     int previous; /* bench/test hook: the previous scheme (optim_cuda_set_previous) */
@@ -252,6 +255,13 @@ static int ns_prepare(zy_ctx *ctx, const zy_optim_cuda *c, const ns_shape *sh) {
             int lt = 1;
             ZY_STATUS_CHECK(cuda_gemm_prepare(&cuda_st(ctx)->gemm, &g, o.D, o.C, o.A, o.B, &lt));
             missing += !lt;
+            if (k == 2 && sh->syrk_a && sh->syrk_b) { /* the folded first step's X' (beta 0) */
+                cuda_gemm_desc g0 = g;
+                g0.beta = 0.0f;
+                ZY_STATUS_CHECK(
+                    cuda_gemm_prepare(&cuda_st(ctx)->gemm, &g0, o.D, o.C, o.A, o.B, &lt));
+                missing += !lt;
+            }
         }
     return missing;
 }
@@ -308,7 +318,7 @@ static void plan_muon(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, const 
     c->shapes = (ns_shape *)zy_calloc((size_t)(2 * ng), sizeof *c->shapes);
     c->batches = (muon_batch *)zy_calloc((size_t)nmat, sizeof *c->batches);
     const zy_optim_config *cfg = &opt->cfg;
-    size_t max_x = 0, max_s = 0, max_part = 0;
+    size_t max_x = 0, max_s = 0, max_part = 0, max_count = 0;
     /* the calls by key, each key's in order of first appearance: a key's calls are one stretch
      * (a group of a later key can appear in the table before one of an earlier key) */
     int *by_key = (int *)zy_calloc((size_t)ng, sizeof *by_key);
@@ -353,6 +363,7 @@ static void plan_muon(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, const 
             if ((size_t)(count * sh->sx) > max_x) max_x = (size_t)(count * sh->sx);
             if ((size_t)(count * sh->ss) > max_s) max_s = (size_t)(count * sh->ss);
             if ((size_t)count * b->nchunk > max_part) max_part = (size_t)count * b->nchunk;
+            if ((size_t)count > max_count) max_count = (size_t)count;
         }
     }
     c->goff = (uint64_t *)ops_alloc(ctx, (size_t)nmat * sizeof *sg);
@@ -363,6 +374,7 @@ static void plan_muon(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, const 
     c->ga = (bf16 *)ops_alloc(ctx, max_s * sizeof(bf16));
     c->gb = (bf16 *)ops_alloc(ctx, max_s * sizeof(bf16));
     c->part = (float *)ops_alloc(ctx, max_part * sizeof(float));
+    c->fold = (float *)ops_alloc(ctx, 3 * max_count * sizeof(float));
     /* the symmetric products by the Hopper SYRK where it runs and the layouts fit; then the GEMM
      * plans, so the first step pays nothing; the two X buffers align alike */
     const int syrk = cuda_syrk_supported();
@@ -417,6 +429,7 @@ void optim_cuda_free(zy_ctx *ctx, zy_optim_cuda *c) {
     ops_free(ctx, c->ga);
     ops_free(ctx, c->gb);
     ops_free(ctx, c->part);
+    ops_free(ctx, c->fold);
     free(c->shapes);
     free(c->batches);
     free(c);
@@ -602,6 +615,23 @@ __global__ void __launch_bounds__(NT)
     }
 }
 
+/* The normalisation folded into the first Newton-Schulz step instead of a pass over X: per
+ * matrix m (grid count, block 32) inv = 1 / (||u|| + 1e-7) from its chunk sums as
+ * muon_scale_kernel computes it, and fold = [inv | inv^2 | a inv] for the SYRKs of
+ * newton_schulz's first step. */
+__global__ void muon_fold_kernel(const float *__restrict__ part, int nchunk, int count,
+                                 float *__restrict__ fold) {
+    __shared__ float s_inv;
+    const int m = blockIdx.x;
+    muon_inv_norm(part, m, nchunk, &s_inv);
+    if (threadIdx.x == 0) {
+        const float inv = s_inv;
+        fold[m] = inv;
+        fold[count + m] = __fmul_rn(inv, inv);
+        fold[2 * count + m] = __fmul_rn(NS_A, inv);
+    }
+}
+
 /* The upper blocks of each symmetric [s, s] matrix of G (rows ld apart, stride ss) from the lower
  * ones: G[r][c] = G[c][r] wherever c's block (of h rows) is right of r's; grid (tiles^2, count),
  * block (MIRROR_T, 8), through a shared tile so both sides are read and written by rows. */
@@ -688,28 +718,35 @@ static void ns_mirror(zy_ctx *ctx, const ns_shape *sh, int kb, bf16 *G) {
 /* `steps` quintic iterations on the count matrices of *x (swapping *x and *y as it goes): A and B
  * by the Hopper SYRK where sh says so and `syrk` allows (cuda_syrk_bf16: lower tiles, mirrored),
  * the rest through the context's GEMM module (classic cuBLAS for every GEMM while the test hook
- * says so), A and B by kb block rows, mirrored. */
+ * says so), A and B by kb block rows, mirrored. With fold (muon_fold_kernel's [inv | inv^2 |
+ * a inv], A and B by the SYRK), *x holds u unnormalised and the first step takes the scale in:
+ *     A = inv^2 U U^T,   B' = inv (c A A + b A) + a inv I,   X' = B' U   (X U or U X: tall, wide)
+ * which is the quintic step on X = inv U with the a X term inside B'. */
 static void newton_schulz(zy_ctx *ctx, zy_optim_cuda *c, const ns_shape *sh, int kb, int syrk,
-                          int steps, bf16 **x, bf16 **y) {
+                          const float *fold, int steps, bf16 **x, bf16 **y) {
     cuda_gemm_ctx *gc = &cuda_st(ctx)->gemm;
-    const int s = (int)sh->s;
+    const int s = (int)sh->s, n = sh->count;
     for (int it = 0; it < steps; it++) {
+        const int folded = fold && it == 0;
         for (int k = 0; k < 3; k++) {
             if (syrk && k == 0 && sh->syrk_a) { /* A = X X^T (X [s, l]) or X^T X (X [l, s]) */
+                const cuda_syrk_scales pa = {fold + n, NULL, NULL};
                 ZY_STATUS_CHECK(cuda_syrk_bf16(c->ga, NULL, *x, s, (int)sh->l, sh->tall, sh->ldx,
-                                               sh->sx, sh->lds, sh->ss, sh->count, 1.0f, 0.0f,
-                                               cuda_stream(ctx)));
+                                               sh->sx, sh->lds, sh->ss, n, 1.0f, 0.0f,
+                                               folded ? &pa : NULL, cuda_stream(ctx)));
                 continue;
             }
             if (syrk && k == 1 && sh->syrk_b) { /* B = c A A^T + b A, A symmetric */
+                const cuda_syrk_scales pb = {fold, fold, fold + 2 * n};
                 ZY_STATUS_CHECK(cuda_syrk_bf16(c->gb, c->ga, c->ga, s, s, 0, sh->lds, sh->ss,
-                                               sh->lds, sh->ss, sh->count, NS_C, NS_B,
+                                               sh->lds, sh->ss, n, NS_C, NS_B, folded ? &pb : NULL,
                                                cuda_stream(ctx)));
                 continue;
             }
             for (int i = 0; i < (k == 2 ? 1 : kb); i++) {
                 cuda_gemm_desc g = ns_desc(sh, k, i, kb);
                 g.classic = c->legacy;
+                if (folded) g.beta = 0.0f; /* a X is inside B' */
                 const ns_ops o = ns_operands(c, sh, k, i, kb, *x, *y);
                 ZY_STATUS_CHECK(cuda_gemm_run(gc, &g, o.D, o.C, o.A, o.B, cuda_stream(ctx)));
             }
@@ -785,18 +822,28 @@ static void muon_batches(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, flo
                         gscale, c->part, sh->cols, sh->ldx, sh->sx, (bf16 *)NULL);
             MUON_LAUNCH(muon_normalise_kernel, b, grads, opt->momentum, goff, moff, mn, sh->cols,
                         sh->ldx, sh->sx, mu, nesterov, gscale, c->part, c->x[0]);
-        } else { /* momentum writing bf16 u, then X scaled in place */
+        }
+        const int syrk = !c->previous && !c->legacy && !c->no_syrk;
+        const int fold = syrk && sh->syrk_a && sh->syrk_b && cfg->muon_ns_steps > 0;
+        if (!c->previous) { /* momentum writing bf16 u; then X scaled in place, or the scale
+                             * folded into the first Newton-Schulz step */
             MUON_LAUNCH(muon_momentum_kernel, b, grads, opt->momentum, goff, moff, mn, mu, nesterov,
                         gscale, c->part, sh->cols, sh->ldx, sh->sx, c->x[0]);
-            const int64_t nx = sh->rows * sh->ldx;
-            muon_scale_kernel<<<dim3((unsigned)((nx + MUON_CH - 1) / MUON_CH), (unsigned)b->count),
-                                NT, 0, cuda_stream(ctx)>>>(c->part, b->nchunk, nx, sh->sx, c->x[0]);
+            if (fold) {
+                muon_fold_kernel<<<(unsigned)b->count, 32, 0, cuda_stream(ctx)>>>(
+                    c->part, b->nchunk, b->count, c->fold);
+            } else {
+                const int64_t nx = sh->rows * sh->ldx;
+                muon_scale_kernel<<<dim3((unsigned)((nx + MUON_CH - 1) / MUON_CH),
+                                         (unsigned)b->count),
+                                    NT, 0, cuda_stream(ctx)>>>(c->part, b->nchunk, nx, sh->sx,
+                                                               c->x[0]);
+            }
             ZY_CUDA_CHECK_LAUNCH();
         }
         bf16 *x = c->x[0], *y = c->x[1];
         const int kb = c->previous || c->legacy ? 1 : sh->kb; /* blocks need cuBLASLt */
-        const int syrk = !c->previous && !c->legacy && !c->no_syrk;
-        newton_schulz(ctx, c, sh, kb, syrk, cfg->muon_ns_steps, &x, &y);
+        newton_schulz(ctx, c, sh, kb, syrk, fold ? c->fold : NULL, cfg->muon_ns_steps, &x, &y);
         const float su = lr * b->scale;
         MUON_LAUNCH(muon_apply_kernel, b, params, goff, mn, sh->cols, sh->ldx, sh->sx, x, su, decay,
                     (bf16 *)opt->compute_copy);

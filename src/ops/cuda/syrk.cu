@@ -163,7 +163,7 @@ template <int TR>
 __global__ void __launch_bounds__(SY_NTH, 1)
     syrk_kernel(const __grid_constant__ CUtensorMap xmap, bf16 *__restrict__ D,
                 const bf16 *__restrict__ C, int n, int nk, int64_t ldd, int64_t sd, int ntri,
-                int total, float alpha, float beta) {
+                int total, float alpha, float beta, cuda_syrk_scales per) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ uint8_t sy_smem[];
     const uint32_t raw = smem_u32(sy_smem), base = (raw + 1023u) & ~1023u;
@@ -270,17 +270,21 @@ __global__ void __launch_bounds__(SY_NTH, 1)
         }
         bf16 *Db = D + (int64_t)b * sd;
         const bool diag = i == j;
+        const float fa = per.a ? alpha * per.a[b] : alpha, fb = per.b ? beta * per.b[b] : beta;
+        const float fd = per.d ? per.d[b] : 0.0f;
 #pragma unroll
         for (int jn = 0; jn < 16; jn++)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const int r = warp * 16 + lane / 4 + 8 * h, col = 8 * jn + 2 * (lane % 4);
-                float v0 = alpha * acc[4 * jn + 2 * h], v1 = alpha * acc[4 * jn + 2 * h + 1];
+                float v0 = fa * acc[4 * jn + 2 * h], v1 = fa * acc[4 * jn + 2 * h + 1];
                 if (beta != 0.0f) { /* this thread reads and then writes the same pair */
                     const __nv_bfloat162 cv = *(const __nv_bfloat162 *)(ep + r * SY_EP_LD + col);
-                    v0 += beta * __bfloat162float(cv.x);
-                    v1 += beta * __bfloat162float(cv.y);
+                    v0 += fb * __bfloat162float(cv.x);
+                    v1 += fb * __bfloat162float(cv.y);
                 }
+                if (diag && col == c * 64 + r) v0 += fd; /* the diagonal: col even, so v0 */
+                if (diag && col + 1 == c * 64 + r) v1 += fd;
                 const __nv_bfloat162 o = __floats2bfloat162_rn(v0, v1);
                 *(__nv_bfloat162 *)(ep + r * SY_EP_LD + col) = o;
                 et[col * SY_ET_LD + r] = o.x;
@@ -403,7 +407,8 @@ int cuda_syrk_fits(const void *D, const void *C, const void *X, int n, int k, in
 
 int cuda_syrk_bf16(void *D, const void *C, const void *X, int n, int k, int trans, long long ldx,
                    long long sx, long long ldd, long long sd, int batch, float alpha, float beta,
-                   void *stream) {
+                   const cuda_syrk_scales *per, void *stream) {
+    const cuda_syrk_scales none = {NULL, NULL, NULL}, p = per ? *per : none;
     if (batch < 1) return ZY_OK;
     if (!cuda_syrk_fits(D, beta != 0.0f ? C : NULL, X, n, k, trans, ldx, sx, ldd, sd))
         return zy_fail("cuda_syrk: layout does not fit (n=%d k=%d trans=%d ldx=%lld sx=%lld "
@@ -436,11 +441,11 @@ int cuda_syrk_bf16(void *D, const void *C, const void *X, int n, int k, int tran
     if (trans)
         syrk_kernel<1><<<grid, SY_NTH, SY_SMEM, (cudaStream_t)stream>>>(
             map, (bf16 *)D, (const bf16 *)C, n, (k + SY_BK - 1) / SY_BK, (int64_t)ldd, (int64_t)sd,
-            (int)ntri, (int)total, alpha, beta);
+            (int)ntri, (int)total, alpha, beta, p);
     else
         syrk_kernel<0><<<grid, SY_NTH, SY_SMEM, (cudaStream_t)stream>>>(
             map, (bf16 *)D, (const bf16 *)C, n, (k + SY_BK - 1) / SY_BK, (int64_t)ldd, (int64_t)sd,
-            (int)ntri, (int)total, alpha, beta);
+            (int)ntri, (int)total, alpha, beta, p);
     ZY_CUDA_TRY_LAUNCH();
     return ZY_OK;
 }

@@ -25,8 +25,14 @@ int cuda_syrk_supported(void);
 int cuda_syrk_fits(const void *D, const void *C, const void *X, int n, int k, int trans,
                    long long ldx, long long sx, long long ldd, long long sd);
 
-/* For b < batch: D_b = alpha X_b X_b^T + beta C_b with X_b [n, k] (trans 0), or
- * D_b = alpha X_b^T X_b + beta C_b with X_b [k, n] (trans 1); X_b's rows ldx apart, matrices sx
+/* Per-matrix factors: device arrays of `batch` floats, each NULL for none (syrk below). */
+typedef struct {
+    const float *a, *b, *d;
+} cuda_syrk_scales;
+
+/* For b < batch: D_b = alpha a_b X_b X_b^T + beta b_b C_b + d_b I with X_b [n, k] (trans 0), or
+ * the same with X_b^T X_b and X_b [k, n] (trans 1), the factors from *per (per NULL: a_b = b_b = 1,
+ * d_b = 0); X_b's rows ldx apart, matrices sx
  * apart; D_b [n, n] rows ldd apart, matrices sd apart; all bf16, fp32 accumulation. C_b (laid out
  * as D_b; C may be D; beta == 0 does not read C) must be symmetric, as this function's results
  * are bit for bit: below the diagonal tiles only its lower part is read and the result mirrored.
@@ -35,7 +41,7 @@ int cuda_syrk_fits(const void *D, const void *C, const void *X, int n, int k, in
  * (cuda_syrk_fits) or the device cannot run it. */
 int cuda_syrk_bf16(void *D, const void *C, const void *X, int n, int k, int trans, long long ldx,
                    long long sx, long long ldd, long long sd, int batch, float alpha, float beta,
-                   void *stream);
+                   const cuda_syrk_scales *per, void *stream);
 
 #ifdef __cplusplus
 }
