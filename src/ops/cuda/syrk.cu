@@ -3,19 +3,20 @@
  * A CTA of 384 threads loops over lower tiles (b, i, j), j <= i, of the whole batch, CTAs
  * striding by the grid (one CTA per SM: the ring and the epilogue buffers take ~200 KB):
  *   warpgroup 0, one thread: for each k step, waits until the stage is empty, then TMA-loads
- *     X_b rows [128 i, +128) and [128 j, +128), columns [64 kt, +64), into it (16 KB each; rows
- *     past n and columns past k arrive as zeros);
+ *     the tile's rows [128 i, +128) and [128 j, +128) of X_b (X^T X: columns), k [64 kt, +64),
+ *     into it (16 KB each; once on a diagonal tile; rows past n and k past k arrive as zeros);
  *   warpgroups 1 and 2: rows [64 c, +64) of the tile (c = warpgroup - 1) against all 128
  *     columns, four wgmma k16 per stage, one commit group in flight; a stage is released once the
  *     MMAs reading it are complete. C's part of the tile is copied into shared memory (cp.async)
- *     while the MMAs run. The epilogue forms alpha acc + beta C in fp32, rounds to bf16
- *     into the warpgroup's own [64][136] shared half and stores it by rows and by columns at the
- *     mirrored place (on a diagonal tile, the elements on and below the diagonal and their
- *     mirrors). The two warpgroups synchronise only through the ring, so one's stores overlap
- *     the other's MMAs.
- * Shared operand tiles are K-major with the 128-byte swizzle TMA writes: row r of a [128][64]
- * tile is 128 bytes at 128 r whose 16-byte chunks are permuted by r % 8, the layout the wgmma
- * descriptor's SWIZZLE_128B mode reads (8-row atoms 1024 bytes apart). */
+ *     while the MMAs run. The epilogue forms alpha a_b acc + beta b_b C (+ d_b on the diagonal)
+ *     in fp32, rounds to bf16 into the warpgroup's own shared rows and their transpose, and
+ *     stores both, the transpose at the mirrored place (on a diagonal tile, the elements on and
+ *     below the diagonal and the mirrors of those below). The two warpgroups synchronise only
+ *     through the ring, so one's stores overlap the other's MMAs.
+ * Shared operand tiles use the 128-byte swizzle TMA writes and the wgmma descriptors read:
+ * K-major for X X^T (row r of a [128][64] tile is 128 bytes at 128 r whose 16-byte chunks are
+ * permuted by r % 8; 8-row atoms 1024 bytes apart), MN-major for X^T X ([64 k][64 n] boxes of
+ * 128-byte rows, 8 KB apart along n). */
 #include "ops/cuda/syrk.h"
 
 #include "base/check.h"
@@ -262,7 +263,7 @@ __global__ void __launch_bounds__(SY_NTH, 1)
         mbar_arrive(EMPTY(prev));
 
         /* epilogue: alpha acc + beta C (prefetched into ep) -> bf16 rows [rh, rh + 64) of the
-         * tile in ep, over C, and off the diagonal their transpose in et */
+         * tile in ep, over C, and their transpose in et */
         const uint32_t bar_id = 1 + c;
         if (beta != 0.0f) {
             cp_async_wait<0>();
