@@ -8,7 +8,8 @@
 # case and optimizer, and the median of each.
 # Usage (from the zayac root):
 #   DEBS=.ext/debs [PREV_TAR=.ext/prev.tar] [ROUNDS=2] [CASES="bench-small:8:2048 bench-base:4:4096"] \
-#       [OPTIMS="adamw muon"] [MUTANT=1] [SKIP_TESTS=1] bash scripts/gpu_overlap_bench.sh
+#       [OPTIMS="adamw muon"] [VARIANTS="prev 0 1"] [MUTANT=1] [SKIP_TESTS=1] \
+#       bash scripts/gpu_overlap_bench.sh
 # Files land in $OUT: summary.txt, build.log, tests.log, mutant.log, bench_*.json.
 set -u
 export PATH=/usr/local/cuda/bin:$PATH
@@ -30,6 +31,8 @@ if [ -n "${PREV_TAR:-}" ]; then
         variants="prev 0 1"
     note "previous build: $([ "$variants" = "0 1" ] && echo FAILED || echo done) ($(($(date +%s) - t0)) s)"
 fi
+# VARIANTS (e.g. "prev 1") runs only those; prev is dropped when its build failed
+[ -n "${VARIANTS:-}" ] && variants=$(for v in $VARIANTS; do case " $variants " in *" $v "*) echo -n "$v ";; esac; done)
 
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
     for t in test_cuda_step test_cuda_optim; do

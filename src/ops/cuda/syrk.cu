@@ -2,17 +2,21 @@
  *
  * A CTA of 384 threads loops over lower tiles (b, i, j), j <= i, of the whole batch, CTAs
  * striding by the grid (one CTA per SM: the ring and the epilogue buffers take ~200 KB):
- *   warpgroup 0, one thread: for each k step, waits until the stage is empty, then TMA-loads
- *     the tile's rows [128 i, +128) and [128 j, +128) of X_b (X^T X: columns), k [64 kt, +64),
- *     into it (16 KB each; once on a diagonal tile; rows past n and k past k arrive as zeros);
- *   warpgroups 1 and 2: rows [64 c, +64) of the tile (c = warpgroup - 1) against all 128
- *     columns, four wgmma k16 per stage, one commit group in flight; a stage is released once the
- *     MMAs reading it are complete. C's part of the tile is copied into shared memory (cp.async)
- *     while the MMAs run. The epilogue forms alpha a_b acc + beta b_b C (+ d_b on the diagonal)
- *     in fp32, rounds to bf16 into the warpgroup's own shared rows and their transpose, and
- *     stores both, the transpose at the mirrored place (on a diagonal tile, the elements on and
- *     below the diagonal and the mirrors of those below). The two warpgroups synchronise only
- *     through the ring, so one's stores overlap the other's MMAs.
+ *   warpgroup 0, one thread: for each tile in turn and each k step, waits until the stage is
+ *     empty, then TMA-loads the tile's rows [128 i, +128) and [128 j, +128) of X_b (X^T X:
+ *     columns), k [64 kt, +64), into it (16 KB each; once on a diagonal tile; rows past n and k
+ *     past k arrive as zeros);
+ *   warpgroups 1 and 2 take the CTA's tiles in turn (ping-pong): each computes a whole tile, all
+ *     128 rows against all 128 columns (two wgmma m64n128k16 per k16, one commit group in
+ *     flight; a stage is released once the MMAs reading it are complete). While one runs its
+ *     tile's MMAs, the other runs the epilogue of its previous tile: the tensor cores stay busy
+ *     through the stores. An ordering barrier hands the ring from one to the other once a tile's
+ *     MMAs are issued, so each waits on the ring's barriers in the producer's order (a parity
+ *     wait must never be two phases ahead). C's part of the tile is copied into shared memory
+ *     (cp.async) before the MMAs. The epilogue forms alpha a_b acc + beta b_b C (+ d_b on the
+ *     diagonal) in fp32, rounds to bf16 into the warpgroup's shared tile, stores its rows, then
+ *     writes the transpose into the same buffer and stores it at the mirrored place (on a
+ *     diagonal tile, the elements on and below the diagonal and the mirrors of those below).
  * Shared operand tiles use the 128-byte swizzle TMA writes and the wgmma descriptors read:
  * K-major for X X^T (row r of a [128][64] tile is 128 bytes at 128 r whose 16-byte chunks are
  * permuted by r % 8; 8-row atoms 1024 bytes apart), MN-major for X^T X ([64 k][64 n] boxes of
@@ -37,9 +41,8 @@ typedef __nv_bfloat16 bf16;
 #define SY_STAGES 4
 #define SY_NTH    384
 #define SY_TILE_B (SY_BM * SY_BK * 2) /* bytes of one operand tile */
-#define SY_EP_LD  (SY_BM + 8) /* epilogue rows [64][EP_LD] bf16 per warpgroup: 16-byte pad */
-#define SY_ET_LD  (64 + 8)    /* the same transposed, [128][ET_LD]: conflict-free writes */
-#define SY_EP_B   (2 * (64 * SY_EP_LD + SY_BM * SY_ET_LD) * 2)
+#define SY_EP_LD  (SY_BM + 8) /* a consumer's epilogue tile [128][EP_LD] bf16: 16-byte pad */
+#define SY_EP_B   (2 * SY_BM * SY_EP_LD * 2)
 #define SY_BAR_AT (2 * SY_STAGES * SY_TILE_B + SY_EP_B)
 #define SY_SMEM   (SY_BAR_AT + 2 * SY_STAGES * 8 + 1024) /* + slack to align the base to 1024 */
 
@@ -176,13 +179,15 @@ __global__ void __launch_bounds__(SY_NTH, 1)
     if (threadIdx.x == 0) {
         for (int s = 0; s < SY_STAGES; s++) {
             mbar_init(FULL(s), 1);
-            mbar_init(EMPTY(s), 256); /* every consumer thread releases */
+            mbar_init(EMPTY(s), 128); /* every thread of the consumer of the stage's tile */
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
 
     if (wg == 0) { /* producer; a diagonal tile's two operands are the same rows: loaded once */
+        /* its registers go to the consumers (128 x 40 + 256 x 232 <= 64 K) */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
         if (tid == 0) {
             int stage = 0;
             uint32_t phase = 0;
@@ -208,111 +213,135 @@ __global__ void __launch_bounds__(SY_NTH, 1)
         return;
     }
 
-    /* consumers: c = 0, 1 own tile rows [64 c, +64), each with its own part of the epilogue
-     * buffers and its own named barrier, so one can run the next tile's MMAs during the other's
-     * stores */
+    /* consumers: c = 0, 1 take the CTA's tiles q = c, c + 2, ..., each with its own epilogue
+     * buffer and named barrier 1 + c; barriers 3 and 4 order the mainloops: 3 is passed when
+     * consumer 0 has issued a tile's MMAs (consumer 1 may start the next), 4 the other way */
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
     const int c = wg - 1, warp = tid / 32, lane = tid % 32;
-    bf16 *ep = (bf16 *)(gbase + 2 * SY_STAGES * SY_TILE_B) +
-               c * (64 * SY_EP_LD + SY_BM * SY_ET_LD); /* [64][EP_LD]: rows of the tile */
-    bf16 *et = ep + 64 * SY_EP_LD;                     /* [128][ET_LD]: the same, transposed */
-    int stage = 0;
-    uint32_t phase = 0;
-    for (int t = blockIdx.x; t < total; t += gridDim.x) {
+    bf16 *ep = (bf16 *)(gbase + 2 * SY_STAGES * SY_TILE_B) + c * SY_BM * SY_EP_LD; /* [128][LD] */
+    const uint32_t bar_id = 1 + c, wait_id = c == 0 ? 4 : 3, pass_id = c == 0 ? 3 : 4;
+    const int ntiles = (total - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x;
+    for (int q = c; q < ntiles; q += 2) {
         int b, i, j;
-        tile_of(t, ntri, &b, &i, &j);
-        const int64_t r0 = (int64_t)i * SY_BM, c0 = (int64_t)j * SY_BM, rh = r0 + c * 64;
-        if (beta != 0.0f) { /* C's rows [rh, +64) x [c0, +128) into ep during the MMAs */
+        tile_of((int)blockIdx.x + q * (int)gridDim.x, ntri, &b, &i, &j);
+        const int64_t r0 = (int64_t)i * SY_BM, c0 = (int64_t)j * SY_BM;
+        const bool diag = i == j;
+        if (beta != 0.0f) { /* C's [r0, +128) x [c0, +128) into ep during the other's MMAs */
             const bf16 *Cb = C + (int64_t)b * sd;
-            for (int u = tid; u < 64 * (SY_BM / 8); u += 128) {
+            for (int u = tid; u < SY_BM * (SY_BM / 8); u += 128) {
                 const int r = u / (SY_BM / 8), v = u % (SY_BM / 8);
-                if (i == j && 8 * v > c * 64 + r) continue; /* above the diagonal: unused */
-                const bool ok = rh + r < n && c0 + 8 * v < n;
+                if (diag && 8 * v > r) continue; /* above the diagonal: unused */
+                const bool ok = r0 + r < n && c0 + 8 * v < n;
                 cp_async16(smem_u32(ep + r * SY_EP_LD + 8 * v),
-                           ok ? Cb + (rh + r) * ldd + c0 + 8 * v : Cb, ok);
+                           ok ? Cb + (r0 + r) * ldd + c0 + 8 * v : Cb, ok);
             }
             cp_async_commit();
         }
-        float acc[64];
+        float acc[2][64]; /* rows [64 h, +64) of the tile, h = 0, 1 */
 #pragma unroll
-        for (int e = 0; e < 64; e++) acc[e] = 0.0f;
-        fence_acc(acc);
+        for (int e = 0; e < 64; e++) acc[0][e] = acc[1][e] = 0.0f;
+        fence_acc(acc[0]);
+        fence_acc(acc[1]);
+        if (q > 0) asm volatile("bar.sync %0, 256;\n" ::"r"(wait_id) : "memory");
         int prev = -1;
         for (int kt = 0; kt < nk; kt++) {
-            mbar_wait(FULL(stage), phase);
+            const int64_t g = (int64_t)q * nk + kt; /* the ring's use of this k step */
+            const int stage = (int)(g % SY_STAGES);
+            mbar_wait(FULL(stage), (uint32_t)(g / SY_STAGES) & 1u);
             wgmma_fence();
-            const uint32_t ta = sa + stage * SY_TILE_B, tb = (i == j ? sa : sb) + stage * SY_TILE_B;
-            /* this warpgroup's 64 rows of A: 64 K-major rows, or the c-th MN chunk */
-            const uint64_t da = TR ? sw128_desc_mn(ta + c * (SY_TILE_B / 2), SY_TILE_B / 2)
-                                   : sw128_desc(ta + c * 64 * 128);
+            const uint32_t ta = sa + stage * SY_TILE_B, tb = (diag ? sa : sb) + stage * SY_TILE_B;
+            /* rows [64 h, +64) of A: 64 K-major rows, or the h-th MN chunk */
+            const uint64_t da0 = TR ? sw128_desc_mn(ta, SY_TILE_B / 2) : sw128_desc(ta);
+            const uint64_t da1 =
+                TR ? sw128_desc_mn(ta + SY_TILE_B / 2, SY_TILE_B / 2) : sw128_desc(ta + 64 * 128);
             const uint64_t db = TR ? sw128_desc_mn(tb, SY_TILE_B / 2) : sw128_desc(tb);
             const int step = TR ? 2048 >> 4 : 32 >> 4; /* the next k16, in 16-byte units */
 #pragma unroll
-            for (int kk = 0; kk < SY_BK / 16; kk++)
-                wgmma_m64n128k16<TR>(acc, da + step * kk, db + step * kk, 1);
+            for (int kk = 0; kk < SY_BK / 16; kk++) {
+                wgmma_m64n128k16<TR>(acc[0], da0 + step * kk, db + step * kk, 1);
+                wgmma_m64n128k16<TR>(acc[1], da1 + step * kk, db + step * kk, 1);
+            }
             wgmma_commit();
-            fence_acc(acc);
+            fence_acc(acc[0]);
+            fence_acc(acc[1]);
             if (prev >= 0) { /* the previous stage's MMAs are done: release it */
                 wgmma_wait<1>();
                 mbar_arrive(EMPTY(prev));
             }
             prev = stage;
-            if (++stage == SY_STAGES) stage = 0, phase ^= 1u;
         }
+        /* every wait on the ring for this tile is behind: the other consumer may start */
+        if (q + 1 < ntiles) asm volatile("bar.arrive %0, 256;\n" ::"r"(pass_id) : "memory");
         wgmma_wait<0>();
-        fence_acc(acc);
+        fence_acc(acc[0]);
+        fence_acc(acc[1]);
         mbar_arrive(EMPTY(prev));
 
-        /* epilogue: alpha acc + beta C (prefetched into ep) -> bf16 rows [rh, rh + 64) of the
-         * tile in ep, over C, and their transpose in et */
-        const uint32_t bar_id = 1 + c;
+        /* epilogue: alpha acc + beta C (prefetched into ep) -> bf16 tile rows in ep, over C;
+         * the results are kept packed in o for the transpose */
         if (beta != 0.0f) {
             cp_async_wait<0>();
             asm volatile("bar.sync %0, 128;\n" ::"r"(bar_id) : "memory");
         }
         bf16 *Db = D + (int64_t)b * sd;
-        const bool diag = i == j;
         const float fa = per.a ? alpha * per.a[b] : alpha, fb = per.b ? beta * per.b[b] : beta;
         const float fd = per.d ? per.d[b] : 0.0f;
+        __nv_bfloat162 o[2][16][2];
 #pragma unroll
-        for (int jn = 0; jn < 16; jn++)
+        for (int hf = 0; hf < 2; hf++)
 #pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int r = warp * 16 + lane / 4 + 8 * h, col = 8 * jn + 2 * (lane % 4);
-                float v0 = fa * acc[4 * jn + 2 * h], v1 = fa * acc[4 * jn + 2 * h + 1];
-                if (beta != 0.0f) { /* this thread reads and then writes the same pair */
-                    const __nv_bfloat162 cv = *(const __nv_bfloat162 *)(ep + r * SY_EP_LD + col);
-                    v0 += fb * __bfloat162float(cv.x);
-                    v1 += fb * __bfloat162float(cv.y);
+            for (int jn = 0; jn < 16; jn++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int r = 64 * hf + warp * 16 + lane / 4 + 8 * h;
+                    const int col = 8 * jn + 2 * (lane % 4);
+                    float v0 = fa * acc[hf][4 * jn + 2 * h], v1 = fa * acc[hf][4 * jn + 2 * h + 1];
+                    if (beta != 0.0f) { /* this thread reads and then writes the same pair */
+                        const __nv_bfloat162 cv =
+                            *(const __nv_bfloat162 *)(ep + r * SY_EP_LD + col);
+                        v0 += fb * __bfloat162float(cv.x);
+                        v1 += fb * __bfloat162float(cv.y);
+                    }
+                    if (diag && col == r) v0 += fd; /* the diagonal: col even, so v0 */
+                    if (diag && col + 1 == r) v1 += fd;
+                    o[hf][jn][h] = __floats2bfloat162_rn(v0, v1);
+                    *(__nv_bfloat162 *)(ep + r * SY_EP_LD + col) = o[hf][jn][h];
                 }
-                if (diag && col == c * 64 + r) v0 += fd; /* the diagonal: col even, so v0 */
-                if (diag && col + 1 == c * 64 + r) v1 += fd;
-                const __nv_bfloat162 o = __floats2bfloat162_rn(v0, v1);
-                *(__nv_bfloat162 *)(ep + r * SY_EP_LD + col) = o;
-                et[col * SY_ET_LD + r] = o.x;
-                et[(col + 1) * SY_ET_LD + r] = o.y;
-            }
         asm volatile("bar.sync %0, 128;\n" ::"r"(bar_id) : "memory");
         /* Stores. On a diagonal tile only the elements on and below its diagonal are stored as
          * computed and the ones below mirrored (the MMA does not give (x, y) and (y, x) the same
          * bits), so vectors that cross the diagonal go element by element. */
-        for (int u = tid; u < 64 * (SY_BM / 8); u += 128) { /* rows, 16-byte vectors */
+        for (int u = tid; u < SY_BM * (SY_BM / 8); u += 128) { /* rows, 16-byte vectors */
             const int r = u / (SY_BM / 8), v = u % (SY_BM / 8);
-            if (rh + r >= n || c0 + 8 * v >= n) continue;
-            const int ok = diag ? min(max(c * 64 + r - 8 * v + 1, 0), 8) : 8; /* first ok cols */
-            bf16 *dst = Db + (rh + r) * ldd + c0 + 8 * v;
+            if (r0 + r >= n || c0 + 8 * v >= n) continue;
+            const int ok = diag ? min(max(r - 8 * v + 1, 0), 8) : 8; /* first ok cols */
+            bf16 *dst = Db + (r0 + r) * ldd + c0 + 8 * v;
             const bf16 *src = ep + r * SY_EP_LD + 8 * v;
             if (ok == 8)
                 *(uint4 *)dst = *(const uint4 *)src;
             else
                 for (int e = 0; e < ok; e++) dst[e] = src[e];
         }
-        for (int u = tid; u < SY_BM * 8; u += 128) { /* columns, mirrored: D[c0 + cc][rh..] */
-            const int cc = u / 8, v = u % 8;
-            if (c0 + cc >= n || rh + 8 * v >= n) continue;
-            /* element e mirrors tile row c 64 + 8 v + e, column cc: below the diagonal from e0 */
-            const int e0 = diag ? min(max(cc - c * 64 - 8 * v + 1, 0), 8) : 0;
-            bf16 *dst = Db + (c0 + cc) * ldd + rh + 8 * v;
-            const bf16 *src = et + cc * SY_ET_LD + 8 * v;
+        asm volatile("bar.sync %0, 128;\n" ::"r"(bar_id) : "memory");
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) /* the transpose into ep: [col][row] */
+#pragma unroll
+            for (int jn = 0; jn < 16; jn++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int r = 64 * hf + warp * 16 + lane / 4 + 8 * h;
+                    const int col = 8 * jn + 2 * (lane % 4);
+                    ep[col * SY_EP_LD + r] = o[hf][jn][h].x;
+                    ep[(col + 1) * SY_EP_LD + r] = o[hf][jn][h].y;
+                }
+        asm volatile("bar.sync %0, 128;\n" ::"r"(bar_id) : "memory");
+        for (int u = tid; u < SY_BM * (SY_BM / 8); u += 128) { /* mirrored: D[c0 + cc][r0..] */
+            const int cc = u / (SY_BM / 8), v = u % (SY_BM / 8);
+            if (c0 + cc >= n || r0 + 8 * v >= n) continue;
+            /* element e mirrors tile row 8 v + e, column cc: below the diagonal from e0 */
+            const int e0 = diag ? min(max(cc - 8 * v + 1, 0), 8) : 0;
+            bf16 *dst = Db + (c0 + cc) * ldd + r0 + 8 * v;
+            const bf16 *src = ep + cc * SY_EP_LD + 8 * v;
             if (e0 == 0)
                 *(uint4 *)dst = *(const uint4 *)src;
             else
