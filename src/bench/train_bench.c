@@ -145,7 +145,7 @@ static int bt_init(bt_state *s, const bench_train_opts *o, const dist_env *e,
     s->o = o;
     if (o->device == ZY_DEV_CUDA) {
         zy_cuda_opts co = o->cuda;
-        co.overlap_optimizer &= e->world == 1; /* ZeRO-1 does not (train/step.h) */
+        co.overlap_optimizer = step_overlaps(co.overlap_optimizer, e->world);
         ZY_TRY(ops_ctx_init_cuda_opts(&s->ctx, o->gpu, &co));
     } else {
         if (o->threads > 0) omp_set_num_threads(o->threads);
@@ -582,7 +582,8 @@ cJSON *bench_train_to_json(const bench_train_opts *o, const bench_train_result *
     cJSON_AddStringToObject(j, "attention", zy_attention_backend_names[o->cuda.attention]);
     /* what ran: one GPU (ZeRO-1 shares the weights instead; the CPU's ops run in order) */
     cJSON_AddBoolToObject(j, "overlap_optimizer",
-                          o->cuda.overlap_optimizer && r->world == 1 && o->device == ZY_DEV_CUDA);
+                          step_overlaps(o->cuda.overlap_optimizer, r->world) &&
+                              o->device == ZY_DEV_CUDA);
     if (o->cuda.attention_workspace_gib == ZY_ATTN_WORKSPACE_AUTO)
         cJSON_AddStringToObject(j, "attention_workspace_gib", "auto");
     else

@@ -366,6 +366,10 @@ static void plan_muon(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, const 
             if ((size_t)count > max_count) max_count = (size_t)count;
         }
     }
+    for (int i = 1; i < c->nbatches; i++) /* by key: optim_cuda_muon_key runs one stretch */
+        ZY_CHECKF(c->batches[i].key >= c->batches[i - 1].key,
+                  "Muon plan: call %d's key %d after key %d", i, c->batches[i].key,
+                  c->batches[i - 1].key);
     c->goff = (uint64_t *)ops_alloc(ctx, (size_t)nmat * sizeof *sg);
     c->moff = (uint64_t *)ops_alloc(ctx, (size_t)nmat * sizeof *sm);
     ops_copy(ctx, c->goff, sg, (size_t)nmat * sizeof *sg);
@@ -865,9 +869,7 @@ void optim_cuda_muon_key(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, flo
     int b0 = 0;
     while (b0 < c->nbatches && c->batches[b0].key != key) b0++;
     int b1 = b0;
-    while (b1 < c->nbatches && c->batches[b1].key == key) b1++;
-    for (int i = b1; i < c->nbatches; i++) /* the plan keeps a key's calls together */
-        ZY_CHECKF(c->batches[i].key != key, "Muon plan: key %d's calls are not together", key);
+    while (b1 < c->nbatches && c->batches[b1].key == key) b1++; /* together: checked at plan */
     muon_batches(ctx, c, opt, params, grads, lr_now, gscale, b0, b1);
 }
 

@@ -54,6 +54,10 @@ int step_reshape(zy_step *s, int B, int T) {
     return had_acts ? step_init_acts(s, s->recompute) : ZY_OK;
 }
 
+int step_overlaps(int wanted, int world) {
+    return wanted && world == 1; /* ZeRO-1's ranks share each group's weights instead */
+}
+
 static int world_of(const zy_step *s) {
     return s->comm ? s->comm->world : 1;
 }
@@ -84,7 +88,7 @@ int step_init_training(zy_step *s, const zy_step_config *cfg, const zy_optim_con
         for (int i = 0; i < t->count; i++) s->group[i] = model_entry_group(&s->model, i);
     }
     zy_ctx *update_ctx = s->ctx;
-    if (cfg->overlap_optimizer && !s->have_zero) {
+    if (step_overlaps(cfg->overlap_optimizer, world_of(s))) {
         ZY_TRY(ops_ctx_init_beside(&s->side, s->ctx));
         s->have_side = 1;
         update_ctx = &s->side;

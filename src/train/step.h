@@ -35,6 +35,11 @@ typedef struct {
     int overlap_optimizer;
 } zy_step_config;
 
+/* Whether the update runs beside the next forward, for a job of `world` ranks that asks for it
+ * (cfg.overlap_optimizer): on one rank only. The trainer and the benchmark ask this before
+ * making the context (its stream's priority), and the step when it plans the update. */
+int step_overlaps(int wanted, int world);
+
 /* The phases of a step, in order (the phase hook is called at the end of each). */
 typedef enum {
     ZY_PHASE_ZERO = 0, /* zeroing the gradients */

@@ -41,7 +41,7 @@ static int setup_device(trainer *tr, const dist_env *e) {
     const int local = ranks_local_gpu(e);
     if (!strcmp(dev, "cuda") || (!strcmp(dev, "auto") && ops_cuda_device_count() > 0)) {
         zy_cuda_opts o = tr->cfg->cuda;
-        o.overlap_optimizer &= e->world == 1; /* ZeRO-1 does not (step.h) */
+        o.overlap_optimizer = step_overlaps(o.overlap_optimizer, e->world);
         return ops_ctx_init_cuda_opts(&tr->ctx, local, &o);
     }
     int threads = tr->cfg->threads;
