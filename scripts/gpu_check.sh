@@ -6,11 +6,12 @@
 # `zayac bench train` on bench-small side by side with another build when PREV_TAR names a source
 # tarball of it (`git archive -o .ext/prev.tar REV`), alternating rounds so clock drift hits both.
 # Usage (from the zayac root):
-#   DEBS=.ext/debs [PREV_TAR=.ext/prev.tar] [ROUNDS=3] [SKIP_TESTS=1] [TESTS="test_a test_b"] \
+#   DEBS=.ext/debs [PREV_TAR=.ext/prev.tar] [ROUNDS=3] [SKIP_TESTS=1] [TESTS="test_a test_b"] [SKIP="test_c"] \
 #       [CASES="bench-small:8:2048 bench-base:4:4096"] [OPTIMS="adamw muon"] bash scripts/gpu_check.sh
 # TESTS runs those test programs only; CASES are the benchmarked presets (preset:batch:seq; default
 # bench-small:8:2048), each under every optimizer of OPTIMS. TESTS_TIMEOUT_S (default 540) bounds
-# the whole suite: on one H100 it took 465 s at 98b33eb, and a call may run 600 s.
+# the whole suite: on one H100 it took 465 s at 98b33eb and 544 s at da91a92, and a call may run
+# 600 s (SKIP="test_train_dp" makes room: CI runs those CPU ranks).
 # Files land in $OUT: summary.txt (the results), build.log, tests.log (every test binary of tests/
 # and dev/), memcheck_*.log, bench_*.
 set -u
@@ -45,6 +46,9 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
     s0=$(date +%s)
     tests=$(ls build/tests/test_* build/dev/test_* 2>/dev/null | grep -v '\.[od]$')
     [ -n "${TESTS:-}" ] && tests=$(for t in $TESTS; do ls build/tests/$t build/dev/$t 2>/dev/null; done)
+    # SKIP leaves those out: the whole suite takes ~545 s on one H100 (2026-11-26), so the CPU-only
+    # rank tests that CI runs anyway (SKIP="test_train_dp") make room in a 600 s call
+    for t in ${SKIP:-}; do tests=$(echo "$tests" | tr ' ' '\n' | grep -v "/$t\$"); done
     ZAYAC_BIN=$PWD/build/zayac ZAYAC_ROOT=$PWD timeout ${TESTS_TIMEOUT_S:-540} bash scripts/run_tests.sh $tests \
         >"$OUT/tests.log" 2>&1
     rc=$?
