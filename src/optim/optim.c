@@ -364,7 +364,8 @@ void optim_plan_runs(zy_optim *opt, const zy_param_table *t, const int *group) {
     int *key = zy_calloc((size_t)t->count + 1, sizeof *key);
     for (int a = 0, b, r = 0; a < t->count; a = b, r++) {
         b = run_end(group, a, t->count);
-        for (int i = a; i < b; i++) key[i] = t->items[i].numel >= OPTIM_RUN_MIN_ELEMS ? r : 0;
+        for (int i = a; i < b; i++)
+            key[i] = t->items[i].numel >= OPTIM_RUN_MIN_ELEMS ? r / OPTIM_RUNS_PER_KEY : 0;
     }
     optim_cuda_free(opt->ctx, opt->cuda);
     opt->cuda = optim_cuda_init(opt->ctx, opt, t, 0, key);
@@ -392,8 +393,12 @@ void optim_step_runs(zy_optim *opt, const zy_param_table *t, float *params, cons
     if (gpu && !by_run && (whole = optim_cuda_has_muon(opt->cuda)))
         optim_cuda_step(opt->ctx, opt->cuda, opt, params, grads, lr_now, grad_scale, bc1, bc2);
 #endif
+    /* the groups whose done waits for their key's Muon calls (by_run: a key spans
+     * OPTIM_RUNS_PER_KEY runs) */
+    int pending[OPTIM_RUNS_PER_KEY], npending = 0;
     for (int a = 0, b, r = 0; a < t->count; a = b, r++) {
         b = run_end(group, a, t->count);
+        int key_done = 1;
         if (!gpu)
             for (int i = a; i < b; i++)
                 update_entry(opt, &t->items[i], i, params, grads, lr_now, grad_scale, bc1, bc2);
@@ -401,11 +406,17 @@ void optim_step_runs(zy_optim *opt, const zy_param_table *t, float *params, cons
         else if (!whole) {
             optim_cuda_adamw(opt->ctx, opt->cuda, opt, params, grads, lr_now, grad_scale, bc1, bc2,
                              a, b);
-            if (by_run)
-                optim_cuda_muon_key(opt->ctx, opt->cuda, opt, params, grads, lr_now, grad_scale, r);
+            key_done =
+                !by_run || b == t->count || (r + 1) / OPTIM_RUNS_PER_KEY != r / OPTIM_RUNS_PER_KEY;
+            if (by_run && key_done)
+                optim_cuda_muon_key(opt->ctx, opt->cuda, opt, params, grads, lr_now, grad_scale,
+                                    r / OPTIM_RUNS_PER_KEY);
         }
 #endif
-        if (done) done(user, group[a]);
+        if (done) pending[npending++] = group[a];
+        if (!key_done) continue;
+        for (int k = 0; k < npending; k++) done(user, pending[k]);
+        npending = 0;
     }
 }
 

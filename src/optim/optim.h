@@ -155,18 +155,24 @@ void optim_step(zy_optim *opt, const zy_param_table *t, float *params, const flo
  * consecutive entries with one group value, so the caller can queue that run's communication
  * (ZeRO-1's broadcast of the updated weights, or the step's mark of the weights a forward may
  * read) while the later runs are updated. On a CUDA context each run's AdamW tensors are one
- * launch queued before its done, and so are its Muon tensors when the plan is by these runs
- * (optim_plan_runs); otherwise, when Muon tensors are updated (batched by shape over the whole
- * table) every update is queued first, then every done. */
+ * launch queued before its done; when the plan is by these runs (optim_plan_runs) so are the Muon
+ * tensors of its key (OPTIM_RUNS_PER_KEY runs, whose dones all come after them); otherwise, when
+ * Muon tensors are updated (batched by shape over the whole table) every update is queued first,
+ * then every done. */
 void optim_step_runs(zy_optim *opt, const zy_param_table *t, float *params, const float *grads,
                      float lr_now, float grad_scale, const int *group,
                      void (*done)(void *user, int group), void *user);
 /* Plans the GPU's Muon batches by the runs of group (as optim_step_runs forms them), so that no
- * Newton-Schulz call spans two runs: optim_step_runs with this group array (the caller keeps it)
- * then queues each run's whole update, Muon included, before its done. Entries of fewer than
- * OPTIM_RUN_MIN_ELEMS elements count as the first run's (updated before every done, batched with
- * their shape over the runs). Nothing on the CPU. */
+ * Newton-Schulz call spans two keys, a key being OPTIM_RUNS_PER_KEY consecutive runs:
+ * optim_step_runs with this group array (the caller keeps it) then queues each key's whole
+ * update, Muon included, before the dones of its runs. Entries of fewer than OPTIM_RUN_MIN_ELEMS
+ * elements count as the first key's (updated before every done, batched with their shape over
+ * the runs). Nothing on the CPU. */
 #define OPTIM_RUN_MIN_ELEMS ((size_t)1 << 23)
+/* Runs whose Muon matrices share their Newton-Schulz calls (the dones of those runs come after
+ * them): 16 expert matrices a call fill 4.4 waves of SYRK tiles at bench-small's n = 1024, 32
+ * fill 8.7, so less of the GPU idles in a call's last wave. */
+#define OPTIM_RUNS_PER_KEY 2
 void optim_plan_runs(zy_optim *opt, const zy_param_table *t, const int *group);
 
 /* CUDA: from now on each step also writes the updated tensors, rounded to bf16, at the same
