@@ -8,9 +8,11 @@ passed=0 failed=0 skipped=0 broken=()
 for t in "$@"; do
     name=$(basename "$t")
     echo "=== $name"
+    t0=$(date +%s)
     out=$("$t" 2>&1)
     rc=$?
     echo "$out"
+    echo "--- $name: $(($(date +%s) - t0)) s" # which programs a time limit should look at first
     p=$(grep -oE '^\[  PASSED  \] [0-9]+' <<<"$out" | awk '{s+=$NF} END {print s+0}')
     f=$(grep -oE '^\[  FAILED  \] [0-9]+' <<<"$out" | awk '{s+=$NF} END {print s+0}')
     s=$(grep -oE '^\[  SKIPPED \] [0-9]+' <<<"$out" | awk '{s+=$NF} END {print s+0}')
