@@ -599,8 +599,9 @@ static void test_grad_scale_is_scaling_in_place(void **state) {
 }
 
 /* optim_step_runs' contract (ZeRO-1 queues each group's broadcast in done): done(group) once per
- * run of equal groups, in table order, when that run's entries are updated and the later runs'
- * not yet; and the same weights as optim_step. */
+ * run of equal groups, in table order, when that run's entries are updated; on the CPU (this
+ * test) the later runs' not yet (the GPU's plan by runs, optim_plan_runs, may have updated the
+ * next run of its key too); and the same weights as optim_step. */
 typedef struct {
     const zy_param_table *t;
     const int *group;
