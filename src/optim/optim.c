@@ -345,6 +345,13 @@ static void update_entry(zy_optim *opt, const zy_param *p, int i, float *params,
 }
 
 /* The end of the run of equal group values starting at a (the whole table without groups). */
+#ifdef ZY_HAVE_CUDA
+/* The Muon key of run r under the GPU's plan by runs: OPTIM_RUNS_PER_KEY runs a key. */
+static int run_key(int r) {
+    return r / OPTIM_RUNS_PER_KEY;
+}
+#endif
+
 static int run_end(const int *group, int a, int n) {
     int b = a + 1;
     while (b < n && (!group || group[b] == group[a])) b++;
@@ -365,7 +372,7 @@ void optim_plan_runs(zy_optim *opt, const zy_param_table *t, const int *group) {
     for (int a = 0, b, r = 0; a < t->count; a = b, r++) {
         b = run_end(group, a, t->count);
         for (int i = a; i < b; i++)
-            key[i] = t->items[i].numel >= OPTIM_RUN_MIN_ELEMS ? r / OPTIM_RUNS_PER_KEY : 0;
+            key[i] = t->items[i].numel >= OPTIM_RUN_MIN_ELEMS ? run_key(r) : 0;
     }
     optim_cuda_free(opt->ctx, opt->cuda);
     opt->cuda = optim_cuda_init(opt->ctx, opt, t, 0, key);
@@ -406,11 +413,10 @@ void optim_step_runs(zy_optim *opt, const zy_param_table *t, float *params, cons
         else if (!whole) {
             optim_cuda_adamw(opt->ctx, opt->cuda, opt, params, grads, lr_now, grad_scale, bc1, bc2,
                              a, b);
-            key_done =
-                !by_run || b == t->count || (r + 1) / OPTIM_RUNS_PER_KEY != r / OPTIM_RUNS_PER_KEY;
+            key_done = !by_run || b == t->count || run_key(r + 1) != run_key(r);
             if (by_run && key_done)
                 optim_cuda_muon_key(opt->ctx, opt->cuda, opt, params, grads, lr_now, grad_scale,
-                                    r / OPTIM_RUNS_PER_KEY);
+                                    run_key(r));
         }
 #endif
         if (done) pending[npending++] = group[a];
