@@ -1,15 +1,27 @@
 #!/usr/bin/env bash
-# ncu's view of a few kernels (time, DRAM, L2 and tensor-pipe use) with clock control off, so the
-# GPU's settings stay as they are. From the zayac root on the GPU machine: DEBS=.ext/debs OUT=dir
-# bash dev/ncu_kernels.sh. Files: $OUT/ncu_*.txt.
+# ncu's view of a few kernels with clock control off, so the GPU's settings stay as they are. From
+# the zayac root on the GPU machine:
+#   DEBS=.ext/debs OUT=dir bash dev/ncu_kernels.sh        time, DRAM, L2 and tensor-pipe use of two
+#       SYRK launches, one cuBLAS launch and the CCA conv kernels (files $OUT/ncu_*.txt);
+#   DEBS=.ext/debs OUT=dir bash dev/ncu_kernels.sh syrk [skip]   one SYRK launch in detail
+#       (launch, occupancy and cluster figures, warp stalls; $OUT/ncu_syrk.txt).
+# The skips count syrk_kernel launches of test_cuda_syrk: 60 fell in test_syrk_shapes (a
+# one-CTA case), 740 on a launch whose time matches the timing test's 2048 x 4096 x 16 (one H100,
+# 2026-11-26); other builds of the test may move them.
 set -u
 export PATH=/usr/local/cuda/bin:$PATH
 . scripts/gpu_deps.sh
 make -j16 DEPS_ROOT="$DEPS_ROOT" CUDA=1 build/tests/test_cuda_ops_cca build/tests/test_cuda_syrk >"$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 1; }
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 M=gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_bytes.sum,l1tex__throughput.avg.pct_of_peak_sustained_elapsed,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active
+if [ "${1:-}" = syrk ]; then
+    $NCU --clock-control none -k regex:syrk_kernel --launch-skip "${2:-740}" --launch-count 1 \
+        --section LaunchStats --section Occupancy --section SpeedOfLight --section WarpStateStats \
+        --metrics $M build/tests/test_cuda_syrk > "$OUT/ncu_syrk.txt" 2>&1
+    grep -v "^==PROF==\|^\[" "$OUT/ncu_syrk.txt" | grep -E "syrk_kernel|Cluster|Grid|Duration|Throughput|Occupancy|Waves|Stall|lts__|tensor|Registers|Block Limit|Warp Cycles|Active" | head -60
+    exit 0
+fi
 show() { grep -E "^  [a-zA-Z_].*\(|gpu__time|dram__|lts__|l1tex__|tensor_op|warps_active" "$1"; }
-# the SYRK: launches in test_cuda_syrk's timing (1024 x 1024 x 16 first, then 2048 x 4096 X^T X)
 for skip in 60 740; do
     $NCU --clock-control none -k regex:syrk_kernel --launch-skip $skip --launch-count 1 --metrics $M \
         build/tests/test_cuda_syrk > "$OUT/ncu_syrk_$skip.txt" 2>&1
