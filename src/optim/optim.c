@@ -344,7 +344,6 @@ static void update_entry(zy_optim *opt, const zy_param *p, int i, float *params,
     }
 }
 
-/* The end of the run of equal group values starting at a (the whole table without groups). */
 #ifdef ZY_HAVE_CUDA
 /* The Muon key of run r under the GPU's plan by runs: OPTIM_RUNS_PER_KEY runs a key. */
 static int run_key(int r) {
@@ -352,6 +351,7 @@ static int run_key(int r) {
 }
 #endif
 
+/* The end of the run of equal group values starting at a (the whole table without groups). */
 static int run_end(const int *group, int a, int n) {
     int b = a + 1;
     while (b < n && (!group || group[b] == group[a])) b++;
