@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # ncu's view of a few kernels with clock control off, so the GPU's settings stay as they are. From
 # the zayac root on the GPU machine:
-#   DEBS=.ext/debs OUT=dir bash dev/ncu_kernels.sh        time, DRAM, L2 and tensor-pipe use of two
+#   DEBS=.ext/debs OUT=dir bash dev/scripts/ncu_kernels.sh        time, DRAM, L2 and tensor-pipe use of two
 #       SYRK launches, one cuBLAS launch and the CCA conv kernels (files $OUT/ncu_*.txt);
-#   DEBS=.ext/debs OUT=dir bash dev/ncu_kernels.sh syrk [skip]   one SYRK launch in detail
+#   DEBS=.ext/debs OUT=dir bash dev/scripts/ncu_kernels.sh syrk [skip]   one SYRK launch in detail
 #       (launch, occupancy and cluster figures, warp stalls; $OUT/ncu_syrk.txt).
 # The skips count syrk_kernel launches of test_cuda_syrk: 60 fell in test_syrk_shapes (a
 # one-CTA case), 740 on a launch whose time matches the timing test's 2048 x 4096 x 16 (one H100,
