@@ -198,8 +198,8 @@ static void run_adamw_vs_cpu(int ranged) {
         }
     }
     zy_optim oc, og;
-    assert_int_equal(optim_init_owned(&oc, &cpu, &cfg, &t, NULL, range), ZY_OK);
-    assert_int_equal(optim_init_owned(&og, &gpu, &cfg, &t, NULL, range), ZY_OK);
+    assert_int_equal(optim_init_owned(&oc, &cpu, &cfg, &t, NULL, range, NULL), ZY_OK);
+    assert_int_equal(optim_init_owned(&og, &gpu, &cfg, &t, NULL, range, NULL), ZY_OK);
     float *p = malloc(t.total * sizeof *p), *g = malloc(t.total * sizeof *g);
     float *p0 = malloc(t.total * sizeof *p0);
     fill_normal(p, t.total, 1.0f);

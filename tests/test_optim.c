@@ -506,8 +506,8 @@ static void test_sliced_state(void **state) {
     size_t range[10] = {16, 160, 0, 32, 0, 7, 0, 5, 48, 99};
     zy_optim whole, part, again;
     assert_int_equal(optim_init(&whole, &cpu, &cfg, &t), ZY_OK);
-    assert_int_equal(optim_init_owned(&part, &cpu, &cfg, &t, NULL, range), ZY_OK);
-    assert_int_equal(optim_init_owned(&again, &cpu, &cfg, &t, NULL, range), ZY_OK);
+    assert_int_equal(optim_init_owned(&part, &cpu, &cfg, &t, NULL, range, NULL), ZY_OK);
+    assert_int_equal(optim_init_owned(&again, &cpu, &cfg, &t, NULL, range, NULL), ZY_OK);
     assert_int_equal(part.adam_total, 144 + 16 + 64); /* 16-aligned slices */
     assert_true(optim_state_mirrored(&part) && !optim_state_mirrored(&whole));
     zy_rng rng = zy_rng_init(41, 0);

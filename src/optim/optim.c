@@ -127,11 +127,12 @@ double optim_update_cost(const zy_optim_config *cfg, const zy_param *p, double f
 }
 
 int optim_init(zy_optim *opt, zy_ctx *ctx, const zy_optim_config *cfg, const zy_param_table *t) {
-    return optim_init_owned(opt, ctx, cfg, t, NULL, NULL);
+    return optim_init_owned(opt, ctx, cfg, t, NULL, NULL, NULL);
 }
 
 int optim_init_owned(zy_optim *opt, zy_ctx *ctx, const zy_optim_config *cfg,
-                     const zy_param_table *t, const unsigned char *mine, const size_t *range) {
+                     const zy_param_table *t, const unsigned char *mine, const size_t *range,
+                     const int *runs) {
     memset(opt, 0, sizeof *opt);
     ZY_CHECK(ctx != NULL);
     ZY_TRY(optim_config_check(cfg));
@@ -181,11 +182,12 @@ int optim_init_owned(zy_optim *opt, zy_ctx *ctx, const zy_optim_config *cfg,
     opt->momentum = ops_alloc(ctx, (opt->muon_total ? opt->muon_total : 1) * sizeof(float));
     if (on_cuda(ctx)) {
 #ifdef ZY_HAVE_CUDA
-        opt->cuda = optim_cuda_init(ctx, opt, t, 0, NULL);
+        if (!runs) opt->cuda = optim_cuda_init(ctx, opt, t, 0, NULL); /* else planned just below */
 #endif
     } else {
         opt->work = zy_calloc(opt->work_floats ? opt->work_floats : 1, sizeof(float));
     }
+    if (runs) optim_plan_runs(opt, t, runs);
     return ZY_OK;
 }
 

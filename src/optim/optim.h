@@ -122,9 +122,11 @@ int optim_init(zy_optim *opt, zy_ctx *ctx, const zy_optim_config *cfg, const zy_
  * of them); the others are left alone as buffers are. mine NULL: every entry. range NULL: each
  * step updates every element of those entries; else [2 * count]: entry i's elements
  * [range[2i], range[2i+1]) only (an AdamW entry split over ranks: its state holds that slice;
- * the host mirror, which checkpoints read and write, holds every entry whole). */
+ * the host mirror, which checkpoints read and write, holds every entry whole). runs not NULL:
+ * the GPU plan is by those runs (optim_plan_runs), made once. */
 int optim_init_owned(zy_optim *opt, zy_ctx *ctx, const zy_optim_config *cfg,
-                     const zy_param_table *t, const unsigned char *mine, const size_t *range);
+                     const zy_param_table *t, const unsigned char *mine, const size_t *range,
+                     const int *runs);
 /* The optimizer state floats entry i needs under cfg (AdamW 2 per element, Muon 1, buffers 0). */
 size_t optim_state_floats(const zy_optim_config *cfg, const zy_param *p);
 /* The time one update of p takes, relative to other tensors, in bytes of memory traffic: its

@@ -97,12 +97,11 @@ int step_init_training(zy_step *s, const zy_step_config *cfg, const zy_optim_con
         s->updated = zy_calloc((size_t)L + 2, sizeof *s->updated);
         for (int g = 0; g < L + 2; g++) s->updated[g] = ops_mark_new(&s->side);
     }
-    ZY_TRY(optim_init_owned(&s->opt, update_ctx, oc, t, s->have_zero ? s->zero.mine : NULL,
-                            s->have_zero ? s->zero.range : NULL));
-    s->have_opt = 1;
     /* one rank: each group's update (Muon's too) is done before the next group's starts, so the
      * forward can start on the first groups while the update works on the later ones */
-    if (!s->have_zero) optim_plan_runs(&s->opt, t, s->group);
+    ZY_TRY(optim_init_owned(&s->opt, update_ctx, oc, t, s->have_zero ? s->zero.mine : NULL,
+                            s->have_zero ? s->zero.range : NULL, s->have_zero ? NULL : s->group));
+    s->have_opt = 1;
     optim_set_compute_copy(&s->opt, s->model.cparams); /* bf16 weights refreshed by the update */
     spike_init(&s->spike, &cfg->spike);
     ZY_TRY(balance_init(&s->bal, bc, L, E));
