@@ -347,9 +347,10 @@ static void update_entry(zy_optim *opt, const zy_param *p, int i, float *params,
 }
 
 #ifdef ZY_HAVE_CUDA
-/* The Muon key of run r under the GPU's plan by runs: OPTIM_RUNS_PER_KEY runs a key. */
+/* The Muon key of run r under the GPU's plan by runs: run 0 (the global tensors before the
+ * layers) alone, then OPTIM_RUNS_PER_KEY runs a key, so the layers pair from the first one. */
 static int run_key(int r) {
-    return r / OPTIM_RUNS_PER_KEY;
+    return (r + OPTIM_RUNS_PER_KEY - 1) / OPTIM_RUNS_PER_KEY;
 }
 #endif
 
