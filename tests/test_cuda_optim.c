@@ -446,7 +446,8 @@ static void test_muon_vs_cpu(void **state) {
  * the CPU does. Per layer a large stack, a small matrix of a shape first seen after it (its own
  * key is the first run's) and a large stack of another shape: the second stack's calls come after
  * the small one's in the table, yet must run with its layer's run (a plan that ran only each
- * key's first stretch of calls left it untouched). */
+ * key's first stretch of calls left it untouched). Three layers, so two layers' large stacks share
+ * a key (OPTIM_RUNS_PER_KEY runs a key) and are batched into the same calls. */
 static void test_muon_by_runs(void **state) {
     (void)state;
     NEED_GPU();
@@ -454,7 +455,7 @@ static void test_muon_by_runs(void **state) {
     params_init(&t);
     params_add(&t, "emb", 2, (int64_t[]){9, 4}, ZY_PARAM_EMBED, -1);
     char name[32];
-    for (int l = 0; l < 2; l++) { /* stacks of OPTIM_RUN_MIN_ELEMS elements: keyed by run */
+    for (int l = 0; l < 3; l++) { /* stacks of OPTIM_RUN_MIN_ELEMS elements: keyed by run */
         snprintf(name, sizeof name, "l%d.big", l);
         params_add(&t, name, 3, (int64_t[]){2048, 64, 64}, ZY_PARAM_MATRIX, l);
         snprintf(name, sizeof name, "l%d.small", l);
