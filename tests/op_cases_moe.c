@@ -251,7 +251,7 @@ static void case_dispatch(oh_run *r, const int *p) {
         oh_out_i32(r, dcnt, E, fmt, N, E, ch_name[mode], "counts");
         oh_out_i32(r, doff, E + 1, fmt, N, E, ch_name[mode], "offsets");
         oh_out_host_i32(r, offh, E + 1, fmt, N, E, ch_name[mode], "offsets_host");
-        /* the listed rows exactly, and nothing written after them */
+        /* the routed rows by expert, then the skipped ones: all N exactly */
         oh_out_i32(r, dperm, nn, fmt, N, E, ch_name[mode], "perm");
     }
 }
@@ -399,6 +399,53 @@ static void case_expert_matmul(oh_run *r, const int *p) {
     }
 }
 
+/* ---- the forward MoE without waiting (forward.c, where ops_experts_grouped) ---- */
+
+/* The backend's chain: dispatch_async, the gather of all N rows, the expert GEMM from the device
+ * offsets (ops_expert_matmul_grouped; where the device has no grouped kernel, the per-expert GEMM
+ * after a wait stands in), combine over all N rows (skipped rows' gate is 0 and their ys rows,
+ * never written, are NaN); the CPU runs the same chain, waiting at nothing. p: N, E. */
+static void case_moe_grouped(oh_run *r, const int *p) {
+    zy_ctx *c = oh_ctx(r);
+    const int N = p[0], E = p[1], D = 64, F = 48;
+    const size_t nn = N ? (size_t)N : 1, nd = nn * D, nf = nn * F, nw = (size_t)E * F * D;
+    int32_t *choice = make_choice(r, N, E, CH_UNIFORM);
+    float *x = oh_randn_bf(r, nd, 1.0f), *W = oh_randn_bf(r, nw, 0.5f);
+    float *gate = oh_randu(r, nn, 0.1f, 1.0f);
+    for (int n = 0; n < N; n++)
+        if (choice[n] == E) gate[n] = 0.0f; /* router_select's skip */
+    /* the |terms| sums of the routed rows' products, for the bound */
+    int32_t *cnt = oh_ints(r, E, 0), *off = oh_ints(r, E + 1, 0), *perm = oh_ints(r, nn, 0);
+    const int routed = ops_moe_dispatch(oh_cpu(), cnt, off, oh_ints(r, E + 1, 0), perm, choice, N, E);
+    float *xs = oh_const(r, nd, 0.0f), *sabs = oh_const(r, nf, 0.0f);
+    ops_gather_rows(oh_cpu(), xs, x, perm, routed, D);
+    ops_expert_matmul(oh_cpu(), sabs, oh_abs(r, xs, nd), oh_abs(r, W, nw), off, E, F, D, 0);
+    double *s = oh_zeros(r, nf); /* ys rounded, then y: two bf16 roundings, fp32 sums over D */
+    for (int k = 0; k < routed; k++)
+        for (int j = 0; j < F; j++)
+            s[(size_t)perm[k] * F + j] = (D + 2) * (double)gate[perm[k]] * sabs[(size_t)k * F + j];
+    /* the backend's chain without waiting */
+    int32_t *dcnt = oh_i32(r, oh_ints(r, E, PERM_POISON), E);
+    int32_t *doff = oh_i32(r, oh_ints(r, E + 1, PERM_POISON), E + 1);
+    int32_t *dperm = oh_i32(r, oh_ints(r, nn, PERM_POISON), nn);
+    int32_t *offh = oh_ints(r, E + 1, PERM_POISON);
+    ops_moe_dispatch_async(c, dcnt, doff, offh, dperm, oh_i32(r, choice, nn), N, E);
+    zy_act *dxs = oh_nan_act(r, nd), *dys = oh_nan_act(r, nf), *dy = oh_nan_act(r, nf);
+    zy_act *dW = oh_act(r, W, nw);
+    ops_gather_rows(c, dxs, oh_act(r, x, nd), dperm, N, D);
+    if (ops_experts_grouped(c, E, F, D)) {
+        ops_expert_matmul_grouped(c, dys, dxs, dW, doff, E, F, D, N);
+    } else {
+        ops_sync(c);
+        ops_expert_matmul(c, dys, dxs, dW, offh, E, F, D, 0);
+    }
+    ops_moe_combine(c, dy, dys, oh_f32(r, gate, nn), dperm, N, N, F);
+    ops_sync(c);
+    oh_out_host_i32(r, offh, E + 1, "moe grouped N=%d E=%d offsets_host", N, E);
+    oh_out_act(r, oh_bound_abs(2 * BF_REL, F32_EPS, s, 1e-37), dy, nf, "moe grouped N=%d E=%d y",
+               N, E);
+}
+
 /* ---- EDA ---- */
 
 /* p: N, R */
@@ -474,6 +521,9 @@ const oh_case oh_cases_moe[] = {
     DISPATCH(65537),
     {"moe_dispatch", case_dispatch, {3000, 1}},   /* one expert */
     {"moe_dispatch", case_dispatch, {5000, 512}}, /* the largest E the kernels take */
+    {"moe_grouped", case_moe_grouped, {1000, 16}},
+    {"moe_grouped", case_moe_grouped, {3001, 6}},
+    {"moe_grouped", case_moe_grouped, {1, 4}},
     ROWS3("gather_rows", case_gather, 1024, 0),
     ROWS3("gather_rows", case_gather, 1024, 1),
     ROWS3("gather_rows", case_gather, 136, 0),

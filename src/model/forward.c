@@ -7,19 +7,50 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Routes the rows of m to their experts and combines the weighted expert outputs into y. */
-static void moe_forward(zy_model *mo, zy_layer_acts *x, const zy_layer_wc *wc, int N) {
+/* Routes the rows of m to their experts and combines the weighted expert outputs into y. Where
+ * the expert GEMMs read the offsets on the device (ops_experts_grouped) and the layer keeps its
+ * own buffers, nothing here waits for the dispatch: the gather, the activation and the combine
+ * run over all N rows of perm (the skipped rows last, their gate 0), and the routed count
+ * reaches the host with the backward (model_routing_fetch). */
+static void moe_forward(zy_model *mo, zy_acts *a, zy_layer_acts *x, const zy_layer_wc *wc, int N) {
     zy_ctx *ctx = mo->ctx;
     const zy_config *c = &mo->cfg;
     const int D = c->hidden_size, F = c->moe_intermediate_size, E = c->num_experts;
-    x->nrouted =
-        ops_moe_dispatch(ctx, x->counts, x->offsets, x->offsets_host, x->perm, x->choice, N, E);
-    ops_gather_rows(ctx, x->xs, x->m, x->perm, x->nrouted, D);
+    const int grouped = !a->recompute && ops_experts_grouped(ctx, E, 2 * F, D) &&
+                        ops_experts_grouped(ctx, E, D, F);
+    int rows = N;
+    if (grouped) {
+        ops_moe_dispatch_async(ctx, x->counts, x->offsets, x->offsets_host, x->perm, x->choice, N,
+                               E);
+        x->nrouted = -1; /* on the host after model_routing_fetch */
+    } else {
+        rows = x->nrouted = ops_moe_dispatch(ctx, x->counts, x->offsets, x->offsets_host, x->perm,
+                                             x->choice, N, E);
+    }
+    ops_gather_rows(ctx, x->xs, x->m, x->perm, rows, D);
     /* gu[rows of e] = xs @ gate_up[e]^T; ys[rows of e] = act @ down[e]^T */
-    ops_expert_matmul(ctx, x->gu, x->xs, wc->gate_up, x->offsets_host, E, 2 * F, D, 0);
-    ops_swiglu_fwd(ctx, x->act, x->gu, x->nrouted, F);
-    ops_expert_matmul(ctx, x->ys, x->act, wc->down, x->offsets_host, E, D, F, 0);
-    ops_moe_combine(ctx, x->y, x->ys, x->gate, x->perm, x->nrouted, N, D);
+    if (grouped)
+        ops_expert_matmul_grouped(ctx, x->gu, x->xs, wc->gate_up, x->offsets, E, 2 * F, D, N);
+    else
+        ops_expert_matmul(ctx, x->gu, x->xs, wc->gate_up, x->offsets_host, E, 2 * F, D, 0);
+    ops_swiglu_fwd(ctx, x->act, x->gu, rows, F);
+    if (grouped)
+        ops_expert_matmul_grouped(ctx, x->ys, x->act, wc->down, x->offsets, E, D, F, N);
+    else
+        ops_expert_matmul(ctx, x->ys, x->act, wc->down, x->offsets_host, E, D, F, 0);
+    ops_moe_combine(ctx, x->y, x->ys, x->gate, x->perm, rows, N, D);
+}
+
+void model_routing_fetch(zy_model *m, zy_acts *a) {
+    const int L = m->cfg.num_hidden_layers, N = a->B * a->T, E = m->cfg.num_experts;
+    int synced = 0;
+    for (int l = 0; l < L; l++) {
+        zy_layer_acts *x = &a->layers[l];
+        if (x->nrouted >= 0) continue;
+        if (!synced) ops_sync(m->ctx); /* the dispatches' copies have landed */
+        synced = 1;
+        x->nrouted = ops_moe_routed(x->offsets_host, N, E);
+    }
 }
 
 /* Router: z = m Wdown + b (+ r_prev * g), then norm, two GELU layers, logits, biased top-1. */
@@ -130,7 +161,7 @@ void layer_forward(zy_model *mo, zy_acts *a, int l, zy_layer_cache *cache, int n
 
     /* MoE block (x->m = post-attention norm of h_mid) */
     router_forward(mo, x, w, wc, r_prev, N);
-    moe_forward(mo, x, wc, N);
+    moe_forward(mo, a, x, wc, N);
     if (!next) return;
     const zy_next_norm nn = next_norm(mo, a, l);
     ops_resnorm_fwd(ctx, nn.h, nn.y, nn.rstd, x->y, x->h_mid, w->pm_hb, w->pm_hs, w->pm_rb,
@@ -188,6 +219,11 @@ double model_forward_loss(zy_model *m, zy_acts *a, const int32_t *ids, const int
 
 void model_route_counts(const zy_model *m, const zy_acts *a, int64_t *out) {
     const int N = a->B * a->T, E = m->cfg.num_experts, E1 = E + 1;
+    for (int l = 0; l < m->cfg.num_hidden_layers; l++)
+        if (a->layers[l].nrouted < 0) { /* a forward that did not wait for its dispatches */
+            ops_sync(m->ctx);
+            break;
+        }
     for (int l = 0; l < m->cfg.num_hidden_layers; l++) { /* from the host copy of the offsets */
         const int32_t *off = a->layers[l].offsets_host;
         for (int e = 0; e < E; e++) out[(size_t)l * E1 + e] = off[e + 1] - off[e];

@@ -543,7 +543,9 @@ int acts_init(zy_acts *a, const zy_model *m, int B, int T, int recompute) {
     cv = (carver){a->arena, 0};
     plan_acts(a, m, &cv);
     const int L = m->cfg.num_hidden_layers, E1 = m->cfg.num_experts + 1;
-    a->host_offsets = zy_calloc((size_t)L * E1, sizeof *a->host_offsets);
+    /* page-locked on CUDA: the dispatch's copy into it does not wait (ops_moe_dispatch_async) */
+    a->host_offsets = ops_host_alloc(m->ctx, (size_t)L * E1 * sizeof *a->host_offsets);
+    memset(a->host_offsets, 0, (size_t)L * E1 * sizeof *a->host_offsets);
     for (int l = 0; l < L; l++) a->layers[l].offsets_host = a->host_offsets + (size_t)l * E1;
     return ZY_OK;
 }
@@ -551,7 +553,7 @@ int acts_init(zy_acts *a, const zy_model *m, int B, int T, int recompute) {
 void acts_free(zy_acts *a, const zy_model *m) {
     if (a->arena) ops_free(m->ctx, a->arena);
     free(a->layers);
-    free(a->host_offsets);
+    ops_host_free(m->ctx, a->host_offsets);
     memset(a, 0, sizeof *a);
 }
 

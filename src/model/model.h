@@ -178,7 +178,7 @@ typedef struct {
     float *gate;         /* [N] unbiased probability of the chosen expert, 0 for skip */
     int32_t *counts, *offsets, *perm; /* [E], [E+1], [N] */
     int32_t *offsets_host;            /* [E+1] host copy of offsets (the expert GEMM loop) */
-    int nrouted;
+    int nrouted; /* routed rows; -1 after a forward that did not wait (model_routing_fetch) */
     zy_act *xs;  /* [N, D] rows gathered by expert */
     zy_act *gu;  /* [N, 2F] */
     zy_act *act; /* [N, F] SwiGLU output */
@@ -230,5 +230,9 @@ double model_forward_backward(zy_model *m, zy_acts *a, const int32_t *ids, const
                               float loss_scale);
 /* Per-layer routed class counts of the last forward: out [L, E+1] (host). */
 void model_route_counts(const zy_model *m, const zy_acts *a, int64_t *out);
+/* After a forward whose MoE did not wait for its dispatches (moe_forward in forward.c): waits for
+ * the device and reads each such layer's routed row count from its host offsets (nrouted). The
+ * backward calls it first; nothing to do after a forward that waited. */
+void model_routing_fetch(zy_model *m, zy_acts *a);
 
 #endif

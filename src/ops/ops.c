@@ -432,6 +432,23 @@ void ops_expert_matmul(zy_ctx *ctx, zy_act *out, const zy_act *in, const zy_act 
     }
 }
 
+int ops_experts_grouped(zy_ctx *ctx, int E, int N, int K) {
+#ifdef ZY_HAVE_CUDA
+    if (ctx->device == ZY_DEV_CUDA) return cuda_ops_experts_grouped(ctx, E, N, K);
+#endif
+    (void)ctx, (void)E, (void)N, (void)K;
+    return 0;
+}
+
+/* The forward expert GEMMs from offsets in ctx's memory (the CPU's are host memory). */
+void ops_expert_matmul_grouped(zy_ctx *ctx, zy_act *out, const zy_act *in, const zy_act *W,
+                               const int32_t *offsets, int E, int N, int K, int rows) {
+    ON_CUDA(ctx, "expert_matmul",
+            cuda_ops_expert_matmul_grouped(ctx, out, in, W, offsets, E, N, K, rows));
+    ZY_CHECKF(offsets[E] <= rows, "expert_matmul_grouped: %d routed rows of %d", offsets[E], rows);
+    ops_expert_matmul(ctx, out, in, W, offsets, E, N, K, 0);
+}
+
 /* dW[e] = dY[rows of e]^T X[rows of e] + beta dW[e]. */
 void ops_expert_matmul_wgrad(zy_ctx *ctx, float *dW, const zy_act *dY, const zy_act *X,
                              const int32_t *offsets_host, int E, int N, int K, float beta) {
@@ -698,10 +715,29 @@ void ops_router_bwd(zy_ctx *ctx, zy_act *dlogits, const float *dgate, const floa
 int ops_moe_dispatch(zy_ctx *ctx, int32_t *counts, int32_t *offsets, int32_t *offsets_host,
                      int32_t *perm, const int32_t *choice, int N, int E) {
     ON_CUDA_RET(ctx, "moe_dispatch",
-                cuda_ops_moe_dispatch(ctx, counts, offsets, offsets_host, perm, choice, N, E));
+                (cuda_ops_moe_dispatch(ctx, counts, offsets, offsets_host, perm, choice, N, E),
+                 ops_moe_routed(offsets_host, N, E)));
     cpu_threads(ctx);
     int routed = cpu_moe_dispatch(counts, offsets, perm, choice, N, E);
     memcpy(offsets_host, offsets, (size_t)(E + 1) * sizeof *offsets);
+    return routed;
+}
+
+/* The same, not waiting for the device (the CPU has nothing to wait for). */
+void ops_moe_dispatch_async(zy_ctx *ctx, int32_t *counts, int32_t *offsets, int32_t *offsets_host,
+                            int32_t *perm, const int32_t *choice, int N, int E) {
+    ON_CUDA(ctx, "moe_dispatch",
+            cuda_ops_moe_dispatch_async(ctx, counts, offsets, offsets_host, perm, choice, N, E));
+    (void)ops_moe_dispatch(ctx, counts, offsets, offsets_host, perm, choice, N, E);
+}
+
+/* offsets_host[E], or an abort at the row the device marked (-1 - row) as out of range. */
+int ops_moe_routed(const int32_t *offsets_host, int N, int E) {
+    const int routed = offsets_host[E];
+    if (routed < 0)
+        zy_abort_at(__FILE__, __LINE__, "moe_dispatch", "choice[%d] not in [0, %d]", -1 - routed,
+                    E);
+    ZY_CHECKF(routed <= N, "moe_dispatch: %d routed rows of %d", routed, N);
     return routed;
 }
 

@@ -348,16 +348,34 @@ void ops_router_bwd(zy_ctx *ctx, zy_act *dlogits, const float *dgate, const floa
 
 /* ---- MoE dispatch / combine ----
  * From choice[N] in [0,E] (E = skip): counts[E], offsets[E+1] (exclusive scan; offsets[E] = routed
- * rows), perm[N]: routed rows sorted by expert, stable in n; rows of expert e are
- * perm[offsets[e]..offsets[e+1]). Skipped rows are not listed. All in ctx's memory; offsets_host
- * [E+1] (host memory) receives a copy of offsets, which the expert GEMM loop needs on the host.
- * Returns the routed row count. */
+ * rows), perm[N]: routed rows sorted by expert, stable in n, then the skipped rows in order of n
+ * (so perm is a permutation of 0..N-1); rows of expert e are perm[offsets[e]..offsets[e+1]). All
+ * in ctx's memory; offsets_host [E+1] (host memory) receives a copy of offsets, which the expert
+ * GEMM loop needs on the host. Returns the routed row count (waits for the device). */
 int ops_moe_dispatch(zy_ctx *ctx, int32_t *counts, int32_t *offsets, int32_t *offsets_host,
                      int32_t *perm, const int32_t *choice, int N, int E);
+/* ops_moe_dispatch without waiting: offsets_host (ops_host_alloc memory, so the copy does not
+ * wait either) holds the copy once ops_sync(ctx) has returned; ops_moe_routed reads it then. */
+void ops_moe_dispatch_async(zy_ctx *ctx, int32_t *counts, int32_t *offsets, int32_t *offsets_host,
+                            int32_t *perm, const int32_t *choice, int N, int E);
+/* The routed row count from a dispatch's host copy of the offsets; aborts naming the first row
+ * whose choice was outside [0, E] (the device marks it there). */
+int ops_moe_routed(const int32_t *offsets_host, int N, int E);
+/* 1 when ops_expert_matmul_grouped runs on ctx for weights [E, N, K] (CUDA with the Hopper
+ * kernel, ops/cuda/grouped_gemm.h), so the forward can issue a layer's MoE without waiting for
+ * the dispatch; 0 on the CPU, which has nothing to wait for. */
+int ops_experts_grouped(zy_ctx *ctx, int E, int N, int K);
+/* ops_expert_matmul's forward (data_grad 0) with the offsets in ctx's memory (from
+ * ops_moe_dispatch_async): out[rows of e] = in[rows of e] W[e]^T for in, out of `rows` rows;
+ * rows at and past offsets[E] are not written. Only where ops_experts_grouped says so. */
+void ops_expert_matmul_grouped(zy_ctx *ctx, zy_act *out, const zy_act *in, const zy_act *W,
+                               const int32_t *offsets, int E, int N, int K, int rows);
 /* xs[r,:] = x[perm[r],:] for r < nrows. */
 void ops_gather_rows(zy_ctx *ctx, zy_act *xs, const zy_act *x, const int32_t *perm, int nrows,
                      int C);
-/* y[N,D] = 0 for all rows, then y[perm[r]] = gate[perm[r]] * ys[r] for r < nrows. */
+/* y[N,D] = 0 for all rows, then y[perm[r]] = gate[perm[r]] * ys[r] for r < nrows where the gate
+ * is not 0 (a skipped row's gate is 0: with nrows = N, ys's rows past the routed ones, which no
+ * expert wrote, are not read). */
 void ops_moe_combine(zy_ctx *ctx, zy_act *y, const zy_act *ys, const float *gate,
                      const int32_t *perm, int nrows, int N, int D);
 /* dys[r] = gate[perm[r]] * dy[perm[r]] (overwrite), dgate[n] = dot(dy[n], ys[r]) for routed n,

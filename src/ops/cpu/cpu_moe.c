@@ -55,7 +55,8 @@ void cpu_router_bwd(int nt, float *dlogits, const float *dgate, const float *pro
     }
 }
 
-/* Stable counting sort of the routed rows by expert; returns the number of routed rows. */
+/* Stable counting sort of the routed rows by expert, then the skipped rows; returns the number
+ * of routed rows. */
 int cpu_moe_dispatch(int32_t *counts, int32_t *offsets, int32_t *perm, const int32_t *choice, int N,
                      int E) {
     memset(counts, 0, (size_t)E * sizeof(int32_t));
@@ -69,8 +70,8 @@ int cpu_moe_dispatch(int32_t *counts, int32_t *offsets, int32_t *perm, const int
     /* fill positions walk forward in n, so rows of one expert keep their order */
     int32_t *next = zy_malloc(((size_t)E + 1) * sizeof(int32_t));
     memcpy(next, offsets, ((size_t)E + 1) * sizeof(int32_t));
-    for (int n = 0; n < N; n++)
-        if (choice[n] < E) perm[next[choice[n]]++] = n;
+    for (int n = 0; n < N; n++) /* the skipped rows after the routed ones */
+        perm[next[choice[n]]++] = n;
     free(next);
     return offsets[E];
 }
@@ -82,7 +83,8 @@ void cpu_gather_rows(int nt, float *xs, const float *x, const int32_t *perm, int
         memcpy(xs + (size_t)r * C, x + (size_t)perm[r] * C, (size_t)C * sizeof(float));
 }
 
-/* y = 0, then y[perm[r]] = gate[perm[r]] * ys[r] (perm rows are distinct, as from dispatch). */
+/* y = 0, then y[perm[r]] = gate[perm[r]] * ys[r] where the gate is not 0 (perm rows are
+ * distinct, as from dispatch). */
 void cpu_moe_combine(int nt, float *y, const float *ys, const float *gate, const int32_t *perm,
                      int nrows, int N, int D) {
     cpu_fill(nt, y, 0.0f, (size_t)N * D);
@@ -91,6 +93,7 @@ void cpu_moe_combine(int nt, float *y, const float *ys, const float *gate, const
         int n = perm[r];
         float gv = gate[n], *yr = y + (size_t)n * D;
         const float *s = ys + (size_t)r * D;
+        if (gv == 0.0f) continue; /* a skipped row: ys's row is not read */
         for (int c = 0; c < D; c++) yr[c] = gv * s[c];
     }
 }

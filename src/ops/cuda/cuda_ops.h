@@ -58,6 +58,9 @@ void cuda_ops_matmul(zy_ctx *ctx, zy_act *C, const zy_act *A, const zy_act *B, i
                      int transA, int transB, float alpha, float beta);
 void cuda_ops_matmul_f32(zy_ctx *ctx, float *C, const zy_act *A, const zy_act *B, int M, int N,
                          int K, int transA, int transB, float alpha, float beta);
+int cuda_ops_experts_grouped(zy_ctx *ctx, int E, int N, int K);
+void cuda_ops_expert_matmul_grouped(zy_ctx *ctx, zy_act *out, const zy_act *in, const zy_act *W,
+                                    const int32_t *offsets, int E, int N, int K, int rows);
 void cuda_ops_expert_matmul(zy_ctx *ctx, zy_act *out, const zy_act *in, const zy_act *W,
                             const int32_t *offsets_host, int E, int N, int K, int data_grad);
 void cuda_ops_expert_matmul_wgrad(zy_ctx *ctx, float *dW, const zy_act *dY, const zy_act *X,
@@ -131,8 +134,11 @@ void cuda_ops_router_select(zy_ctx *ctx, float *probs, int32_t *choice, float *g
                             const zy_act *logits, const float *bias, int N, int E1);
 void cuda_ops_router_bwd(zy_ctx *ctx, zy_act *dlogits, const float *dgate, const float *probs,
                          const int32_t *choice, int N, int E1);
-int cuda_ops_moe_dispatch(zy_ctx *ctx, int32_t *counts, int32_t *offsets, int32_t *offsets_host,
-                          int32_t *perm, const int32_t *choice, int N, int E);
+void cuda_ops_moe_dispatch(zy_ctx *ctx, int32_t *counts, int32_t *offsets, int32_t *offsets_host,
+                           int32_t *perm, const int32_t *choice, int N, int E);
+void cuda_ops_moe_dispatch_async(zy_ctx *ctx, int32_t *counts, int32_t *offsets,
+                                 int32_t *offsets_host, int32_t *perm, const int32_t *choice, int N,
+                                 int E);
 void cuda_ops_gather_rows(zy_ctx *ctx, zy_act *xs, const zy_act *x, const int32_t *perm, int nrows,
                           int C);
 void cuda_ops_moe_combine(zy_ctx *ctx, zy_act *y, const zy_act *ys, const float *gate,

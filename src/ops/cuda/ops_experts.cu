@@ -13,6 +13,7 @@
  * (results/single-gpu/README.md, fourth session). */
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/cuda_state.h"
+#include "ops/cuda/grouped_gemm.h"
 
 #include <stdlib.h>
 
@@ -163,4 +164,19 @@ void cuda_ops_expert_matmul_bwd(zy_ctx *ctx, zy_act *dX, float *dW, const zy_act
     add_wgrad_jobs(ctx, jobs, &n, dW, dY, X, offsets_host, E, N, K, beta);
     const chunk_call cc = {dX, dY, W, offsets_host, E, N, K, 1};
     run_jobs(ctx, jobs, n, chunks ? &cc : NULL, wait);
+}
+
+/* The grouped kernel for weights [E, N, K]: the device runs it and the widths fit. */
+int cuda_ops_experts_grouped(zy_ctx *ctx, int E, int N, int K) {
+    (void)ctx;
+    return E >= 1 && E <= CUDA_GEMM_MAX_EXPERTS && N % 8 == 0 && K % 8 == 0 && N >= 8 && K >= 8 &&
+           cuda_grouped_gemm_supported();
+}
+
+/* One launch on ctx's stream for every expert, the offsets read on the device. */
+void cuda_ops_expert_matmul_grouped(zy_ctx *ctx, zy_act *out, const zy_act *in, const zy_act *W,
+                                    const int32_t *offsets, int E, int N, int K, int rows) {
+    if (rows == 0) return;
+    ZY_STATUS_CHECK(
+        cuda_grouped_gemm_bf16(out, in, W, offsets, E, N, K, rows, cuda_stream(ctx)));
 }

@@ -142,19 +142,19 @@ static int dispatch_tile(int N) {
     return (rounds < 2 ? 2 : rounds) * MOE_THREADS;
 }
 
-/* hist[e*B + b] = rows of tile b routed to expert e (E: skipped); bad[b] = first row of the tile
- * whose choice is outside [0, E] (INT_MAX if none). Counting order does not matter. */
+/* hist[e*B + b] = rows of tile b routed to expert e (e = E: skipped), e <= E; bad[b] = first row
+ * of the tile whose choice is outside [0, E] (INT_MAX if none). Counting order does not matter. */
 __global__ void __launch_bounds__(MOE_THREADS)
     dispatch_hist_k(int *hist, int *bad, const int32_t *choice, int N, int E, int tile) {
-    __shared__ int cnt[MOE_MAX_E];
+    __shared__ int cnt[MOE_MAX_E + 1];
     __shared__ int first_bad;
     int b = blockIdx.x, B = gridDim.x;
-    for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
+    for (int e = threadIdx.x; e <= E; e += blockDim.x) cnt[e] = 0;
     if (threadIdx.x == 0) first_bad = INT_MAX;
     __syncthreads();
     int n0 = b * tile, n1 = min(N, n0 + tile);
     for (int base = n0; base < n1; base += blockDim.x) { /* uniform over the block */
-        int n = base + threadIdx.x, e = E;
+        int n = base + threadIdx.x, e = E + 1; /* E + 1: counted nowhere */
         if (n < n1) {
             int c = choice[n];
             if (c < 0 || c > E)
@@ -164,24 +164,27 @@ __global__ void __launch_bounds__(MOE_THREADS)
         }
         unsigned peers = __match_any_sync(FULL_MASK, e);
         /* the group's lowest lane adds its size: up to 32x fewer atomics under skew */
-        if (e < E && (int)(threadIdx.x & 31) == __ffs(peers) - 1) atomicAdd(&cnt[e], __popc(peers));
+        if (e <= E && (int)(threadIdx.x & 31) == __ffs(peers) - 1)
+            atomicAdd(&cnt[e], __popc(peers));
     }
     __syncthreads();
-    for (int e = threadIdx.x; e < E; e += blockDim.x) hist[(size_t)e * B + b] = cnt[e];
+    for (int e = threadIdx.x; e <= E; e += blockDim.x) hist[(size_t)e * B + b] = cnt[e];
     if (threadIdx.x == 0) bad[b] = first_bad;
 }
 
-/* Pass 2 (see above). Block 0 also writes counts, offsets and offsets[E] (the routed total, or
- * -1 - first bad row when a choice was out of range, which the host turns into an abort). */
+/* Pass 2 (see above), the skipped rows as one more bucket after the experts', so perm's tail
+ * lists them in order of n. Block 0 also writes counts, offsets and offsets[E] (the routed
+ * total, or -1 - first bad row when a choice was out of range, which the host turns into an
+ * abort). */
 __global__ void __launch_bounds__(MOE_THREADS)
     dispatch_scatter_k(int32_t *perm, int32_t *counts, int32_t *offsets, const int *hist,
                        const int *bad, const int32_t *choice, int N, int E, int tile) {
-    __shared__ int tot[MOE_MAX_E];           /* rows per expert over all tiles */
-    __shared__ int next[MOE_MAX_E];          /* next free slot of each expert for this block */
-    __shared__ int wc[MOE_WARPS][MOE_MAX_E]; /* rows per (warp, expert) in the current round */
+    __shared__ int tot[MOE_MAX_E + 1];           /* rows per bucket over all tiles */
+    __shared__ int next[MOE_MAX_E + 1];          /* next free slot of each bucket for this block */
+    __shared__ int wc[MOE_WARPS][MOE_MAX_E + 1]; /* rows per (warp, bucket) in the current round */
     int b = blockIdx.x, B = gridDim.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     /* totals and this tile's prefix over earlier tiles: one warp per expert */
-    for (int e = warp; e < E; e += MOE_WARPS) {
+    for (int e = warp; e <= E; e += MOE_WARPS) {
         int t = 0, pre = 0;
         for (int j = lane; j < B; j += 32) {
             int h = hist[(size_t)e * B + j];
@@ -195,53 +198,55 @@ __global__ void __launch_bounds__(MOE_THREADS)
             next[e] = pre;
         }
     }
-    for (int i = threadIdx.x; i < MOE_WARPS * MOE_MAX_E; i += blockDim.x) (&wc[0][0])[i] = 0;
+    for (int i = threadIdx.x; i < MOE_WARPS * (MOE_MAX_E + 1); i += blockDim.x) (&wc[0][0])[i] = 0;
     __syncthreads();
-    /* exclusive scan of the totals over experts by warp 0, 32 experts at a time */
+    /* exclusive scan of the totals over the buckets by warp 0, 32 at a time */
     if (warp == 0) {
-        int acc = 0;
-        for (int e0 = 0; e0 < E; e0 += 32) {
-            int e = e0 + lane, v = e < E ? tot[e] : 0, incl = v;
+        int acc = 0, routed = 0;
+        for (int e0 = 0; e0 <= E; e0 += 32) {
+            int e = e0 + lane, v = e <= E ? tot[e] : 0, incl = v;
             for (int o = 1; o < 32; o <<= 1) {
                 int t = __shfl_up_sync(FULL_MASK, incl, o);
                 if (lane >= o) incl += t;
             }
-            if (e < E) {
+            if (e <= E) {
                 int excl = acc + incl - v;
                 next[e] += excl;
-                if (b == 0) {
+                if (b == 0 && e < E) {
                     counts[e] = v;
                     offsets[e] = excl;
                 }
             }
+            if (e0 <= E && E < e0 + 32) /* the skipped bucket's start: the routed total */
+                routed = __shfl_sync(FULL_MASK, acc + incl - v, E - e0);
             acc += __shfl_sync(FULL_MASK, incl, 31);
         }
         if (b == 0) {
             int fb = INT_MAX;
             for (int j = lane; j < B; j += 32) fb = min(fb, bad[j]);
             for (int o = 16; o > 0; o >>= 1) fb = min(fb, __shfl_xor_sync(FULL_MASK, fb, o));
-            if (lane == 0) offsets[E] = fb == INT_MAX ? acc : -1 - fb;
+            if (lane == 0) offsets[E] = fb == INT_MAX ? routed : -1 - fb;
         }
     }
     __syncthreads();
     int n0 = b * tile, n1 = min(N, n0 + tile);
     for (int base = n0; base < n1; base += blockDim.x) { /* uniform over the block */
-        int n = base + threadIdx.x, e = E;
+        int n = base + threadIdx.x, e = E + 1;
         if (n < n1) {
             int c = choice[n];
-            if (c >= 0 && c < E) e = c; /* out-of-range rows were counted nowhere: skip them */
+            if (c >= 0 && c <= E) e = c; /* out-of-range rows were counted nowhere: skip them */
         }
         unsigned peers = __match_any_sync(FULL_MASK, e);
         int rank = __popc(peers & ((1u << lane) - 1u));
-        if (e < E && rank == 0) wc[warp][e] = __popc(peers);
+        if (e <= E && rank == 0) wc[warp][e] = __popc(peers);
         __syncthreads();
-        if (e < E) {
+        if (e <= E) {
             int pos = next[e] + rank;
             for (int w = 0; w < warp; w++) pos += wc[w][e];
             perm[pos] = n;
         }
         __syncthreads(); /* every place computed before the round's counts are folded in */
-        for (int ee = threadIdx.x; ee < E; ee += blockDim.x) {
+        for (int ee = threadIdx.x; ee <= E; ee += blockDim.x) {
             int s = 0;
             for (int w = 0; w < MOE_WARPS; w++) {
                 s += wc[w][ee];
@@ -253,10 +258,10 @@ __global__ void __launch_bounds__(MOE_THREADS)
     }
 }
 
-/* Stable counting sort of the routed rows by expert; waits for the device to copy the offsets to
- * the host (the only host synchronisation of these ops). */
-int cuda_ops_moe_dispatch(zy_ctx *ctx, int32_t *counts, int32_t *offsets, int32_t *offsets_host,
-                          int32_t *perm, const int32_t *choice, int N, int E) {
+/* The counting sort's two kernels on ctx's stream, then the copy of the offsets to offsets_host
+ * (asynchronous where offsets_host is ops_host_alloc memory). */
+static void dispatch_issue(zy_ctx *ctx, int32_t *counts, int32_t *offsets, int32_t *offsets_host,
+                           int32_t *perm, const int32_t *choice, int N, int E) {
     ZY_CHECKF(N >= 0 && E >= 1 && E <= MOE_MAX_E,
               "cuda moe_dispatch: N=%d E=%d (E must be in [1, %d])", N, E, MOE_MAX_E);
     cudaStream_t st = cuda_stream(ctx);
@@ -264,24 +269,32 @@ int cuda_ops_moe_dispatch(zy_ctx *ctx, int32_t *counts, int32_t *offsets, int32_
     if (N == 0) {
         ZY_CUDA_CHECK(cudaMemsetAsync(counts, 0, (size_t)E * sizeof(int32_t), st));
         ZY_CUDA_CHECK(cudaMemsetAsync(offsets, 0, obytes, st));
-        memset(offsets_host, 0, obytes);
-        return 0;
+    } else {
+        int tile = dispatch_tile(N), B = (N + tile - 1) / tile;
+        int *hist = (int *)cuda_ws(ctx, ((size_t)E + 2) * B * sizeof(int)); /* [E+1][B], bad[B] */
+        int *bad = hist + ((size_t)E + 1) * B;
+        dispatch_hist_k<<<B, MOE_THREADS, 0, st>>>(hist, bad, choice, N, E, tile);
+        ZY_CUDA_CHECK_LAUNCH();
+        dispatch_scatter_k<<<B, MOE_THREADS, 0, st>>>(perm, counts, offsets, hist, bad, choice, N,
+                                                      E, tile);
+        ZY_CUDA_CHECK_LAUNCH();
     }
-    int tile = dispatch_tile(N), B = (N + tile - 1) / tile;
-    int *hist = (int *)cuda_ws(ctx, ((size_t)E + 1) * B * sizeof(int)); /* [E][B], then bad[B] */
-    int *bad = hist + (size_t)E * B;
-    dispatch_hist_k<<<B, MOE_THREADS, 0, st>>>(hist, bad, choice, N, E, tile);
-    ZY_CUDA_CHECK_LAUNCH();
-    dispatch_scatter_k<<<B, MOE_THREADS, 0, st>>>(perm, counts, offsets, hist, bad, choice, N, E,
-                                                  tile);
-    ZY_CUDA_CHECK_LAUNCH();
     ZY_CUDA_CHECK(cudaMemcpyAsync(offsets_host, offsets, obytes, cudaMemcpyDeviceToHost, st));
-    ZY_CUDA_CHECK(cudaStreamSynchronize(st));
-    int routed = offsets_host[E];
-    if (routed < 0)
-        zy_abort_at(__FILE__, __LINE__, "cuda_ops_moe_dispatch", "choice[%d] not in [0, %d]",
-                    -1 - routed, E);
-    return routed;
+}
+
+/* Stable counting sort of the routed rows by expert; waits for the device to copy the offsets to
+ * the host (ops_moe_routed reads them). */
+void cuda_ops_moe_dispatch(zy_ctx *ctx, int32_t *counts, int32_t *offsets, int32_t *offsets_host,
+                           int32_t *perm, const int32_t *choice, int N, int E) {
+    dispatch_issue(ctx, counts, offsets, offsets_host, perm, choice, N, E);
+    ZY_CUDA_CHECK(cudaStreamSynchronize(cuda_stream(ctx)));
+}
+
+/* The same without waiting: offsets_host is written when the device gets there. */
+void cuda_ops_moe_dispatch_async(zy_ctx *ctx, int32_t *counts, int32_t *offsets,
+                                 int32_t *offsets_host, int32_t *perm, const int32_t *choice, int N,
+                                 int E) {
+    dispatch_issue(ctx, counts, offsets, offsets_host, perm, choice, N, E);
 }
 
 /* ---- rows: one warp per row, W bf16 elements per access (8: one 16-byte vector) ---- */
@@ -331,24 +344,25 @@ __global__ void combine_inverse_k(int *inv, const int32_t *perm, int nrows, int 
     }
 }
 
-/* One warp per output row n: y[n] = gate[n] * ys[inv[n]], or 0 when no expert row feeds n. Every
- * row of y is written once, so there is no separate zero pass over y. */
+/* One warp per output row n: y[n] = gate[n] * ys[inv[n]], or 0 when no expert row feeds n or its
+ * gate is 0 (a skipped row listed in perm's tail: its ys row was never written). Every row of y
+ * is written once, so there is no separate zero pass over y. */
 template <int W>
 __global__ void __launch_bounds__(MOE_THREADS)
     combine_k(bf16 *__restrict__ y, const bf16 *__restrict__ ys, const float *__restrict__ gate,
               const int *__restrict__ inv, int N, int D) {
     int n = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;
     if (n >= N) return;
-    int r = inv[n];
+    const int r = inv[n];
+    const float g = r < 0 ? 0.0f : gate[n];
     bf16 *yr = y + (size_t)n * D;
-    if (r < 0) {
+    if (g == 0.0f) {
         float z[W];
 #pragma unroll
         for (int k = 0; k < W; k++) z[k] = 0.0f;
         for (int c = lane * W; c < D; c += 32 * W) zy_store<bf16, W>(yr + c, z);
         return;
     }
-    float g = gate[n];
     const bf16 *s = ys + (size_t)r * D;
     for (int c0 = lane * W; c0 < D; c0 += 32 * W * ROW_UNROLL) {
         float v[ROW_UNROLL][W];
