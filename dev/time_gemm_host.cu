@@ -43,14 +43,14 @@ static int rows_of(int i, int vary) {
 static int time_cuda_gemm(cuda_gemm_ctx *g, void *y, const void *x, const void *w, int vary,
                           cudaStream_t s, double *us) {
     /* the plans exist before timing (first calls pay the heuristic) */
-    ZY_TRY(cuda_gemm(g, y, x, w, T_MMAX, T_N, T_K, 0, 1, 1.0f, 0.0f, CUDA_GEMM_BF16,
-                     CUDA_GEMM_BF16, s));
+    ZY_TRY(cuda_gemm(g, y, x, w, T_MMAX, T_N, T_K, 0, 1, 1.0f, 0.0f, CUDA_GEMM_BF16, CUDA_GEMM_BF16,
+                     s));
     ZY_CUDA_TRY(cudaStreamSynchronize(s));
     k_spin<<<1, 1, 0, s>>>(2000000000LL);
     const double t0 = now_us();
     for (int i = 0; i < T_CALLS; i++)
-        ZY_TRY(cuda_gemm(g, y, x, w, rows_of(i, vary), T_N, T_K, 0, 1, 1.0f, 0.0f,
-                         CUDA_GEMM_BF16, CUDA_GEMM_BF16, s));
+        ZY_TRY(cuda_gemm(g, y, x, w, rows_of(i, vary), T_N, T_K, 0, 1, 1.0f, 0.0f, CUDA_GEMM_BF16,
+                         CUDA_GEMM_BF16, s));
     *us = (now_us() - t0) / T_CALLS;
     ZY_CUDA_TRY(cudaStreamSynchronize(s));
     return ZY_OK;
@@ -64,8 +64,10 @@ static int time_lt(void *y, const void *x, const void *w, void *ws, size_t wsb, 
     cublasLtMatmulDesc_t desc;
     const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     ZY_CUBLAS_TRY(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    ZY_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-    ZY_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    ZY_CUBLAS_TRY(
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    ZY_CUBLAS_TRY(
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
     cublasLtMatrixLayout_t la, lb, lc;
     ZY_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, T_K, T_N, T_K));
     ZY_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, T_K, T_MMAX, T_K));
@@ -127,8 +129,9 @@ static int run(void) {
     ZY_CUDA_TRY(cudaStreamSynchronize(s));
     const char *names[5] = {"cuda_gemm, one M", "cuda_gemm, M varies", "cublasLtMatmul, fixed",
                             "cublasLtMatmul, re-sized", "empty kernel"};
-    printf("| host cost of one call (%d calls, expert forward M x %d x %d, bf16) | us |\n|---|---|\n",
-           T_CALLS, T_N, T_K);
+    printf(
+        "| host cost of one call (%d calls, expert forward M x %d x %d, bf16) | us |\n|---|---|\n",
+        T_CALLS, T_N, T_K);
     for (int i = 0; i < 5; i++) printf("| %s | %.2f |\n", names[i], us[i]);
     cuda_gemm_free(&g);
     cudaFree(x), cudaFree(w), cudaFree(y), cudaFree(ws);

@@ -416,7 +416,8 @@ static void case_moe_grouped(oh_run *r, const int *p) {
         if (choice[n] == E) gate[n] = 0.0f; /* router_select's skip */
     /* the |terms| sums of the routed rows' products, for the bound */
     int32_t *cnt = oh_ints(r, E, 0), *off = oh_ints(r, E + 1, 0), *perm = oh_ints(r, nn, 0);
-    const int routed = ops_moe_dispatch(oh_cpu(), cnt, off, oh_ints(r, E + 1, 0), perm, choice, N, E);
+    const int routed =
+        ops_moe_dispatch(oh_cpu(), cnt, off, oh_ints(r, E + 1, 0), perm, choice, N, E);
     float *xs = oh_const(r, nd, 0.0f), *sabs = oh_const(r, nf, 0.0f);
     ops_gather_rows(oh_cpu(), xs, x, perm, routed, D);
     ops_expert_matmul(oh_cpu(), sabs, oh_abs(r, xs, nd), oh_abs(r, W, nw), off, E, F, D, 0);
@@ -442,8 +443,8 @@ static void case_moe_grouped(oh_run *r, const int *p) {
     ops_moe_combine(c, dy, dys, oh_f32(r, gate, nn), dperm, N, N, F);
     ops_sync(c);
     oh_out_host_i32(r, offh, E + 1, "moe grouped N=%d E=%d offsets_host", N, E);
-    oh_out_act(r, oh_bound_abs(2 * BF_REL, F32_EPS, s, 1e-37), dy, nf, "moe grouped N=%d E=%d y",
-               N, E);
+    oh_out_act(r, oh_bound_abs(2 * BF_REL, F32_EPS, s, 1e-37), dy, nf, "moe grouped N=%d E=%d y", N,
+               E);
 }
 
 /* ---- EDA ---- */

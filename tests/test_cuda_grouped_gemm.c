@@ -25,7 +25,8 @@ static int supported;
 static int setup_grouped(void **state) {
     int rc = setup(state);
     supported = ngpu && cuda_grouped_gemm_supported();
-    if (ngpu && !supported) printf("cuda_grouped_gemm: this device or build has no sm_90a kernel\n");
+    if (ngpu && !supported)
+        printf("cuda_grouped_gemm: this device or build has no sm_90a kernel\n");
     return rc;
 }
 

@@ -139,7 +139,7 @@ static void backward_from_dlogits(zy_model *m, zy_acts *a) {
     const zy_config *c = &m->cfg;
     const int N = a->B * a->T, D = c->hidden_size, V = c->vocab_size;
     const float gb = m->grad_beta; /* the head's product comes before embed_bwd's sums */
-    model_routing_fetch(m, a); /* the layers' routed counts, for their MoE backward */
+    model_routing_fetch(m, a);     /* the layers' routed counts, for their MoE backward */
     ops_matmul_f32(ctx, m->g.emb, a->logits, a->xf, V, D, N, 1, 0, 1.0f, gb); /* tied head */
     ops_matmul(ctx, a->dx, a->logits, m->wc.emb, N, D, V, 0, 0, 1.0f, 0.0f);
     for (int l = c->num_hidden_layers - 1; l >= 0; l--) {

@@ -16,16 +16,16 @@ static void moe_forward(zy_model *mo, zy_acts *a, zy_layer_acts *x, const zy_lay
     zy_ctx *ctx = mo->ctx;
     const zy_config *c = &mo->cfg;
     const int D = c->hidden_size, F = c->moe_intermediate_size, E = c->num_experts;
-    const int grouped = !a->recompute && ops_experts_grouped(ctx, E, 2 * F, D) &&
-                        ops_experts_grouped(ctx, E, D, F);
+    const int grouped =
+        !a->recompute && ops_experts_grouped(ctx, E, 2 * F, D) && ops_experts_grouped(ctx, E, D, F);
     int rows = N;
     if (grouped) {
         ops_moe_dispatch_async(ctx, x->counts, x->offsets, x->offsets_host, x->perm, x->choice, N,
                                E);
         x->nrouted = -1; /* on the host after model_routing_fetch */
     } else {
-        rows = x->nrouted = ops_moe_dispatch(ctx, x->counts, x->offsets, x->offsets_host, x->perm,
-                                             x->choice, N, E);
+        rows = x->nrouted =
+            ops_moe_dispatch(ctx, x->counts, x->offsets, x->offsets_host, x->perm, x->choice, N, E);
     }
     ops_gather_rows(ctx, x->xs, x->m, x->perm, rows, D);
     /* gu[rows of e] = xs @ gate_up[e]^T; ys[rows of e] = act @ down[e]^T */

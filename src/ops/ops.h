@@ -361,9 +361,10 @@ void ops_moe_dispatch_async(zy_ctx *ctx, int32_t *counts, int32_t *offsets, int3
 /* The routed row count from a dispatch's host copy of the offsets; aborts naming the first row
  * whose choice was outside [0, E] (the device marks it there). */
 int ops_moe_routed(const int32_t *offsets_host, int N, int E);
-/* 1 when ops_expert_matmul_grouped runs on ctx for weights [E, N, K] (CUDA with the Hopper
- * kernel, ops/cuda/grouped_gemm.h), so the forward can issue a layer's MoE without waiting for
- * the dispatch; 0 on the CPU, which has nothing to wait for. */
+/* 1 when ops_expert_matmul_grouped runs on ctx for weights [E, N, K] and pays there (CUDA with
+ * the Hopper kernel, ops/cuda/grouped_gemm.h, on expert matrices up to 4M elements), so the
+ * forward can issue a layer's MoE without waiting for the dispatch; 0 on the CPU, which has
+ * nothing to wait for. */
 int ops_experts_grouped(zy_ctx *ctx, int E, int N, int K);
 /* ops_expert_matmul's forward (data_grad 0) with the offsets in ctx's memory (from
  * ops_moe_dispatch_async): out[rows of e] = in[rows of e] W[e]^T for in, out of `rows` rows;

@@ -25,16 +25,16 @@
 
 typedef __nv_bfloat16 bf16;
 
-#define GG_BM      128 /* tile rows and columns */
-#define GG_BK      64  /* k per stage: one 128-byte swizzle row */
-#define GG_STAGES  4
-#define GG_NTH     384
-#define GG_MAX_E   128
-#define GG_TILE_B  (GG_BM * GG_BK * 2)   /* bytes of one operand tile */
-#define GG_EP_LD   (GG_BM + 8)           /* epilogue rows [64][EP_LD] bf16 per warpgroup */
-#define GG_EP_B    (2 * 64 * GG_EP_LD * 2)
-#define GG_BAR_AT  (2 * GG_STAGES * GG_TILE_B + GG_EP_B)
-#define GG_SMEM    (GG_BAR_AT + 2 * GG_STAGES * 8 + 1024) /* + slack to align the base to 1024 */
+#define GG_BM     128 /* tile rows and columns */
+#define GG_BK     64  /* k per stage: one 128-byte swizzle row */
+#define GG_STAGES 4
+#define GG_NTH    384
+#define GG_MAX_E  128
+#define GG_TILE_B (GG_BM * GG_BK * 2) /* bytes of one operand tile */
+#define GG_EP_LD  (GG_BM + 8)         /* epilogue rows [64][EP_LD] bf16 per warpgroup */
+#define GG_EP_B   (2 * 64 * GG_EP_LD * 2)
+#define GG_BAR_AT (2 * GG_STAGES * GG_TILE_B + GG_EP_B)
+#define GG_SMEM   (GG_BAR_AT + 2 * GG_STAGES * 8 + 1024) /* + slack to align the base to 1024 */
 
 /* The expert and m-tile within it of global m-tile mt; mstart [E+1] is the m-tile prefix. */
 static __device__ __forceinline__ int expert_of(int mt, const int *mstart, int E) {
@@ -129,7 +129,8 @@ __global__ void __launch_bounds__(GG_NTH, 1)
         fence_acc(acc);
         if (prev >= 0) mbar_arrive(EMPTY(prev));
 
-        /* epilogue: bf16 rows [r0, r0 + 64) of the tile into ep, then stored inside the expert */
+            /* epilogue: bf16 rows [r0, r0 + 64) of the tile into ep, then stored inside the expert
+             */
 #pragma unroll
         for (int jn = 0; jn < 16; jn++)
 #pragma unroll
@@ -216,10 +217,10 @@ static int make_map(CUtensorMap *map, const void *p, long long rows, int K) {
     const cuuint64_t dims[2] = {(cuuint64_t)K, (cuuint64_t)rows};
     const cuuint64_t strides[1] = {(cuuint64_t)K * 2};
     const cuuint32_t box[2] = {GG_BK, GG_BM}, estr[2] = {1, 1};
-    CUresult r = encode_tiled()(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)p, dims, strides,
-                                box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    CUresult r =
+        encode_tiled()(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)p, dims, strides, box,
+                       estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                       CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS)
         return zy_fail("cuda_grouped_gemm: cuTensorMapEncodeTiled failed (%d)", (int)r);
     return ZY_OK;

@@ -166,17 +166,21 @@ void cuda_ops_expert_matmul_bwd(zy_ctx *ctx, zy_act *dX, float *dW, const zy_act
     run_jobs(ctx, jobs, n, chunks ? &cc : NULL, wait);
 }
 
-/* The grouped kernel for weights [E, N, K]: the device runs it and the widths fit. */
+/* The grouped kernel for weights [E, N, K]: the device runs it, the widths fit, and each
+ * expert's matrix has at most 4M elements. Past that its [128 x 128] tiles lose to cuBLAS's
+ * larger ones (test_cuda_grouped_gemm's timing, 16384 rows over 16 experts, one H100: bench-small's
+ * 2048 x 1024 and 1024 x 1024 1.4x and 2.5x faster than the per-expert GEMMs, bench-base's
+ * 2048 x 2048 0.99-1.04x and 4096 x 2048 0.83-0.97x), and bench-base's step ran 0.993x as fast
+ * with it (results/one-gpu-limit/README.md). */
 int cuda_ops_experts_grouped(zy_ctx *ctx, int E, int N, int K) {
     (void)ctx;
     return E >= 1 && E <= CUDA_GEMM_MAX_EXPERTS && N % 8 == 0 && K % 8 == 0 && N >= 8 && K >= 8 &&
-           cuda_grouped_gemm_supported();
+           (long long)N * K <= (4ll << 20) && cuda_grouped_gemm_supported();
 }
 
 /* One launch on ctx's stream for every expert, the offsets read on the device. */
 void cuda_ops_expert_matmul_grouped(zy_ctx *ctx, zy_act *out, const zy_act *in, const zy_act *W,
                                     const int32_t *offsets, int E, int N, int K, int rows) {
     if (rows == 0) return;
-    ZY_STATUS_CHECK(
-        cuda_grouped_gemm_bf16(out, in, W, offsets, E, N, K, rows, cuda_stream(ctx)));
+    ZY_STATUS_CHECK(cuda_grouped_gemm_bf16(out, in, W, offsets, E, N, K, rows, cuda_stream(ctx)));
 }

@@ -154,7 +154,7 @@ __global__ void __launch_bounds__(MOE_THREADS)
     __syncthreads();
     int n0 = b * tile, n1 = min(N, n0 + tile);
     for (int base = n0; base < n1; base += blockDim.x) { /* uniform over the block */
-        int n = base + threadIdx.x, e = E + 1; /* E + 1: counted nowhere */
+        int n = base + threadIdx.x, e = E + 1;           /* E + 1: counted nowhere */
         if (n < n1) {
             int c = choice[n];
             if (c < 0 || c > E)
