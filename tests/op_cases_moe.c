@@ -391,7 +391,7 @@ static void case_expert_matmul(oh_run *r, const int *p) {
          * them after */
         zy_act *dxo = oh_nan_act(r, (size_t)ROWS * K);
         float *ddW2 = oh_f32(r, old, nw);
-        ops_expert_matmul_bwd(c, dxo, ddW2, ddY, dX_, dW_, off, E, N, K, (float)beta, !beta);
+        ops_expert_matmul_bwd(c, dxo, ddW2, ddY, dX_, dW_, off, NULL, E, N, K, (float)beta, !beta);
         if (beta) ops_expert_join(c);
         oh_out_act(r, m_dx, dxo, (size_t)ROWS * K, "expert_matmul_bwd beta=%d E=%d N=%d K=%d dX",
                    beta, E, N, K);
@@ -404,10 +404,12 @@ static void case_expert_matmul(oh_run *r, const int *p) {
 /* The backend's chain: dispatch_async, the gather of all N rows, the expert GEMM from the device
  * offsets (ops_expert_matmul_grouped; where the device has no grouped kernel, the per-expert GEMM
  * after a wait stands in), combine over all N rows (skipped rows' gate is 0 and their ys rows,
- * never written, are NaN); the CPU runs the same chain, waiting at nothing. p: N, E. */
+ * never written, are NaN); the CPU runs the same chain, waiting at nothing. Then the input
+ * gradient of the expert GEMM from the device offsets (ops_expert_matmul_bwd; grouped where the
+ * device has the kernel). p: N, E. */
 static void case_moe_grouped(oh_run *r, const int *p) {
     zy_ctx *c = oh_ctx(r);
-    const int N = p[0], E = p[1], D = 64, F = 48;
+    const int N = p[0], E = p[1], D = 64, F = 128;
     const size_t nn = N ? (size_t)N : 1, nd = nn * D, nf = nn * F, nw = (size_t)E * F * D;
     int32_t *choice = make_choice(r, N, E, CH_UNIFORM);
     float *x = oh_randn_bf(r, nd, 1.0f), *W = oh_randn_bf(r, nw, 0.5f);
@@ -445,6 +447,16 @@ static void case_moe_grouped(oh_run *r, const int *p) {
     oh_out_host_i32(r, offh, E + 1, "moe grouped N=%d E=%d offsets_host", N, E);
     oh_out_act(r, oh_bound_abs(2 * BF_REL, F32_EPS, s, 1e-37), dy, nf, "moe grouped N=%d E=%d y", N,
                E);
+    /* dxs = g W_e over the routed rows, from the device offsets */
+    float *g = oh_randn_bf(r, nf, 1.0f), *gabs = oh_const(r, nd, 0.0f);
+    ops_expert_matmul(oh_cpu(), gabs, oh_abs(r, g, nf), oh_abs(r, W, nw), off, E, F, D, 1);
+    double *sg = oh_zeros(r, nd);
+    for (int k = 0; k < routed * D; k++) sg[k] = (F + 2) * (double)gabs[k];
+    zy_act *ddx = oh_nan_act(r, nd);
+    float *ddw = oh_nan_f32(r, nw);
+    ops_expert_matmul_bwd(c, ddx, ddw, oh_act(r, g, nf), dxs, dW, offh, doff, E, F, D, 0.0f, 1);
+    oh_out_act(r, oh_bound_abs(BF_REL, F32_EPS, sg, 1e-37), ddx, (size_t)routed * D,
+               "moe grouped N=%d E=%d dx", N, E);
 }
 
 /* ---- EDA ---- */

@@ -26,15 +26,15 @@ static void moe_backward(zy_model *mo, zy_acts *a, int l, const zy_act *dY) {
     const int32_t *off = x->offsets_host; /* the forward's routing, still on the host */
     ops_moe_combine_bwd(ctx, a->dys, a->dgate, dY, x->ys, x->gate, x->perm, x->nrouted, N, D);
     /* dact = dys @ down[e]; ddown[e] += dys^T act (left running) */
-    ops_expert_matmul_bwd(ctx, a->dact, g->down, a->dys, x->act, wc->down, off, E, D, F,
+    ops_expert_matmul_bwd(ctx, a->dact, g->down, a->dys, x->act, wc->down, off, x->offsets, E, D, F,
                           mo->grad_beta, 0);
     ops_zero(ctx, a->dm, (size_t)N * D * ops_act_size(ctx));
     router_backward(mo, a, l); /* touches none of dact, ddown, dys, act, down */
     ops_expert_join(ctx);
     ops_swiglu_bwd(ctx, a->dgu, a->dact, x->gu, x->nrouted, F);
     /* dxs = dgu @ gate_up[e]; dgate_up[e] += dgu^T xs */
-    ops_expert_matmul_bwd(ctx, a->dxs, g->gate_up, a->dgu, x->xs, wc->gate_up, off, E, 2 * F, D,
-                          mo->grad_beta, 1);
+    ops_expert_matmul_bwd(ctx, a->dxs, g->gate_up, a->dgu, x->xs, wc->gate_up, off, x->offsets, E,
+                          2 * F, D, mo->grad_beta, 1);
     ops_scatter_add_rows(ctx, a->dm, a->dxs, x->perm, x->nrouted, D);
 }
 

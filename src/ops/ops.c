@@ -470,11 +470,13 @@ void ops_expert_matmul_wgrad(zy_ctx *ctx, float *dW, const zy_act *dY, const zy_
 
 /* dX and dW together (the CPU runs the two ops one after the other). */
 void ops_expert_matmul_bwd(zy_ctx *ctx, zy_act *dX, float *dW, const zy_act *dY, const zy_act *X,
-                           const zy_act *W, const int32_t *offsets_host, int E, int N, int K,
-                           float beta, int wait) {
+                           const zy_act *W, const int32_t *offsets_host, const int32_t *offsets,
+                           int E, int N, int K, float beta, int wait) {
     ZY_CHECKF(beta == 0.0f || beta == 1.0f, "expert_matmul_bwd: beta %g (0 or 1)", (double)beta);
     ON_CUDA(ctx, "expert_matmul_bwd",
-            cuda_ops_expert_matmul_bwd(ctx, dX, dW, dY, X, W, offsets_host, E, N, K, beta, wait));
+            cuda_ops_expert_matmul_bwd(ctx, dX, dW, dY, X, W, offsets_host, offsets, E, N, K, beta,
+                                       wait));
+    (void)offsets;
     ops_expert_matmul(ctx, dX, dY, W, offsets_host, E, N, K, 1);
     ops_expert_matmul_wgrad(ctx, dW, dY, X, offsets_host, E, N, K, beta);
 }

@@ -205,12 +205,14 @@ void ops_expert_matmul_wgrad(zy_ctx *ctx, float *dW, const zy_act *dY, const zy_
                              const int32_t *offsets_host, int E, int N, int K, float beta);
 /* Both gradients of the forward out = X W^T from dY: dX (ops_expert_matmul with data_grad = 1)
  * and dW (ops_expert_matmul_wgrad with beta), the same results; CUDA issues the two sets of
- * expert GEMMs together, so they share the side streams instead of running one after the other.
+ * expert GEMMs together, so they share the side streams instead of running one after the other,
+ * and where ops_experts_grouped says so runs dX as one grouped GEMM from `offsets` (the same
+ * offsets in ctx's memory; NULL: per expert) on the context's stream beside the dW GEMMs.
  * wait = 0 leaves them running (CUDA): ops issued next may run beside them, as long as they
  * touch none of dX, dW, dY, X, W; ops_expert_join must come before anything that does. */
 void ops_expert_matmul_bwd(zy_ctx *ctx, zy_act *dX, float *dW, const zy_act *dY, const zy_act *X,
-                           const zy_act *W, const int32_t *offsets_host, int E, int N, int K,
-                           float beta, int wait);
+                           const zy_act *W, const int32_t *offsets_host, const int32_t *offsets,
+                           int E, int N, int K, float beta, int wait);
 /* Waits (on the context's stream) for expert GEMMs left running; nothing on the CPU. */
 void ops_expert_join(zy_ctx *ctx);
 /* y[n] += x[n] (activation buffers). */

@@ -67,7 +67,7 @@ void cuda_ops_expert_matmul_wgrad(zy_ctx *ctx, float *dW, const zy_act *dY, cons
                                   const int32_t *offsets_host, int E, int N, int K, float beta);
 void cuda_ops_expert_matmul_bwd(zy_ctx *ctx, zy_act *dX, float *dW, const zy_act *dY,
                                 const zy_act *X, const zy_act *W, const int32_t *offsets_host,
-                                int E, int N, int K, float beta, int wait);
+                                const int32_t *offsets, int E, int N, int K, float beta, int wait);
 void cuda_ops_expert_join(zy_ctx *ctx);
 void cuda_ops_add_act(zy_ctx *ctx, zy_act *y, const zy_act *x, size_t n);
 void cuda_ops_add_bias(zy_ctx *ctx, zy_act *y, const float *bias, int N, int C);

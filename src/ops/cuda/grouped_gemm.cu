@@ -43,10 +43,16 @@ static __device__ __forceinline__ int expert_of(int mt, const int *mstart, int E
     return e;
 }
 
+/* BT 0: Y [rows, N] = X W_e^T, the reduction over K; a stage holds W rows [e N + 128 j, +128) x
+ *   k [64 kt, +64) (K-major, one box).
+ * BT 1: Y [rows, K] = X W_e, the reduction over W_e's N rows; a stage holds W rows
+ *   [e N + 64 kt, +64) x columns [128 j, +128) as two [64][64] boxes 8 KB apart (MN-major).
+ * out_w: Y's width (N or K); wn: W_e's rows (N); nk: stages of the reduction. */
+template <int BT>
 __global__ void __launch_bounds__(GG_NTH, 1)
     grouped_gemm_kernel(const __grid_constant__ CUtensorMap xmap,
                         const __grid_constant__ CUtensorMap wmap, bf16 *__restrict__ Y,
-                        const int32_t *__restrict__ offsets, int E, int N, int nk) {
+                        const int32_t *__restrict__ offsets, int E, int out_w, int wn, int nk) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ uint8_t gg_smem[];
     __shared__ int off_s[GG_MAX_E + 1], mstart[GG_MAX_E + 1];
@@ -71,7 +77,7 @@ __global__ void __launch_bounds__(GG_NTH, 1)
             mstart[e + 1] = mstart[e] + (max(off_s[e + 1] - off_s[e], 0) + GG_BM - 1) / GG_BM;
     }
     __syncthreads();
-    const int ntn = (N + GG_BM - 1) / GG_BM, total = mstart[E] * ntn;
+    const int ntn = (out_w + GG_BM - 1) / GG_BM, total = mstart[E] * ntn;
 
     if (wg == 0) { /* producer */
         if (tid == 0) {
@@ -79,12 +85,18 @@ __global__ void __launch_bounds__(GG_NTH, 1)
             uint32_t phase = 0;
             for (int t = blockIdx.x; t < total; t += gridDim.x) {
                 const int mt = t / ntn, j = t % ntn, e = expert_of(mt, mstart, E);
-                const int xrow = off_s[e] + (mt - mstart[e]) * GG_BM, wrow = e * N + j * GG_BM;
+                const int xrow = off_s[e] + (mt - mstart[e]) * GG_BM;
                 for (int kt = 0; kt < nk; kt++) {
                     mbar_wait(EMPTY(stage), phase ^ 1u);
                     mbar_expect_tx(FULL(stage), 2 * GG_TILE_B);
                     tma_load_2d(sa + stage * GG_TILE_B, &xmap, kt * GG_BK, xrow, FULL(stage));
-                    tma_load_2d(sb + stage * GG_TILE_B, &wmap, kt * GG_BK, wrow, FULL(stage));
+                    if (BT)
+                        for (int h = 0; h < 2; h++)
+                            tma_load_2d(sb + stage * GG_TILE_B + h * (GG_TILE_B / 2), &wmap,
+                                        j * GG_BM + 64 * h, e * wn + kt * GG_BK, FULL(stage));
+                    else
+                        tma_load_2d(sb + stage * GG_TILE_B, &wmap, kt * GG_BK, e * wn + j * GG_BM,
+                                    FULL(stage));
                     if (++stage == GG_STAGES) stage = 0, phase ^= 1u;
                 }
             }
@@ -112,10 +124,14 @@ __global__ void __launch_bounds__(GG_NTH, 1)
             mbar_wait(FULL(stage), phase);
             wgmma_fence();
             const uint64_t da = sw128_desc(sa + stage * GG_TILE_B + c * 64 * 128);
-            const uint64_t db = sw128_desc(sb + stage * GG_TILE_B);
+            const uint64_t db = BT ? sw128_desc_mn(sb + stage * GG_TILE_B, GG_TILE_B / 2)
+                                   : sw128_desc(sb + stage * GG_TILE_B);
+            /* the next k16 in 16-byte units: 32 bytes on along a K-major row, 16 rows (2048
+             * bytes) on in an MN-major box */
+            const int step_b = BT ? 2048 >> 4 : 32 >> 4;
 #pragma unroll
-            for (int kk = 0; kk < GG_BK / 16; kk++) /* the next k16: 32 bytes on */
-                wgmma_m64n128k16<0>(acc, da + 2 * kk, db + 2 * kk, 1);
+            for (int kk = 0; kk < GG_BK / 16; kk++)
+                wgmma_m64n128k16<0, BT>(acc, da + 2 * kk, db + step_b * kk, 1);
             wgmma_commit();
             fence_acc(acc);
             if (prev >= 0) { /* the previous stage's MMAs are done: release it */
@@ -142,8 +158,9 @@ __global__ void __launch_bounds__(GG_NTH, 1)
         asm volatile("bar.sync %0, 128;\n" ::"r"(bar_id) : "memory");
         for (int u = tid; u < 64 * (GG_BM / 8); u += 128) { /* rows, 16-byte vectors */
             const int r = u / (GG_BM / 8), v = u % (GG_BM / 8);
-            if (r0 + r >= rend || c0 + 8 * v >= N) continue;
-            *(uint4 *)(Y + (r0 + r) * N + c0 + 8 * v) = *(const uint4 *)(ep + r * GG_EP_LD + 8 * v);
+            if (r0 + r >= rend || c0 + 8 * v >= out_w) continue;
+            *(uint4 *)(Y + (r0 + r) * out_w + c0 + 8 * v) =
+                *(const uint4 *)(ep + r * GG_EP_LD + 8 * v);
         }
         asm volatile("bar.sync %0, 128;\n" ::"r"(bar_id) : "memory"); /* free for the next tile */
     }
@@ -187,7 +204,10 @@ static int device_state(void) {
             int h = 0;
             grouped_gemm_probe<<<1, 1>>>(flag);
             ok = cudaMemcpy(&h, flag, sizeof h, cudaMemcpyDeviceToHost) == cudaSuccess && h == 1 &&
-                 cudaFuncSetAttribute(grouped_gemm_kernel,
+                 cudaFuncSetAttribute(grouped_gemm_kernel<0>,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      GG_SMEM) == cudaSuccess &&
+                 cudaFuncSetAttribute(grouped_gemm_kernel<1>,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       GG_SMEM) == cudaSuccess;
         }
@@ -206,17 +226,17 @@ int cuda_grouped_gemm_supported(void) {
 }
 
 int cuda_grouped_gemm_fits(const void *Y, const void *X, const void *W, int E, int N, int K,
-                           int rows_cap) {
+                           int rows_cap, int trans_w) {
     const int al = ((uintptr_t)Y | (uintptr_t)X | (uintptr_t)W) % 16 == 0;
     return al && E >= 1 && E <= GG_MAX_E && N >= 8 && K >= 8 && N % 8 == 0 && K % 8 == 0 &&
-           rows_cap >= 1 && (long long)E * N < (1ll << 31);
+           (!trans_w || N % GG_BK == 0) && rows_cap >= 1 && (long long)E * N < (1ll << 31);
 }
 
-/* A 2-D bf16 map over [rows][K] with [128 rows][64 k] boxes, 128-byte swizzle. */
-static int make_map(CUtensorMap *map, const void *p, long long rows, int K) {
+/* A 2-D bf16 map over [rows][K] with [box_rows][64] boxes, 128-byte swizzle. */
+static int make_map(CUtensorMap *map, const void *p, long long rows, int K, int box_rows) {
     const cuuint64_t dims[2] = {(cuuint64_t)K, (cuuint64_t)rows};
     const cuuint64_t strides[1] = {(cuuint64_t)K * 2};
-    const cuuint32_t box[2] = {GG_BK, GG_BM}, estr[2] = {1, 1};
+    const cuuint32_t box[2] = {GG_BK, (cuuint32_t)box_rows}, estr[2] = {1, 1};
     CUresult r =
         encode_tiled()(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)p, dims, strides, box,
                        estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
@@ -227,24 +247,31 @@ static int make_map(CUtensorMap *map, const void *p, long long rows, int K) {
 }
 
 int cuda_grouped_gemm_bf16(void *Y, const void *X, const void *W, const int32_t *offsets, int E,
-                           int N, int K, int rows_cap, void *stream) {
-    if (!cuda_grouped_gemm_fits(Y, X, W, E, N, K, rows_cap))
-        return zy_fail("cuda_grouped_gemm: E=%d N=%d K=%d rows=%d do not fit (1 <= E <= %d, N and "
-                       "K multiples of 8, pointers 16-byte aligned)",
-                       E, N, K, rows_cap, GG_MAX_E);
+                           int N, int K, int rows_cap, int trans_w, void *stream) {
+    if (!cuda_grouped_gemm_fits(Y, X, W, E, N, K, rows_cap, trans_w))
+        return zy_fail("cuda_grouped_gemm: E=%d N=%d K=%d rows=%d trans_w=%d do not fit (1 <= E <= "
+                       "%d, N and K multiples of 8, N of 64 with trans_w, pointers 16-byte "
+                       "aligned)",
+                       E, N, K, rows_cap, trans_w, GG_MAX_E);
     const int dev = device_state();
     if (dev < 0 || !dev_ok[dev])
         return zy_fail("cuda_grouped_gemm: this device or build cannot run it (needs compute "
                        "capability 9.0 and an sm_90a build)");
     CUtensorMap xmap, wmap;
-    ZY_TRY(make_map(&xmap, X, rows_cap, K));
-    ZY_TRY(make_map(&wmap, W, (long long)E * N, K));
+    const int out_w = trans_w ? K : N, red = trans_w ? N : K; /* Y's width, the reduction */
+    ZY_TRY(make_map(&xmap, X, rows_cap, red, GG_BM));
+    ZY_TRY(make_map(&wmap, W, (long long)E * N, K, trans_w ? GG_BK : GG_BM));
     /* persistent: at most one CTA per SM, fewer when even the most tiles (every expert one
      * partial m-tile more) are fewer */
-    const long long most = ((long long)rows_cap / GG_BM + E) * ((N + GG_BM - 1) / GG_BM);
+    const long long most = ((long long)rows_cap / GG_BM + E) * ((out_w + GG_BM - 1) / GG_BM);
     const int grid = (int)(most < dev_sms[dev] ? most : dev_sms[dev]);
-    grouped_gemm_kernel<<<grid, GG_NTH, GG_SMEM, (cudaStream_t)stream>>>(
-        xmap, wmap, (bf16 *)Y, offsets, E, N, (K + GG_BK - 1) / GG_BK);
+    const int nk = (red + GG_BK - 1) / GG_BK;
+    if (trans_w)
+        grouped_gemm_kernel<1><<<grid, GG_NTH, GG_SMEM, (cudaStream_t)stream>>>(
+            xmap, wmap, (bf16 *)Y, offsets, E, out_w, N, nk);
+    else
+        grouped_gemm_kernel<0><<<grid, GG_NTH, GG_SMEM, (cudaStream_t)stream>>>(
+            xmap, wmap, (bf16 *)Y, offsets, E, out_w, N, nk);
     ZY_CUDA_TRY_LAUNCH();
     return ZY_OK;
 }

@@ -1,13 +1,15 @@
-/* The MoE experts' forward GEMM as one launch on Hopper, with the experts' row ranges read on
- * the device: Y[r, :] = X[r, :] W_e^T for the rows r in [offsets[e], offsets[e+1]) of every
- * expert e. The per-expert cuBLAS path (ops_experts.cu) needs the offsets on the host, so the
- * forward waited for the router's dispatch once per layer, and then issued two GEMMs per expert
- * at ~8 us of host time each while each ran ~10 us on the GPU: the GPU idled after every wait.
+/* The MoE experts' forward and input-gradient GEMMs, each one launch on Hopper, with the
+ * experts' row ranges read on the device: Y[r, :] = X[r, :] W_e^T (or X[r, :] W_e) for the rows
+ * r in [offsets[e], offsets[e+1]) of every expert e. The per-expert cuBLAS path
+ * (ops_experts.cu) needs the offsets on the host, so the forward waited for the router's
+ * dispatch once per layer, and then issued two GEMMs per expert at ~8 us of host time each while
+ * each ran ~10 us on the GPU: the GPU idled after every wait.
  * With the offsets on the device the host issues a layer's MoE without waiting.
  *
  * The kernel is persistent and warp-specialised like syrk.cu (its PTX is in wgmma.h): one thread
- * TMA-loads [128 rows x 64 k] tiles of X and W_e into a 4-stage mbarrier ring, two warpgroups
- * run wgmma m64n128k16 on 64 rows each and store bf16 through shared memory. Tiles are
+ * TMA-loads [128 rows x 64 k] tiles of X and W_e (K-major, or for the input gradient two
+ * MN-major [64 x 64] boxes) into a 4-stage mbarrier ring, two warpgroups run wgmma m64n128k16 on
+ * 64 rows each and store bf16 through shared memory. Tiles are
  * [128 x 128] of one expert: an expert's last tile is partial and its rows past the expert are
  * neither stored nor the next expert's business (each output row is computed by exactly one
  * tile, in one k order: deterministic). sm_90a only: elsewhere cuda_grouped_gemm_supported() is
@@ -25,17 +27,20 @@ extern "C" {
 int cuda_grouped_gemm_supported(void);
 
 /* 1 when cuda_grouped_gemm_bf16 takes these sizes and pointers: 1 <= E <= 128, N, K >= 8 and
- * multiples of 8, rows_cap >= 1, Y, X, W 16-byte aligned. */
+ * multiples of 8 (N of 64 with trans_w: the reduction must not cross into the next expert's
+ * rows of W), rows_cap >= 1, Y, X, W 16-byte aligned. */
 int cuda_grouped_gemm_fits(const void *Y, const void *X, const void *W, int E, int N, int K,
-                           int rows_cap);
+                           int rows_cap, int trans_w);
 
-/* Y[r, :] = X[r, :] W[e]^T for offsets[e] <= r < offsets[e+1], e < E: X [rows_cap, K],
- * W [E, N, K], Y [rows_cap, N], bf16 row-major, fp32 accumulation; offsets: DEVICE memory, [E+1]
- * non-decreasing from 0 with offsets[E] <= rows_cap (rows at and past offsets[E] are not
- * written). `stream` is a cudaStream_t. ZY_ERR with a message when the arguments do not fit or
- * the device cannot run it. */
+/* For offsets[e] <= r < offsets[e+1], e < E, with W [E, N, K]:
+ *   trans_w 0 (the forward):       Y[r, :N] = X[r, :K] W[e]^T   (X [rows_cap, K], Y [rows_cap, N])
+ *   trans_w 1 (the input gradient): Y[r, :K] = X[r, :N] W[e]    (X [rows_cap, N], Y [rows_cap, K])
+ * bf16 row-major, fp32 accumulation; offsets: DEVICE memory, [E+1] non-decreasing from 0 with
+ * offsets[E] <= rows_cap (rows at and past offsets[E] are not written). `stream` is a
+ * cudaStream_t. ZY_ERR with a message when the arguments do not fit or the device cannot run
+ * it. */
 int cuda_grouped_gemm_bf16(void *Y, const void *X, const void *W, const int32_t *offsets, int E,
-                           int N, int K, int rows_cap, void *stream);
+                           int N, int K, int rows_cap, int trans_w, void *stream);
 
 #ifdef __cplusplus
 }

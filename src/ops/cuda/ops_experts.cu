@@ -23,12 +23,15 @@ static int use_chunks(zy_ctx *ctx) {
     return cuda_st(ctx)->expert_chunk;
 }
 
-/* The blocks' pointer-array GEMM that run_jobs issues on the context's stream (NULL: none). */
+/* The GEMM that run_jobs issues on the context's stream beside the side streams' (NULL: none): the
+ * blocks' pointer-array GEMM, or with dev_offsets the grouped kernel over all `rows`. */
 typedef struct {
     void *out;
     const void *in, *W;
     const int32_t *offsets;
     int E, N, K, data_grad;
+    const int32_t *dev_offsets;
+    int rows;
 } chunk_call;
 
 /* One expert's GEMM: C[M,N] = op(A) op(B) + beta C (gemm.h's expert layout) as cuda_gemm takes
@@ -71,7 +74,10 @@ static void run_jobs(zy_ctx *ctx, expert_job *jobs, int n, const chunk_call *cc,
     double load[CUDA_SIDE_STREAMS] = {0};
     ZY_CUDA_CHECK(cudaEventRecord(s->fork, s->stream));
     for (int i = 0; i < ns; i++) ZY_CUDA_CHECK(cudaStreamWaitEvent(s->side[i], s->fork, 0));
-    if (cc) /* after the fork: the side streams do not wait for it */
+    if (cc && cc->dev_offsets) /* after the fork: the side streams do not wait for it */
+        ZY_STATUS_CHECK(cuda_grouped_gemm_bf16(cc->out, cc->in, cc->W, cc->dev_offsets, cc->E,
+                                               cc->N, cc->K, cc->rows, cc->data_grad, s->stream));
+    else if (cc)
         ZY_STATUS_CHECK(cuda_gemm_grouped_chunks(
             &s->gemm, cc->out, cc->in, cc->W, cc->offsets, cc->E, cc->N, cc->K,
             CUDA_GEMM_CHUNK_ROWS, cc->data_grad, CUDA_GEMM_BF16, CUDA_GEMM_BF16, s->stream));
@@ -138,7 +144,7 @@ void cuda_ops_expert_matmul(zy_ctx *ctx, zy_act *out, const zy_act *in, const zy
     const int chunks = use_chunks(ctx);
     int n = 0;
     add_data_jobs(jobs, &n, out, in, W, offsets_host, E, N, K, data_grad, chunks);
-    const chunk_call cc = {out, in, W, offsets_host, E, N, K, data_grad};
+    const chunk_call cc = {out, in, W, offsets_host, E, N, K, data_grad, NULL, 0};
     run_jobs(ctx, jobs, n, chunks ? &cc : NULL, 1);
 }
 
@@ -154,16 +160,20 @@ void cuda_ops_expert_matmul_wgrad(zy_ctx *ctx, float *dW, const zy_act *dY, cons
 
 void cuda_ops_expert_matmul_bwd(zy_ctx *ctx, zy_act *dX, float *dW, const zy_act *dY,
                                 const zy_act *X, const zy_act *W, const int32_t *offsets_host,
-                                int E, int N, int K, float beta, int wait) {
+                                const int32_t *offsets, int E, int N, int K, float beta, int wait) {
     expert_job jobs[2 * CUDA_GEMM_MAX_EXPERTS];
     ZY_CHECKF(E <= CUDA_GEMM_MAX_EXPERTS, "expert_matmul_bwd: %d experts (at most %d)", E,
               CUDA_GEMM_MAX_EXPERTS);
-    const int chunks = use_chunks(ctx);
+    const int rows = offsets_host[E];
+    /* the input gradient as one grouped GEMM (its reduction over W's N rows: whole stages) */
+    const int grouped =
+        offsets && rows > 0 && N % 64 == 0 && cuda_ops_experts_grouped(ctx, E, N, K);
+    const int chunks = !grouped && use_chunks(ctx);
     int n = 0;
-    add_data_jobs(jobs, &n, dX, dY, W, offsets_host, E, N, K, 1, chunks);
+    if (!grouped) add_data_jobs(jobs, &n, dX, dY, W, offsets_host, E, N, K, 1, chunks);
     add_wgrad_jobs(ctx, jobs, &n, dW, dY, X, offsets_host, E, N, K, beta);
-    const chunk_call cc = {dX, dY, W, offsets_host, E, N, K, 1};
-    run_jobs(ctx, jobs, n, chunks ? &cc : NULL, wait);
+    const chunk_call cc = {dX, dY, W, offsets_host, E, N, K, 1, grouped ? offsets : NULL, rows};
+    run_jobs(ctx, jobs, n, grouped || chunks ? &cc : NULL, wait);
 }
 
 /* The grouped kernel for weights [E, N, K]: the device runs it, the widths fit, and each
@@ -182,5 +192,6 @@ int cuda_ops_experts_grouped(zy_ctx *ctx, int E, int N, int K) {
 void cuda_ops_expert_matmul_grouped(zy_ctx *ctx, zy_act *out, const zy_act *in, const zy_act *W,
                                     const int32_t *offsets, int E, int N, int K, int rows) {
     if (rows == 0) return;
-    ZY_STATUS_CHECK(cuda_grouped_gemm_bf16(out, in, W, offsets, E, N, K, rows, cuda_stream(ctx)));
+    ZY_STATUS_CHECK(
+        cuda_grouped_gemm_bf16(out, in, W, offsets, E, N, K, rows, 0, cuda_stream(ctx)));
 }

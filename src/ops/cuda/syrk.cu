@@ -148,7 +148,7 @@ __global__ void __launch_bounds__(SY_NTH, 1)
             const int step = TR ? 2048 >> 4 : 32 >> 4; /* the next k16, in 16-byte units */
 #pragma unroll
             for (int kk = 0; kk < SY_BK / 16; kk++)
-                wgmma_m64n128k16<TR>(acc, da + step * kk, db + step * kk, 1);
+                wgmma_m64n128k16<TR, TR>(acc, da + step * kk, db + step * kk, 1);
             wgmma_commit();
             fence_acc(acc);
             if (prev >= 0) { /* the previous stage's MMAs are done: release it */

@@ -91,11 +91,11 @@ static __device__ __forceinline__ void fence_acc(float (&d)[64]) {
     for (int e = 0; e < 64; e++) asm volatile("" : "+f"(d[e])::"memory");
 }
 
-/* d[64 x 128] (this warpgroup's fragment) (+)= A[64 x 16] B[128 x 16]^T from descriptors, both
- * K-major (TR 0) or both MN-major (TR 1); accumulate 0 overwrites d. Fragment: warp w of the
- * warpgroup holds rows 16 w + lane / 4 (+ 8), d[4 j + 0, 1] columns 8 j + 2 (lane % 4) + {0, 1} of
- * the first row, d[4 j + 2, 3] of the second. */
-template <int TR>
+/* d[64 x 128] (this warpgroup's fragment) (+)= A[64 x 16] B[128 x 16]^T from descriptors, A
+ * K-major (TA 0) or MN-major (TA 1), B likewise (TB); accumulate 0 overwrites d. Fragment: warp w
+ * of the warpgroup holds rows 16 w + lane / 4 (+ 8), d[4 j + 0, 1] columns 8 j + 2 (lane % 4) +
+ * {0, 1} of the first row, d[4 j + 2, 3] of the second. */
+template <int TA, int TB>
 static __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t da, uint64_t db,
                                                         int accumulate) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
@@ -104,7 +104,7 @@ static __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t
                  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
                  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
                  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-                 "}, %64, %65, p, 1, 1, %67, %67;\n}\n"
+                 "}, %64, %65, p, 1, 1, %67, %68;\n}\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
                    "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
                    "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
@@ -116,7 +116,7 @@ static __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t
                    "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
                    "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
                    "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-                 : "l"(da), "l"(db), "r"(accumulate), "n"(TR));
+                 : "l"(da), "l"(db), "r"(accumulate), "n"(TA), "n"(TB));
 }
 
 static PFN_cuTensorMapEncodeTiled_v12000 lookup_encode_tiled(void) {
