@@ -2,7 +2,7 @@
 # A/B of an environment setting on `zayac bench train`, in one call on one GPU: builds, then runs
 # every case and optimizer with ENV_B unset and set, alternating, ROUNDS rounds, and prints the
 # medians. Usage (from the zayac root, on the GPU machine):
-#   DEBS=.ext/debs ENV_B="ZAYAC_GEMM_TUNE=8" [ROUNDS=2] [CASES="bench-small:8:2048"] \
+#   DEBS=.ext/debs ENV_B="CUDA_DEVICE_MAX_CONNECTIONS=1" [ROUNDS=2] [CASES="bench-small:8:2048"] \
 #       [OPTIMS="adamw"] bash dev/scripts/env_ab.sh
 # Files land in $OUT: summary.txt, build.log, ab_*.json / .txt.
 set -u
