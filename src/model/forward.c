@@ -8,25 +8,25 @@
 #include <string.h>
 
 /* Routes the rows of m to their experts and combines the weighted expert outputs into y. Where
- * the expert GEMMs read the offsets on the device (ops_experts_grouped) and the layer keeps its
- * own buffers, nothing here waits for the dispatch: the gather, the activation and the combine
- * run over all N rows of perm (the skipped rows last, their gate 0), and the routed count
- * reaches the host with the backward (model_routing_fetch). */
+ * the expert GEMMs read the offsets on the device (ops_experts_grouped), the gather, the
+ * activation and the combine run over all N rows of perm (the skipped rows last, their gate 0)
+ * and nothing waits for the dispatch: the routed count reaches the host with the backward
+ * (model_routing_fetch). With recomputation the dispatch still waits (the backward's recomputed
+ * layer needs its count at once), but the kernels are the same, so the bits are too. */
 static void moe_forward(zy_model *mo, zy_acts *a, zy_layer_acts *x, const zy_layer_wc *wc, int N) {
     zy_ctx *ctx = mo->ctx;
     const zy_config *c = &mo->cfg;
     const int D = c->hidden_size, F = c->moe_intermediate_size, E = c->num_experts;
-    const int grouped =
-        !a->recompute && ops_experts_grouped(ctx, E, 2 * F, D) && ops_experts_grouped(ctx, E, D, F);
-    int rows = N;
-    if (grouped) {
+    const int grouped = ops_experts_grouped(ctx, E, 2 * F, D) && ops_experts_grouped(ctx, E, D, F);
+    if (grouped && !a->recompute) {
         ops_moe_dispatch_async(ctx, x->counts, x->offsets, x->offsets_host, x->perm, x->choice, N,
                                E);
         x->nrouted = -1; /* on the host after model_routing_fetch */
     } else {
-        rows = x->nrouted =
+        x->nrouted =
             ops_moe_dispatch(ctx, x->counts, x->offsets, x->offsets_host, x->perm, x->choice, N, E);
     }
+    const int rows = grouped ? N : x->nrouted;
     ops_gather_rows(ctx, x->xs, x->m, x->perm, rows, D);
     /* gu[rows of e] = xs @ gate_up[e]^T; ys[rows of e] = act @ down[e]^T */
     if (grouped)
@@ -227,6 +227,6 @@ void model_route_counts(const zy_model *m, const zy_acts *a, int64_t *out) {
     for (int l = 0; l < m->cfg.num_hidden_layers; l++) { /* from the host copy of the offsets */
         const int32_t *off = a->layers[l].offsets_host;
         for (int e = 0; e < E; e++) out[(size_t)l * E1 + e] = off[e + 1] - off[e];
-        out[(size_t)l * E1 + E] = N - off[E];
+        out[(size_t)l * E1 + E] = N - ops_moe_routed(off, N, E); /* aborts on a bad choice */
     }
 }

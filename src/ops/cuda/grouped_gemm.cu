@@ -52,7 +52,8 @@ template <int BT>
 __global__ void __launch_bounds__(GG_NTH, 1)
     grouped_gemm_kernel(const __grid_constant__ CUtensorMap xmap,
                         const __grid_constant__ CUtensorMap wmap, bf16 *__restrict__ Y,
-                        const int32_t *__restrict__ offsets, int E, int out_w, int wn, int nk) {
+                        const int32_t *__restrict__ offsets, int E, int out_w, int wn, int nk,
+                        int rows_cap) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ uint8_t gg_smem[];
     __shared__ int off_s[GG_MAX_E + 1], mstart[GG_MAX_E + 1];
@@ -114,7 +115,8 @@ __global__ void __launch_bounds__(GG_NTH, 1)
     for (int t = blockIdx.x; t < total; t += gridDim.x) {
         const int mt = t / ntn, j = t % ntn, e = expert_of(mt, mstart, E);
         const int64_t r0 = off_s[e] + (int64_t)(mt - mstart[e]) * GG_BM + 64 * c;
-        const int64_t rend = off_s[e + 1], c0 = (int64_t)j * GG_BM;
+        /* stores stay inside the expert and Y, whatever the offsets hold */
+        const int64_t rend = min(off_s[e + 1], rows_cap), c0 = (int64_t)j * GG_BM;
         float acc[64];
 #pragma unroll
         for (int q = 0; q < 64; q++) acc[q] = 0.0f;
@@ -158,7 +160,7 @@ __global__ void __launch_bounds__(GG_NTH, 1)
         asm volatile("bar.sync %0, 128;\n" ::"r"(bar_id) : "memory");
         for (int u = tid; u < 64 * (GG_BM / 8); u += 128) { /* rows, 16-byte vectors */
             const int r = u / (GG_BM / 8), v = u % (GG_BM / 8);
-            if (r0 + r >= rend || c0 + 8 * v >= out_w) continue;
+            if (r0 + r >= rend || r0 + r < 0 || c0 + 8 * v >= out_w) continue;
             *(uint4 *)(Y + (r0 + r) * out_w + c0 + 8 * v) =
                 *(const uint4 *)(ep + r * GG_EP_LD + 8 * v);
         }
@@ -268,10 +270,10 @@ int cuda_grouped_gemm_bf16(void *Y, const void *X, const void *W, const int32_t 
     const int nk = (red + GG_BK - 1) / GG_BK;
     if (trans_w)
         grouped_gemm_kernel<1><<<grid, GG_NTH, GG_SMEM, (cudaStream_t)stream>>>(
-            xmap, wmap, (bf16 *)Y, offsets, E, out_w, N, nk);
+            xmap, wmap, (bf16 *)Y, offsets, E, out_w, N, nk, rows_cap);
     else
         grouped_gemm_kernel<0><<<grid, GG_NTH, GG_SMEM, (cudaStream_t)stream>>>(
-            xmap, wmap, (bf16 *)Y, offsets, E, out_w, N, nk);
+            xmap, wmap, (bf16 *)Y, offsets, E, out_w, N, nk, rows_cap);
     ZY_CUDA_TRY_LAUNCH();
     return ZY_OK;
 }
