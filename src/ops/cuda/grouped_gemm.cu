@@ -17,11 +17,11 @@
 
 #include "base/check.h"
 #include "base/err.h"
+#include "ops/cuda/hopper.h"
 #include "ops/cuda/mma.h"
 #include "ops/cuda/wgmma.h"
 
 #include <cuda_bf16.h>
-#include <pthread.h>
 
 typedef __nv_bfloat16 bf16;
 
@@ -173,58 +173,20 @@ __global__ void __launch_bounds__(GG_NTH, 1)
 #endif
 }
 
-/* *flag = 1 when this build compiled the kernel's body (sm_90a features), else 0. */
-__global__ void grouped_gemm_probe(int *flag) {
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    *flag = 1;
-#else
-    *flag = 0;
-#endif
-}
-
 /* ---- host ---- */
 
-/* Per device: whether the kernel runs there (-1 unknown) and its SM count, under one lock. */
-#define GG_MAX_DEV 64
-static pthread_mutex_t dev_lock = PTHREAD_MUTEX_INITIALIZER;
-static int dev_ok[GG_MAX_DEV], dev_known[GG_MAX_DEV], dev_sms[GG_MAX_DEV];
-
-static int device_state(void) {
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= GG_MAX_DEV) return -1;
-    pthread_mutex_lock(&dev_lock);
-    if (!dev_known[dev]) {
-        int major = 0, minor = 0, optin = 0, ok = 0, *flag = NULL;
-        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-            cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
-            cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) ==
-                cudaSuccess &&
-            cudaDeviceGetAttribute(&dev_sms[dev], cudaDevAttrMultiProcessorCount, dev) ==
-                cudaSuccess &&
-            major == 9 && minor == 0 && optin >= GG_SMEM + 2048 && encode_tiled() &&
-            cudaMalloc(&flag, sizeof *flag) == cudaSuccess) {
-            int h = 0;
-            grouped_gemm_probe<<<1, 1>>>(flag);
-            ok = cudaMemcpy(&h, flag, sizeof h, cudaMemcpyDeviceToHost) == cudaSuccess && h == 1 &&
-                 cudaFuncSetAttribute(grouped_gemm_kernel<0>,
-                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      GG_SMEM) == cudaSuccess &&
-                 cudaFuncSetAttribute(grouped_gemm_kernel<1>,
-                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      GG_SMEM) == cudaSuccess;
-        }
-        if (flag) cudaFree(flag);
-        (void)cudaGetLastError();
-        dev_ok[dev] = ok;
-        dev_known[dev] = 1;
-    }
-    pthread_mutex_unlock(&dev_lock);
-    return dev;
+/* Both kernels take GG_SMEM dynamic bytes (and ~1 KB static), set once per device. */
+static int set_attrs(void) {
+    return cudaFuncSetAttribute(grouped_gemm_kernel<0>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                GG_SMEM) == cudaSuccess &&
+           cudaFuncSetAttribute(grouped_gemm_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                GG_SMEM) == cudaSuccess;
 }
 
+static cuda_hopper_cache hopper = CUDA_HOPPER_CACHE_INIT;
+
 int cuda_grouped_gemm_supported(void) {
-    const int dev = device_state();
-    return dev >= 0 && dev_ok[dev];
+    return cuda_hopper_device(&hopper, GG_SMEM + 2048, set_attrs, NULL) >= 0;
 }
 
 int cuda_grouped_gemm_fits(const void *Y, const void *X, const void *W, int E, int N, int K,
@@ -255,8 +217,8 @@ int cuda_grouped_gemm_bf16(void *Y, const void *X, const void *W, const int32_t 
                        "%d, N and K multiples of 8, N of 64 with trans_w, pointers 16-byte "
                        "aligned)",
                        E, N, K, rows_cap, trans_w, GG_MAX_E);
-    const int dev = device_state();
-    if (dev < 0 || !dev_ok[dev])
+    int sms = 0;
+    if (cuda_hopper_device(&hopper, GG_SMEM + 2048, set_attrs, &sms) < 0)
         return zy_fail("cuda_grouped_gemm: this device or build cannot run it (needs compute "
                        "capability 9.0 and an sm_90a build)");
     CUtensorMap xmap, wmap;
@@ -266,7 +228,7 @@ int cuda_grouped_gemm_bf16(void *Y, const void *X, const void *W, const int32_t 
     /* persistent: at most one CTA per SM, fewer when even the most tiles (every expert one
      * partial m-tile more) are fewer */
     const long long most = ((long long)rows_cap / GG_BM + E) * ((out_w + GG_BM - 1) / GG_BM);
-    const int grid = (int)(most < dev_sms[dev] ? most : dev_sms[dev]);
+    const int grid = (int)(most < sms ? most : sms);
     const int nk = (red + GG_BK - 1) / GG_BK;
     if (trans_w)
         grouped_gemm_kernel<1><<<grid, GG_NTH, GG_SMEM, (cudaStream_t)stream>>>(

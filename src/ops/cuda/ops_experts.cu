@@ -165,9 +165,10 @@ void cuda_ops_expert_matmul_bwd(zy_ctx *ctx, zy_act *dX, float *dW, const zy_act
     ZY_CHECKF(E <= CUDA_GEMM_MAX_EXPERTS, "expert_matmul_bwd: %d experts (at most %d)", E,
               CUDA_GEMM_MAX_EXPERTS);
     const int rows = offsets_host[E];
-    /* the input gradient as one grouped GEMM (its reduction over W's N rows: whole stages) */
-    const int grouped =
-        offsets && rows > 0 && N % 64 == 0 && cuda_ops_experts_grouped(ctx, E, N, K);
+    /* the input gradient as one grouped GEMM (fits: its reduction over W's N rows in whole
+     * stages, and the pointers' alignment) */
+    const int grouped = offsets && rows > 0 && cuda_ops_experts_grouped(ctx, E, N, K) &&
+                        cuda_grouped_gemm_fits(dX, dY, W, E, N, K, rows, 1);
     const int chunks = !grouped && use_chunks(ctx);
     int n = 0;
     if (!grouped) add_data_jobs(jobs, &n, dX, dY, W, offsets_host, E, N, K, 1, chunks);

@@ -21,6 +21,7 @@
 
 #include "base/check.h"
 #include "base/err.h"
+#include "ops/cuda/hopper.h"
 #include "ops/cuda/mma.h"
 #include "ops/cuda/wgmma.h"
 
@@ -28,7 +29,6 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <cudaTypedefs.h>
-#include <pthread.h>
 #include <stdint.h>
 
 typedef __nv_bfloat16 bf16;
@@ -227,60 +227,20 @@ __global__ void __launch_bounds__(SY_NTH, 1)
 #endif
 }
 
-/* *flag = 1 when this build compiled the kernel's body (sm_90a features), else 0. */
-__global__ void syrk_probe(int *flag) {
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    *flag = 1;
-#else
-    *flag = 0;
-#endif
-}
-
 /* ---- host ---- */
 
-/* Per device (the current one): whether the kernel runs there (-1: not yet known), its SM count,
- * and whether its shared-memory opt-in is set; under one lock, since threads of one process may
- * drive different GPUs. */
-#define SY_MAX_DEV 64
-static pthread_mutex_t dev_lock = PTHREAD_MUTEX_INITIALIZER;
-static int dev_ok[SY_MAX_DEV], dev_known[SY_MAX_DEV], dev_sms[SY_MAX_DEV];
-
-/* Fills dev_* for the current device once; returns its index or -1. */
-static int device_state(void) {
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= SY_MAX_DEV) return -1;
-    pthread_mutex_lock(&dev_lock);
-    if (!dev_known[dev]) {
-        int major = 0, minor = 0, optin = 0, ok = 0, *flag = NULL;
-        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-            cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
-            cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) ==
-                cudaSuccess &&
-            cudaDeviceGetAttribute(&dev_sms[dev], cudaDevAttrMultiProcessorCount, dev) ==
-                cudaSuccess &&
-            major == 9 && minor == 0 && optin >= SY_SMEM && encode_tiled() &&
-            cudaMalloc(&flag, sizeof *flag) == cudaSuccess) {
-            /* the body exists only in an sm_90a build (Makefile CUDA_ARCH): ask the device */
-            int h = 0;
-            syrk_probe<<<1, 1>>>(flag);
-            ok = cudaMemcpy(&h, flag, sizeof h, cudaMemcpyDeviceToHost) == cudaSuccess && h == 1 &&
-                 cudaFuncSetAttribute(syrk_kernel<0>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      SY_SMEM) == cudaSuccess &&
-                 cudaFuncSetAttribute(syrk_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      SY_SMEM) == cudaSuccess;
-        }
-        if (flag) cudaFree(flag);
-        (void)cudaGetLastError(); /* a failed probe leaves no error behind for the next call */
-        dev_ok[dev] = ok;
-        dev_known[dev] = 1;
-    }
-    pthread_mutex_unlock(&dev_lock);
-    return dev;
+/* Both layouts' kernels take SY_SMEM bytes of shared memory, set once per device. */
+static int set_attrs(void) {
+    return cudaFuncSetAttribute(syrk_kernel<0>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                SY_SMEM) == cudaSuccess &&
+           cudaFuncSetAttribute(syrk_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                SY_SMEM) == cudaSuccess;
 }
 
+static cuda_hopper_cache hopper = CUDA_HOPPER_CACHE_INIT;
+
 int cuda_syrk_supported(void) {
-    const int dev = device_state();
-    return dev >= 0 && dev_ok[dev];
+    return cuda_hopper_device(&hopper, SY_SMEM, set_attrs, NULL) >= 0;
 }
 
 int cuda_syrk_fits(const void *D, const void *C, const void *X, int n, int k, int trans,
@@ -301,12 +261,11 @@ int cuda_syrk_bf16(void *D, const void *C, const void *X, int n, int k, int tran
                        "ldd=%lld sd=%lld, or a pointer not 16-byte aligned)",
                        n, k, trans, ldx, sx, ldd, sd);
     if (beta != 0.0f && !C) return zy_fail("cuda_syrk: beta %g without C", (double)beta);
-    const int dev = device_state();
-    if (dev < 0 || !dev_ok[dev])
+    int sms = 0;
+    if (cuda_hopper_device(&hopper, SY_SMEM, set_attrs, &sms) < 0)
         return zy_fail("cuda_syrk: this device or build cannot run it (needs compute capability "
                        "9.0 and an sm_90a build)");
     PFN_cuTensorMapEncodeTiled_v12000 enc = encode_tiled();
-    const int sms = dev_sms[dev];
     CUtensorMap map;
     /* dims innermost first: [batch][rows][cols] of X; boxes [64 k][128 rows] or [64 k][64 cols] */
     const cuuint64_t dims[3] = {(cuuint64_t)(trans ? n : k), (cuuint64_t)(trans ? k : n),
