@@ -25,8 +25,8 @@
 #define EPS      1e-5f
 #define IGNORE   (-100)
 
-static const int WIDTHS[] = {1, 3, 128, 1024, 2049};
-#define NWIDTHS 5
+static const int WIDTHS[] = {1, 3, 128, 1024, 2048, 2049};
+#define NWIDTHS 6
 
 /* The measure of an activation output (act) or an fp32 one. */
 static oh_measure m_out(int act, double floor) {

@@ -4,6 +4,7 @@
  * with fp32 reductions. One block per row; a row is read twice (the second read hits L1/L2). */
 #include "ops/cuda/cuda_util.h"
 #include "ops/cuda/kernels.h"
+#include "ops/cuda/mma.h"
 
 #include <cuda_bf16.h>
 #include <string.h>
@@ -351,48 +352,48 @@ int cuda_rmsnorm_bwd_f32_bf16(float *dx, float *dw, float *ws, const zy_bf16 *dy
 }
 
 /* ---- residual scaling + RMSNorm backward ----
- * One pass when dy / o are bf16, D % 4 == 0 and D <= 2048; else the row and column kernels above.
+ * One pass when dy / o are bf16, D % 8 == 0 and D <= 2048; else the row and column kernels above.
  * The one-pass kernel:
  * Block p = blockIdx.x (256 threads) takes rows [p*R, p*R + R) one after another; thread t owns the
- * column groups c = 4 (t + 256 j), j < J. Per row: out recomputed from o and h (resnorm_mix: the
- * forward's bits, and 4 bytes per element less to read than loading it), the norm's dot sum
- * dy*w*out (block sum in a
- * fixed order: one barrier per row, the partial slots alternate by row parity), then dout =
- * dres + rstd*dy*w - k*out, d_o = dout*os, dh = dout*rs, and the column sums s0 = dy*out*rstd,
- * s1 = dout, s2 = dout*(o+ob), s3 = dout*(h+rb) kept in registers until the chunk ends (written to
- * part[(s*P + p)*D + c], summed over chunks by zy_col_finish_multi). The next row's inputs are
- * loaded before the current row's barrier. Reads 12 and writes 6 bytes per element, against 36 for
- * the norm and residual-scaling kernels one after the other. d_o may alias dy and dh may alias
- * dres: a thread reads its elements of a row before it writes them, and no other thread touches
- * them. */
-#define RESNORM_NT 256
+ * column groups c = 4 (t + 256 j), j < J. A row's inputs (dy, o, h and dres: 12 bytes a column)
+ * arrive by cp.async into a ring of RESNORM_STAGES row slots in shared memory, issued
+ * RESNORM_STAGES - 1 rows ahead, so an SM keeps two rows per block in flight without holding them
+ * in registers (the kernel is bound by memory latency: at 2 blocks an SM, one row ahead in
+ * registers reached 66-75% of the DRAM bandwidth, ncu on an H100). Per row: out recomputed from
+ * o and h (resnorm_mix: the forward's bits, and 4 bytes per element less to read than loading it),
+ * the norm's dot sum dy*w*out (block sum in a fixed order: the partial slots alternate by row
+ * parity), then dout = dres + rstd*dy*w - k*out, d_o = dout*os, dh = dout*rs, and the column sums
+ * s0 = dy*out*rstd, s1 = dout, s2 = dout*(o+ob), s3 = dout*(h+rb) kept in registers until the
+ * chunk ends (written to part[(s*P + p)*D + c], summed over chunks by zy_col_finish_multi). Reads
+ * 12 and writes 6 bytes per element, against 36 for the norm and residual-scaling kernels one
+ * after the other. d_o may alias dy and dh may alias dres: a row's inputs are in shared memory
+ * before any of its outputs is written, and only this block touches the row. */
+#define RESNORM_NT     256
+#define RESNORM_STAGES 3
 
-struct resnorm_row4 { /* one thread's four columns of one row */
-    float dy[4], out[4], res[4], o[4], h[4], r;
-};
+/* Bytes of one row slot: dy and o (bf16), then h and dres (fp32). */
+static __host__ __device__ size_t resnorm_slot_bytes(int D) {
+    return (size_t)D * 12;
+}
 
-template <int J>
-__device__ __forceinline__ void resnorm_load_row(resnorm_row4 *x, size_t row, int D, const bf16 *dy,
-                                                 const float *dres, const float *rstd,
-                                                 const bf16 *o, const float *h) {
-    x[0].r = rstd[row];
-#pragma unroll
-    for (int j = 0; j < J; j++) {
-        const int c = 4 * ((int)threadIdx.x + RESNORM_NT * j);
-        if (c >= D) { /* no columns here: zeros add nothing to the row's dot */
-#pragma unroll
-            for (int k = 0; k < 4; k++) x[j].dy[k] = x[j].res[k] = x[j].o[k] = x[j].h[k] = 0.0f;
-            continue;
-        }
-        const size_t i = row * D + c;
-        zy_load_bf16x4(dy + i, x[j].dy);
-        if (dres)
-            zy_load<float, 4>(dres + i, x[j].res);
+/* Starts copying row `row`'s inputs into slot `slot` (16-byte pieces spread over the block). */
+__device__ __forceinline__ void resnorm_issue_row(uint8_t *slot, size_t row, int D, const bf16 *dy,
+                                                  const float *dres, const bf16 *o,
+                                                  const float *h) {
+    const int n8 = D / 8, n4 = D / 4; /* 16-byte pieces of a bf16 row, of an fp32 row */
+    for (int u = threadIdx.x; u < 2 * n8 + (dres ? 2 : 1) * n4; u += RESNORM_NT) {
+        const void *src;
+        uint32_t dst;
+        if (u < n8)
+            src = dy + row * D + 8 * u, dst = smem_u32(slot) + 16 * u;
+        else if (u < 2 * n8)
+            src = o + row * D + 8 * (u - n8), dst = smem_u32(slot) + 16 * u;
+        else if (u < 2 * n8 + n4)
+            src = h + row * D + 4 * (u - 2 * n8), dst = smem_u32(slot) + 4 * D + 16 * (u - 2 * n8);
         else
-#pragma unroll
-            for (int k = 0; k < 4; k++) x[j].res[k] = 0.0f;
-        zy_load_bf16x4(o + i, x[j].o);
-        zy_load<float, 4>(h + i, x[j].h);
+            src = dres + row * D + 4 * (u - 2 * n8 - n4),
+            dst = smem_u32(slot) + 8 * D + 16 * (u - 2 * n8 - n4);
+        cp_async16(dst, src, true);
     }
 }
 
@@ -402,9 +403,18 @@ __global__ void __launch_bounds__(RESNORM_NT)
                           const bf16 *dy, const float *dres, const float *rstd, const float *w,
                           const bf16 *o, const float *h, const float *ob, const float *os,
                           const float *rb, const float *rs) {
+    extern __shared__ __align__(16) uint8_t rn_ring[]; /* RESNORM_STAGES slots */
     __shared__ float red[2][RESNORM_NT / 32];
     const int p = blockIdx.x, n0 = p * R, n1 = n0 + R < N ? n0 + R : N;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const size_t slot_b = resnorm_slot_bytes(D);
+    /* rows n0 .. n0 + STAGES - 2 first, one commit group each (empty past n1) */
+#pragma unroll
+    for (int s = 0; s < RESNORM_STAGES - 1; s++) {
+        if (n0 + s < n1)
+            resnorm_issue_row(rn_ring + s * slot_b, (size_t)(n0 + s), D, dy, dres, o, h);
+        cp_async_commit();
+    }
     float wv[J][4], osv[J][4], rsv[J][4], obv[J][4], rbv[J][4], acc[J][4][4];
 #pragma unroll
     for (int j = 0; j < J; j++) {
@@ -422,26 +432,49 @@ __global__ void __launch_bounds__(RESNORM_NT)
         zy_load<float, 4>(ob + c, obv[j]);
         zy_load<float, 4>(rb + c, rbv[j]);
     }
-    resnorm_row4 cur[J], nxt[J];
-    if (n0 < n1) resnorm_load_row<J>(cur, (size_t)n0, D, dy, dres, rstd, o, h);
     for (int n = n0; n < n1; n++) {
-        if (n + 1 < n1) resnorm_load_row<J>(nxt, (size_t)n + 1, D, dy, dres, rstd, o, h);
+        /* the slot of row n + STAGES - 1 was last read before the previous row's dot barrier */
+        const int ahead = n + RESNORM_STAGES - 1;
+        if (ahead < n1)
+            resnorm_issue_row(rn_ring + (size_t)((ahead - n0) % RESNORM_STAGES) * slot_b,
+                              (size_t)ahead, D, dy, dres, o, h);
+        cp_async_commit();
+        cp_async_wait<RESNORM_STAGES - 1>(); /* this thread's pieces of row n have landed */
+        __syncthreads();                     /* and every thread's */
+        const uint8_t *slot = rn_ring + (size_t)((n - n0) % RESNORM_STAGES) * slot_b;
+        const float r = rstd[n];
+        float dyv[J][4], ov[J][4], hv[J][4], resv[J][4], outv[J][4];
         float dot = 0.0f;
 #pragma unroll
-        for (int j = 0; j < J; j++)
+        for (int j = 0; j < J; j++) {
+            const int c = 4 * ((int)threadIdx.x + RESNORM_NT * j);
+            if (c >= D) { /* no columns here: zeros add nothing to the row's dot */
+#pragma unroll
+                for (int k = 0; k < 4; k++) dyv[j][k] = ov[j][k] = hv[j][k] = resv[j][k] = 0.0f;
+            } else {
+                zy_load_bf16x4((const bf16 *)slot + c, dyv[j]);
+                zy_load_bf16x4((const bf16 *)slot + D + c, ov[j]);
+                zy_load<float, 4>((const float *)(slot + 4 * D) + c, hv[j]);
+                if (dres)
+                    zy_load<float, 4>((const float *)(slot + 8 * D) + c, resv[j]);
+                else
+#pragma unroll
+                    for (int k = 0; k < 4; k++) resv[j][k] = 0.0f;
+            }
 #pragma unroll
             for (int k = 0; k < 4; k++) {
-                cur[j].out[k] = resnorm_mix(cur[j].o[k], obv[j][k], osv[j][k], cur[j].h[k],
-                                            rbv[j][k], rsv[j][k]); /* zero past D */
-                dot += cur[j].dy[k] * wv[j][k] * cur[j].out[k];
+                outv[j][k] = resnorm_mix(ov[j][k], obv[j][k], osv[j][k], hv[j][k], rbv[j][k],
+                                         rsv[j][k]); /* zero past D */
+                dot += dyv[j][k] * wv[j][k] * outv[j][k];
             }
+        }
         for (int off = 16; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
         if (lane == 0) red[n & 1][warp] = dot;
         __syncthreads();
         dot = 0.0f;
 #pragma unroll
         for (int k = 0; k < RESNORM_NT / 32; k++) dot += red[n & 1][k];
-        const float r = cur[0].r, kk = r * r * r * dot / (float)D;
+        const float kk = r * r * r * dot / (float)D;
 #pragma unroll
         for (int j = 0; j < J; j++) {
             const int c = 4 * ((int)threadIdx.x + RESNORM_NT * j);
@@ -449,11 +482,11 @@ __global__ void __launch_bounds__(RESNORM_NT)
             float dov[4], dhv[4];
 #pragma unroll
             for (int k = 0; k < 4; k++) {
-                const float g = cur[j].res[k] + (r * cur[j].dy[k] * wv[j][k] - kk * cur[j].out[k]);
-                acc[j][0][k] += cur[j].dy[k] * cur[j].out[k] * r;
+                const float g = resv[j][k] + (r * dyv[j][k] * wv[j][k] - kk * outv[j][k]);
+                acc[j][0][k] += dyv[j][k] * outv[j][k] * r;
                 acc[j][1][k] += g;
-                acc[j][2][k] += g * (cur[j].o[k] + obv[j][k]);
-                acc[j][3][k] += g * (cur[j].h[k] + rbv[j][k]);
+                acc[j][2][k] += g * (ov[j][k] + obv[j][k]);
+                acc[j][3][k] += g * (hv[j][k] + rbv[j][k]);
                 dov[k] = g * osv[j][k];
                 dhv[k] = g * rsv[j][k];
             }
@@ -461,9 +494,8 @@ __global__ void __launch_bounds__(RESNORM_NT)
             zy_store_bf16x4(d_o + i, dov);
             zy_store<float, 4>(dh + i, dhv);
         }
-#pragma unroll
-        for (int j = 0; j < J; j++) cur[j] = nxt[j];
     }
+    cp_async_wait<0>(); /* only empty groups can be left */
 #pragma unroll
     for (int j = 0; j < J; j++) {
         const int c = 4 * ((int)threadIdx.x + RESNORM_NT * j);
@@ -479,17 +511,24 @@ static int resnorm_bwd_onepass(bf16 *d_o, float *dh, float *ws, int P, int R, co
                                const float *dres, const float *rstd, const float *w, const bf16 *o,
                                const float *h, const float *ob, const float *os, const float *rb,
                                const float *rs, int N, int D, cudaStream_t st) {
-    const void *f16[] = {dh, w, os, rs, ob, rb, dres ? dres : dh, ws};
-    const void *b8[] = {d_o, dy, o};
-    if (D % 4 != 0 || D > 4 * RESNORM_NT * 2) return ZY_ERR; /* wider rows would spill */
-    for (const void *q : f16)
+    const void *a16[] = {dh, w, os, rs, ob, rb, dres ? dres : dh, ws, d_o, dy, o};
+    if (D % 8 != 0 || D > 4 * RESNORM_NT * 2) return ZY_ERR; /* wider rows would spill */
+    for (const void *q : a16)
         if (!zy_aligned(q, 16)) return ZY_ERR;
-    for (const void *q : b8)
-        if (!zy_aligned(q, 8)) return ZY_ERR;
     const int J = (D / 4 + RESNORM_NT - 1) / RESNORM_NT;
+    const size_t smem = RESNORM_STAGES * resnorm_slot_bytes(D);
+    /* past the default 48 KB (D > 1365) the kernel asks for more (per device, so every time) */
+    if (smem > 48 * 1024) {
+        cudaError_t e =
+            J == 1 ? cudaFuncSetAttribute(resnorm_bwd_onepass_k<1>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)
+                   : cudaFuncSetAttribute(resnorm_bwd_onepass_k<2>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) return ZY_ERR;
+    }
 #define RESNORM_LAUNCH(JJ)                                                                         \
-    resnorm_bwd_onepass_k<JJ><<<P, RESNORM_NT, 0, st>>>(ws, P, R, N, D, d_o, dh, dy, dres, rstd,   \
-                                                        w, o, h, ob, os, rb, rs)
+    resnorm_bwd_onepass_k<JJ><<<P, RESNORM_NT, smem, st>>>(ws, P, R, N, D, d_o, dh, dy, dres,      \
+                                                           rstd, w, o, h, ob, os, rb, rs)
     if (J == 1)
         RESNORM_LAUNCH(1);
     else
