@@ -4,7 +4,10 @@
 #   DEBS=.ext/debs OUT=dir bash dev/scripts/ncu_kernels.sh        time, DRAM, L2 and tensor-pipe use of two
 #       SYRK launches, one cuBLAS launch and the CCA conv kernels (files $OUT/ncu_*.txt);
 #   DEBS=.ext/debs OUT=dir bash dev/scripts/ncu_kernels.sh syrk [skip]   one SYRK launch in detail
-#       (launch, occupancy and cluster figures, warp stalls; $OUT/ncu_syrk.txt).
+#       (launch, occupancy and cluster figures, warp stalls; $OUT/ncu_syrk.txt);
+#   DEBS=.ext/debs OUT=dir bash dev/scripts/ncu_kernels.sh norms   the residual-norm and QK-norm
+#       kernels of bench-small's first training step in detail (the forward's last layers and the
+#       backward's first; $OUT/ncu_norms.txt).
 # The skips count syrk_kernel launches of test_cuda_syrk: 60 fell in test_syrk_shapes (a
 # one-CTA case), 740 on a launch whose time matches the timing test's 2048 x 4096 x 16 (one H100,
 # 2026-11-26); other builds of the test may move them.
@@ -19,6 +22,16 @@ if [ "${1:-}" = syrk ]; then
         --section LaunchStats --section Occupancy --section SpeedOfLight --section WarpStateStats \
         --metrics $M build/tests/test_cuda_syrk > "$OUT/ncu_syrk.txt" 2>&1
     grep -v "^==PROF==\|^\[" "$OUT/ncu_syrk.txt" | grep -E "syrk_kernel|Cluster|Grid|Duration|Throughput|Occupancy|Waves|Stall|lts__|tensor|Registers|Block Limit|Warp Cycles|Active" | head -60
+    exit 0
+fi
+if [ "${1:-}" = norms ]; then
+    make -j16 DEPS_ROOT="$DEPS_ROOT" CUDA=1 all >>"$OUT/build.log" 2>&1 || exit 1
+    $NCU --clock-control none -k regex:"resnorm_bwd_onepass|resnorm_fwd_k|qknorm_fwd_warp|qknorm_bwd_warp" \
+        --launch-skip 30 --launch-count 12 --section LaunchStats --section Occupancy \
+        --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis \
+        build/zayac bench train --preset bench-small --batch 8 --seq 2048 --steps 1 --warmup 0 \
+        --peak-tflops 989 > "$OUT/ncu_norms.txt" 2>&1
+    grep -v "^==PROF==\|^\[" "$OUT/ncu_norms.txt" | grep -E "_k<|_k\(|Duration|Memory Throughput|DRAM Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Warp Cycles Per Issued|Stall|Grid Size|Waves" | head -150
     exit 0
 fi
 show() { grep -E "^  [a-zA-Z_].*\(|gpu__time|dram__|lts__|l1tex__|tensor_op|warps_active" "$1"; }

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# One GPU call that checks a kernel change and measures it against the build it replaces: the
+# named test programs (gpu_check.sh), compute-sanitizer memcheck on test_ops_backends' cases that
+# match MEMCHECK_FILTER, the step A/B (gpu_overlap_bench.sh, the previous build from PREV_TAR, AdamW),
+# and one profiled step of each build and case, printing the ops named in OPS and the losses (the
+# two builds start from the same seed, so the same bits give the same losses).
+# Usage (from the zayac root):
+#   DEBS=.ext/debs PREV_TAR=.ext/prev.tar TESTS="test_ops_backends test_cuda_model" \
+#       [MEMCHECK_FILTER="*resnorm*"] [OPS="resnorm_bwd"] [ROUNDS=2] \
+#       [CASES="bench-small:8:2048 bench-base:4:4096"] bash dev/scripts/gpu_ab_check.sh
+# Files land in $OUT: check.txt, bench.txt, profile.txt.
+set -u
+export PATH=/usr/local/cuda/bin:$PATH
+OUT=${OUT:-/tmp/gpu_ab_out}
+mkdir -p "$OUT"
+CASES=${CASES:-bench-small:8:2048 bench-base:4:4096}
+SANITIZE_TESTS=none ROUNDS=0 TESTS_TIMEOUT_S=${TESTS_TIMEOUT_S:-300} OUT=/tmp/gpu_ab_check \
+    bash scripts/gpu_check.sh >/dev/null 2>&1
+cp /tmp/gpu_ab_check/summary.txt "$OUT/check.txt"
+cat "$OUT/check.txt"
+. scripts/gpu_deps.sh
+if [ -n "${MEMCHECK_FILTER:-}" ]; then
+    OH_SELF=0 OH_FILTER="$MEMCHECK_FILTER" timeout 240 compute-sanitizer --tool memcheck \
+        --error-exitcode 99 build/tests/test_ops_backends >/tmp/gpu_ab_memcheck.log 2>&1
+    echo "memcheck test_ops_backends ($MEMCHECK_FILTER) rc=$?: $(grep -E 'ERROR SUMMARY|PASSED|FAILED' /tmp/gpu_ab_memcheck.log | tr '\n' ' ')" |
+        tee -a "$OUT/check.txt"
+fi
+OPTIMS=adamw SKIP_TESTS=1 VARIANTS="prev 1" ROUNDS=${ROUNDS:-2} CASES="$CASES" OUT=/tmp/gpu_ab_bench \
+    bash scripts/gpu_overlap_bench.sh >/dev/null 2>&1
+cp /tmp/gpu_ab_bench/summary.txt "$OUT/bench.txt"
+cat "$OUT/bench.txt"
+for c in $CASES; do
+    IFS=: read -r preset batch seq <<<"$c"
+    for b in /tmp/zy_prev/build/zayac build/zayac; do
+        [ -x "$b" ] || continue
+        "$b" bench train --preset "$preset" --batch "$batch" --seq "$seq" --steps 3 --warmup 2 \
+            --peak-tflops 989 --profile >/tmp/gpu_ab_prof.txt 2>&1
+        echo "== $b $preset: $(grep -E '^  loss' /tmp/gpu_ab_prof.txt)" >>"$OUT/profile.txt"
+        grep -E "^  ($(echo "${OPS:-resnorm_bwd}" | tr ' ' '|')) " /tmp/gpu_ab_prof.txt >>"$OUT/profile.txt"
+    done
+done
+cat "$OUT/profile.txt"
