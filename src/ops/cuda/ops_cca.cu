@@ -319,15 +319,34 @@ static __device__ __forceinline__ float qkw_head_sum(float v, int vph) {
     return v;
 }
 
+/* The block's rows' RoPE cos and sin, [QKW_ROWS][half] each: one sincosf per (row, frequency),
+ * spread over the block's threads. Every lane used to take its eight itself, and the eight lanes
+ * of a head group that rotate share them, so the warp kernels spent ~30% of their instructions
+ * there (ncu: 1-2k instructions a row, issue-bound at 24-35% occupancy). Same argument, same
+ * bits. Ends with a barrier: call it before any warp leaves. */
+typedef struct {
+    float cs[QKW_ROWS][CCA_ROPE_MAXHALF], sn[QKW_ROWS][CCA_ROPE_MAXHALF];
+} qkw_trig;
+
+static __device__ __forceinline__ void qkw_trig_fill(qkw_trig *t, const int32_t *pos, size_t row0,
+                                                     int N, int half, const rope_freqs &fr) {
+    for (int u = threadIdx.x; u < QKW_ROWS * half; u += blockDim.x) {
+        const int rl = u / half, i = u % half;
+        if (row0 + rl < (size_t)N)
+            sincosf((float)pos[row0 + rl] * fr.v[i], &t->sn[rl][i], &t->cs[rl][i]);
+    }
+    __syncthreads();
+}
+
 /* The lane's rotation: kind 0 none, 1 lower half (partner + half), 2 upper half (partner - half);
- * cos/sin of its 8 columns; src = the partner's lane. */
+ * cos/sin of its 8 columns (row rl of the block's table); src = the partner's lane. */
 typedef struct {
     int kind, src;
     float cs[8], sn[8];
 } qkw_rot;
 
-static __device__ __forceinline__ qkw_rot qkw_rotation(int lane, int vph, int half, float pf,
-                                                       const rope_freqs &fr) {
+static __device__ __forceinline__ qkw_rot qkw_rotation(int lane, int vph, int half,
+                                                       const qkw_trig *t, int rl) {
     qkw_rot r;
     const int c0 = (lane % vph) * 8, hv = half / 8;
     r.kind = c0 < half ? 1 : c0 < 2 * half ? 2 : 0;
@@ -335,10 +354,8 @@ static __device__ __forceinline__ qkw_rot qkw_rotation(int lane, int vph, int ha
     const int i0 = r.kind == 2 ? c0 - half : c0;
 #pragma unroll
     for (int i = 0; i < 8; i++) {
-        if (r.kind)
-            sincosf(pf * fr.v[i0 + i], &r.sn[i], &r.cs[i]);
-        else
-            r.cs[i] = 1.0f, r.sn[i] = 0.0f;
+        r.cs[i] = r.kind ? t->cs[rl][i0 + i] : 1.0f;
+        r.sn[i] = r.kind ? t->sn[rl][i0 + i] : 0.0f;
     }
     return r;
 }
@@ -348,8 +365,10 @@ __global__ void __launch_bounds__(QKW_ROWS * 32)
     qknorm_fwd_warp_k(bf16 *q, bf16 *k, float *qn, float *kn, bf16 *q_in, bf16 *k_in,
                       const float *temp, const int32_t *pos, int N, int Hq, int Hk, int d, int half,
                       float sqrtd, float eps, rope_freqs fr) {
-    const int lane = threadIdx.x & 31;
-    const size_t n = (size_t)blockIdx.x * QKW_ROWS + (threadIdx.x >> 5);
+    __shared__ qkw_trig trig;
+    const int lane = threadIdx.x & 31, rl = threadIdx.x >> 5;
+    const size_t n = (size_t)blockIdx.x * QKW_ROWS + rl;
+    qkw_trig_fill(&trig, pos, (size_t)blockIdx.x * QKW_ROWS, N, half, fr);
     if (n >= (size_t)N) return; /* whole warps leave: the shuffles below see full warps */
     const int vph = d / 8, H = Hq + Hk, nv = H * vph, qv = Hq * vph;
     uint4 raw[MAXIT];
@@ -362,7 +381,7 @@ __global__ void __launch_bounds__(QKW_ROWS * 32)
         else if (v < nv)
             raw[it] = reinterpret_cast<const uint4 *>(k + n * Hk * d)[v - qv];
     }
-    const qkw_rot r = qkw_rotation(lane, vph, half, (float)pos[n], fr);
+    const qkw_rot r = qkw_rotation(lane, vph, half, &trig, rl);
 #pragma unroll
     for (int it = 0; it < MAXIT; it++) {
         if (it * 32 >= nv) break; /* uniform over the warp */
@@ -411,8 +430,10 @@ __global__ void __launch_bounds__(QKW_ROWS * 32)
                       const float *qn, const float *kn, const float *temp, const int32_t *pos,
                       int N, int Hq, int Hk, int d, int half, float sqrtd, float eps,
                       rope_freqs fr) {
-    const int lane = threadIdx.x & 31;
-    const size_t n = (size_t)blockIdx.x * QKW_ROWS + (threadIdx.x >> 5);
+    __shared__ qkw_trig trig;
+    const int lane = threadIdx.x & 31, rl = threadIdx.x >> 5;
+    const size_t n = (size_t)blockIdx.x * QKW_ROWS + rl;
+    qkw_trig_fill(&trig, pos, (size_t)blockIdx.x * QKW_ROWS, N, half, fr);
     if (n >= (size_t)N) return;
     const int vph = d / 8, H = Hq + Hk, nv = H * vph, qv = Hq * vph;
     uint4 graw[MAXIT], xraw[MAXIT];
@@ -428,7 +449,7 @@ __global__ void __launch_bounds__(QKW_ROWS * 32)
             xraw[it] = reinterpret_cast<const uint4 *>(k_in + n * Hk * d)[v - qv];
         }
     }
-    const qkw_rot r = qkw_rotation(lane, vph, half, (float)pos[n], fr);
+    const qkw_rot r = qkw_rotation(lane, vph, half, &trig, rl);
 #pragma unroll
     for (int it = 0; it < MAXIT; it++) {
         if (it * 32 >= nv) break;
