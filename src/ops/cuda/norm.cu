@@ -524,7 +524,10 @@ static int resnorm_bwd_onepass(bf16 *d_o, float *dh, float *ws, int P, int R, co
                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)
                    : cudaFuncSetAttribute(resnorm_bwd_onepass_k<2>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e != cudaSuccess) return ZY_ERR;
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError(); /* the two-pass fallback's launch check must not see it */
+            return ZY_ERR;
+        }
     }
 #define RESNORM_LAUNCH(JJ)                                                                         \
     resnorm_bwd_onepass_k<JJ><<<P, RESNORM_NT, smem, st>>>(ws, P, R, N, D, d_o, dh, dy, dres,      \

@@ -300,10 +300,10 @@ __global__ void __launch_bounds__(QK_DT_NT)
  * 16-byte vectors v = it * 32 + l (it < MAXIT: 2, 4, 6 or 8, as few as the row needs), one head
  * per VPH = d / 8 consecutive lanes, all loads issued before any arithmetic. Head sums are xor
  * shuffles inside the lane group, the rotate-half partner is the lane half / 8 away, and a lane's
- * RoPE angles are the same for every head (its column in the head is fixed), so it takes its 8
- * sincosf once per row. Needs d / 8 a power of two dividing 32 (d in 8 .. 256), rot / 2 a multiple
- * of 8 and H * d <= 256 QKW_MAXIT; other shapes take the block kernels. Same arithmetic as they do,
- * per element. */
+ * RoPE angles are the same for every head (its column in the head is fixed), so it reads its 8
+ * cos/sin pairs once per row from the block's table (qkw_trig_fill). Needs d / 8 a power of two
+ * dividing 32 (d in 8 .. 256), rot / 2 a multiple of 8 and H * d <= 256 QKW_MAXIT; other shapes
+ * take the block kernels. Same arithmetic as they do, per element. */
 #define QKW_MAXIT 8 /* 16-byte vectors per lane: rows up to 2048 elements */
 #define QKW_ROWS  8 /* rows (warps) per block */
 
