@@ -217,16 +217,12 @@ double model_forward_loss(zy_model *m, zy_acts *a, const int32_t *ids, const int
                             &a->count);
 }
 
-void model_route_counts(const zy_model *m, const zy_acts *a, int64_t *out) {
+void model_route_counts(zy_model *m, zy_acts *a, int64_t *out) {
     const int N = a->B * a->T, E = m->cfg.num_experts, E1 = E + 1;
-    for (int l = 0; l < m->cfg.num_hidden_layers; l++)
-        if (a->layers[l].nrouted < 0) { /* a forward that did not wait for its dispatches */
-            ops_sync(m->ctx);
-            break;
-        }
+    model_routing_fetch(m, a); /* a forward that did not wait: its counts, checked */
     for (int l = 0; l < m->cfg.num_hidden_layers; l++) { /* from the host copy of the offsets */
         const int32_t *off = a->layers[l].offsets_host;
         for (int e = 0; e < E; e++) out[(size_t)l * E1 + e] = off[e + 1] - off[e];
-        out[(size_t)l * E1 + E] = N - ops_moe_routed(off, N, E); /* aborts on a bad choice */
+        out[(size_t)l * E1 + E] = N - a->layers[l].nrouted;
     }
 }

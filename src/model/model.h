@@ -228,8 +228,9 @@ void model_backward(zy_model *m, zy_acts *a, float loss_scale);
  * logits. Returns the summed loss like model_forward. */
 double model_forward_backward(zy_model *m, zy_acts *a, const int32_t *ids, const int32_t *targets,
                               float loss_scale);
-/* Per-layer routed class counts of the last forward: out [L, E+1] (host). */
-void model_route_counts(const zy_model *m, const zy_acts *a, int64_t *out);
+/* Per-layer routed class counts of the last forward: out [L, E+1] (host); fetches the routing of a
+ * forward that did not wait for it first (model_routing_fetch). */
+void model_route_counts(zy_model *m, zy_acts *a, int64_t *out);
 /* After a forward whose MoE did not wait for its dispatches (moe_forward in forward.c): waits for
  * the device and reads each such layer's routed row count from its host offsets (nrouted). The
  * backward calls it first; nothing to do after a forward that waited. */
