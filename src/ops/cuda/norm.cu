@@ -517,26 +517,16 @@ static int resnorm_bwd_onepass(bf16 *d_o, float *dh, float *ws, int P, int R, co
         if (!zy_aligned(q, 16)) return ZY_ERR;
     const int J = (D / 4 + RESNORM_NT - 1) / RESNORM_NT;
     const size_t smem = RESNORM_STAGES * resnorm_slot_bytes(D);
+    const auto kern = J == 1 ? resnorm_bwd_onepass_k<1> : resnorm_bwd_onepass_k<2>;
     /* past the default 48 KB (D > 1365) the kernel asks for more (per device, so every time) */
-    if (smem > 48 * 1024) {
-        cudaError_t e =
-            J == 1 ? cudaFuncSetAttribute(resnorm_bwd_onepass_k<1>,
-                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)
-                   : cudaFuncSetAttribute(resnorm_bwd_onepass_k<2>,
-                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e != cudaSuccess) {
-            (void)cudaGetLastError(); /* the two-pass fallback's launch check must not see it */
-            return ZY_ERR;
-        }
+    if (smem > 48 * 1024 &&
+        cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)smem) != cudaSuccess) {
+        (void)cudaGetLastError(); /* the two-pass fallback's launch check must not see it */
+        return ZY_ERR;
     }
-#define RESNORM_LAUNCH(JJ)                                                                         \
-    resnorm_bwd_onepass_k<JJ><<<P, RESNORM_NT, smem, st>>>(ws, P, R, N, D, d_o, dh, dy, dres,      \
-                                                           rstd, w, o, h, ob, os, rb, rs)
-    if (J == 1)
-        RESNORM_LAUNCH(1);
-    else
-        RESNORM_LAUNCH(2);
-#undef RESNORM_LAUNCH
+    kern<<<P, RESNORM_NT, smem, st>>>(ws, P, R, N, D, d_o, dh, dy, dres, rstd, w, o, h, ob, os, rb,
+                                      rs);
     return ZY_OK;
 }
 
