@@ -406,13 +406,5 @@ int main(void) {
 
 #else /* built without CUDA: nothing to test */
 
-static void test_no_cuda(void **state) {
-    (void)state;
-    skip();
-}
-
-int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_no_cuda)};
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+#include "no_cuda_main.h"
 #endif
