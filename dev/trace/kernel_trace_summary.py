@@ -162,17 +162,46 @@ def timeline(path, min_us):
         print(f"{(t - a) / 1e6:8.2f} {text}")
 
 
+def kernel_table(path, tail, top):
+    """Per step, the kernels that take the most GPU time: calls, mean and total time, grid."""
+    rows = load(path)
+    if not rows:
+        return
+    t0, t1 = min(r["s"] for r in rows), max(r["e"] for r in rows)
+    rows = [r for r in rows if r["s"] >= t1 - tail * (t1 - t0)]
+    steps = sum(1 for r in rows if "sum_final_kernel" in r["name"]) or 1
+    by = collections.defaultdict(lambda: [0, 0, set()])
+    for r in rows:
+        k = by[short(r["name"])]
+        k[0] += 1
+        k[1] += r["e"] - r["s"]
+        k[2].add(r["grid"])
+    total = sum(v[1] for v in by.values())
+    print(f"== {path}: kernels by time, {steps} steps, {total / steps / 1e6:.2f} ms of kernel "
+          f"time a step (all streams)")
+    print("| kernel | calls/step | mean us | ms/step | % | grids |")
+    print("|---|---|---|---|---|---|")
+    for name, (n, t, grids) in sorted(by.items(), key=lambda kv: -kv[1][1])[:top]:
+        g = ",".join(str(x) for x in sorted(grids)[:3]) + ("..." if len(grids) > 3 else "")
+        print(f"| {name} | {n / steps:.1f} | {t / n / 1e3:.1f} | {t / steps / 1e6:.3f} | "
+              f"{100 * t / total:.1f} | {g} |")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--tail", type=float, default=0.4)
     ap.add_argument("--timeline", type=float, metavar="US", default=0,
                     help="also print one step's NCCL kernels and compute gaps longer than US us")
+    ap.add_argument("--kernels", type=int, metavar="N", default=0,
+                    help="also print the N kernels with the most time a step")
     ap.add_argument("files", nargs="+")
     a = ap.parse_args()
     for f in a.files:
         summary(f, a.tail)
         if a.timeline > 0:
             timeline(f, a.timeline)
+        if a.kernels > 0:
+            kernel_table(f, a.tail, a.kernels)
 
 
 if __name__ == "__main__":
