@@ -2,7 +2,8 @@
 # Everything the GPU machine verifies, in one call: build zayac with CUDA (sm_90a) against the
 # Debian packages in $DEBS (the machine has no package registry), run the whole test suite there
 # (GPU tests included: every op on both backends, the GPU model against the CPU model, GPU training
-# against the CPU curve, exact resume on the GPU), compute-sanitizer memcheck on the op tests and the SYRK, then
+# against the CPU curve, exact resume on the GPU), compute-sanitizer memcheck on the op tests, the
+# SYRK and the grouped GEMM (ZAYAC_NO_BENCH: their timings skipped), then
 # `zayac bench train` on bench-small side by side with another build when PREV_TAR names a source
 # tarball of it (`git archive -o .ext/prev.tar REV`), alternating rounds so clock drift hits both.
 # Usage (from the zayac root):
@@ -57,9 +58,9 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
         tee -a "$OUT/summary.txt"
     [ $rc -ne 0 ] && rc_all=1
     if command -v compute-sanitizer >/dev/null; then
-        for name in ${SANITIZE_TESTS:-test_ops_backends test_cuda_syrk}; do
+        for name in ${SANITIZE_TESTS:-test_ops_backends test_cuda_syrk test_cuda_grouped_gemm}; do
             [ -x "build/tests/$name" ] || continue
-            OH_SELF=0 ZAYAC_SYRK_NO_BENCH=1 timeout 240 compute-sanitizer --tool memcheck --error-exitcode 99 "build/tests/$name" \
+            OH_SELF=0 ZAYAC_NO_BENCH=1 timeout 240 compute-sanitizer --tool memcheck --error-exitcode 99 "build/tests/$name" \
                 >"$OUT/memcheck_$name.log" 2>&1
             rc=$?
             note "memcheck $name rc=$rc: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_$name.log" | tail -1)"

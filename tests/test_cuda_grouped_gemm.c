@@ -4,10 +4,14 @@
  * relative) plus fp32 accumulation-order slack (the reduction's length times 2^-23 times the sum
  * of |x w| over it), for the forward (X W_e^T) and the input gradient (X W_e). Shapes
  * with empty experts, one-row experts, partial tiles in rows, N and K, and every expert empty;
- * rows at and past offsets[E] start as NaN and must stay so. Two runs give the same bits. Then
- * the kernel's time against the per-expert cuBLAS GEMMs on the MoE shapes of bench-small and
- * bench-base (printed, not asserted). */
+ * rows at and past offsets[E] start as NaN and must stay so. Two runs give the same bits. The
+ * gate_up projection with its SwiGLU in one launch gives the bits of the kernel above followed by
+ * the elementwise SwiGLU kernel, and writes nothing past the routed rows. Then the kernel's time
+ * against the per-expert cuBLAS GEMMs on the MoE shapes of bench-small and bench-base, and the
+ * fused SwiGLU's against the two launches (printed, not asserted; ZAYAC_NO_BENCH set skips
+ * them). */
 #include <setjmp.h>
+#include <stdlib.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
@@ -20,6 +24,7 @@
 #include "gemm_test_util.h"
 #pragma GCC diagnostic pop
 #include "ops/cuda/grouped_gemm.h"
+#include "ops/cuda/kernels.h"
 
 static int supported;
 
@@ -138,6 +143,68 @@ static void test_grouped_rejects(void **state) {
     cudaFree(p), cudaFree(doff);
 }
 
+/* The fused gate_up + SwiGLU against the plain kernel then cuda_swiglu_fwd_bf16 over the routed
+ * rows: the same bits in Y and act, nothing written past the routed rows. W [E, 2F, K]. */
+static void check_swiglu_case(int E, int F, int K, const int *rows, int spare) {
+    int total = 0;
+    int32_t *doff = device_offsets(rows, E, &total);
+    const int cap = total + spare;
+    const size_t nx = (size_t)cap * K, nw = (size_t)E * 2 * F * K, ny = (size_t)cap * 2 * F,
+                 na = (size_t)cap * F;
+    float *X = rand_vals(nx, CUDA_GEMM_BF16), *W = rand_vals(nw, CUDA_GEMM_BF16);
+    void *dX = upload(X, nx, CUDA_GEMM_BF16), *dW = upload(W, nw, CUDA_GEMM_BF16);
+    void *dY = poisoned(ny, CUDA_GEMM_BF16), *dA = poisoned(na, CUDA_GEMM_BF16);
+    void *dY2 = poisoned(ny, CUDA_GEMM_BF16), *dA2 = poisoned(na, CUDA_GEMM_BF16);
+    assert_int_equal(cuda_grouped_gemm_swiglu_bf16(dY, dA, dX, dW, doff, E, F, K, cap, NULL),
+                     ZY_OK);
+    assert_int_equal(cuda_grouped_gemm_bf16(dY2, dX, dW, doff, E, 2 * F, K, cap, 0, NULL), ZY_OK);
+    assert_int_equal(cuda_swiglu_fwd_bf16(dA2, dY2, total, F, NULL), ZY_OK);
+    uint16_t *y = malloc(ny * 2), *y2 = malloc(ny * 2), *a = malloc(na * 2), *a2 = malloc(na * 2);
+    assert_true(y && y2 && a && a2);
+    assert_int_equal(cudaMemcpy(y, dY, ny * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    assert_int_equal(cudaMemcpy(y2, dY2, ny * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    assert_int_equal(cudaMemcpy(a, dA, na * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    assert_int_equal(cudaMemcpy(a2, dA2, na * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    long ydiff = 0, adiff = 0, touched = 0;
+    for (size_t i = 0; i < (size_t)total * 2 * F; i++) ydiff += y[i] != y2[i];
+    for (size_t i = 0; i < (size_t)total * F; i++) adiff += a[i] != a2[i];
+    for (size_t i = (size_t)total * 2 * F; i < ny; i++) touched += y[i] != 0xffff;
+    for (size_t i = (size_t)total * F; i < na; i++) touched += a[i] != 0xffff;
+    printf("swiglu E=%d F=%d K=%d rows %d (+%d spare): %ld gate_up and %ld act elements differ "
+           "from the two launches, %ld spare elements written\n",
+           E, F, K, total, spare, ydiff, adiff, touched);
+    assert_int_equal(ydiff, 0);
+    assert_int_equal(adiff, 0);
+    assert_int_equal(touched, 0);
+    free(X), free(W), free(y), free(y2), free(a), free(a2);
+    cudaFree(dX), cudaFree(dW), cudaFree(dY), cudaFree(dA), cudaFree(dY2), cudaFree(dA2);
+    cudaFree(doff);
+}
+
+static void test_grouped_swiglu(void **state) {
+    (void)state;
+    if (!supported) skip();
+    const int a[4] = {300, 0, 129, 1}; /* partial tiles, an empty and a one-row expert */
+    check_swiglu_case(4, 128, 128, a, 37);
+    const int b[3] = {5, 260, 64}; /* F not a multiple of the 64-column half tile, K of the stage */
+    check_swiglu_case(3, 200, 72, b, 3);
+    check_swiglu_case(3, 8, 64, b, 0); /* one 8-column vector of gate and of up per row */
+    int rows[16];                      /* bench-small's widths, uneven routing */
+    for (int e = 0; e < 16; e++) rows[e] = (e * 37) % 90 + (e == 3 ? 200 : 0);
+    check_swiglu_case(16, 1024, 1024, rows, 50);
+    const int z[2] = {0, 0};
+    check_swiglu_case(2, 64, 64, z, 130); /* nothing routed: nothing written */
+    /* refused: F not a multiple of 8, act misaligned */
+    void *p = NULL;
+    assert_int_equal(cudaMalloc(&p, 1 << 16), cudaSuccess);
+    int32_t *doff = NULL;
+    assert_int_equal(cudaMalloc((void **)&doff, 8), cudaSuccess);
+    assert_int_equal(cuda_grouped_gemm_swiglu_bf16(p, p, p, p, doff, 1, 12, 64, 4, NULL), ZY_ERR);
+    assert_int_equal(
+        cuda_grouped_gemm_swiglu_bf16(p, (char *)p + 2, p, p, doff, 1, 64, 64, 4, NULL), ZY_ERR);
+    cudaFree(p), cudaFree(doff);
+}
+
 /* Milliseconds per call of fn over `iters` calls, after one. */
 typedef int (*run_fn)(void *arg);
 static double time_ms(run_fn fn, void *arg, int iters) {
@@ -157,10 +224,23 @@ static double time_ms(run_fn fn, void *arg, int iters) {
 }
 
 typedef struct {
-    void *Y, *X, *W;
+    void *Y, *X, *W, *act;
     int32_t *doff;
     int off[17], E, N, K, cap, trans_w;
 } moe_args;
+
+/* N = 2F: the gate_up projection, then the elementwise SwiGLU over every row (as the forward
+ * did before the fused kernel), or both in one launch */
+static int run_two_launches(void *p) {
+    moe_args *m = p;
+    ZY_TRY(cuda_grouped_gemm_bf16(m->Y, m->X, m->W, m->doff, m->E, m->N, m->K, m->cap, 0, NULL));
+    return cuda_swiglu_fwd_bf16(m->act, m->Y, m->cap, m->N / 2, NULL);
+}
+static int run_fused(void *p) {
+    moe_args *m = p;
+    return cuda_grouped_gemm_swiglu_bf16(m->Y, m->act, m->X, m->W, m->doff, m->E, m->N / 2, m->K,
+                                         m->cap, NULL);
+}
 
 static int run_grouped(void *p) {
     moe_args *m = p;
@@ -184,7 +264,7 @@ static int run_per_expert(void *p) {
 
 static void test_grouped_timing(void **state) {
     (void)state;
-    if (!supported) skip();
+    if (!supported || getenv("ZAYAC_NO_BENCH")) skip(); /* e.g. under compute-sanitizer */
     const struct {
         const char *name;
         int N, K;
@@ -215,6 +295,15 @@ static void test_grouped_timing(void **state) {
                 const double a = time_ms(run_per_expert, &m, 20), b = time_ms(run_grouped, &m, 20);
                 printf("| %s | %s | %s | %.3f | %.3f | %.2fx |\n", shapes[s].name,
                        t ? "input gradient" : "forward", skew ? "skewed" : "balanced", a, b, a / b);
+                if (s == 0 && t == 0) { /* gate_up: the fused SwiGLU against two launches */
+                    assert_int_equal(cudaMalloc(&m.act, wide / 2), cudaSuccess);
+                    const double c = time_ms(run_two_launches, &m, 20),
+                                 d = time_ms(run_fused, &m, 20);
+                    printf("| %s | forward + SwiGLU | %s | two launches %.3f | fused %.3f | "
+                           "%.2fx |\n",
+                           shapes[s].name, skew ? "skewed" : "balanced", c, d, c / d);
+                    cudaFree(m.act);
+                }
                 cudaFree(m.X), cudaFree(m.W), cudaFree(m.Y), cudaFree(m.doff);
             }
 }
@@ -223,7 +312,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_grouped_small_shapes), cmocka_unit_test(test_grouped_moe_shape),
         cmocka_unit_test(test_grouped_all_empty),    cmocka_unit_test(test_grouped_rejects),
-        cmocka_unit_test(test_grouped_timing),
+        cmocka_unit_test(test_grouped_swiglu),       cmocka_unit_test(test_grouped_timing),
     };
     return cmocka_run_group_tests(tests, setup_grouped, teardown);
 }

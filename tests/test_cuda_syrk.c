@@ -197,7 +197,7 @@ static void test_syrk_refuses(void **state) {
  * back (as Newton-Schulz issues them; a lone call's time would include its host-side launch). */
 static void test_syrk_timing(void **state) {
     (void)state;
-    if (!supported || getenv("ZAYAC_SYRK_NO_BENCH")) skip();
+    if (!supported || getenv("ZAYAC_NO_BENCH")) skip();
     /* n, k, batch, beta != 0 (B = c A A + b A), trans (A = X^T X of a tall X) */
     static const int shapes[][5] = {{1024, 1024, 16, 0, 0}, {1024, 1024, 16, 1, 0},
                                     {1024, 2048, 16, 0, 0}, {1024, 2048, 16, 0, 1},

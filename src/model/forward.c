@@ -8,11 +8,12 @@
 #include <string.h>
 
 /* Routes the rows of m to their experts and combines the weighted expert outputs into y. Where
- * the expert GEMMs read the offsets on the device (ops_experts_grouped), the gather, the
- * activation and the combine run over all N rows of perm (the skipped rows last, their gate 0)
- * and nothing waits for the dispatch: the routed count reaches the host with the backward
- * (model_routing_fetch). With recomputation the dispatch still waits (the backward's recomputed
- * layer needs its count at once), but the kernels are the same, so the bits are too. */
+ * the expert GEMMs read the offsets on the device (ops_experts_grouped), the gather and the
+ * combine run over all N rows of perm (the skipped rows last, their gate 0), the activation comes
+ * out of the gate_up GEMM for the routed rows, and nothing waits for the dispatch: the routed count
+ * reaches the host with the backward (model_routing_fetch). With recomputation the dispatch still
+ * waits (the backward's recomputed layer needs its count at once), but the kernels are the same, so
+ * the bits are too. */
 static void moe_forward(zy_model *mo, zy_acts *a, zy_layer_acts *x, const zy_layer_wc *wc, int N) {
     zy_ctx *ctx = mo->ctx;
     const zy_config *c = &mo->cfg;
@@ -29,11 +30,12 @@ static void moe_forward(zy_model *mo, zy_acts *a, zy_layer_acts *x, const zy_lay
     const int rows = grouped ? N : x->nrouted;
     ops_gather_rows(ctx, x->xs, x->m, x->perm, rows, D);
     /* gu[rows of e] = xs @ gate_up[e]^T; ys[rows of e] = act @ down[e]^T */
-    if (grouped)
-        ops_expert_matmul_grouped(ctx, x->gu, x->xs, wc->gate_up, x->offsets, E, 2 * F, D, N);
-    else
+    if (grouped) { /* act's rows past the routed ones are not written: nothing reads them */
+        ops_expert_swiglu_grouped(ctx, x->gu, x->act, x->xs, wc->gate_up, x->offsets, E, F, D, N);
+    } else {
         ops_expert_matmul(ctx, x->gu, x->xs, wc->gate_up, x->offsets_host, E, 2 * F, D, 0);
-    ops_swiglu_fwd(ctx, x->act, x->gu, rows, F);
+        ops_swiglu_fwd(ctx, x->act, x->gu, rows, F);
+    }
     if (grouped)
         ops_expert_matmul_grouped(ctx, x->ys, x->act, wc->down, x->offsets, E, D, F, N);
     else

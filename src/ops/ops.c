@@ -449,6 +449,16 @@ void ops_expert_matmul_grouped(zy_ctx *ctx, zy_act *out, const zy_act *in, const
     ops_expert_matmul(ctx, out, in, W, offsets, E, N, K, 0);
 }
 
+void ops_expert_swiglu_grouped(zy_ctx *ctx, zy_act *gu, zy_act *act, const zy_act *in,
+                               const zy_act *W, const int32_t *offsets, int E, int F, int K,
+                               int rows) {
+    ON_CUDA(ctx, "expert_matmul_swiglu",
+            cuda_ops_expert_swiglu_grouped(ctx, gu, act, in, W, offsets, E, F, K, rows));
+    ZY_CHECKF(offsets[E] <= rows, "expert_swiglu_grouped: %d routed rows of %d", offsets[E], rows);
+    ops_expert_matmul(ctx, gu, in, W, offsets, E, 2 * F, K, 0);
+    ops_swiglu_fwd(ctx, act, gu, offsets[E], F);
+}
+
 /* dW[e] = dY[rows of e]^T X[rows of e] + beta dW[e]. */
 void ops_expert_matmul_wgrad(zy_ctx *ctx, float *dW, const zy_act *dY, const zy_act *X,
                              const int32_t *offsets_host, int E, int N, int K, float beta) {

@@ -373,6 +373,14 @@ int ops_experts_grouped(zy_ctx *ctx, int E, int N, int K);
  * rows at and past offsets[E] are not written. Only where ops_experts_grouped says so. */
 void ops_expert_matmul_grouped(zy_ctx *ctx, zy_act *out, const zy_act *in, const zy_act *W,
                                const int32_t *offsets, int E, int N, int K, int rows);
+/* The gate_up projection with its SwiGLU, offsets in ctx's memory: gu[rows of e] = in[rows of e]
+ * W[e]^T with W [E, 2F, K] (ops_expert_matmul_grouped with N = 2F, the same bits), and act[r, f]
+ * = ops_swiglu_fwd of those gu rows (the same bits), in one pass on CUDA; rows at and past
+ * offsets[E] of gu and act are not written. Only where ops_experts_grouped says so for [E, 2F,
+ * K]. */
+void ops_expert_swiglu_grouped(zy_ctx *ctx, zy_act *gu, zy_act *act, const zy_act *in,
+                               const zy_act *W, const int32_t *offsets, int E, int F, int K,
+                               int rows);
 /* xs[r,:] = x[perm[r],:] for r < nrows. */
 void ops_gather_rows(zy_ctx *ctx, zy_act *xs, const zy_act *x, const int32_t *perm, int nrows,
                      int C);

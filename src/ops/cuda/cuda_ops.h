@@ -59,6 +59,9 @@ void cuda_ops_matmul(zy_ctx *ctx, zy_act *C, const zy_act *A, const zy_act *B, i
 void cuda_ops_matmul_f32(zy_ctx *ctx, float *C, const zy_act *A, const zy_act *B, int M, int N,
                          int K, int transA, int transB, float alpha, float beta);
 int cuda_ops_experts_grouped(zy_ctx *ctx, int E, int N, int K);
+void cuda_ops_expert_swiglu_grouped(zy_ctx *ctx, zy_act *gu, zy_act *act, const zy_act *in,
+                                    const zy_act *W, const int32_t *offsets, int E, int F, int K,
+                                    int rows);
 void cuda_ops_expert_matmul_grouped(zy_ctx *ctx, zy_act *out, const zy_act *in, const zy_act *W,
                                     const int32_t *offsets, int E, int N, int K, int rows);
 void cuda_ops_expert_matmul(zy_ctx *ctx, zy_act *out, const zy_act *in, const zy_act *W,

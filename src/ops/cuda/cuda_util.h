@@ -70,6 +70,24 @@ template <typename T, int W> __device__ __forceinline__ void zy_store(T *p, cons
     }
 }
 
+/* SwiGLU of a gate value g and its up value u, each as the activation type holds it: silu(g) u,
+ * with the hardware's exp2 and reciprocal approximations (__expf, __fdividef: a few ulp of fp32,
+ * far below the bf16 result's rounding; what torch's CUDA build does too). The exact libm path is
+ * ~40 instructions an element, which made SwiGLU in the grouped GEMM's epilogue cost more than
+ * the separate kernel. Large |g| gives the limits: exp overflows to inf and the quotient to 0.
+ * The elementwise kernel and the grouped GEMM's epilogue both call zy_swiglu, so they give the
+ * same bits. */
+__device__ __forceinline__ float zy_swiglu(float g, float u) {
+    return __fdividef(g, 1.0f + __expf(-g)) * u;
+}
+/* Its gradients for an output gradient dy: *dg for the gate value, *du for the up value, with
+ * the same sigmoid. */
+__device__ __forceinline__ void zy_swiglu_bwd(float g, float u, float dy, float *dg, float *du) {
+    const float sig = __fdividef(1.0f, 1.0f + __expf(-g));
+    *du = dy * g * sig;
+    *dg = dy * u * sig * (1.0f + g * (1.0f - sig));
+}
+
 /* Four bf16 as one 8-byte access (p 8-byte aligned) to or from fp32. */
 __device__ __forceinline__ void zy_load_bf16x4(const __nv_bfloat16 *p, float *v) {
     uint2 u = *reinterpret_cast<const uint2 *>(p);

@@ -88,7 +88,7 @@ template <typename T, int W> __global__ void swiglu_fwd_k(T *y, const T *gu, int
         zy_load<T, W>(g, gv);
         zy_load<T, W>(g + F, uv);
 #pragma unroll
-        for (int k = 0; k < W; k++) o[k] = gv[k] / (1.0f + expf(-gv[k])) * uv[k];
+        for (int k = 0; k < W; k++) o[k] = zy_swiglu(gv[k], uv[k]);
         zy_store<T, W>(y + i, o);
     }
 }
@@ -103,11 +103,7 @@ __global__ void swiglu_bwd_k(T *dgu, const T *dy, const T *gu, int F, size_t uni
         zy_load<T, W>(gu + r + F, uv);
         zy_load<T, W>(dy + i, dyv);
 #pragma unroll
-        for (int k = 0; k < W; k++) {
-            float sig = 1.0f / (1.0f + expf(-gv[k]));
-            du[k] = dyv[k] * gv[k] * sig;
-            dg[k] = dyv[k] * uv[k] * sig * (1.0f + gv[k] * (1.0f - sig));
-        }
+        for (int k = 0; k < W; k++) zy_swiglu_bwd(gv[k], uv[k], dyv[k], &dg[k], &du[k]);
         zy_store<T, W>(dgu + r, dg);
         zy_store<T, W>(dgu + r + F, du);
     }

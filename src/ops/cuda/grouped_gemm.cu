@@ -11,12 +11,22 @@
  *     expert's W rows are loaded, computed and never stored);
  *   warpgroups 1 and 2: rows [64 c, +64) of the tile against its 128 columns, wgmma m64n128k16
  *     with both operands K-major, one commit group in flight; a stage is released once the MMAs
- *     reading it are complete. The epilogue rounds to bf16 into the warpgroup's shared rows and
- *     stores the rows inside the expert as 16-byte vectors. */
+ *     reading it are complete. They round the tile to bf16 into one of two staging slots and go
+ *     on to the next tile's MMAs;
+ *   warpgroup 0's warps 1-3 (the storers): store a staged tile's rows inside the expert as
+ *     16-byte vectors, then free its slot. So the stores, and any work of the epilogue, run
+ *     beside the next tile's MMAs.
+ * With SwiGLU (the gate_up projection, W_e = [gate; up], each F rows) an n-tile is 64 gate rows
+ * and the 64 up rows of the same columns (two [64 x 64] boxes a stage): the storers store gate
+ * and up to Y and SwiGLU of their bf16 values to act, which saves the separate kernel's read of Y
+ * (H100, bench-small's widths: 1.26x the two launches). Folding SwiGLU's backward into the down
+ * projection's input gradient the same way was slower (0.73x: the storers' loads of the
+ * forward's gate and up values); it is on branch swiglu-epilogue. */
 #include "ops/cuda/grouped_gemm.h"
 
 #include "base/check.h"
 #include "base/err.h"
+#include "ops/cuda/cuda_util.h"
 #include "ops/cuda/hopper.h"
 #include "ops/cuda/mma.h"
 #include "ops/cuda/wgmma.h"
@@ -25,16 +35,25 @@
 
 typedef __nv_bfloat16 bf16;
 
-#define GG_BM     128 /* tile rows and columns */
-#define GG_BK     64  /* k per stage: one 128-byte swizzle row */
-#define GG_STAGES 4
-#define GG_NTH    384
-#define GG_MAX_E  128
-#define GG_TILE_B (GG_BM * GG_BK * 2) /* bytes of one operand tile */
-#define GG_EP_LD  (GG_BM + 8)         /* epilogue rows [64][EP_LD] bf16 per warpgroup */
-#define GG_EP_B   (2 * 64 * GG_EP_LD * 2)
-#define GG_BAR_AT (2 * GG_STAGES * GG_TILE_B + GG_EP_B)
-#define GG_SMEM   (GG_BAR_AT + 2 * GG_STAGES * 8 + 1024) /* + slack to align the base to 1024 */
+#define GG_BM       128 /* tile rows and columns */
+#define GG_BK       64  /* k per stage: one 128-byte swizzle row */
+#define GG_STAGES   4
+#define GG_NTH      384
+#define GG_MAX_E    128
+#define GG_TILE_B   (GG_BM * GG_BK * 2) /* bytes of one operand tile */
+#define GG_EP_LD    (GG_BM + 8)         /* a staged output tile [128][EP_LD] bf16: 16-byte pad */
+#define GG_EP_B     (GG_BM * GG_EP_LD * 2)
+#define GG_EP_SLOTS 2  /* staged tiles: the MMAs of one beside the other's stores */
+#define GG_STORERS  96 /* threads of warps 1-3 of warpgroup 0 */
+#define GG_BAR_AT   (2 * GG_STAGES * GG_TILE_B + GG_EP_SLOTS * GG_EP_B)
+#define GG_SMEM     (GG_BAR_AT + (2 * GG_STAGES + 2 * GG_EP_SLOTS) * 8 + 1024) /* + align slack */
+
+/* Where tile t of the grid's loop is: expert e, its first row r0 (of X and Y), the end of its rows
+ * rend, and its n-tile j. */
+struct gg_tile {
+    int e, j;
+    int64_t r0, rend;
+};
 
 /* The expert and m-tile within it of global m-tile mt; mstart [E+1] is the m-tile prefix. */
 static __device__ __forceinline__ int expert_of(int mt, const int *mstart, int E) {
@@ -43,31 +62,53 @@ static __device__ __forceinline__ int expert_of(int mt, const int *mstart, int E
     return e;
 }
 
+static __device__ __forceinline__ gg_tile tile_at(int t, int ntn, const int *off_s,
+                                                  const int *mstart, int E, int rows_cap) {
+    gg_tile g;
+    const int mt = t / ntn;
+    g.j = t % ntn;
+    g.e = expert_of(mt, mstart, E);
+    g.r0 = off_s[g.e] + (int64_t)(mt - mstart[g.e]) * GG_BM;
+    g.rend = min(off_s[g.e + 1], rows_cap); /* stores stay inside the expert and Y */
+    return g;
+}
+
 /* BT 0: Y [rows, N] = X W_e^T, the reduction over K; a stage holds W rows [e N + 128 j, +128) x
  *   k [64 kt, +64) (K-major, one box).
  * BT 1: Y [rows, K] = X W_e, the reduction over W_e's N rows; a stage holds W rows
  *   [e N + 64 kt, +64) x columns [128 j, +128) as two [64][64] boxes 8 KB apart (MN-major).
+ * SW 1 (with BT 0): W_e = [gate; up] of wn / 2 = F rows each; n-tile j is gate rows [64 j, +64)
+ *   and up rows [F + 64 j, +64) ([64][64] K-major boxes, stacked); Y [rows, 2F] gets both and
+ *   act [rows, F] = SwiGLU(gate, up) of their bf16 values.
  * out_w: Y's width (N or K); wn: W_e's rows (N); nk: stages of the reduction. */
-template <int BT>
+template <int BT, int SW>
 __global__ void __launch_bounds__(GG_NTH, 1)
     grouped_gemm_kernel(const __grid_constant__ CUtensorMap xmap,
                         const __grid_constant__ CUtensorMap wmap, bf16 *__restrict__ Y,
-                        const int32_t *__restrict__ offsets, int E, int out_w, int wn, int nk,
-                        int rows_cap) {
+                        bf16 *__restrict__ act, const int32_t *__restrict__ offsets, int E,
+                        int out_w, int wn, int nk, int rows_cap) {
+    static_assert(!SW || !BT, "SwiGLU only in the forward");
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ uint8_t gg_smem[];
     __shared__ int off_s[GG_MAX_E + 1], mstart[GG_MAX_E + 1];
     const uint32_t raw = smem_u32(gg_smem), base = (raw + 1023u) & ~1023u;
     uint8_t *gbase = gg_smem + (base - raw);
     const uint32_t sa = base, sb = base + GG_STAGES * GG_TILE_B, bars = base + GG_BAR_AT;
-#define FULL(s)  (bars + 8u * (uint32_t)(s))
-#define EMPTY(s) (bars + 8u * (uint32_t)(GG_STAGES + (s)))
+    bf16 *const ep0 = (bf16 *)(gbase + 2 * GG_STAGES * GG_TILE_B); /* GG_EP_SLOTS staged tiles */
+#define FULL(s)    (bars + 8u * (uint32_t)(s))
+#define EMPTY(s)   (bars + 8u * (uint32_t)(GG_STAGES + (s)))
+#define EP_FULL(s) (bars + 8u * (uint32_t)(2 * GG_STAGES + (s)))
+#define EP_FREE(s) (bars + 8u * (uint32_t)(2 * GG_STAGES + GG_EP_SLOTS + (s)))
     const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
     for (int e = threadIdx.x; e <= E; e += blockDim.x) off_s[e] = offsets[e];
     if (threadIdx.x == 0) {
         for (int s = 0; s < GG_STAGES; s++) {
             mbar_init(FULL(s), 1);
             mbar_init(EMPTY(s), 256); /* every consumer thread releases */
+        }
+        for (int s = 0; s < GG_EP_SLOTS; s++) {
+            mbar_init(EP_FULL(s), 256);        /* every consumer thread has staged its part */
+            mbar_init(EP_FREE(s), GG_STORERS); /* every storer has read the slot */
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
@@ -78,26 +119,30 @@ __global__ void __launch_bounds__(GG_NTH, 1)
             mstart[e + 1] = mstart[e] + (max(off_s[e + 1] - off_s[e], 0) + GG_BM - 1) / GG_BM;
     }
     __syncthreads();
-    const int ntn = (out_w + GG_BM - 1) / GG_BM, total = mstart[E] * ntn;
+    const int F = out_w / 2; /* SW: the activation's width */
+    const int ntn = SW ? (F + 63) / 64 : (out_w + GG_BM - 1) / GG_BM, total = mstart[E] * ntn;
 
-    if (wg == 0) { /* producer */
+    if (wg == 0 && tid < 32) { /* producer: one thread */
         if (tid == 0) {
             int stage = 0;
             uint32_t phase = 0;
             for (int t = blockIdx.x; t < total; t += gridDim.x) {
-                const int mt = t / ntn, j = t % ntn, e = expert_of(mt, mstart, E);
-                const int xrow = off_s[e] + (mt - mstart[e]) * GG_BM;
+                const gg_tile g = tile_at(t, ntn, off_s, mstart, E, rows_cap);
                 for (int kt = 0; kt < nk; kt++) {
                     mbar_wait(EMPTY(stage), phase ^ 1u);
                     mbar_expect_tx(FULL(stage), 2 * GG_TILE_B);
-                    tma_load_2d(sa + stage * GG_TILE_B, &xmap, kt * GG_BK, xrow, FULL(stage));
+                    tma_load_2d(sa + stage * GG_TILE_B, &xmap, kt * GG_BK, (int)g.r0, FULL(stage));
                     if (BT)
                         for (int h = 0; h < 2; h++)
                             tma_load_2d(sb + stage * GG_TILE_B + h * (GG_TILE_B / 2), &wmap,
-                                        j * GG_BM + 64 * h, e * wn + kt * GG_BK, FULL(stage));
+                                        g.j * GG_BM + 64 * h, g.e * wn + kt * GG_BK, FULL(stage));
+                    else if (SW) /* gate rows, then the up rows of the same columns */
+                        for (int h = 0; h < 2; h++)
+                            tma_load_2d(sb + stage * GG_TILE_B + h * (GG_TILE_B / 2), &wmap,
+                                        kt * GG_BK, g.e * wn + h * F + 64 * g.j, FULL(stage));
                     else
-                        tma_load_2d(sb + stage * GG_TILE_B, &wmap, kt * GG_BK, e * wn + j * GG_BM,
-                                    FULL(stage));
+                        tma_load_2d(sb + stage * GG_TILE_B, &wmap, kt * GG_BK,
+                                    g.e * wn + g.j * GG_BM, FULL(stage));
                     if (++stage == GG_STAGES) stage = 0, phase ^= 1u;
                 }
             }
@@ -105,18 +150,47 @@ __global__ void __launch_bounds__(GG_NTH, 1)
         return;
     }
 
-    /* consumers: c = 0, 1 own tile rows [64 c, +64), each with its own epilogue rows and named
-     * barrier, so one can run the next tile's MMAs during the other's stores */
+    if (wg == 0) { /* storers: a staged tile's rows inside the expert to global memory */
+        const int st = tid - 32;
+        for (int t = blockIdx.x, it = 0; t < total; t += gridDim.x, it++) {
+            const gg_tile g = tile_at(t, ntn, off_s, mstart, E, rows_cap);
+            const int slot = it % GG_EP_SLOTS;
+            const bf16 *ep = ep0 + slot * (GG_BM * GG_EP_LD);
+            mbar_wait(EP_FULL(slot), (uint32_t)(it / GG_EP_SLOTS) & 1u);
+            if (!SW)
+                for (int u = st; u < GG_BM * (GG_BM / 8); u += GG_STORERS) {
+                    const int r = u / (GG_BM / 8), v = u % (GG_BM / 8); /* row, 16-byte vector */
+                    const int64_t row = g.r0 + r, col = (int64_t)g.j * GG_BM + 8 * v;
+                    if (row >= g.rend || col >= out_w) continue;
+                    *(uint4 *)(Y + row * out_w + col) = *(const uint4 *)(ep + r * GG_EP_LD + 8 * v);
+                }
+            else /* columns 0-63 of the tile are the gate's, 64-127 the up's */
+                for (int u = st; u < GG_BM * 8; u += GG_STORERS) {
+                    const int r = u / 8, v = u % 8;
+                    const int64_t row = g.r0 + r, col = (int64_t)g.j * 64 + 8 * v;
+                    if (row >= g.rend || col >= F) continue;
+                    const uint4 gv = *(const uint4 *)(ep + r * GG_EP_LD + 8 * v);
+                    const uint4 uv = *(const uint4 *)(ep + r * GG_EP_LD + 64 + 8 * v);
+                    *(uint4 *)(Y + row * out_w + col) = gv;
+                    *(uint4 *)(Y + row * out_w + F + col) = uv;
+                    float a[8], b[8], o[8];
+                    zy_load<bf16, 8>((const bf16 *)&gv, a);
+                    zy_load<bf16, 8>((const bf16 *)&uv, b);
+#pragma unroll
+                    for (int q = 0; q < 8; q++) o[q] = zy_swiglu(a[q], b[q]);
+                    zy_store<bf16, 8>(act + row * F + col, o);
+                }
+            mbar_arrive(EP_FREE(slot)); /* this thread's reads of the slot are done */
+        }
+        return;
+    }
+
+    /* consumers: c = 0, 1 own tile rows [64 c, +64); a tile's bf16 result is staged in a slot for
+     * the storers, so the next tile's MMAs start at once */
     const int c = wg - 1, warp = tid / 32, lane = tid % 32;
-    bf16 *ep = (bf16 *)(gbase + 2 * GG_STAGES * GG_TILE_B) + c * 64 * GG_EP_LD;
-    const uint32_t bar_id = 1 + c;
     int stage = 0;
     uint32_t phase = 0;
-    for (int t = blockIdx.x; t < total; t += gridDim.x) {
-        const int mt = t / ntn, j = t % ntn, e = expert_of(mt, mstart, E);
-        const int64_t r0 = off_s[e] + (int64_t)(mt - mstart[e]) * GG_BM + 64 * c;
-        /* stores stay inside the expert and Y, whatever the offsets hold */
-        const int64_t rend = min(off_s[e + 1], rows_cap), c0 = (int64_t)j * GG_BM;
+    for (int t = blockIdx.x, it = 0; t < total; t += gridDim.x, it++) {
         float acc[64];
 #pragma unroll
         for (int q = 0; q < 64; q++) acc[q] = 0.0f;
@@ -147,8 +221,11 @@ __global__ void __launch_bounds__(GG_NTH, 1)
         fence_acc(acc);
         if (prev >= 0) mbar_arrive(EMPTY(prev));
 
-            /* epilogue: bf16 rows [r0, r0 + 64) of the tile into ep, then stored inside the expert
-             */
+        /* rows [64 c, +64) of the tile, rounded to bf16, into the slot once the storers are done
+         * with its previous tile */
+        const int slot = it % GG_EP_SLOTS;
+        bf16 *ep = ep0 + slot * (GG_BM * GG_EP_LD) + c * 64 * GG_EP_LD;
+        mbar_wait(EP_FREE(slot), ((uint32_t)(it / GG_EP_SLOTS) & 1u) ^ 1u);
 #pragma unroll
         for (int jn = 0; jn < 16; jn++)
 #pragma unroll
@@ -157,17 +234,12 @@ __global__ void __launch_bounds__(GG_NTH, 1)
                 *(__nv_bfloat162 *)(ep + r * GG_EP_LD + col) =
                     __floats2bfloat162_rn(acc[4 * jn + 2 * h], acc[4 * jn + 2 * h + 1]);
             }
-        asm volatile("bar.sync %0, 128;\n" ::"r"(bar_id) : "memory");
-        for (int u = tid; u < 64 * (GG_BM / 8); u += 128) { /* rows, 16-byte vectors */
-            const int r = u / (GG_BM / 8), v = u % (GG_BM / 8);
-            if (r0 + r >= rend || r0 + r < 0 || c0 + 8 * v >= out_w) continue;
-            *(uint4 *)(Y + (r0 + r) * out_w + c0 + 8 * v) =
-                *(const uint4 *)(ep + r * GG_EP_LD + 8 * v);
-        }
-        asm volatile("bar.sync %0, 128;\n" ::"r"(bar_id) : "memory"); /* free for the next tile */
+        mbar_arrive(EP_FULL(slot)); /* releases this thread's writes to the storers */
     }
 #undef FULL
 #undef EMPTY
+#undef EP_FULL
+#undef EP_FREE
 #else
     __trap(); /* a build without sm_90a: cuda_grouped_gemm_supported() is 0 */
 #endif
@@ -175,12 +247,16 @@ __global__ void __launch_bounds__(GG_NTH, 1)
 
 /* ---- host ---- */
 
-/* Both kernels take GG_SMEM dynamic bytes (and ~1 KB static), set once per device. */
+/* The kernels take GG_SMEM dynamic bytes (and ~1 KB static), set once per device. */
 static int set_attrs(void) {
-    return cudaFuncSetAttribute(grouped_gemm_kernel<0>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                GG_SMEM) == cudaSuccess &&
-           cudaFuncSetAttribute(grouped_gemm_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                GG_SMEM) == cudaSuccess;
+    const void *k[3] = {(const void *)grouped_gemm_kernel<0, 0>,
+                        (const void *)grouped_gemm_kernel<1, 0>,
+                        (const void *)grouped_gemm_kernel<0, 1>};
+    for (int i = 0; i < 3; i++)
+        if (cudaFuncSetAttribute(k[i], cudaFuncAttributeMaxDynamicSharedMemorySize, GG_SMEM) !=
+            cudaSuccess)
+            return 0;
+    return 1;
 }
 
 static cuda_hopper_cache hopper = CUDA_HOPPER_CACHE_INIT;
@@ -210,13 +286,9 @@ static int make_map(CUtensorMap *map, const void *p, long long rows, int K, int 
     return ZY_OK;
 }
 
-int cuda_grouped_gemm_bf16(void *Y, const void *X, const void *W, const int32_t *offsets, int E,
-                           int N, int K, int rows_cap, int trans_w, void *stream) {
-    if (!cuda_grouped_gemm_fits(Y, X, W, E, N, K, rows_cap, trans_w))
-        return zy_fail("cuda_grouped_gemm: E=%d N=%d K=%d rows=%d trans_w=%d do not fit (1 <= E <= "
-                       "%d, N and K multiples of 8, N of 64 with trans_w, pointers 16-byte "
-                       "aligned)",
-                       E, N, K, rows_cap, trans_w, GG_MAX_E);
+/* Launches one of the kernels once the arguments fit: act non-NULL for SwiGLU (N = 2F). */
+static int launch(void *Y, void *act, const void *X, const void *W, const int32_t *offsets, int E,
+                  int N, int K, int rows_cap, int trans_w, void *stream) {
     int sms = 0;
     if (cuda_hopper_device(&hopper, GG_SMEM + 2048, set_attrs, &sms) < 0)
         return zy_fail("cuda_grouped_gemm: this device or build cannot run it (needs compute "
@@ -224,18 +296,50 @@ int cuda_grouped_gemm_bf16(void *Y, const void *X, const void *W, const int32_t 
     CUtensorMap xmap, wmap;
     const int out_w = trans_w ? K : N, red = trans_w ? N : K; /* Y's width, the reduction */
     ZY_TRY(make_map(&xmap, X, rows_cap, red, GG_BM));
-    ZY_TRY(make_map(&wmap, W, (long long)E * N, K, trans_w ? GG_BK : GG_BM));
+    ZY_TRY(make_map(&wmap, W, (long long)E * N, K, trans_w || act ? 64 : GG_BM));
     /* persistent: at most one CTA per SM, fewer when even the most tiles (every expert one
      * partial m-tile more) are fewer */
-    const long long most = ((long long)rows_cap / GG_BM + E) * ((out_w + GG_BM - 1) / GG_BM);
+    const int ntn = act ? (N / 2 + 63) / 64 : (out_w + GG_BM - 1) / GG_BM;
+    const long long most = ((long long)rows_cap / GG_BM + E) * ntn;
     const int grid = (int)(most < sms ? most : sms);
     const int nk = (red + GG_BK - 1) / GG_BK;
+    cudaStream_t st = (cudaStream_t)stream;
+    bf16 *y = (bf16 *)Y, *a = (bf16 *)act;
     if (trans_w)
-        grouped_gemm_kernel<1><<<grid, GG_NTH, GG_SMEM, (cudaStream_t)stream>>>(
-            xmap, wmap, (bf16 *)Y, offsets, E, out_w, N, nk, rows_cap);
+        grouped_gemm_kernel<1, 0><<<grid, GG_NTH, GG_SMEM, st>>>(xmap, wmap, y, NULL, offsets, E,
+                                                                 out_w, N, nk, rows_cap);
+    else if (act)
+        grouped_gemm_kernel<0, 1>
+            <<<grid, GG_NTH, GG_SMEM, st>>>(xmap, wmap, y, a, offsets, E, out_w, N, nk, rows_cap);
     else
-        grouped_gemm_kernel<0><<<grid, GG_NTH, GG_SMEM, (cudaStream_t)stream>>>(
-            xmap, wmap, (bf16 *)Y, offsets, E, out_w, N, nk, rows_cap);
+        grouped_gemm_kernel<0, 0><<<grid, GG_NTH, GG_SMEM, st>>>(xmap, wmap, y, NULL, offsets, E,
+                                                                 out_w, N, nk, rows_cap);
     ZY_CUDA_TRY_LAUNCH();
     return ZY_OK;
+}
+
+int cuda_grouped_gemm_bf16(void *Y, const void *X, const void *W, const int32_t *offsets, int E,
+                           int N, int K, int rows_cap, int trans_w, void *stream) {
+    if (!cuda_grouped_gemm_fits(Y, X, W, E, N, K, rows_cap, trans_w))
+        return zy_fail("cuda_grouped_gemm: E=%d N=%d K=%d rows=%d trans_w=%d do not fit (1 <= E <= "
+                       "%d, N and K multiples of 8, N of 64 with trans_w, pointers 16-byte "
+                       "aligned)",
+                       E, N, K, rows_cap, trans_w, GG_MAX_E);
+    return launch(Y, NULL, X, W, offsets, E, N, K, rows_cap, trans_w, stream);
+}
+
+int cuda_grouped_gemm_swiglu_fits(const void *Y, const void *act, const void *X, const void *W,
+                                  int E, int F, int K, int rows_cap) {
+    return F >= 8 && F % 8 == 0 && F < (1 << 29) && (uintptr_t)act % 16 == 0 &&
+           cuda_grouped_gemm_fits(Y, X, W, E, 2 * F, K, rows_cap, 0);
+}
+
+int cuda_grouped_gemm_swiglu_bf16(void *Y, void *act, const void *X, const void *W,
+                                  const int32_t *offsets, int E, int F, int K, int rows_cap,
+                                  void *stream) {
+    if (!cuda_grouped_gemm_swiglu_fits(Y, act, X, W, E, F, K, rows_cap))
+        return zy_fail("cuda_grouped_gemm_swiglu: E=%d F=%d K=%d rows=%d do not fit (1 <= E <= %d, "
+                       "F and K multiples of 8, pointers 16-byte aligned)",
+                       E, F, K, rows_cap, GG_MAX_E);
+    return launch(Y, act, X, W, offsets, E, 2 * F, K, rows_cap, 0, stream);
 }

@@ -42,6 +42,21 @@ int cuda_grouped_gemm_fits(const void *Y, const void *X, const void *W, int E, i
 int cuda_grouped_gemm_bf16(void *Y, const void *X, const void *W, const int32_t *offsets, int E,
                            int N, int K, int rows_cap, int trans_w, void *stream);
 
+/* 1 when cuda_grouped_gemm_swiglu_bf16 takes these: F and K multiples of 8, the forward's other
+ * conditions with N = 2F, act 16-byte aligned. */
+int cuda_grouped_gemm_swiglu_fits(const void *Y, const void *act, const void *X, const void *W,
+                                  int E, int F, int K, int rows_cap);
+
+/* The gate_up projection and its SwiGLU in one launch: with W [E, 2F, K] (W[e] = [gate; up], F
+ * rows each), for offsets[e] <= r < offsets[e+1]:
+ *   Y[r, :2F] = X[r, :K] W[e]^T   (as cuda_grouped_gemm_bf16's forward, the same bits)
+ *   act[r, f] = silu(Y[r, f]) Y[r, F + f]   for f < F, of Y's bf16 values (the bits of
+ *               cuda_swiglu_fwd_bf16 over Y)
+ * act [rows_cap, F]; rows at and past offsets[E] of Y and act are not written. */
+int cuda_grouped_gemm_swiglu_bf16(void *Y, void *act, const void *X, const void *W,
+                                  const int32_t *offsets, int E, int F, int K, int rows_cap,
+                                  void *stream);
+
 #ifdef __cplusplus
 }
 #endif

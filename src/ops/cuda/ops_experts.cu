@@ -196,3 +196,12 @@ void cuda_ops_expert_matmul_grouped(zy_ctx *ctx, zy_act *out, const zy_act *in, 
     ZY_STATUS_CHECK(
         cuda_grouped_gemm_bf16(out, in, W, offsets, E, N, K, rows, 0, cuda_stream(ctx)));
 }
+
+/* The gate_up GEMM and its SwiGLU in one launch on ctx's stream (grouped_gemm.h). */
+void cuda_ops_expert_swiglu_grouped(zy_ctx *ctx, zy_act *gu, zy_act *act, const zy_act *in,
+                                    const zy_act *W, const int32_t *offsets, int E, int F, int K,
+                                    int rows) {
+    if (rows == 0) return;
+    ZY_STATUS_CHECK(
+        cuda_grouped_gemm_swiglu_bf16(gu, act, in, W, offsets, E, F, K, rows, cuda_stream(ctx)));
+}
