@@ -5,7 +5,8 @@
 # forward does not wait for each group's update (it must fail there); then `zayac bench train`
 # with the update after the step (--overlap-optimizer 0) and beside it (1), and the build of
 # PREV_TAR (`git archive -o .ext/prev.tar REV`) when given, alternating, ROUNDS rounds of every
-# case and optimizer, and the median of each.
+# case and optimizer, and the median of each; the GPU's temperature and clock before and after,
+# and a warning where one build's rounds differ by more than 5% (a drifting machine).
 # Usage (from the zayac root):
 #   DEBS=.ext/debs [PREV_TAR=.ext/prev.tar] [ROUNDS=2] [CASES="bench-small:8:2048 bench-base:4:4096"] \
 #       [OPTIMS="adamw muon"] [VARIANTS="prev 0 1"] [MUTANT=1] [SKIP_TESTS=1] \
@@ -57,6 +58,8 @@ if [ "${MUTANT:-0}" = 1 ]; then
     fi
 fi
 
+gpu_state() { nvidia-smi --query-gpu=temperature.gpu,clocks.sm,power.draw --format=csv,noheader; }
+note "GPU before the rounds (temperature C, SM MHz, W): $(gpu_state)"
 note "| case | optim | overlap | round | ms/step | tokens/s | device GiB |"
 note "|---|---|---|---|---|---|---|"
 for r in $(seq 1 "${ROUNDS:-2}"); do
@@ -79,6 +82,7 @@ for r in $(seq 1 "${ROUNDS:-2}"); do
         done
     done
 done
+note "GPU after the rounds (temperature C, SM MHz, W): $(gpu_state)"
 python3 - "$OUT" <<'EOF' | tee -a "$OUT/summary.txt"
 import glob, json, re, statistics, sys
 ms = {}
@@ -96,4 +100,10 @@ for case, optim in sorted({(k[0], k[1]) for k in ms}):
     f = lambda x: f"{x:.2f}" if x else "-"
     r = lambda x: f"{x / b:.3f}" if x and b else "-"
     print(f"| {case} | {optim} | {f(p)} | {f(a)} | {f(b)} | {r(p)} | {r(a)} |")
+# one build's rounds should agree to a few percent: more means the machine's speed moved under
+# the runs (a GPU heating up to its limit, another tenant), and the ratios above mean nothing
+for k, v in sorted(ms.items()):
+    if len(v) > 1 and max(v) > 1.05 * min(v):
+        print(f"WARNING: {k[0]} {k[1]} {k[2]}: rounds {min(v):.2f}-{max(v):.2f} ms differ by "
+              f"{100 * (max(v) / min(v) - 1):.0f}%: the machine's speed drifted; not a measurement")
 EOF
