@@ -166,6 +166,19 @@ static void case_add_bias(oh_run *r, const int *p) {
     oh_out_act(r, oh_bound(REL_BF, EPS_EW, scale), dy, n, "add_bias N=%d C=%d", N, C);
 }
 
+/* p: N, C. x + b is rounded before the GELU on a bf16 backend: two roundings, |GELU'| <= 1.13. */
+static void case_bias_gelu(oh_run *r, const int *p) {
+    int N = p[0], C = p[1];
+    size_t n = (size_t)N * C;
+    float *x = oh_randn_bf(r, n, 2.0f), *b = oh_randn(r, C, 0.5f);
+    double *scale = oh_zeros(r, n);
+    for (size_t i = 0; i < n; i++) scale[i] = fabsf(x[i]) + fabsf(b[i % (size_t)C]);
+    zy_act *dx = oh_act(r, x, n), *dy = oh_nan_act(r, n);
+    ops_bias_gelu_fwd(oh_ctx(r), dy, dx, oh_f32(r, b, C), N, C);
+    oh_out_act(r, oh_bound(REL_BF, EPS_EW, scale), dx, n, "bias_gelu N=%d C=%d x", N, C);
+    oh_out_act(r, oh_bound(2 * REL_BF, EPS_EW, scale), dy, n, "bias_gelu N=%d C=%d y", N, C);
+}
+
 /* p: N, C */
 static void case_bias_bwd(oh_run *r, const int *p) {
     int N = p[0], C = p[1];
@@ -455,6 +468,7 @@ static void case_zero_rows(oh_run *r, const int *p) {
     int32_t *ids = oh_i32(r, zero_ids, 1);
     ops_add_act(c, a, b, 0);
     ops_add_bias(c, a, f, 0, 8);
+    ops_bias_gelu_fwd(c, b, a, f, 0, 8);
     ops_bias_bwd(c, f, a, 0, 8);
     ops_embed_fwd(c, f2, f, ids, f, f, 0, 8);
     ops_embed_bwd(c, f2, f3, f4, f, f, ids, f, f, 0, 8, -1);
@@ -498,6 +512,9 @@ const oh_case oh_cases_dense[] = {
     {"add_bias", case_add_bias, {333, 1024}},
     {"add_bias", case_add_bias, {5, 1001}},
     {"add_bias", case_add_bias, {1000, 8}},
+    {"bias_gelu", case_bias_gelu, {1, 3}},
+    {"bias_gelu", case_bias_gelu, {333, 256}},
+    {"bias_gelu", case_bias_gelu, {5, 1001}},
     /* 4099: a last chunk of 3 rows; 20000: more than 256 chunks of 64, so 79-row chunks */
     {"bias_bwd", case_bias_bwd, {1, 3}},
     {"bias_bwd", case_bias_bwd, {7, 256}},

@@ -67,11 +67,9 @@ static void router_forward(zy_model *mo, zy_layer_acts *x, const zy_layer_w *w,
     ops_rmsnorm_fwd(ctx, x->u0, x->rstd_z, x->z, ctx->act_dtype, w->r_norm, N, R,
                     (float)c->rms_norm_eps);
     ops_matmul(ctx, x->f1, x->u0, wc->r_fc1_w, N, R, R, 0, 1, 1.0f, 0.0f);
-    ops_add_bias(ctx, x->f1, w->r_fc1_b, N, R);
-    ops_gelu_fwd(ctx, x->g1, x->f1, (size_t)N * R);
+    ops_bias_gelu_fwd(ctx, x->g1, x->f1, w->r_fc1_b, N, R);
     ops_matmul(ctx, x->f2, x->g1, wc->r_fc2_w, N, R, R, 0, 1, 1.0f, 0.0f);
-    ops_add_bias(ctx, x->f2, w->r_fc2_b, N, R);
-    ops_gelu_fwd(ctx, x->g2, x->f2, (size_t)N * R);
+    ops_bias_gelu_fwd(ctx, x->g2, x->f2, w->r_fc2_b, N, R);
     ops_matmul(ctx, x->rlogits, x->g2, wc->r_out, N, E1, R, 0, 1, 1.0f, 0.0f);
     ops_router_select(ctx, x->probs, x->choice, x->gate, x->rlogits, w->bal, N, E1);
 }

@@ -508,6 +508,12 @@ void ops_add_bias(zy_ctx *ctx, zy_act *y, const float *bias, int N, int C) {
     cpu_add_bias(cpu_threads(ctx), y, bias, N, C);
 }
 
+void ops_bias_gelu_fwd(zy_ctx *ctx, zy_act *y, zy_act *x, const float *bias, int N, int C) {
+    ON_CUDA(ctx, "bias_gelu", cuda_ops_bias_gelu_fwd(ctx, y, x, bias, N, C));
+    cpu_add_bias(cpu_threads(ctx), x, bias, N, C);
+    cpu_gelu_fwd(cpu_threads(ctx), y, x, (size_t)N * C);
+}
+
 /* dbias[C] += column sums of dy[N,C]. */
 void ops_bias_bwd(zy_ctx *ctx, float *dbias, const zy_act *dy, int N, int C) {
     ON_CUDA(ctx, "bias_bwd", cuda_ops_bias_bwd(ctx, dbias, dy, N, C));

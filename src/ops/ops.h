@@ -219,6 +219,9 @@ void ops_expert_join(zy_ctx *ctx);
 void ops_add_act(zy_ctx *ctx, zy_act *y, const zy_act *x, size_t n);
 /* y[N,C] += bias[C] broadcast over rows */
 void ops_add_bias(zy_ctx *ctx, zy_act *y, const float *bias, int N, int C);
+/* x[N,C] += bias[C], then y = GELU(x): ops_add_bias then ops_gelu_fwd (the same bits), one pass
+ * over x on CUDA. */
+void ops_bias_gelu_fwd(zy_ctx *ctx, zy_act *y, zy_act *x, const float *bias, int N, int C);
 /* dbias[C] += sum over rows of dy[N,C] */
 void ops_bias_bwd(zy_ctx *ctx, float *dbias, const zy_act *dy, int N, int C);
 

@@ -70,6 +70,13 @@ template <typename T, int W> __device__ __forceinline__ void zy_store(T *p, cons
     }
 }
 
+/* The exact (erf) GELU of v, as the router's MLP has it: the elementwise kernel and the fused
+ * bias + GELU both call it, so they give the same bits. */
+#define ZY_INV_SQRT2 0.70710678118654752440f
+__device__ __forceinline__ float zy_gelu(float v) {
+    return 0.5f * v * (1.0f + erff(v * ZY_INV_SQRT2));
+}
+
 /* SwiGLU of a gate value g and its up value u, each as the activation type holds it: silu(g) u,
  * with the hardware's exp2 and reciprocal approximations (__expf, __fdividef: a few ulp of fp32,
  * far below the bf16 result's rounding; what torch's CUDA build does too). The exact libm path is

@@ -12,7 +12,6 @@
 
 typedef __nv_bfloat16 bf16;
 
-#define ZY_INV_SQRT2    0.70710678118654752440f
 #define ZY_INV_SQRT_2PI 0.39894228040143267794f
 
 /* ---- GELU ---- */
@@ -23,7 +22,7 @@ template <typename T, int W> __global__ void gelu_fwd_k(T *y, const T *x, size_t
         float v[W], o[W];
         zy_load<T, W>(x + u * W, v);
 #pragma unroll
-        for (int k = 0; k < W; k++) o[k] = 0.5f * v[k] * (1.0f + erff(v[k] * ZY_INV_SQRT2));
+        for (int k = 0; k < W; k++) o[k] = zy_gelu(v[k]);
         zy_store<T, W>(y + u * W, o);
     }
 }

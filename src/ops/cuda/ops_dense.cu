@@ -162,6 +162,41 @@ void cuda_ops_add_bias(zy_ctx *ctx, zy_act *y, const float *bias, int N, int C) 
     ZY_CUDA_CHECK_LAUNCH();
 }
 
+/* Tile kernel: x[N,C] += bias[C] (rounded to bf16 in place), y = GELU(x): add_bias_k then
+ * gelu_fwd_k in one pass over x. */
+template <int W>
+__global__ void __launch_bounds__(TILE_THREADS)
+    bias_gelu_k(bf16 *y, bf16 *x, const float *bias, int N, int C) {
+    const int c = (blockIdx.x * ZY_COL_TX + threadIdx.x) * W;
+    if (c >= C) return;
+    float b[W];
+    zy_load<float, W>(bias + c, b);
+    for (int n = blockIdx.y * ZY_COL_TY + threadIdx.y; n < N; n += gridDim.y * ZY_COL_TY) {
+        float v[W], g[W];
+        bf16 *p = x + (size_t)n * C + c;
+        zy_load<bf16, W>(p, v);
+#pragma unroll
+        for (int k = 0; k < W; k++) {
+            v[k] = __bfloat162float(__float2bfloat16_rn(v[k] + b[k])); /* what x will hold */
+            g[k] = zy_gelu(v[k]);
+        }
+        zy_store<bf16, W>(p, v);
+        zy_store<bf16, W>(y + (size_t)n * C + c, g);
+    }
+}
+
+void cuda_ops_bias_gelu_fwd(zy_ctx *ctx, zy_act *y, zy_act *x, const float *bias, int N, int C) {
+    ZY_CHECKF(N >= 0 && C >= 0, "bias_gelu_fwd: impossible shape N=%d C=%d", N, C);
+    if (N == 0 || C == 0) return;
+    cudaStream_t st = cuda_stream(ctx);
+    dim3 block(ZY_COL_TX, ZY_COL_TY);
+    if (C % 8 == 0 && zy_aligned(y, 16) && zy_aligned(x, 16) && zy_aligned(bias, 16))
+        bias_gelu_k<8><<<tile_grid(N, C, 8), block, 0, st>>>((bf16 *)y, (bf16 *)x, bias, N, C);
+    else
+        bias_gelu_k<1><<<tile_grid(N, C, 1), block, 0, st>>>((bf16 *)y, (bf16 *)x, bias, N, C);
+    ZY_CUDA_CHECK_LAUNCH();
+}
+
 /* Chunk partials of the column sums of dy [N,C]: block (column tile blockIdx.x, chunk blockIdx.y
  * of R rows). */
 template <int W>
