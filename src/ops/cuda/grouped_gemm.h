@@ -9,7 +9,8 @@
  * The kernel is persistent and warp-specialised like syrk.cu (its PTX is in wgmma.h): one thread
  * TMA-loads [128 rows x 64 k] tiles of X and W_e (K-major, or for the input gradient two
  * MN-major [64 x 64] boxes) into a 4-stage mbarrier ring, two warpgroups run wgmma m64n128k16 on
- * 64 rows each and store bf16 through shared memory. Tiles are
+ * 64 rows each and stage the bf16 tile in shared memory, where warpgroup 0's idle warps store it
+ * during the next tile's MMAs. Tiles are
  * [128 x 128] of one expert: an expert's last tile is partial and its rows past the expert are
  * neither stored nor the next expert's business (each output row is computed by exactly one
  * tile, in one k order: deterministic). sm_90a only: elsewhere cuda_grouped_gemm_supported() is
