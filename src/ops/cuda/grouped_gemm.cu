@@ -55,6 +55,12 @@ struct gg_tile {
     int64_t r0, rend;
 };
 
+/* n-tiles of an output out_w wide: 128 columns each, or with SwiGLU (out_w = 2F) 64 gate columns
+ * and their 64 up columns each. */
+static __host__ __device__ __forceinline__ int n_tiles(int out_w, int sw) {
+    return sw ? (out_w / 2 + 63) / 64 : (out_w + GG_BM - 1) / GG_BM;
+}
+
 /* The expert and m-tile within it of global m-tile mt; mstart [E+1] is the m-tile prefix. */
 static __device__ __forceinline__ int expert_of(int mt, const int *mstart, int E) {
     int e = 0;
@@ -120,7 +126,7 @@ __global__ void __launch_bounds__(GG_NTH, 1)
     }
     __syncthreads();
     const int F = out_w / 2; /* SW: the activation's width */
-    const int ntn = SW ? (F + 63) / 64 : (out_w + GG_BM - 1) / GG_BM, total = mstart[E] * ntn;
+    const int ntn = n_tiles(out_w, SW), total = mstart[E] * ntn;
 
     if (wg == 0 && tid < 32) { /* producer: one thread */
         if (tid == 0) {
@@ -299,7 +305,7 @@ static int launch(void *Y, void *act, const void *X, const void *W, const int32_
     ZY_TRY(make_map(&wmap, W, (long long)E * N, K, trans_w || act ? 64 : GG_BM));
     /* persistent: at most one CTA per SM, fewer when even the most tiles (every expert one
      * partial m-tile more) are fewer */
-    const int ntn = act ? (N / 2 + 63) / 64 : (out_w + GG_BM - 1) / GG_BM;
+    const int ntn = n_tiles(out_w, act != NULL);
     const long long most = ((long long)rows_cap / GG_BM + E) * ntn;
     const int grid = (int)(most < sms ? most : sms);
     const int nk = (red + GG_BK - 1) / GG_BK;

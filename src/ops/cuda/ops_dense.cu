@@ -131,42 +131,11 @@ void cuda_ops_add_act(zy_ctx *ctx, zy_act *y, const zy_act *x, size_t n) {
     }
 }
 
-/* Tile kernel: y[N,C] += bias[C]. */
-template <int W>
+/* Tile kernel: x[N,C] += bias[C]; with GELU also y = GELU(x) of the bf16 values x now holds
+ * (add_bias then gelu_fwd_k in one pass over x). */
+template <int W, int GELU>
 __global__ void __launch_bounds__(TILE_THREADS)
-    add_bias_k(bf16 *y, const float *bias, int N, int C) {
-    const int c = (blockIdx.x * ZY_COL_TX + threadIdx.x) * W;
-    if (c >= C) return;
-    float b[W];
-    zy_load<float, W>(bias + c, b);
-    for (int n = blockIdx.y * ZY_COL_TY + threadIdx.y; n < N; n += gridDim.y * ZY_COL_TY) {
-        float v[W];
-        bf16 *p = y + (size_t)n * C + c;
-        zy_load<bf16, W>(p, v);
-#pragma unroll
-        for (int k = 0; k < W; k++) v[k] += b[k];
-        zy_store<bf16, W>(p, v);
-    }
-}
-
-/* y[N,C] += bias broadcast over rows. */
-void cuda_ops_add_bias(zy_ctx *ctx, zy_act *y, const float *bias, int N, int C) {
-    ZY_CHECKF(N >= 0 && C >= 0, "add_bias: impossible shape N=%d C=%d", N, C);
-    if (N == 0 || C == 0) return;
-    cudaStream_t st = cuda_stream(ctx);
-    dim3 block(ZY_COL_TX, ZY_COL_TY);
-    if (C % 8 == 0 && zy_aligned(y, 16) && zy_aligned(bias, 16))
-        add_bias_k<8><<<tile_grid(N, C, 8), block, 0, st>>>((bf16 *)y, bias, N, C);
-    else
-        add_bias_k<1><<<tile_grid(N, C, 1), block, 0, st>>>((bf16 *)y, bias, N, C);
-    ZY_CUDA_CHECK_LAUNCH();
-}
-
-/* Tile kernel: x[N,C] += bias[C] (rounded to bf16 in place), y = GELU(x): add_bias_k then
- * gelu_fwd_k in one pass over x. */
-template <int W>
-__global__ void __launch_bounds__(TILE_THREADS)
-    bias_gelu_k(bf16 *y, bf16 *x, const float *bias, int N, int C) {
+    add_bias_k(bf16 *y, bf16 *x, const float *bias, int N, int C) {
     const int c = (blockIdx.x * ZY_COL_TX + threadIdx.x) * W;
     if (c >= C) return;
     float b[W];
@@ -177,24 +146,46 @@ __global__ void __launch_bounds__(TILE_THREADS)
         zy_load<bf16, W>(p, v);
 #pragma unroll
         for (int k = 0; k < W; k++) {
-            v[k] = __bfloat162float(__float2bfloat16_rn(v[k] + b[k])); /* what x will hold */
-            g[k] = zy_gelu(v[k]);
+            v[k] += b[k];
+            if (GELU) {
+                v[k] = __bfloat162float(__float2bfloat16_rn(v[k])); /* what x will hold */
+                g[k] = zy_gelu(v[k]);
+            }
         }
         zy_store<bf16, W>(p, v);
-        zy_store<bf16, W>(y + (size_t)n * C + c, g);
+        if (GELU) zy_store<bf16, W>(y + (size_t)n * C + c, g);
     }
 }
 
-void cuda_ops_bias_gelu_fwd(zy_ctx *ctx, zy_act *y, zy_act *x, const float *bias, int N, int C) {
-    ZY_CHECKF(N >= 0 && C >= 0, "bias_gelu_fwd: impossible shape N=%d C=%d", N, C);
+/* x[N,C] += bias broadcast over rows, and with gelu y = GELU(x). */
+static void add_bias_launch(zy_ctx *ctx, zy_act *y, zy_act *x, const float *bias, int N, int C,
+                            int gelu) {
+    ZY_CHECKF(N >= 0 && C >= 0, "%s: impossible shape N=%d C=%d", gelu ? "bias_gelu" : "add_bias",
+              N, C);
     if (N == 0 || C == 0) return;
     cudaStream_t st = cuda_stream(ctx);
     dim3 block(ZY_COL_TX, ZY_COL_TY);
-    if (C % 8 == 0 && zy_aligned(y, 16) && zy_aligned(x, 16) && zy_aligned(bias, 16))
-        bias_gelu_k<8><<<tile_grid(N, C, 8), block, 0, st>>>((bf16 *)y, (bf16 *)x, bias, N, C);
-    else
-        bias_gelu_k<1><<<tile_grid(N, C, 1), block, 0, st>>>((bf16 *)y, (bf16 *)x, bias, N, C);
+    bf16 *yb = (bf16 *)y, *xb = (bf16 *)x;
+    if (C % 8 == 0 && zy_aligned(y, 16) && zy_aligned(x, 16) && zy_aligned(bias, 16)) {
+        if (gelu)
+            add_bias_k<8, 1><<<tile_grid(N, C, 8), block, 0, st>>>(yb, xb, bias, N, C);
+        else
+            add_bias_k<8, 0><<<tile_grid(N, C, 8), block, 0, st>>>(yb, xb, bias, N, C);
+    } else {
+        if (gelu)
+            add_bias_k<1, 1><<<tile_grid(N, C, 1), block, 0, st>>>(yb, xb, bias, N, C);
+        else
+            add_bias_k<1, 0><<<tile_grid(N, C, 1), block, 0, st>>>(yb, xb, bias, N, C);
+    }
     ZY_CUDA_CHECK_LAUNCH();
+}
+
+void cuda_ops_add_bias(zy_ctx *ctx, zy_act *y, const float *bias, int N, int C) {
+    add_bias_launch(ctx, NULL, y, bias, N, C, 0);
+}
+
+void cuda_ops_bias_gelu_fwd(zy_ctx *ctx, zy_act *y, zy_act *x, const float *bias, int N, int C) {
+    add_bias_launch(ctx, y, x, bias, N, C, 1);
 }
 
 /* Chunk partials of the column sums of dy [N,C]: block (column tile blockIdx.x, chunk blockIdx.y
