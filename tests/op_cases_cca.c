@@ -131,8 +131,8 @@ static void case_qknorm_rope(oh_run *r, const int *p) {
     pos[0] = 4095;
     if (N > 1) pos[1] = 0;
 
-    zy_act *gq = oh_act(r, q, nq), *gk = oh_act(r, k, nk), *gqi = oh_nan_act(r, nq);
-    zy_act *gki = oh_nan_act(r, nk);
+    zy_act *gqi = oh_act(r, q, nq), *gki = oh_act(r, k, nk); /* the inputs */
+    zy_act *gq = oh_nan_act(r, nq), *gk = oh_nan_act(r, nk);
     float *gtemp = oh_f32(r, temp, Hk), *gqn = oh_nan_f32(r, (size_t)N * Hq);
     float *gkn = oh_nan_f32(r, (size_t)N * Hk);
     int32_t *gpos = oh_i32(r, pos, N);
@@ -141,8 +141,16 @@ static void case_qknorm_rope(oh_run *r, const int *p) {
     oh_out_act(r, oh_seg(d, TOL_OUT), gk, nk, "qknorm_rope k");
     oh_out_f32(r, oh_seg(1, TOL_NORM), gqn, (size_t)N * Hq, "qknorm_rope qn");
     oh_out_f32(r, oh_seg(1, TOL_NORM), gkn, (size_t)N * Hk, "qknorm_rope kn");
-    oh_expect(oh_exact(), oh_get_act(r, gqi, nq), q, nq, "qknorm_rope q_in");
-    oh_expect(oh_exact(), oh_get_act(r, gki, nk), k, nk, "qknorm_rope k_in");
+    oh_expect(oh_exact(), oh_get_act(r, gqi, nq), q, nq, "qknorm_rope q_in unchanged");
+    oh_expect(oh_exact(), oh_get_act(r, gki, nk), k, nk, "qknorm_rope k_in unchanged");
+    /* in place (inputs and outputs the same buffers): the same bits */
+    zy_act *gq2 = oh_act(r, q, nq), *gk2 = oh_act(r, k, nk);
+    ops_qknorm_rope_fwd(c, gq2, gk2, gqn, gkn, gq2, gk2, gtemp, gpos, N, Hq, Hk, d, rot, theta,
+                        eps);
+    oh_expect(oh_exact(), oh_get_act(r, gq2, nq), oh_get_act(r, gq, nq), nq,
+              "qknorm_rope q in place");
+    oh_expect(oh_exact(), oh_get_act(r, gk2, nk), oh_get_act(r, gk, nk), nk,
+              "qknorm_rope k in place");
 
     float *dt0 = oh_randn_bf(r, Hk, 1.0f), *gdt = oh_f32(r, dt0, Hk);
     zy_act *gdq = oh_act(r, oh_randn(r, nq, 1.0f), nq), *gdk = oh_act(r, oh_randn(r, nk, 1), nk);
@@ -183,6 +191,10 @@ const oh_case oh_cases_cca[] = {
     {"cca_conv", case_conv, {2, 257, 2, 2, 32, 4, 4}}, /* widest kernels, three backward tiles */
     {"cca_conv", case_conv, {1, 129, 2, 2, 64, 2, 3}}, /* one row past a forward tile */
     {"cca_conv", case_conv, {2, 700, 2, 1, 32, 2, 2}}, /* several sequences per dw2 chunk */
+    /* bench-small's heads over more tiles than an H100 has SMs (a partial last tile), and the
+     * largest kernels at d = 128 (the most shared memory a tile takes) */
+    {"cca_conv", case_conv, {2, 1100, 8, 2, 128, 2, 2}},
+    {"cca_conv", case_conv, {1, 2100, 8, 2, 128, 4, 4}},
     {"value_delay", case_value_delay, {3, 5, 128, 0}},
     {"value_delay", case_value_delay, {3, 5, 128, 1}},
     {"value_delay", case_value_delay, {2, 1, 64, 1}},

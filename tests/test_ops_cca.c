@@ -305,8 +305,8 @@ static double qk_op_loss(void *p) {
     size_t nq = (size_t)c->N * c->Hq * c->d, nk = (size_t)c->N * c->Hk * c->d;
     memcpy(c->sq, c->q, nq * sizeof(float));
     memcpy(c->sk, c->k, nk * sizeof(float));
-    ops_qknorm_rope_fwd(&tu_ctx, c->sq, c->sk, NULL, NULL, NULL, NULL, c->temp, c->pos, c->N, c->Hq,
-                        c->Hk, c->d, c->rot, c->theta, c->eps);
+    ops_qknorm_rope_fwd(&tu_ctx, c->sq, c->sk, NULL, NULL, c->sq, c->sk, c->temp, c->pos, c->N,
+                        c->Hq, c->Hk, c->d, c->rot, c->theta, c->eps); /* in place */
     return tu_dot(c->sq, c->Rq, nq) + tu_dot(c->sk, c->Rk, nk);
 }
 
@@ -326,8 +326,8 @@ static void run_qk(int N, int Hq, int Hk, int d, int rot, double theta, int maxp
     c.temp = tu_randn(Hk, 1);
     c.Rq = tu_randn(nq, 1);
     c.Rk = tu_randn(nk, 1);
-    float *q = tu_dup(c.q, nq), *k = tu_dup(c.k, nk);
-    float *qin = tu_const(nq, NAN), *kin = tu_const(nk, NAN);
+    float *q = tu_const(nq, NAN), *k = tu_const(nk, NAN); /* outputs of the inputs qin, kin */
+    float *qin = tu_dup(c.q, nq), *kin = tu_dup(c.k, nk);
     float *qn = tu_const((size_t)N * Hq, NAN), *kn = tu_const((size_t)N * Hk, NAN);
     ops_qknorm_rope_fwd(&tu_ctx, q, k, qn, kn, qin, kin, c.temp, pos, N, Hq, Hk, d, rot, theta,
                         FLT_EPSILON);
@@ -338,8 +338,8 @@ static void run_qk(int N, int Hq, int Hk, int d, int rot, double theta, int maxp
     tu_check_fwd("qknorm_rope k (HF fp32 angles)", tu_err(k, rk, nk), 1e-6);
     tu_check_fwd("qknorm_rope qn", tu_err(qn, rqn, (size_t)N * Hq), 1e-6);
     tu_check_fwd("qknorm_rope kn", tu_err(kn, rkn, (size_t)N * Hk), 1e-6);
-    tu_check_same("qknorm_rope q_in", qin, c.q, nq);
-    tu_check_same("qknorm_rope k_in", kin, c.k, nk);
+    tu_check_same("qknorm_rope q_in unchanged", qin, c.q, nq);
+    tu_check_same("qknorm_rope k_in unchanged", kin, c.k, nk);
     if (maxpos < 64) { /* short positions: the fp32 angles agree with exact ones to ~1e-6 */
         c.exact_angles = 0;
         qk_ref(&c, rq, rk, NULL, NULL);
@@ -406,9 +406,7 @@ static void test_cca_threads_deterministic(void **state) {
                          t1);
         ops_cca_conv_bwd(&ctxs[t], r[3], r[4], r[5], r[6], r[7], gq, gk, qk0, r[2], w1, w2, B, T,
                          Hq, Hk, d, t0, t1);
-        memcpy(r[8], r[0], nq * sizeof(float));
-        memcpy(r[9], r[1], nk * sizeof(float));
-        float *qin = tu_alloc(nq), *kin = tu_alloc(nk);
+        float *qin = tu_dup(r[0], nq), *kin = tu_dup(r[1], nk);
         ops_qknorm_rope_fwd(&ctxs[t], r[8], r[9], r[10], r[11], qin, kin, temp, pos, N, Hq, Hk, d,
                             8, 1e4, FLT_EPSILON);
         memcpy(r[12], gq, nq * sizeof(float));

@@ -209,6 +209,8 @@ static void run_hf_rope(const char *tag) {
     float *qin = tu_alloc(nq), *kin = tu_alloc(nk), *qn = tu_alloc((size_t)N * HQ),
           *kn = tu_alloc((size_t)N * HK);
     printf("  %s: rot %d of %d, theta %g\n", tag, rot, HD, theta[0]);
+    memcpy(qin, q, nq * sizeof(float)); /* the inputs, kept for the backward; q, k the outputs */
+    memcpy(kin, k, nk * sizeof(float));
     ops_qknorm_rope_fwd(&tu_ctx, q, k, qn, kn, qin, kin, temp, pos, N, HQ, HK, HD, rot, theta[0],
                         FLT_EPSILON);
     cmp_fwd("qknorm_rope q", q, NM("q"));

@@ -7,7 +7,9 @@
 #       (launch, occupancy and cluster figures, warp stalls; $OUT/ncu_syrk.txt);
 #   DEBS=.ext/debs OUT=dir bash dev/scripts/ncu_kernels.sh norms   the residual-norm and QK-norm
 #       kernels of bench-small's first training step in detail (the forward's last layers and the
-#       backward's first; $OUT/ncu_norms.txt).
+#       backward's first; $OUT/ncu_norms.txt);
+#   DEBS=.ext/debs OUT=dir bash dev/scripts/ncu_kernels.sh cca   the same for the CCA conv kernels
+#       (forward, backward tile and dw2; $OUT/ncu_cca_step.txt).
 # The skips count syrk_kernel launches of test_cuda_syrk: 60 fell in test_syrk_shapes (a
 # one-CTA case), 740 on a launch whose time matches the timing test's 2048 x 4096 x 16 (one H100,
 # 2026-11-26); other builds of the test may move them.
@@ -24,16 +26,19 @@ if [ "${1:-}" = syrk ]; then
     grep -v "^==PROF==\|^\[" "$OUT/ncu_syrk.txt" | grep -E "syrk_kernel|Cluster|Grid|Duration|Throughput|Occupancy|Waves|Stall|lts__|tensor|Registers|Block Limit|Warp Cycles|Active" | head -60
     exit 0
 fi
-if [ "${1:-}" = norms ]; then
+# the step's kernels matching $2 in detail (first step of bench-small, launches skip $3 .. +$4)
+step_kernels() {
     make -j16 DEPS_ROOT="$DEPS_ROOT" CUDA=1 all >>"$OUT/build.log" 2>&1 || exit 1
-    $NCU --clock-control none -k regex:"resnorm_bwd_onepass|resnorm_fwd_k|qknorm_fwd_warp|qknorm_bwd_warp" \
-        --launch-skip 30 --launch-count 12 --section LaunchStats --section Occupancy \
-        --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis \
+    $NCU --clock-control none -k regex:"$2" --launch-skip "$3" --launch-count "$4" \
+        --section LaunchStats --section Occupancy --section SpeedOfLight --section WarpStateStats \
+        --section MemoryWorkloadAnalysis \
         build/zayac bench train --preset bench-small --batch 8 --seq 2048 --steps 1 --warmup 0 \
-        --peak-tflops 989 > "$OUT/ncu_norms.txt" 2>&1
-    grep -v "^==PROF==\|^\[" "$OUT/ncu_norms.txt" | grep -E "_k<|_k\(|Duration|Memory Throughput|DRAM Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Warp Cycles Per Issued|Stall|Grid Size|Waves" | head -150
+        --peak-tflops 989 > "$OUT/ncu_$1.txt" 2>&1
+    grep -v "^==PROF==\|^\[" "$OUT/ncu_$1.txt" | grep -E "_k<|_k\(|Duration|Memory Throughput|DRAM Throughput|L2 Cache Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Warp Cycles Per Issued|Stall|stalled|Grid Size|Waves" | head -150
     exit 0
-fi
+}
+[ "${1:-}" = norms ] && step_kernels norms "resnorm_bwd_onepass|resnorm_fwd_k|qknorm_fwd_warp|qknorm_bwd_warp" 30 12
+[ "${1:-}" = cca ] && step_kernels cca_step "cca_fwd_k|cca_bwd_k|cca_dw2_k" 10 6
 show() { grep -E "^  [a-zA-Z_].*\(|gpu__time|dram__|lts__|l1tex__|tensor_op|warps_active" "$1"; }
 for skip in 60 740; do
     $NCU --clock-control none -k regex:syrk_kernel --launch-skip $skip --launch-count 1 --metrics $M \

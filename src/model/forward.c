@@ -119,8 +119,9 @@ void layer_forward(zy_model *mo, zy_acts *a, int l, zy_layer_cache *cache, int n
 
     /* attention block (x->a = input norm of h_in) */
     ops_matmul(ctx, x->qk0, x->a, wc->wqk, N, C, D, 0, 1, 1.0f, 0.0f); /* [q0 | k0] */
-    ops_cca_conv_fwd(ctx, x->q, x->k, x->mid, x->qk0, cache ? cache->conv_state : NULL, w->conv1_w,
-                     w->conv1_b, w->conv2_w, w->conv2_b, B, T, Hq, Hk, d, t0, t1);
+    /* the conv's q and k are the QK norm's inputs, which its backward reads */
+    ops_cca_conv_fwd(ctx, x->q_in, x->k_in, x->mid, x->qk0, cache ? cache->conv_state : NULL,
+                     w->conv1_w, w->conv1_b, w->conv2_w, w->conv2_b, B, T, Hq, Hk, d, t0, t1);
     ops_matmul(ctx, x->vcur, x->a, wc->wvc, N, half, D, 0, 1, 1.0f, 0.0f);
     ops_matmul(ctx, x->vdel, x->a, wc->wvd, N, half, D, 0, 1, 1.0f, 0.0f);
     ops_value_delay_fwd(ctx, x->v, x->vcur, x->vdel, cache ? cache->vprev : NULL, B, T, half);

@@ -638,9 +638,10 @@ void ops_value_delay_bwd(zy_ctx *ctx, zy_act *dvcur, zy_act *dvdel, const zy_act
 }
 
 /* QK norm, key temperature and partial RoPE, in place. */
-void ops_qknorm_rope_fwd(zy_ctx *ctx, zy_act *q, zy_act *k, float *qn, float *kn, zy_act *q_in,
-                         zy_act *k_in, const float *temp, const int32_t *pos, int N, int Hq, int Hk,
-                         int d, int rot, double theta, float eps_norm) {
+void ops_qknorm_rope_fwd(zy_ctx *ctx, zy_act *q, zy_act *k, float *qn, float *kn,
+                         const zy_act *q_in, const zy_act *k_in, const float *temp,
+                         const int32_t *pos, int N, int Hq, int Hk, int d, int rot, double theta,
+                         float eps_norm) {
     ON_CUDA(ctx, "qknorm_rope_fwd",
             cuda_ops_qknorm_rope_fwd(ctx, q, k, qn, kn, q_in, k_in, temp, pos, N, Hq, Hk, d, rot,
                                      theta, eps_norm));

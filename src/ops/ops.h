@@ -299,15 +299,17 @@ void ops_value_delay_fwd(zy_ctx *ctx, zy_act *v, const zy_act *vcur, const zy_ac
 void ops_value_delay_bwd(zy_ctx *ctx, zy_act *dvcur, zy_act *dvdel, const zy_act *dv, int B, int T,
                          int half);
 
-/* ---- CCA: QK norm, key temperature, partial RoPE (in place) ----
+/* ---- CCA: QK norm, key temperature, partial RoPE ----
  * For each row n (position pos[n]) and head: x <- sqrt(d) * x / max(||x||, eps_norm), keys also
  * times temp[j]; then the first rot channels are rotated (rotate-half layout) with
- * inv_freq_i = theta^(-2i/rot), angle = pos * inv_freq_i. q [N,Hq*d], k [N,Hk*d].
- * qn [N,Hq], kn [N,Hk] (fp32) save the clamped norms; q_in/k_in keep copies of the inputs for
- * backward (may be NULL in inference). */
-void ops_qknorm_rope_fwd(zy_ctx *ctx, zy_act *q, zy_act *k, float *qn, float *kn, zy_act *q_in,
-                         zy_act *k_in, const float *temp, const int32_t *pos, int N, int Hq, int Hk,
-                         int d, int rot, double theta, float eps_norm);
+ * inv_freq_i = theta^(-2i/rot), angle = pos * inv_freq_i. The inputs q_in [N,Hq*d], k_in
+ * [N,Hk*d] (the conv's outputs, which the backward reads) give the outputs q, k (the same shapes;
+ * q_in == q and k_in == k is allowed: in place). qn [N,Hq], kn [N,Hk] (fp32) save the clamped
+ * norms. */
+void ops_qknorm_rope_fwd(zy_ctx *ctx, zy_act *q, zy_act *k, float *qn, float *kn,
+                         const zy_act *q_in, const zy_act *k_in, const float *temp,
+                         const int32_t *pos, int N, int Hq, int Hk, int d, int rot, double theta,
+                         float eps_norm);
 /* dq, dk in place (on entry: grads w.r.t. the outputs; on exit: w.r.t. the inputs); dtemp += . */
 void ops_qknorm_rope_bwd(zy_ctx *ctx, zy_act *dq, zy_act *dk, float *dtemp, const zy_act *q_in,
                          const zy_act *k_in, const float *qn, const float *kn, const float *temp,

@@ -8,7 +8,6 @@
 
 #include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
 /* ---- RMSNorm ---- */
 
@@ -84,19 +83,19 @@ static void rope_cos_sin(float *cs, float *sn, const float *inv, int half, int32
     }
 }
 
-/* One head in place: x <- (x * (1/max(||x||,eps) * sqrt(d))) [* temp], then RoPE on x[0,rot). */
-static float head_fwd(float *x, float *x_save, int d, int half, float sqrtd, float eps,
+/* One head: x <- (in * (1/max(||in||,eps) * sqrt(d))) [* temp], then RoPE on x[0,rot) (x may
+ * be in). */
+static float head_fwd(float *x, const float *in, int d, int half, float sqrtd, float eps,
                       const float *tempj, const float *cs, const float *sn) {
-    if (x_save) memcpy(x_save, x, (size_t)d * sizeof(float));
     double ss = 0;
-    for (int e = 0; e < d; e++) ss += (double)x[e] * x[e];
+    for (int e = 0; e < d; e++) ss += (double)in[e] * in[e];
     float nrm = (float)sqrt(ss);
     if (nrm < eps) nrm = eps;
     float f = (1.0f / nrm) * sqrtd; /* HF: scale / norm is reciprocal(norm) * scale in fp32 */
     if (tempj) {
-        for (int e = 0; e < d; e++) x[e] = (x[e] * f) * *tempj;
+        for (int e = 0; e < d; e++) x[e] = (in[e] * f) * *tempj;
     } else {
-        for (int e = 0; e < d; e++) x[e] = x[e] * f;
+        for (int e = 0; e < d; e++) x[e] = in[e] * f;
     }
     for (int i = 0; i < half; i++) {
         float a = x[i], b = x[i + half];
@@ -106,10 +105,11 @@ static float head_fwd(float *x, float *x_save, int d, int half, float sqrtd, flo
     return nrm;
 }
 
-/* QK norm, key temperature and partial RoPE in place on q [N,Hq*d] and k [N,Hk*d]. */
-void cpu_qknorm_rope_fwd(int nt, float *q, float *k, float *qn, float *kn, float *q_in, float *k_in,
-                         const float *temp, const int32_t *pos, int N, int Hq, int Hk, int d,
-                         int rot, double theta, float eps_norm) {
+/* QK norm, key temperature and partial RoPE of q_in [N,Hq*d] and k_in [N,Hk*d] into q and k
+ * (which may be them). */
+void cpu_qknorm_rope_fwd(int nt, float *q, float *k, float *qn, float *kn, const float *q_in,
+                         const float *k_in, const float *temp, const int32_t *pos, int N, int Hq,
+                         int Hk, int d, int rot, double theta, float eps_norm) {
     ZY_CHECKF(rot >= 0 && rot <= d && rot % 2 == 0 && rot / 2 <= ROPE_MAX_HALF,
               "qknorm_rope: rot %d must be even and in [0, d=%d]", rot, d);
     int half = rot / 2;
@@ -123,14 +123,12 @@ void cpu_qknorm_rope_fwd(int nt, float *q, float *k, float *qn, float *kn, float
         rope_cos_sin(cs, sn, inv, half, pos[n]);
         for (int h = 0; h < Hq; h++) {
             size_t o = (size_t)n * Hq * d + (size_t)h * d;
-            float nrm =
-                head_fwd(q + o, q_in ? q_in + o : NULL, d, half, sqrtd, eps_norm, NULL, cs, sn);
+            float nrm = head_fwd(q + o, q_in + o, d, half, sqrtd, eps_norm, NULL, cs, sn);
             if (qn) qn[(size_t)n * Hq + h] = nrm;
         }
         for (int j = 0; j < Hk; j++) {
             size_t o = (size_t)n * Hk * d + (size_t)j * d;
-            float nrm =
-                head_fwd(k + o, k_in ? k_in + o : NULL, d, half, sqrtd, eps_norm, &temp[j], cs, sn);
+            float nrm = head_fwd(k + o, k_in + o, d, half, sqrtd, eps_norm, &temp[j], cs, sn);
             if (kn) kn[(size_t)n * Hk + j] = nrm;
         }
     }

@@ -54,9 +54,9 @@ void cpu_rmsnorm_fwd(int nt, float *y, float *rstd, const float *x, const float 
                      float eps);
 void cpu_rmsnorm_bwd(int nt, float *dx, float *dw, const float *dy, const float *x, const float *w,
                      const float *rstd, int N, int C, int accumulate);
-void cpu_qknorm_rope_fwd(int nt, float *q, float *k, float *qn, float *kn, float *q_in, float *k_in,
-                         const float *temp, const int32_t *pos, int N, int Hq, int Hk, int d,
-                         int rot, double theta, float eps_norm);
+void cpu_qknorm_rope_fwd(int nt, float *q, float *k, float *qn, float *kn, const float *q_in,
+                         const float *k_in, const float *temp, const int32_t *pos, int N, int Hq,
+                         int Hk, int d, int rot, double theta, float eps_norm);
 void cpu_qknorm_rope_bwd(int nt, float *dq, float *dk, float *dtemp, const float *q_in,
                          const float *k_in, const float *qn, const float *kn, const float *temp,
                          const int32_t *pos, int N, int Hq, int Hk, int d, int rot, double theta,

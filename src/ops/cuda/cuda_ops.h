@@ -112,9 +112,10 @@ void cuda_ops_value_delay_fwd(zy_ctx *ctx, zy_act *v, const zy_act *vcur, const 
                               const zy_act *prev, int B, int T, int half);
 void cuda_ops_value_delay_bwd(zy_ctx *ctx, zy_act *dvcur, zy_act *dvdel, const zy_act *dv, int B,
                               int T, int half);
-void cuda_ops_qknorm_rope_fwd(zy_ctx *ctx, zy_act *q, zy_act *k, float *qn, float *kn, zy_act *q_in,
-                              zy_act *k_in, const float *temp, const int32_t *pos, int N, int Hq,
-                              int Hk, int d, int rot, double theta, float eps_norm);
+void cuda_ops_qknorm_rope_fwd(zy_ctx *ctx, zy_act *q, zy_act *k, float *qn, float *kn,
+                              const zy_act *q_in, const zy_act *k_in, const float *temp,
+                              const int32_t *pos, int N, int Hq, int Hk, int d, int rot,
+                              double theta, float eps_norm);
 void cuda_ops_qknorm_rope_bwd(zy_ctx *ctx, zy_act *dq, zy_act *dk, float *dtemp, const zy_act *q_in,
                               const zy_act *k_in, const float *qn, const float *kn,
                               const float *temp, const int32_t *pos, int N, int Hq, int Hk, int d,

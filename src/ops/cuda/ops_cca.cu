@@ -132,14 +132,14 @@ static __device__ __forceinline__ float qk_warp_sum(float v) {
     return v;
 }
 
-/* Forward, one block per row n: stage the row's Hq + Hk heads in fp32 (saving the input copies),
- * cos/sin of pos[n] * inv_freq, one warp per head for the clamped norm, then every element:
+/* Forward, one block per row n: stage the row's Hq + Hk input heads in fp32, cos/sin of
+ * pos[n] * inv_freq, one warp per head for the clamped norm, then every element:
  * y = x * (sqrt(d) / nrm) [* temp], rotated against its rotate-half partner. W = elements per
  * vector (8 when d % 8 == 0 and the pointers are 16-byte aligned). */
 template <int W>
-__global__ void qknorm_fwd_k(bf16 *q, bf16 *k, float *qn, float *kn, bf16 *q_in, bf16 *k_in,
-                             const float *temp, const int32_t *pos, int Hq, int Hk, int d, int half,
-                             float sqrtd, float eps, rope_freqs fr) {
+__global__ void qknorm_fwd_k(bf16 *q, bf16 *k, float *qn, float *kn, const bf16 *q_in,
+                             const bf16 *k_in, const float *temp, const int32_t *pos, int Hq,
+                             int Hk, int d, int half, float sqrtd, float eps, rope_freqs fr) {
     extern __shared__ float qk_sm[];
     const int H = Hq + Hk, Qd = Hq * d, Kd = Hk * d, Wd = H * d;
     float *sx = qk_sm, *cs = sx + Wd, *sn = cs + half, *fh = sn + half, *th = fh + H;
@@ -147,14 +147,11 @@ __global__ void qknorm_fwd_k(bf16 *q, bf16 *k, float *qn, float *kn, bf16 *q_in,
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nw = blockDim.x >> 5;
     for (int e = tid * W; e < Wd; e += blockDim.x * W) {
         const bool isq = e < Qd;
-        const bf16 *p = isq ? q + n * Qd + e : k + n * Kd + (e - Qd);
-        bf16 *save = isq ? (q_in ? q_in + n * Qd + e : nullptr)
-                         : (k_in ? k_in + n * Kd + (e - Qd) : nullptr);
+        const bf16 *p = isq ? q_in + n * Qd + e : k_in + n * Kd + (e - Qd);
         float x[W];
         zy_load<bf16, W>(p, x);
 #pragma unroll
         for (int i = 0; i < W; i++) sx[e + i] = x[i];
-        if (save) zy_store<bf16, W>(save, x); /* bf16 -> fp32 -> bf16 is exact */
     }
     const float pf = (float)pos[n];
     for (int i = tid; i < half; i += blockDim.x) sincosf(pf * fr.v[i], &sn[i], &cs[i]);
@@ -362,7 +359,7 @@ static __device__ __forceinline__ qkw_rot qkw_rotation(int lane, int vph, int ha
 
 template <int MAXIT>
 __global__ void __launch_bounds__(QKW_ROWS * 32)
-    qknorm_fwd_warp_k(bf16 *q, bf16 *k, float *qn, float *kn, bf16 *q_in, bf16 *k_in,
+    qknorm_fwd_warp_k(bf16 *q, bf16 *k, float *qn, float *kn, const bf16 *q_in, const bf16 *k_in,
                       const float *temp, const int32_t *pos, int N, int Hq, int Hk, int d, int half,
                       float sqrtd, float eps, rope_freqs fr) {
     __shared__ qkw_trig trig;
@@ -377,9 +374,9 @@ __global__ void __launch_bounds__(QKW_ROWS * 32)
         const int v = it * 32 + lane;
         raw[it] = make_uint4(0, 0, 0, 0);
         if (v < qv)
-            raw[it] = reinterpret_cast<const uint4 *>(q + n * Hq * d)[v];
+            raw[it] = reinterpret_cast<const uint4 *>(q_in + n * Hq * d)[v];
         else if (v < nv)
-            raw[it] = reinterpret_cast<const uint4 *>(k + n * Hk * d)[v - qv];
+            raw[it] = reinterpret_cast<const uint4 *>(k_in + n * Hk * d)[v - qv];
     }
     const qkw_rot r = qkw_rotation(lane, vph, half, &trig, rl);
 #pragma unroll
@@ -387,10 +384,6 @@ __global__ void __launch_bounds__(QKW_ROWS * 32)
         if (it * 32 >= nv) break; /* uniform over the warp */
         const int v = it * 32 + lane, h = v / vph;
         const bool live = v < nv, key = h >= Hq;
-        if (live) { /* the input copies, bits unchanged */
-            if (!key && q_in) reinterpret_cast<uint4 *>(q_in + n * Hq * d)[v] = raw[it];
-            if (key && k_in) reinterpret_cast<uint4 *>(k_in + n * Hk * d)[v - qv] = raw[it];
-        }
         float x[8], y[8];
         zy_load<bf16, 8>(reinterpret_cast<const bf16 *>(&raw[it]), x);
         float ss = 0.0f;
@@ -508,11 +501,11 @@ static int qk_aligned(const void *a, const void *b, const void *c, const void *d
            (!d || zy_aligned(d, 16));
 }
 
-/* In place on q [N, Hq*d], k [N, Hk*d]; qn [N, Hq], kn [N, Hk] and the input copies q_in, k_in
- * saved when not NULL. */
-void cuda_ops_qknorm_rope_fwd(zy_ctx *ctx, zy_act *q, zy_act *k, float *qn, float *kn, zy_act *q_in,
-                              zy_act *k_in, const float *temp, const int32_t *pos, int N, int Hq,
-                              int Hk, int d, int rot, double theta, float eps_norm) {
+/* q [N, Hq*d], k [N, Hk*d] from q_in, k_in (or in place); qn [N, Hq], kn [N, Hk]. */
+void cuda_ops_qknorm_rope_fwd(zy_ctx *ctx, zy_act *q, zy_act *k, float *qn, float *kn,
+                              const zy_act *q_in, const zy_act *k_in, const float *temp,
+                              const int32_t *pos, int N, int Hq, int Hk, int d, int rot,
+                              double theta, float eps_norm) {
     qk_check(N, Hq, Hk, d, rot);
     const int H = Hq + Hk, half = rot / 2;
     if (N == 0 || H == 0) return;
@@ -525,9 +518,9 @@ void cuda_ops_qknorm_rope_fwd(zy_ctx *ctx, zy_act *q, zy_act *k, float *qn, floa
     if (vec && qkw_fits(H, d, half)) {
         const int nit = (H * d / 8 + 31) / 32, grid = (N + QKW_ROWS - 1) / QKW_ROWS;
 #define QKW_FWD(M)                                                                                 \
-    qknorm_fwd_warp_k<M><<<grid, QKW_ROWS * 32, 0, st>>>((bf16 *)q, (bf16 *)k, qn, kn,             \
-                                                         (bf16 *)q_in, (bf16 *)k_in, temp, pos, N, \
-                                                         Hq, Hk, d, half, sqrtd, eps_norm, fr)
+    qknorm_fwd_warp_k<M><<<grid, QKW_ROWS * 32, 0, st>>>(                                          \
+        (bf16 *)q, (bf16 *)k, qn, kn, (const bf16 *)q_in, (const bf16 *)k_in, temp, pos, N, Hq,    \
+        Hk, d, half, sqrtd, eps_norm, fr)
         if (nit <= 2)
             QKW_FWD(2);
         else if (nit <= 4)
@@ -538,12 +531,12 @@ void cuda_ops_qknorm_rope_fwd(zy_ctx *ctx, zy_act *q, zy_act *k, float *qn, floa
             QKW_FWD(8);
 #undef QKW_FWD
     } else if (vec)
-        qknorm_fwd_k<8><<<N, nth, smem, st>>>((bf16 *)q, (bf16 *)k, qn, kn, (bf16 *)q_in,
-                                              (bf16 *)k_in, temp, pos, Hq, Hk, d, half, sqrtd,
+        qknorm_fwd_k<8><<<N, nth, smem, st>>>((bf16 *)q, (bf16 *)k, qn, kn, (const bf16 *)q_in,
+                                              (const bf16 *)k_in, temp, pos, Hq, Hk, d, half, sqrtd,
                                               eps_norm, fr);
     else
-        qknorm_fwd_k<1><<<N, nth, smem, st>>>((bf16 *)q, (bf16 *)k, qn, kn, (bf16 *)q_in,
-                                              (bf16 *)k_in, temp, pos, Hq, Hk, d, half, sqrtd,
+        qknorm_fwd_k<1><<<N, nth, smem, st>>>((bf16 *)q, (bf16 *)k, qn, kn, (const bf16 *)q_in,
+                                              (const bf16 *)k_in, temp, pos, Hq, Hk, d, half, sqrtd,
                                               eps_norm, fr);
     ZY_CUDA_CHECK_LAUNCH();
 }
