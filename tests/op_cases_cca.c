@@ -97,16 +97,14 @@ static void case_conv(oh_run *r, const int *p) {
 static void case_value_delay(oh_run *r, const int *p) {
     zy_ctx *c = oh_ctx(r);
     const int B = p[0], T = p[1], half = p[2], with_prev = p[3];
-    size_t nh = (size_t)B * T * half, nv = 2 * nh, np = (size_t)B * half;
-    zy_act *cur = oh_act(r, oh_randn(r, nh, 1.0f), nh), *del = oh_act(r, oh_randn(r, nh, 1), nh);
+    size_t nv = (size_t)B * T * 2 * half, np = (size_t)B * half;
+    zy_act *vv = oh_act(r, oh_randn(r, nv, 1.0f), nv); /* [vcur | vdel] per row */
     zy_act *prev = oh_act(r, oh_randn(r, np, 1.0f), np), *v = oh_nan_act(r, nv);
-    ops_value_delay_fwd(c, v, cur, del, with_prev ? prev : NULL, B, T, half);
+    ops_value_delay_fwd(c, v, vv, with_prev ? prev : NULL, B, T, half);
     oh_out_act(r, oh_exact(), v, nv, "value_delay v");
-    zy_act *dv = oh_act(r, oh_randn(r, nv, 1.0f), nv), *dc = oh_nan_act(r, nh);
-    zy_act *dd = oh_nan_act(r, nh);
-    ops_value_delay_bwd(c, dc, dd, dv, B, T, half);
-    oh_out_act(r, oh_exact(), dc, nh, "value_delay dvcur");
-    oh_out_act(r, oh_exact(), dd, nh, "value_delay dvdel");
+    zy_act *dv = oh_act(r, oh_randn(r, nv, 1.0f), nv), *dvv = oh_nan_act(r, nv);
+    ops_value_delay_bwd(c, dvv, dv, B, T, half);
+    oh_out_act(r, oh_exact(), dvv, nv, "value_delay dvv");
 }
 
 /* ---- QK norm + temperature + partial RoPE ---- */

@@ -178,19 +178,20 @@ static void test_cca_conv(void **state) {
 
 typedef struct {
     int B, T, half;
-    float *vcur, *vdel, *R;
+    float *vv, *R; /* vv [N, 2*half] = [vcur | vdel] per row */
 } vd_case;
 
 static double vd_ref_loss(void *p) {
     vd_case *c = p;
+    const size_t row = (size_t)2 * c->half;
     double L = 0;
     for (int b = 0; b < c->B; b++)
         for (int t = 0; t < c->T; t++) {
-            const float *r = c->R + ((size_t)b * c->T + t) * 2 * c->half;
+            const size_t n = (size_t)b * c->T + t;
+            const float *r = c->R + n * row;
             for (int e = 0; e < c->half; e++) {
-                L += (double)c->vcur[((size_t)b * c->T + t) * c->half + e] * r[e];
-                if (t > 0)
-                    L += (double)c->vdel[((size_t)b * c->T + t - 1) * c->half + e] * r[c->half + e];
+                L += (double)c->vv[n * row + e] * r[e];
+                if (t > 0) L += (double)c->vv[(n - 1) * row + c->half + e] * r[c->half + e];
             }
         }
     return L;
@@ -198,35 +199,33 @@ static double vd_ref_loss(void *p) {
 
 static void run_value_delay(int B, int T, int half) {
     printf("  value_delay B=%d T=%d half=%d\n", B, T, half);
-    size_t nh = (size_t)B * T * half, nv = 2 * nh;
-    vd_case c = {B, T, half, tu_randn(nh, 1), tu_randn(nh, 1), tu_randn(nv, 1)};
+    size_t nv = (size_t)B * T * 2 * half;
+    vd_case c = {B, T, half, tu_randn(nv, 1), tu_randn(nv, 1)};
     float *prev = tu_randn((size_t)B * half, 1), *v = tu_const(nv, NAN);
     double *ref = tu_dalloc(nv);
     for (int s = 0; s < 2; s++) {
         const float *pv = s ? prev : NULL;
-        ops_value_delay_fwd(&tu_ctx, v, c.vcur, c.vdel, pv, B, T, half);
+        ops_value_delay_fwd(&tu_ctx, v, c.vv, pv, B, T, half);
         for (int b = 0; b < B; b++)
             for (int t = 0; t < T; t++)
                 for (int e = 0; e < half; e++) {
                     size_t n = (size_t)b * T + t;
-                    ref[n * 2 * half + e] = c.vcur[n * half + e];
-                    ref[n * 2 * half + half + e] =
-                        t > 0 ? c.vdel[(n - 1) * half + e] : (pv ? pv[(size_t)b * half + e] : 0.0);
+                    ref[n * 2 * half + e] = c.vv[n * 2 * half + e];
+                    ref[n * 2 * half + half + e] = t > 0 ? c.vv[(n - 1) * 2 * half + half + e]
+                                                   : pv  ? pv[(size_t)b * half + e]
+                                                         : 0.0;
                 }
         tu_check_fwd(s ? "value_delay (prev)" : "value_delay", tu_err(v, ref, nv), 0);
     }
-    float *dvc = tu_const(nh, NAN), *dvd = tu_const(nh, NAN);
-    ops_value_delay_bwd(&tu_ctx, dvc, dvd, c.R, B, T, half);
-    tu_check_grad("value_delay dvcur", vd_ref_loss, NULL, &c, c.vcur, dvc, nh, 0);
-    tu_check_grad("value_delay dvdel", vd_ref_loss, NULL, &c, c.vdel, dvd, nh, 0);
-    free(c.vcur);
-    free(c.vdel);
+    float *dvv = tu_const(nv, NAN);
+    ops_value_delay_bwd(&tu_ctx, dvv, c.R, B, T, half);
+    tu_check_grad("value_delay dvv", vd_ref_loss, NULL, &c, c.vv, dvv, nv, 0);
+    free(c.vv);
     free(c.R);
     free(prev);
     free(v);
     free(ref);
-    free(dvc);
-    free(dvd);
+    free(dvv);
 }
 
 static void test_value_delay(void **state) {

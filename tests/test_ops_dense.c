@@ -489,8 +489,8 @@ static void test_zero_rows(void **state) {
     ops_cca_conv_fwd(c, f, f, NULL, g, NULL, g, g, g, g, 0, 4, 2, 1, 2, 2, 2);
     ops_cca_conv_fwd(c, f, f, h, g, NULL, g, g, g, g, 1, 0, 2, 1, 2, 2, 2);
     ops_cca_conv_bwd(c, f, f, f, f, f, g, g, g, h, g, g, 1, 0, 2, 1, 2, 2, 2);
-    ops_value_delay_fwd(c, f, g, g, NULL, 0, 4, 2);
-    ops_value_delay_bwd(c, f, f, g, 2, 0, 2);
+    ops_value_delay_fwd(c, f, g, NULL, 0, 4, 2);
+    ops_value_delay_bwd(c, f, g, 2, 0, 2);
     ops_qknorm_rope_fwd(c, f, f, f, f, g, g, g, i32, 0, 2, 1, 4, 2, 1e4, 1e-7f);
     ops_qknorm_rope_bwd(c, f, f, f, g, g, g, g, g, i32, 0, 2, 1, 4, 2, 1e4, 1e-7f);
     ops_attention_fwd(c, f, f, g, g, g, 1, 0, 2, 1, 4, 0.5f, 0);

@@ -188,12 +188,17 @@ static void test_hf_cca(void **state) {
     cmp_bwd("cca db1", db1, "cca.db1");
     cmp_bwd("cca dw2", dw2, "cca.dw2");
     cmp_bwd("cca db2", db2, "cca.db2");
+    const int half = HK * HD / 2;
     float *vcur = fx_f("cca.vcur", 0), *vdel = fx_f("cca.vdel", 0);
-    float *v = tu_alloc((size_t)N * HK * HD);
-    ops_value_delay_fwd(&tu_ctx, v, vcur, vdel, NULL, B, T, HK * HD / 2);
+    float *vv = tu_alloc((size_t)N * 2 * half), *v = tu_alloc((size_t)N * HK * HD);
+    for (size_t n = 0; n < (size_t)N; n++) { /* the one GEMM's [vcur | vdel] rows */
+        memcpy(vv + n * 2 * half, vcur + n * half, (size_t)half * sizeof(float));
+        memcpy(vv + n * 2 * half + half, vdel + n * half, (size_t)half * sizeof(float));
+    }
+    ops_value_delay_fwd(&tu_ctx, v, vv, NULL, B, T, half);
     cmp_fwd("value_delay v", v, "cca.v");
-    float *bufs[] = {qk0, w1,   b1,  w2,  b2,  q,   k,    mid,  dq,
-                     dk,  dqk0, dw1, db1, dw2, db2, vcur, vdel, v};
+    float *bufs[] = {qk0,  w1,  b1,  w2,  b2,  q,    k,    mid, dq, dk,
+                     dqk0, dw1, db1, dw2, db2, vcur, vdel, vv,  v};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
 }
 

@@ -111,17 +111,15 @@ static void layer_backward(zy_model *mo, zy_acts *a, int l) {
                       Hk, d, scale, window);
     ops_qknorm_rope_bwd(ctx, a->dq, a->dk, g->temp, x->q_in, x->k_in, x->qn, x->kn, w->temp, a->pos,
                         N, Hq, Hk, d, config_rotary_dim(c, l), c->rope[type].theta, FLT_EPSILON);
-    ops_value_delay_bwd(ctx, a->dvc, a->dvd, a->dv, B, T, half);
+    ops_value_delay_bwd(ctx, a->dvv, a->dv, B, T, half);
     ops_cca_conv_bwd(ctx, a->dqk, g->conv1_w, g->conv1_b, g->conv2_w, g->conv2_b, a->dq, a->dk,
                      x->qk0, x->mid, w->conv1_w, w->conv2_w, B, T, Hq, Hk, d, c->cca_time0,
                      c->cca_time1);
-    /* projections from a: [q0|k0] = a Wqk^T, vcur = a Wvc^T, vdel = a Wvd^T */
+    /* projections from a: [q0|k0] = a Wqk^T, [vcur|vdel] = a [Wvc; Wvd]^T */
     ops_matmul_f32(ctx, g->wqk, a->dqk, x->a, C, D, N, 1, 0, 1.0f, gb);
-    ops_matmul_f32(ctx, g->wvc, a->dvc, x->a, half, D, N, 1, 0, 1.0f, gb);
-    ops_matmul_f32(ctx, g->wvd, a->dvd, x->a, half, D, N, 1, 0, 1.0f, gb);
+    ops_matmul_f32(ctx, g->wvc, a->dvv, x->a, 2 * half, D, N, 1, 0, 1.0f, gb);
     ops_matmul(ctx, a->dx, a->dqk, wc->wqk, N, D, C, 0, 0, 1.0f, 0.0f);
-    ops_matmul(ctx, a->dx, a->dvc, wc->wvc, N, D, half, 0, 0, 1.0f, 1.0f);
-    ops_matmul(ctx, a->dx, a->dvd, wc->wvd, N, D, half, 0, 0, 1.0f, 1.0f);
+    ops_matmul(ctx, a->dx, a->dvv, wc->wvc, N, D, 2 * half, 0, 0, 1.0f, 1.0f);
 }
 
 static void grads_ready(zy_model *m, int layer) {

@@ -122,9 +122,9 @@ void layer_forward(zy_model *mo, zy_acts *a, int l, zy_layer_cache *cache, int n
     /* the conv's q and k are the QK norm's inputs, which its backward reads */
     ops_cca_conv_fwd(ctx, x->q_in, x->k_in, x->mid, x->qk0, cache ? cache->conv_state : NULL,
                      w->conv1_w, w->conv1_b, w->conv2_w, w->conv2_b, B, T, Hq, Hk, d, t0, t1);
-    ops_matmul(ctx, x->vcur, x->a, wc->wvc, N, half, D, 0, 1, 1.0f, 0.0f);
-    ops_matmul(ctx, x->vdel, x->a, wc->wvd, N, half, D, 0, 1, 1.0f, 0.0f);
-    ops_value_delay_fwd(ctx, x->v, x->vcur, x->vdel, cache ? cache->vprev : NULL, B, T, half);
+    /* [vcur | vdel] = a [Wvc; Wvd]^T: the two value projections as one GEMM (adjacent weights) */
+    ops_matmul(ctx, x->vv, x->a, wc->wvc, N, 2 * half, D, 0, 1, 1.0f, 0.0f);
+    ops_value_delay_fwd(ctx, x->v, x->vv, cache ? cache->vprev : NULL, B, T, half);
     ops_qknorm_rope_fwd(ctx, x->q, x->k, x->qn, x->kn, x->q_in, x->k_in, w->temp, a->pos, N, Hq, Hk,
                         d, config_rotary_dim(c, l), c->rope[type].theta, FLT_EPSILON);
     if (cache && cache->len > 0) {
@@ -153,7 +153,7 @@ void layer_forward(zy_model *mo, zy_acts *a, int l, zy_layer_cache *cache, int n
         cache_update_conv(ctx, cache, x->qk0, B, T, P, C);
         for (int b = 0; b < B; b++) /* the last token's delayed projection feeds the next token */
             ops_copy(ctx, ops_act_at(ctx, cache->vprev, (size_t)b * half),
-                     ops_act_at(ctx, x->vdel, ((size_t)b * T + T - 1) * half),
+                     ops_act_at(ctx, x->vv, ((size_t)b * T + T - 1) * 2 * half + half),
                      (size_t)half * ops_act_size(ctx));
     }
     ops_matmul(ctx, x->o, x->att, wc->wo, N, D, Hq * d, 0, 1, 1.0f, 0.0f);

@@ -124,6 +124,8 @@ static void build_views(zy_weights *w, const zy_model *m, float *base) {
             &t->items[params_find(t, lname(n, l, "self_attn.qkv_proj.k_proj.weight"))];
         ZY_CHECK(base + kp->offset == x->wqk + (size_t)m->cfg.num_attention_heads *
                                                    m->cfg.head_dim * m->cfg.hidden_size);
+        ZY_CHECK(x->wvd == x->wvc + (size_t)m->cfg.num_key_value_heads * m->cfg.head_dim / 2 *
+                                        m->cfg.hidden_size); /* one [Hk*d, D] value matrix */
     }
 }
 
@@ -137,8 +139,7 @@ static void build_compute_views(zy_model *m, void *buf) {
         const zy_layer_w *w = &m->w.layers[l];
         zy_layer_wc *c = &m->wc.layers[l];
         c->wqk = CV(w->wqk);
-        c->wvc = CV(w->wvc);
-        c->wvd = CV(w->wvd);
+        c->wvc = CV(w->wvc); /* with wvd after it: [Hk*d, D] */
         c->wo = CV(w->wo);
         c->r_down_w = CV(w->r_down_w);
         c->r_fc1_w = CV(w->r_fc1_w);
@@ -172,8 +173,7 @@ static void build_zero_ranges(zy_model *m) {
     for (int l = 0; l < L; l++) {
         const zy_layer_w *g = &m->g.layers[l];
         GEMM_WRITTEN(g->wqk, (Hq + Hk) * d * D); /* q and k packed: one [C, D] product */
-        GEMM_WRITTEN(g->wvc, half * D);
-        GEMM_WRITTEN(g->wvd, half * D);
+        GEMM_WRITTEN(g->wvc, 2 * half * D); /* the value projections: one [2*half, D] product */
         GEMM_WRITTEN(g->wo, D * Hq * d);
         GEMM_WRITTEN(g->r_down_w, R * D);
         GEMM_WRITTEN(g->r_fc1_w, R * R);
@@ -418,8 +418,7 @@ static void plan_layer(zy_layer_acts *x, const zy_model *m, int B, int T, int pa
     WORK(k_in, N * Hk * d * s);
     WORK(qn, N * Hq * f);
     WORK(kn, N * Hk * f);
-    WORK(vcur, N * half * s);
-    WORK(vdel, N * half * s);
+    WORK(vv, N * 2 * half * s);
     WORK(v, N * Hk * d * s);
     WORK(att, N * Hq * d * s);
     WORK(lse, N * Hq * f);
@@ -488,8 +487,7 @@ static void plan_acts(zy_acts *a, const zy_model *m, carver *cv) {
     a->dq = carve(cv, N * Hq * d * s);
     a->dk = carve(cv, N * Hk * d * s);
     a->dv = carve(cv, N * Hk * d * s);
-    a->dvc = carve(cv, N * half * s);
-    a->dvd = carve(cv, N * half * s);
+    a->dvv = carve(cv, N * 2 * half * s);
     a->datt = carve(cv, N * Hq * d * s);
     a->dys = carve(cv, N * D * s);
     a->dgate = carve(cv, N * f);

@@ -16,7 +16,8 @@
 /* Pointers to one layer's tensors inside a flat buffer (weights or gradients). */
 typedef struct {
     float *wqk;               /* [C, D], C = (Hq+Hk)*d: q_proj rows then k_proj rows (packed) */
-    float *wvc, *wvd;         /* [Hk*d/2, D] current / delayed value projections */
+    float *wvc, *wvd;         /* [Hk*d/2, D] current / delayed value projections (adjacent: one
+                                 [Hk*d, D] matrix for the GEMMs) */
     float *conv1_w, *conv1_b; /* [C, t0], [C] depthwise */
     float *conv2_w, *conv2_b; /* [C, d, t1], [C] grouped */
     float *temp;              /* [Hk] key temperature */
@@ -45,7 +46,7 @@ typedef struct {
 /* The weight matrices the GEMMs read, in the activation dtype: on the CPU these are the fp32
  * master weights themselves; on CUDA a bf16 copy that model_sync_compute_weights refreshes. */
 typedef struct {
-    zy_act *wqk, *wvc, *wvd, *wo;                 /* shapes as in zy_layer_w */
+    zy_act *wqk, *wvc, *wo; /* shapes as in zy_layer_w; wvc is [Wvc; Wvd] [Hk*d, D] */
     zy_act *r_down_w, *r_fc1_w, *r_fc2_w, *r_out; /* router */
     zy_act *gate_up, *down;                       /* experts [E, 2F, D], [E, D, F] */
 } zy_layer_wc;
@@ -159,7 +160,7 @@ typedef struct {
     zy_act *q, *k;       /* [N, Hq*d], [N, Hk*d] after norm + rope */
     zy_act *q_in, *k_in; /* [N, Hq*d], [N, Hk*d] before norm */
     float *qn, *kn;      /* [N, Hq], [N, Hk] */
-    zy_act *vcur, *vdel; /* [N, Hk*d/2] */
+    zy_act *vv;          /* [N, Hk*d]: [vcur | vdel], the two value projections (one GEMM) */
     zy_act *v;           /* [N, Hk*d] */
     zy_act *att;         /* [N, Hq*d] attention output */
     float *lse;          /* [B, Hq, T] */
@@ -198,8 +199,8 @@ typedef struct {
     zy_act *logits; /* [N, V] (overwritten by dlogits in backward) */
     /* backward scratch: dh, dh2 follow the fp32 residual stream; the rest are activation grads */
     float *dh, *dh2;
-    zy_act *dx, *dm, *dz, *dz_carry, *dr, *dr2, *dqk, *dq, *dk, *dv, *dvc, *dvd, *datt, *dys, *dgu,
-        *dact, *dxs;
+    zy_act *dx, *dm, *dz, *dz_carry, *dr, *dr2, *dqk, *dq, *dk, *dv, *dvv, *datt, *dys, *dgu, *dact,
+        *dxs;
     float *dgate;
     int count;     /* counted targets of the last forward */
     int recompute; /* 1: layers share their buffers but h_in, a, rstd_a, z (see zy_layer_acts) */

@@ -624,20 +624,19 @@ void ops_cca_conv_bwd(zy_ctx *ctx, zy_act *dqk0, float *dw1, float *db1, float *
 }
 
 /* v = [vcur[t] | vdel[t-1]]. */
-void ops_value_delay_fwd(zy_ctx *ctx, zy_act *v, const zy_act *vcur, const zy_act *vdel,
-                         const zy_act *prev, int B, int T, int half) {
-    ON_CUDA(ctx, "value_delay_fwd", cuda_ops_value_delay_fwd(ctx, v, vcur, vdel, prev, B, T, half));
-    cpu_value_delay_fwd(cpu_threads(ctx), v, vcur, vdel, prev, B, T, half);
-}
-
-/* dvcur, dvdel (=) from dv. */
-void ops_value_delay_bwd(zy_ctx *ctx, zy_act *dvcur, zy_act *dvdel, const zy_act *dv, int B, int T,
+void ops_value_delay_fwd(zy_ctx *ctx, zy_act *v, const zy_act *vv, const zy_act *prev, int B, int T,
                          int half) {
-    ON_CUDA(ctx, "value_delay_bwd", cuda_ops_value_delay_bwd(ctx, dvcur, dvdel, dv, B, T, half));
-    cpu_value_delay_bwd(cpu_threads(ctx), dvcur, dvdel, dv, B, T, half);
+    ON_CUDA(ctx, "value_delay_fwd", cuda_ops_value_delay_fwd(ctx, v, vv, prev, B, T, half));
+    cpu_value_delay_fwd(cpu_threads(ctx), v, vv, prev, B, T, half);
 }
 
-/* QK norm, key temperature and partial RoPE, in place. */
+/* dvv (=) from dv. */
+void ops_value_delay_bwd(zy_ctx *ctx, zy_act *dvv, const zy_act *dv, int B, int T, int half) {
+    ON_CUDA(ctx, "value_delay_bwd", cuda_ops_value_delay_bwd(ctx, dvv, dv, B, T, half));
+    cpu_value_delay_bwd(cpu_threads(ctx), dvv, dv, B, T, half);
+}
+
+/* QK norm, key temperature and partial RoPE: q_in, k_in -> q, k. */
 void ops_qknorm_rope_fwd(zy_ctx *ctx, zy_act *q, zy_act *k, float *qn, float *kn,
                          const zy_act *q_in, const zy_act *k_in, const float *temp,
                          const int32_t *pos, int N, int Hq, int Hk, int d, int rot, double theta,

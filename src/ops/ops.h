@@ -292,12 +292,13 @@ void ops_cca_conv_bwd(zy_ctx *ctx, zy_act *dqk0, float *dw1, float *db1, float *
                       int t1);
 
 /* ---- CCA: delayed values ----
+ * vv[N, 2*half] = [vcur | vdel] per row (the current and delayed value projections, one GEMM);
  * v[N, 2*half] = [vcur[t] | vdel[t-1]] per row, vdel[-1] = prev[b] (prev [B,half]) or 0 if NULL. */
-void ops_value_delay_fwd(zy_ctx *ctx, zy_act *v, const zy_act *vcur, const zy_act *vdel,
-                         const zy_act *prev, int B, int T, int half);
-/* dvcur, dvdel (overwrite) from dv. */
-void ops_value_delay_bwd(zy_ctx *ctx, zy_act *dvcur, zy_act *dvdel, const zy_act *dv, int B, int T,
+void ops_value_delay_fwd(zy_ctx *ctx, zy_act *v, const zy_act *vv, const zy_act *prev, int B, int T,
                          int half);
+/* dvv = [dvcur | dvdel] (overwrite) from dv: dvcur[t] = dv[t, :half], dvdel[t] = dv[t+1, half:]
+ * (0 at the last step). */
+void ops_value_delay_bwd(zy_ctx *ctx, zy_act *dvv, const zy_act *dv, int B, int T, int half);
 
 /* ---- CCA: QK norm, key temperature, partial RoPE ----
  * For each row n (position pos[n]) and head: x <- sqrt(d) * x / max(||x||, eps_norm), keys also

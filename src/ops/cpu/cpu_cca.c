@@ -210,16 +210,18 @@ void cpu_cca_conv_bwd(int nt, float *dqk0, float *dw1, float *db1, float *dw2, f
     free(wt);
 }
 
-/* v[N, 2*half] = [vcur[t] | vdel[t-1]] with vdel[-1] = prev[b] (or 0). */
-void cpu_value_delay_fwd(int nt, float *v, const float *vcur, const float *vdel, const float *prev,
-                         int B, int T, int half) {
+/* v[N, 2*half] = [vcur[t] | vdel[t-1]] from vv[N, 2*half] = [vcur | vdel], vdel[-1] = prev[b]
+ * (or 0). */
+void cpu_value_delay_fwd(int nt, float *v, const float *vv, const float *prev, int B, int T,
+                         int half) {
+    const size_t row = (size_t)2 * half;
 #pragma omp parallel for num_threads(nt) schedule(static) if ((size_t)B * T * half >= CPU_PAR_MIN)
     for (int n = 0; n < B * T; n++) {
         int b = n / T, t = n % T;
-        float *vr = v + (size_t)n * 2 * half;
-        memcpy(vr, vcur + (size_t)n * half, (size_t)half * sizeof(float));
+        float *vr = v + (size_t)n * row;
+        memcpy(vr, vv + (size_t)n * row, (size_t)half * sizeof(float));
         if (t > 0)
-            memcpy(vr + half, vdel + (size_t)(n - 1) * half, (size_t)half * sizeof(float));
+            memcpy(vr + half, vv + (size_t)(n - 1) * row + half, (size_t)half * sizeof(float));
         else if (prev)
             memcpy(vr + half, prev + (size_t)b * half, (size_t)half * sizeof(float));
         else
@@ -227,17 +229,18 @@ void cpu_value_delay_fwd(int nt, float *v, const float *vcur, const float *vdel,
     }
 }
 
-/* dvcur[t] = dv[t, :half]; dvdel[t] = dv[t+1, half:] (0 for the last step). Overwrites both. */
-void cpu_value_delay_bwd(int nt, float *dvcur, float *dvdel, const float *dv, int B, int T,
-                         int half) {
+/* dvv[t] = [dv[t, :half] | dv[t+1, half:]] (0 for the last step). Overwrites dvv. */
+void cpu_value_delay_bwd(int nt, float *dvv, const float *dv, int B, int T, int half) {
+    const size_t row = (size_t)2 * half;
 #pragma omp parallel for num_threads(nt) schedule(static) if ((size_t)B * T * half >= CPU_PAR_MIN)
     for (int n = 0; n < B * T; n++) {
         int t = n % T;
-        const float *g = dv + (size_t)n * 2 * half;
-        memcpy(dvcur + (size_t)n * half, g, (size_t)half * sizeof(float));
+        const float *g = dv + (size_t)n * row;
+        float *o = dvv + (size_t)n * row;
+        memcpy(o, g, (size_t)half * sizeof(float));
         if (t + 1 < T)
-            memcpy(dvdel + (size_t)n * half, g + 2 * half + half, (size_t)half * sizeof(float));
+            memcpy(o + half, g + row + half, (size_t)half * sizeof(float));
         else
-            memset(dvdel + (size_t)n * half, 0, (size_t)half * sizeof(float));
+            memset(o + half, 0, (size_t)half * sizeof(float));
     }
 }

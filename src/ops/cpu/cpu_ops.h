@@ -70,10 +70,9 @@ void cpu_cca_conv_bwd(int nt, float *dqk0, float *dw1, float *db1, float *dw2, f
                       const float *dq, const float *dk, const float *qk0, const float *mid_save,
                       const float *w1, const float *w2, int B, int T, int Hq, int Hk, int d, int t0,
                       int t1);
-void cpu_value_delay_fwd(int nt, float *v, const float *vcur, const float *vdel, const float *prev,
-                         int B, int T, int half);
-void cpu_value_delay_bwd(int nt, float *dvcur, float *dvdel, const float *dv, int B, int T,
+void cpu_value_delay_fwd(int nt, float *v, const float *vv, const float *prev, int B, int T,
                          int half);
+void cpu_value_delay_bwd(int nt, float *dvv, const float *dv, int B, int T, int half);
 
 /* ---- attention (cpu_attention.c) ---- */
 void cpu_attention_fwd(int nt, float *out, float *lse, const float *q, const float *k,

@@ -108,10 +108,9 @@ void cuda_ops_cca_conv_bwd(zy_ctx *ctx, zy_act *dqk0, float *dw1, float *db1, fl
                            float *db2, const zy_act *dq, const zy_act *dk, const zy_act *qk0,
                            const zy_act *mid_save, const float *w1, const float *w2, int B, int T,
                            int Hq, int Hk, int d, int t0, int t1);
-void cuda_ops_value_delay_fwd(zy_ctx *ctx, zy_act *v, const zy_act *vcur, const zy_act *vdel,
-                              const zy_act *prev, int B, int T, int half);
-void cuda_ops_value_delay_bwd(zy_ctx *ctx, zy_act *dvcur, zy_act *dvdel, const zy_act *dv, int B,
+void cuda_ops_value_delay_fwd(zy_ctx *ctx, zy_act *v, const zy_act *vv, const zy_act *prev, int B,
                               int T, int half);
+void cuda_ops_value_delay_bwd(zy_ctx *ctx, zy_act *dvv, const zy_act *dv, int B, int T, int half);
 void cuda_ops_qknorm_rope_fwd(zy_ctx *ctx, zy_act *q, zy_act *k, float *qn, float *kn,
                               const zy_act *q_in, const zy_act *k_in, const float *temp,
                               const int32_t *pos, int N, int Hq, int Hk, int d, int rot,

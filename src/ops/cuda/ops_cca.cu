@@ -27,10 +27,10 @@ template <int W> static __device__ __forceinline__ void vd_copy(bf16 *dst, const
     }
 }
 
-/* v[n] = [vcur[n] | vdel[n-1]] (vdel[-1] = prev[b] or 0); one unit = W elements of a v row. */
+/* v[n] = [vv[n, :half] | vv[n-1, half:]] (prev [B, half] or zeros at t = 0). */
 template <int W>
-__global__ void vdelay_fwd_k(bf16 *v, const bf16 *vcur, const bf16 *vdel, const bf16 *prev, int T,
-                             int half, size_t units) {
+__global__ void vdelay_fwd_k(bf16 *v, const bf16 *vv, const bf16 *prev, int T, int half,
+                             size_t units) {
     const int per = 2 * half / W;
     for (size_t u = blockIdx.x * (size_t)blockDim.x + threadIdx.x; u < units;
          u += (size_t)gridDim.x * blockDim.x) {
@@ -38,66 +38,64 @@ __global__ void vdelay_fwd_k(bf16 *v, const bf16 *vcur, const bf16 *vdel, const 
         const int e = (int)(u - n * per) * W, t = (int)(n % T);
         const bf16 *src;
         if (e < half)
-            src = vcur + n * half + e;
+            src = vv + n * 2 * half + e;
         else if (t > 0)
-            src = vdel + (n - 1) * half + (e - half);
+            src = vv + (n - 1) * 2 * half + e;
         else
             src = prev ? prev + (n / T) * half + (e - half) : nullptr;
         vd_copy<W>(v + n * 2 * half + e, src);
     }
 }
 
-/* dvcur[n] = dv[n, :half]; dvdel[n] = dv[n+1, half:] (0 at t = T-1). */
+/* dvv[n] = [dv[n, :half] | dv[n+1, half:]] (0 at t = T-1). */
 template <int W>
-__global__ void vdelay_bwd_k(bf16 *dvcur, bf16 *dvdel, const bf16 *dv, int T, int half,
-                             size_t units) {
+__global__ void vdelay_bwd_k(bf16 *dvv, const bf16 *dv, int T, int half, size_t units) {
     const int per = 2 * half / W;
     for (size_t u = blockIdx.x * (size_t)blockDim.x + threadIdx.x; u < units;
          u += (size_t)gridDim.x * blockDim.x) {
         const size_t n = u / per;
         const int e = (int)(u - n * per) * W, t = (int)(n % T);
-        if (e < half)
-            vd_copy<W>(dvcur + n * half + e, dv + n * 2 * half + e);
-        else
-            vd_copy<W>(dvdel + n * half + (e - half),
-                       t + 1 < T ? dv + (n + 1) * 2 * half + e : nullptr);
+        const bf16 *src = e < half    ? dv + n * 2 * half + e
+                          : t + 1 < T ? dv + (n + 1) * 2 * half + e
+                                      : nullptr;
+        vd_copy<W>(dvv + n * 2 * half + e, src);
     }
 }
 
-/* v [B*T, 2*half] = [vcur | vdel one step back] (prev [B, half] or zeros at t = 0). */
-void cuda_ops_value_delay_fwd(zy_ctx *ctx, zy_act *v, const zy_act *vcur, const zy_act *vdel,
-                              const zy_act *prev, int B, int T, int half) {
-    ZY_CHECK(B >= 0 && T >= 0 && half >= 0);
-    size_t rows = (size_t)B * T;
-    if (rows == 0 || half == 0) return;
-    cudaStream_t st = cuda_stream(ctx);
-    int vec = half % 8 == 0 && zy_aligned(v, 16) && zy_aligned(vcur, 16) && zy_aligned(vdel, 16) &&
-              (!prev || zy_aligned(prev, 16));
-    size_t units = rows * 2 * half / (vec ? 8 : 1);
-    if (vec)
-        vdelay_fwd_k<8><<<zy_grid_blocks(units), 256, 0, st>>>(
-            (bf16 *)v, (const bf16 *)vcur, (const bf16 *)vdel, (const bf16 *)prev, T, half, units);
-    else
-        vdelay_fwd_k<1><<<zy_grid_blocks(units), 256, 0, st>>>(
-            (bf16 *)v, (const bf16 *)vcur, (const bf16 *)vdel, (const bf16 *)prev, T, half, units);
-    ZY_CUDA_CHECK_LAUNCH();
-}
-
-/* dvcur, dvdel [B*T, half] (overwritten) from dv [B*T, 2*half]. */
-void cuda_ops_value_delay_bwd(zy_ctx *ctx, zy_act *dvcur, zy_act *dvdel, const zy_act *dv, int B,
+/* v [B*T, 2*half] = [vcur | vdel one step back] from vv = [vcur | vdel] (prev [B, half] or zeros
+ * at t = 0). */
+void cuda_ops_value_delay_fwd(zy_ctx *ctx, zy_act *v, const zy_act *vv, const zy_act *prev, int B,
                               int T, int half) {
     ZY_CHECK(B >= 0 && T >= 0 && half >= 0);
     size_t rows = (size_t)B * T;
     if (rows == 0 || half == 0) return;
     cudaStream_t st = cuda_stream(ctx);
-    int vec = half % 8 == 0 && zy_aligned(dvcur, 16) && zy_aligned(dvdel, 16) && zy_aligned(dv, 16);
+    int vec =
+        half % 8 == 0 && zy_aligned(v, 16) && zy_aligned(vv, 16) && (!prev || zy_aligned(prev, 16));
     size_t units = rows * 2 * half / (vec ? 8 : 1);
     if (vec)
-        vdelay_bwd_k<8><<<zy_grid_blocks(units), 256, 0, st>>>((bf16 *)dvcur, (bf16 *)dvdel,
-                                                               (const bf16 *)dv, T, half, units);
+        vdelay_fwd_k<8><<<zy_grid_blocks(units), 256, 0, st>>>((bf16 *)v, (const bf16 *)vv,
+                                                               (const bf16 *)prev, T, half, units);
     else
-        vdelay_bwd_k<1><<<zy_grid_blocks(units), 256, 0, st>>>((bf16 *)dvcur, (bf16 *)dvdel,
-                                                               (const bf16 *)dv, T, half, units);
+        vdelay_fwd_k<1><<<zy_grid_blocks(units), 256, 0, st>>>((bf16 *)v, (const bf16 *)vv,
+                                                               (const bf16 *)prev, T, half, units);
+    ZY_CUDA_CHECK_LAUNCH();
+}
+
+/* dvv [B*T, 2*half] (overwritten) from dv [B*T, 2*half]. */
+void cuda_ops_value_delay_bwd(zy_ctx *ctx, zy_act *dvv, const zy_act *dv, int B, int T, int half) {
+    ZY_CHECK(B >= 0 && T >= 0 && half >= 0);
+    size_t rows = (size_t)B * T;
+    if (rows == 0 || half == 0) return;
+    cudaStream_t st = cuda_stream(ctx);
+    int vec = half % 8 == 0 && zy_aligned(dvv, 16) && zy_aligned(dv, 16);
+    size_t units = rows * 2 * half / (vec ? 8 : 1);
+    if (vec)
+        vdelay_bwd_k<8>
+            <<<zy_grid_blocks(units), 256, 0, st>>>((bf16 *)dvv, (const bf16 *)dv, T, half, units);
+    else
+        vdelay_bwd_k<1>
+            <<<zy_grid_blocks(units), 256, 0, st>>>((bf16 *)dvv, (const bf16 *)dv, T, half, units);
     ZY_CUDA_CHECK_LAUNCH();
 }
 
