@@ -11,7 +11,7 @@
  *    output, ~4 of those at the worst of a few thousand outputs against a row max of ~3 typical;
  *  - TOL_GRAD 1e-4 of the tensor's largest |increment| for fp32 parameter gradients (fp32 sums of
  *    up to ~10^3 exact products per partial, tensor-core additions truncate: <= 10^3 * 2^-23);
- *  - copies (value delay, the saved q_in/k_in) must be exact.
+ *  - copies (the value delay) and the QK norm's inputs (left unchanged) must be exact.
  * Weight gradients of the conv must also be the same bits on a second run (determinism). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -143,8 +143,13 @@ static void case_qknorm_rope(oh_run *r, const int *p) {
     oh_expect(oh_exact(), oh_get_act(r, gki, nk), k, nk, "qknorm_rope k_in unchanged");
     /* in place (inputs and outputs the same buffers): the same bits */
     zy_act *gq2 = oh_act(r, q, nq), *gk2 = oh_act(r, k, nk);
-    ops_qknorm_rope_fwd(c, gq2, gk2, gqn, gkn, gq2, gk2, gtemp, gpos, N, Hq, Hk, d, rot, theta,
+    float *gqn2 = oh_nan_f32(r, (size_t)N * Hq), *gkn2 = oh_nan_f32(r, (size_t)N * Hk);
+    ops_qknorm_rope_fwd(c, gq2, gk2, gqn2, gkn2, gq2, gk2, gtemp, gpos, N, Hq, Hk, d, rot, theta,
                         eps);
+    oh_expect(oh_exact(), oh_get_f32(r, gqn2, (size_t)N * Hq), oh_get_f32(r, gqn, (size_t)N * Hq),
+              (size_t)N * Hq, "qknorm_rope qn in place");
+    oh_expect(oh_exact(), oh_get_f32(r, gkn2, (size_t)N * Hk), oh_get_f32(r, gkn, (size_t)N * Hk),
+              (size_t)N * Hk, "qknorm_rope kn in place");
     oh_expect(oh_exact(), oh_get_act(r, gq2, nq), oh_get_act(r, gq, nq), nq,
               "qknorm_rope q in place");
     oh_expect(oh_exact(), oh_get_act(r, gk2, nk), oh_get_act(r, gk, nk), nk,

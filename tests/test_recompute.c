@@ -11,23 +11,12 @@
 #include "base/err.h"
 #include "base/rng.h"
 #include "model/model.h"
+#include "model_test_util.h"
 #include "train/step.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* Every feature the layer's forward has: GQA, partial rotary, a sliding-window layer, CCA
- * convolutions of 2 and 3 taps, 4 experts + skip, three layers (a middle one reads and feeds the
- * router's depth averaging). */
-static const char *config_json =
-    "{\"model_type\": \"zaya\", \"vocab_size\": 256, \"hidden_size\": 64,"
-    " \"num_hidden_layers\": 3, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,"
-    " \"head_dim\": 16, \"num_experts\": 4, \"moe_intermediate_size\": 48,"
-    " \"router_hidden_size\": 16, \"max_position_embeddings\": 128, \"cca_time0\": 2,"
-    " \"cca_time1\": 3, \"sliding_window\": 12, \"partial_rotary_factor\": 0.5,"
-    " \"layer_types\": [\"hybrid\", \"hybrid_sliding\", \"hybrid\"],"
-    " \"pad_token_id\": 2, \"bos_token_id\": 0, \"eos_token_id\": 1}";
 
 enum { B = 2, T = 40, N = B * T, MAXCALLS = 64 };
 
@@ -36,27 +25,10 @@ static zy_ctx cpu;
 
 static int setup(void **state) {
     (void)state;
-    if (config_parse_json(&cfg, config_json, "test config") != ZY_OK) fail_msg("%s", zy_errmsg());
+    if (config_parse_json(&cfg, mtu_config_all_features, "test config") != ZY_OK)
+        fail_msg("%s", zy_errmsg());
     ops_ctx_init_cpu(&cpu, 0);
     return 0;
-}
-
-/* Weights off their initialisation (norms, scales, biases and the balancing biases matter). */
-static void perturb_weights(zy_model *m) {
-    const zy_param_table *t = &m->table;
-    for (int i = 0; i < t->count; i++) {
-        const zy_param *p = &t->items[i];
-        zy_rng r = zy_rng_init(42, (uint64_t)i);
-        float *x = m->params + p->offset;
-        for (size_t j = 0; j < p->numel; j++) {
-            float g = zy_rng_normal(&r);
-            if (p->kind == ZY_PARAM_BUFFER)
-                x[j] = j + 1 == p->numel ? -0.05f : 0.05f * g;
-            else if (p->kind != ZY_PARAM_MATRIX && p->kind != ZY_PARAM_EMBED)
-                x[j] += 0.1f * g;
-        }
-    }
-    model_sync_compute_weights(m);
 }
 
 /* Tokens of batch number k, some targets ignored. */
@@ -98,7 +70,7 @@ static void run_pass(int recompute, pass *p) {
     zy_model m;
     assert_int_equal(model_init(&m, &cfg, &cpu, 1), ZY_OK);
     model_init_weights(&m, 3);
-    perturb_weights(&m);
+    mtu_perturb_weights(&m);
     zy_acts a;
     assert_int_equal(acts_init(&a, &m, B, T, recompute), ZY_OK);
     assert_int_equal(a.recompute, recompute);
@@ -227,7 +199,7 @@ static void train(int recompute, int overlap, int grad_accum, int timed, run *r)
     zy_step s;
     assert_int_equal(step_init_model(&s, &cpu, &cfg, B, T, 1), ZY_OK);
     model_init_weights(&s.model, 5);
-    perturb_weights(&s.model);
+    mtu_perturb_weights(&s.model);
     assert_int_equal(step_init_acts(&s, recompute), ZY_OK);
     zy_optim_config oc;
     optim_config_default(&oc);

@@ -34,6 +34,7 @@ void model_build_table(zy_param_table *t, const zy_config *c) {
         ADD(t, ZY_PARAM_MATRIX, l, lname(n, l, "self_attn.qkv_proj.k_proj.weight"), Hk * d, D);
         ADD(t, ZY_PARAM_MATRIX, l, lname(n, l, "self_attn.qkv_proj.v_proj_current.weight"),
             Hk * d / 2, D);
+        params_pack_next(t); /* the two value projections form one [Hk*d, D] matrix */
         ADD(t, ZY_PARAM_MATRIX, l, lname(n, l, "self_attn.qkv_proj.v_proj_delayed.weight"),
             Hk * d / 2, D);
         ADD(t, ZY_PARAM_CONV, l, lname(n, l, "self_attn.qkv_proj.conv_qk_depthwise.weight"), C, 1,
@@ -166,7 +167,7 @@ static void build_zero_ranges(zy_model *m) {
     const size_t D = c->hidden_size, d = c->head_dim, Hq = c->num_attention_heads;
     const size_t Hk = c->num_key_value_heads, R = c->router_hidden_size, E = c->num_experts;
     const size_t F = c->moe_intermediate_size, half = Hk * d / 2;
-    size_t(*gemm)[2] = zy_calloc((size_t)L * 10 + 1, sizeof *gemm);
+    size_t(*gemm)[2] = zy_calloc((size_t)L * 9 + 1, sizeof *gemm);
     int n = 0;
 #define GEMM_WRITTEN(ptr, count) (gemm[n][0] = (size_t)((ptr)-m->grads), gemm[n++][1] = (count))
     GEMM_WRITTEN(m->g.emb, (size_t)c->vocab_size * D);

@@ -33,7 +33,7 @@ typedef struct {
 } batch_strides;
 
 struct cuda_gemm_plan {
-    plan_key key; /* M and K rounded up to their bucket (see dim_bucket) unless exact */
+    plan_key key; /* M and K: their bucket where not a leading dimension (plan_for) unless exact */
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, lc; /* cuBLAS's A (our B), B (our A), C = D */
     int cur_m, cur_k;                  /* the actual M, K the layouts describe now */
@@ -70,12 +70,14 @@ static colmajor to_colmajor(const plan_key *k) {
  * every step (M for the forward and data gradient, K for the weight gradient), and a cache keyed
  * on exact sizes would ask cuBLASLt's heuristic for every one of them. The algorithm picked for
  * the bucket's size runs the actual (smaller or equal) size; the layouts are re-sized in place
- * before each call (host-only attribute writes). Buckets: 64, then powers of two, for a leading
- * dimension less its power-of-two divisor where that is under 16 (plan_dim); the key keeps the
- * divisors of M and K, which decide the leading dimensions' alignment. When the
- * bucket's algorithm refuses the actual size (cuBLASLt says so before launching), that size gets
- * an exact plan of its own, which later calls find first. A call with its own leading dimensions
- * (Newton-Schulz: fixed shapes with padded rows) is always planned exactly. */
+ * before each call (host-only attribute writes). Buckets: 64, then powers of two, for M and K
+ * where they are not a leading dimension (the token and expert-row counts never are); a leading
+ * dimension is planned at its exact size, so the heuristic sees the actual rows' alignment (a
+ * bucket's 128-byte rows for K = 17, whose rows are 34 bytes, preceded a wrong result: op case
+ * matmul(300,256,17) with transA and transB). The key keeps the power-of-two divisors of M and K.
+ * When the bucket's algorithm refuses the actual size (cuBLASLt says so before launching), that
+ * size gets an exact plan of its own, which later calls find first. A call with its own leading
+ * dimensions (Newton-Schulz: fixed shapes with padded rows) is always planned exactly. */
 static int dim_bucket(int x) {
     int b = 64;
     while (b < x && b < (1 << 30)) b <<= 1;
@@ -86,15 +88,6 @@ static int pow2_divisor(int x) {
     int d = 1;
     while (d < 16 && x % (2 * d) == 0) d <<= 1;
     return d;
-}
-
-/* The size a plan is made at for x, a leading dimension: its bucket, less x's power-of-two divisor
- * where that is under 16, so the heuristic sees rows exactly as aligned as the actual ones (the
- * bucket alone showed it 128-byte rows for K = 17, whose rows are 34 bytes: op case
- * matmul(300,256,17), transA and transB, came out wrong through such a plan). */
-static int plan_dim(int x) {
-    const int b = dim_bucket(x), d = pow2_divisor(x);
-    return d < 16 ? b - d : b;
 }
 
 static int elt_size(int dt) {
@@ -275,10 +268,9 @@ static int plan_get(cuda_gemm_ctx *c, const plan_key *k, const batch_strides *bs
 static int plan_for(cuda_gemm_ctx *c, const plan_key *k, const batch_strides *bs, plan_key *kb,
                     cuda_gemm_plan **p) {
     *kb = *k;
-    if (!k->lda && !k->ldb && !k->ldc) { /* plan_dim where M or K is a leading dimension */
-        kb->M = k->transA ? plan_dim(k->M) : dim_bucket(k->M); /* A [K, M] */
-        kb->K =
-            !k->transA || k->transB ? plan_dim(k->K) : dim_bucket(k->K); /* A [M, K], B [N, K] */
+    if (!k->lda && !k->ldb && !k->ldc) {             /* a leading dimension keeps its exact size */
+        kb->M = k->transA ? k->M : dim_bucket(k->M); /* A stored [K, M] */
+        kb->K = !k->transA || k->transB ? k->K : dim_bucket(k->K); /* A [M, K] or B [N, K] */
     }
     *p = c->nexact > 0 && memcmp(kb, k, sizeof *k) != 0 ? plan_find(c, k) : NULL;
     if (*p) {
