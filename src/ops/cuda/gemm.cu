@@ -33,7 +33,7 @@ typedef struct {
 } batch_strides;
 
 struct cuda_gemm_plan {
-    plan_key key; /* M and K: their bucket where not a leading dimension (plan_for) unless exact */
+    plan_key key; /* M and K rounded up to their bucket (plan_for) unless exact */
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, lc; /* cuBLAS's A (our B), B (our A), C = D */
     int cur_m, cur_k;                  /* the actual M, K the layouts describe now */
@@ -70,11 +70,11 @@ static colmajor to_colmajor(const plan_key *k) {
  * every step (M for the forward and data gradient, K for the weight gradient), and a cache keyed
  * on exact sizes would ask cuBLASLt's heuristic for every one of them. The algorithm picked for
  * the bucket's size runs the actual (smaller or equal) size; the layouts are re-sized in place
- * before each call (host-only attribute writes). Buckets: 64, then powers of two, for M and K
- * where they are not a leading dimension (the token and expert-row counts never are); a leading
- * dimension is planned at its exact size, so the heuristic sees the actual rows' alignment (a
- * bucket's 128-byte rows for K = 17, whose rows are 34 bytes, preceded a wrong result: op case
- * matmul(300,256,17) with transA and transB). The key keeps the power-of-two divisors of M and K.
+ * before each call (host-only attribute writes). Buckets: 64, then powers of two; the key keeps
+ * the power-of-two divisors of M and K, which decide the leading dimensions' alignment, and a
+ * leading dimension that is not a multiple of 16 elements is planned at its exact size, so the
+ * heuristic sees the actual rows (a bucket's 128-byte rows for K = 17, whose rows are 34 bytes,
+ * preceded a wrong result: op case matmul(300,256,17) with transA and transB).
  * When the bucket's algorithm refuses the actual size (cuBLASLt says so before launching), that
  * size gets an exact plan of its own, which later calls find first. A call with its own leading
  * dimensions (Newton-Schulz: fixed shapes with padded rows) is always planned exactly. */
@@ -268,9 +268,12 @@ static int plan_get(cuda_gemm_ctx *c, const plan_key *k, const batch_strides *bs
 static int plan_for(cuda_gemm_ctx *c, const plan_key *k, const batch_strides *bs, plan_key *kb,
                     cuda_gemm_plan **p) {
     *kb = *k;
-    if (!k->lda && !k->ldb && !k->ldc) {             /* a leading dimension keeps its exact size */
-        kb->M = k->transA ? k->M : dim_bucket(k->M); /* A stored [K, M] */
-        kb->K = !k->transA || k->transB ? k->K : dim_bucket(k->K); /* A [M, K] or B [N, K] */
+    if (!k->lda && !k->ldb && !k->ldc) {
+        /* a leading dimension (M of A stored [K, M]; K of A [M, K] or B [N, K]) that is not a
+         * multiple of 16 elements keeps its exact size */
+        const int lead_m = k->transA, lead_k = !k->transA || k->transB;
+        kb->M = lead_m && k->div_m < 16 ? k->M : dim_bucket(k->M);
+        kb->K = lead_k && k->div_k < 16 ? k->K : dim_bucket(k->K);
     }
     *p = c->nexact > 0 && memcmp(kb, k, sizeof *k) != 0 ? plan_find(c, k) : NULL;
     if (*p) {
