@@ -10,6 +10,7 @@
 #include <cuda_bf16.h>
 #include <limits.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -71,13 +72,10 @@ static colmajor to_colmajor(const plan_key *k) {
  * on exact sizes would ask cuBLASLt's heuristic for every one of them. The algorithm picked for
  * the bucket's size runs the actual (smaller or equal) size; the layouts are re-sized in place
  * before each call (host-only attribute writes). Buckets: 64, then powers of two; the key keeps
- * the power-of-two divisors of M and K, which decide the leading dimensions' alignment, and a
- * leading dimension that is not a multiple of 16 elements is planned at its exact size, so the
- * heuristic sees the actual rows (a bucket's 128-byte rows for K = 17, whose rows are 34 bytes,
- * preceded a wrong result: op case matmul(300,256,17) with transA and transB).
- * When the bucket's algorithm refuses the actual size (cuBLASLt says so before launching), that
- * size gets an exact plan of its own, which later calls find first. A call with its own leading
- * dimensions (Newton-Schulz: fixed shapes with padded rows) is always planned exactly. */
+ * the power-of-two divisors of M and K, which decide the leading dimensions' alignment. When the
+ * bucket's algorithm refuses the actual size (cuBLASLt says so before launching), that size gets
+ * an exact plan of its own, which later calls find first. A call with its own leading dimensions
+ * (Newton-Schulz: fixed shapes with padded rows) is always planned exactly. */
 static int dim_bucket(int x) {
     int b = 64;
     while (b < x && b < (1 << 30)) b <<= 1;
@@ -175,6 +173,48 @@ static cublasStatus_t set_batch(cuda_gemm_plan *p, int batch, const batch_stride
 
 /* Descriptors for key k (batch strides bs when k->strided) and the heuristic's first algorithm;
  * *found = 0 when cuBLASLt has none. */
+/* "id tile stages splitK reduction" of an algorithm, or "none". */
+static void algo_desc(const cublasLtMatmulAlgo_t *a, char *buf, size_t n) {
+    int32_t id = -1, splitk = 1;
+    uint32_t tile = 0, stages = 0, scheme = 0;
+    if (!a) {
+        snprintf(buf, n, "none");
+        return;
+    }
+    cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id, NULL);
+    cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile, NULL);
+    cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof stages,
+                                         NULL);
+    cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof splitk,
+                                         NULL);
+    cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme,
+                                         sizeof scheme, NULL);
+    snprintf(buf, n, "algo %d tile %u stages %u splitK %d reduction %u", (int)id, tile, stages,
+             (int)splitk, scheme);
+}
+
+/* ZAYAC_GEMM_PLANS set: one line on stderr per plan made, its algorithm and what the heuristic
+ * picks with every reduction scheme allowed (a diagnostic; the plan is not changed). */
+static void log_plan(cuda_gemm_ctx *c, const cuda_gemm_plan *p, const plan_key *k,
+                     cublasLtMatmulPreference_t pref, const cublasLtMatmulAlgo_t *chosen) {
+    char a[128], b[128];
+    algo_desc(chosen, a, sizeof a);
+    const uint32_t all = CUBLASLT_REDUCTION_SCHEME_MASK;
+    cublasLtMatmulHeuristicResult_t h;
+    int n = 0;
+    if (cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &all,
+                                             sizeof all) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)c->lt, p->desc, p->la, p->lb, p->lc, p->lc,
+                                       pref, 1, &h, &n) != CUBLAS_STATUS_SUCCESS)
+        n = 0;
+    algo_desc(n > 0 ? &h.algo : NULL, b, sizeof b);
+    fprintf(stderr,
+            "gemm plan M=%d N=%d K=%d tA=%d tB=%d ab=%s c=%s batch=%d lds=%d,%d,%d: %s (any "
+            "reduction: %s)\n",
+            k->M, k->N, k->K, k->transA, k->transB, k->dab == CUDA_GEMM_BF16 ? "bf16" : "f32",
+            k->dc == CUDA_GEMM_BF16 ? "bf16" : "f32", k->batch, k->lda, k->ldb, k->ldc, a, b);
+}
+
 static int plan_build(cuda_gemm_ctx *c, cuda_gemm_plan *p, const plan_key *k,
                       const batch_strides *bs, int *found) {
     colmajor v = to_colmajor(k);
@@ -203,6 +243,17 @@ static int plan_build(cuda_gemm_ctx *c, cuda_gemm_plan *p, const plan_key *k,
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
     for (int i = 0; i < 4 && st == CUBLAS_STATUS_SUCCESS; i++)
         st = cublasLtMatmulPreferenceSetAttribute(pref, aa[i], &al[i], sizeof al[i]);
+    /* Split-K parts summed in the output type (in place in D, or a workspace of the output type)
+     * are each rounded to it: with a bf16 D that breaks the op's contract of fp32 accumulation
+     * and one rounding at the end (op case matmul(300,256,17) with transA and transB came out
+     * 0.016 off a sum of 0.013 over 17 products of ~1, one bf16 rounding of a partial sum of
+     * 4-8). A bf16 D allows only one-pass and fp32-workspace reductions. */
+    const uint32_t red = k->dc == CUDA_GEMM_BF16 ? CUBLASLT_REDUCTION_SCHEME_NONE |
+                                                       CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE
+                                                 : CUBLASLT_REDUCTION_SCHEME_MASK;
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                                  &red, sizeof red);
     cublasLtMatmulHeuristicResult_t h;
     int n = 0;
     if (st == CUBLAS_STATUS_SUCCESS) {
@@ -211,6 +262,8 @@ static int plan_build(cuda_gemm_ctx *c, cuda_gemm_plan *p, const plan_key *k,
                                            p->lc, pref, 1, &h, &n) != CUBLAS_STATUS_SUCCESS)
             n = 0;
     }
+    if (st == CUBLAS_STATUS_SUCCESS && getenv("ZAYAC_GEMM_PLANS"))
+        log_plan(c, p, k, pref, n > 0 ? &h.algo : NULL);
     cublasLtMatmulPreferenceDestroy(pref);
     if (st != CUBLAS_STATUS_SUCCESS)
         return zy_fail_runtime("%s:%d: cuBLASLt preference failed: %s", __FILE__, __LINE__,
@@ -268,13 +321,7 @@ static int plan_get(cuda_gemm_ctx *c, const plan_key *k, const batch_strides *bs
 static int plan_for(cuda_gemm_ctx *c, const plan_key *k, const batch_strides *bs, plan_key *kb,
                     cuda_gemm_plan **p) {
     *kb = *k;
-    if (!k->lda && !k->ldb && !k->ldc) {
-        /* a leading dimension (M of A stored [K, M]; K of A [M, K] or B [N, K]) that is not a
-         * multiple of 16 elements keeps its exact size */
-        const int lead_m = k->transA, lead_k = !k->transA || k->transB;
-        kb->M = lead_m && k->div_m < 16 ? k->M : dim_bucket(k->M);
-        kb->K = lead_k && k->div_k < 16 ? k->K : dim_bucket(k->K);
-    }
+    if (!k->lda && !k->ldb && !k->ldc) kb->M = dim_bucket(k->M), kb->K = dim_bucket(k->K);
     *p = c->nexact > 0 && memcmp(kb, k, sizeof *k) != 0 ? plan_find(c, k) : NULL;
     if (*p) {
         c->hits++;
