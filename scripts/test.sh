@@ -7,6 +7,7 @@ bash scripts/install_deps.sh
 jobs=$(nproc)
 if command -v clang-format >/dev/null; then make format-check; fi
 bash scripts/check_layers.sh # no folder includes one above it (docs/architecture.md)
+bash scripts/check_pdl.sh    # kernels launched by zy_launch wait for the one before (launch.h)
 make -j"$jobs" SAN=1 WERROR=1 all
 # the dev/ variants are not shipped, but they must keep compiling (CUDA builds only)
 if command -v nvcc >/dev/null; then make -j"$jobs" SAN=1 WERROR=1 dev; fi

@@ -38,6 +38,7 @@ extern "C" { /* ops.h has no C++ guards of its own: include it with C linkage fi
 }
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/cuda_state.h"
+#include "ops/cuda/launch.h"
 #include "ops/cuda/syrk.h"
 
 #include <cuda_bf16.h>
@@ -488,6 +489,7 @@ __global__ void __launch_bounds__(NT)
     adamw_kernel(float *__restrict__ p, const float *__restrict__ g, float *__restrict__ m,
                  float *__restrict__ v, const adam_chunk *__restrict__ chunks, adam_args a,
                  bf16 *__restrict__ pc) {
+    zy_pdl_begin();
     const adam_chunk ch = chunks[blockIdx.x];
     float *pp = p + ch.p, *mm = m + ch.s, *vv = v + ch.s;
     bf16 *cc = pc ? pc + ch.p : NULL; /* the bf16 compute copy, refreshed in the same pass */
@@ -558,6 +560,7 @@ __global__ void __launch_bounds__(NT)
                          const uint64_t *__restrict__ goff, const uint64_t *__restrict__ moff,
                          int64_t mn, float mu, int nesterov, float gscale, float *__restrict__ part,
                          int64_t cols, int64_t ldx, int64_t sx, bf16 *__restrict__ X) {
+    zy_pdl_begin();
     const int m = blockIdx.y;
     const float *gm = g + goff[m];
     float *mm = mom + moff[m];
@@ -604,6 +607,7 @@ __device__ __forceinline__ void muon_inv_norm(const float *__restrict__ part, in
 __global__ void __launch_bounds__(NT)
     muon_scale_kernel(const float *__restrict__ part, int nchunk, int64_t n, int64_t sx,
                       bf16 *__restrict__ X) {
+    zy_pdl_begin();
     __shared__ float s_inv;
     const int m = blockIdx.y;
     muon_inv_norm(part, m, nchunk, &s_inv);
@@ -625,6 +629,7 @@ __global__ void __launch_bounds__(NT)
  * newton_schulz's first step. */
 __global__ void muon_fold_kernel(const float *__restrict__ part, int nchunk, int count,
                                  float *__restrict__ fold) {
+    zy_pdl_begin();
     __shared__ float s_inv;
     const int m = blockIdx.x;
     muon_inv_norm(part, m, nchunk, &s_inv);
@@ -641,6 +646,7 @@ __global__ void muon_fold_kernel(const float *__restrict__ part, int nchunk, int
  * block (MIRROR_T, 8), through a shared tile so both sides are read and written by rows. */
 __global__ void __launch_bounds__(MIRROR_T * 8)
     ns_mirror_kernel(bf16 *__restrict__ G, int64_t ld, int64_t ss, int tiles, int h) {
+    zy_pdl_begin();
     __shared__ bf16 tile[MIRROR_T][MIRROR_T + 1];
     const int tr = blockIdx.x / tiles, tc = blockIdx.x % tiles; /* destination tile */
     if ((tc * MIRROR_T) / h <= (tr * MIRROR_T) / h) return;     /* not in an upper block */
@@ -662,6 +668,7 @@ __global__ void __launch_bounds__(NT)
                           const uint64_t *__restrict__ goff, const uint64_t *__restrict__ moff,
                           int64_t mn, int64_t cols, int64_t ldx, int64_t sx, float mu, int nesterov,
                           float gscale, const float *__restrict__ part, bf16 *__restrict__ X) {
+    zy_pdl_begin();
     __shared__ float s_inv;
     const int m = blockIdx.y;
     muon_inv_norm(part, m, gridDim.x, &s_inv);
@@ -689,6 +696,7 @@ __global__ void __launch_bounds__(NT)
     muon_apply_kernel(float *__restrict__ p, const uint64_t *__restrict__ goff, int64_t mn,
                       int64_t cols, int64_t ldx, int64_t sx, const bf16 *__restrict__ X, float su,
                       float decay, bf16 *__restrict__ pc) {
+    zy_pdl_begin();
     const int m = blockIdx.y;
     float *pm = p + goff[m];
     bf16 *cm = pc ? pc + goff[m] : NULL; /* the bf16 compute copy, refreshed in the same pass */
@@ -714,8 +722,8 @@ __global__ void __launch_bounds__(NT)
 /* The lower blocks of each [s, s] matrix of G copied onto the upper ones (kb block rows). */
 static void ns_mirror(zy_ctx *ctx, const ns_shape *sh, int kb, bf16 *G) {
     const int tiles = (int)(sh->s / MIRROR_T);
-    ns_mirror_kernel<<<dim3((unsigned)(tiles * tiles), (unsigned)sh->count), dim3(MIRROR_T, 8), 0,
-                       cuda_stream(ctx)>>>(G, sh->lds, sh->ss, tiles, (int)(sh->s / kb));
+    zy_launch(ns_mirror_kernel, dim3((unsigned)(tiles * tiles), (unsigned)sh->count),
+              dim3(MIRROR_T, 8), 0, cuda_stream(ctx), G, sh->lds, sh->ss, tiles, (int)(sh->s / kb));
     ZY_CUDA_CHECK_LAUNCH();
 }
 
@@ -767,9 +775,9 @@ static void newton_schulz(zy_ctx *ctx, zy_optim_cuda *c, const ns_shape *sh, int
     do {                                                                                           \
         dim3 grid_((unsigned)(b)->nchunk, (unsigned)(b)->count);                                   \
         if ((b)->vec == 8)                                                                         \
-            kernel<8><<<grid_, NT, 0, cuda_stream(ctx)>>>(__VA_ARGS__);                            \
+            zy_launch(kernel<8>, grid_, NT, 0, cuda_stream(ctx), __VA_ARGS__);                     \
         else                                                                                       \
-            kernel<1><<<grid_, NT, 0, cuda_stream(ctx)>>>(__VA_ARGS__);                            \
+            zy_launch(kernel<1>, grid_, NT, 0, cuda_stream(ctx), __VA_ARGS__);                     \
         ZY_CUDA_CHECK_LAUNCH();                                                                    \
     } while (0)
 
@@ -790,8 +798,8 @@ void optim_cuda_adamw(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, float 
     a.step = (float)(lr_now / bc1);
     a.inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
     a.gscale = gscale;
-    adamw_kernel<<<(unsigned)(k1 - k0), NT, 0, cuda_stream(ctx)>>>(
-        params, grads, opt->exp_avg, opt->exp_avg_sq, c->chunks + k0, a, (bf16 *)opt->compute_copy);
+    zy_launch(adamw_kernel, (unsigned)(k1 - k0), NT, 0, cuda_stream(ctx), params, grads,
+              opt->exp_avg, opt->exp_avg_sq, c->chunks + k0, a, (bf16 *)opt->compute_copy);
     ZY_CUDA_CHECK_LAUNCH();
     prof_end(ctx, slot, "optim_adamw");
 }
@@ -834,14 +842,13 @@ static void muon_batches(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, flo
             MUON_LAUNCH(muon_momentum_kernel, b, grads, opt->momentum, goff, moff, mn, mu, nesterov,
                         gscale, c->part, sh->cols, sh->ldx, sh->sx, c->x[0]);
             if (fold) {
-                muon_fold_kernel<<<(unsigned)b->count, 32, 0, cuda_stream(ctx)>>>(
-                    c->part, b->nchunk, b->count, c->fold);
+                zy_launch(muon_fold_kernel, (unsigned)b->count, 32, 0, cuda_stream(ctx), c->part,
+                          b->nchunk, b->count, c->fold);
             } else {
                 const int64_t nx = sh->rows * sh->ldx;
-                muon_scale_kernel<<<dim3((unsigned)((nx + MUON_CH - 1) / MUON_CH),
-                                         (unsigned)b->count),
-                                    NT, 0, cuda_stream(ctx)>>>(c->part, b->nchunk, nx, sh->sx,
-                                                               c->x[0]);
+                zy_launch(muon_scale_kernel,
+                          dim3((unsigned)((nx + MUON_CH - 1) / MUON_CH), (unsigned)b->count), NT, 0,
+                          cuda_stream(ctx), c->part, b->nchunk, nx, sh->sx, c->x[0]);
             }
             ZY_CUDA_CHECK_LAUNCH();
         }
@@ -943,6 +950,7 @@ __device__ __forceinline__ double block_sum_d(double v) {
 
 __global__ void __launch_bounds__(NT)
     sumsq_kernel(const float *__restrict__ g, const seg_list L, double *__restrict__ part) {
+    zy_pdl_begin();
     uint64_t lo, hi;
     seg_range(L, blockIdx.x, &lo, &hi);
     double acc = 0;
@@ -963,6 +971,7 @@ __global__ void __launch_bounds__(NT)
 
 __global__ void __launch_bounds__(1024)
     sum_final_kernel(const double *__restrict__ part, int n, double *__restrict__ out) {
+    zy_pdl_begin();
     double s = 0;
     for (int i = threadIdx.x; i < n; i += blockDim.x) s += part[i];
     s = block_sum_d(s);
@@ -980,11 +989,11 @@ double optim_cuda_sumsq(zy_ctx *ctx, const zy_param_table *t, const float *grads
     const int slot = prof_begin(ctx);
     int64_t base = 0;
     for (int next = 0; seg_fill(t, &next, &L);) {
-        sumsq_kernel<<<L.blk0[L.n], NT, 0, st>>>(grads, L, part + base);
+        zy_launch(sumsq_kernel, L.blk0[L.n], NT, 0, st, grads, L, part + base);
         ZY_CUDA_CHECK_LAUNCH();
         base += L.blk0[L.n];
     }
-    sum_final_kernel<<<1, 1024, 0, st>>>(part, (int)total, part + total);
+    zy_launch(sum_final_kernel, 1, 1024, 0, st, part, (int)total, part + total);
     ZY_CUDA_CHECK_LAUNCH();
     prof_end(ctx, slot, "clip_sumsq");
     double out = 0;
@@ -1008,6 +1017,7 @@ typedef struct {
  * layer's biases are read into shared memory before any is written, since every class needs the
  * layer's skip bias. __fsub_rn/__fadd_rn keep the host's rounding (no contraction). */
 __global__ void bias_sub_kernel(const bias_list L) {
+    zy_pdl_begin();
     __shared__ float skip_shift[BIAS_MAXL];
     __shared__ float old_bias[BIAS_MAXV];
     for (int i = threadIdx.x; i < L.nl * L.n; i += blockDim.x)
@@ -1041,7 +1051,7 @@ void optim_cuda_bias_sub(zy_ctx *ctx, float *const *biases, const float *delta, 
             memcpy(L.delta + (size_t)l * n, delta + (size_t)(l0 + l) * n,
                    (size_t)n * sizeof(float));
         }
-        bias_sub_kernel<<<1, NT, 0, cuda_stream(ctx)>>>(L);
+        zy_launch(bias_sub_kernel, 1, NT, 0, cuda_stream(ctx), L);
         ZY_CUDA_CHECK_LAUNCH();
     }
     prof_end(ctx, slot, "balance_bias");

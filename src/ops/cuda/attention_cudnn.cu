@@ -2,6 +2,7 @@
  * attention_cudnn_graphs.h, cached per shape, the backward in one pass or in chunks of query rows,
  * and their execution. */
 #include "ops/cuda/attention_cudnn.h"
+#include "ops/cuda/launch.h"
 #include "ops/cuda/attention_cudnn_graphs.h"
 #include "ops/cuda/cuda_util.h"
 #include "ops/cuda/cudnn_graph.h"
@@ -204,6 +205,7 @@ __global__ void chunk_sum_kernel(const __nv_bfloat16 *part_k, const __nv_bfloat1
                                  float *sum_k, float *sum_v, __nv_bfloat16 *dk, __nv_bfloat16 *dv,
                                  int64_t seq_elems, int hd, int lo, int hi, int add_from, int fin,
                                  int64_t n8) {
+    zy_pdl_begin();
     const __nv_bfloat16 *part = blockIdx.y ? part_v : part_k;
     float *sum = blockIdx.y ? sum_v : sum_k;
     __nv_bfloat16 *out = blockIdx.y ? dv : dk;
@@ -715,10 +717,10 @@ static int bwd_chunked(cudnn_attn *a, attn_plan *p, const void *dout, const void
         const int64_t want = (n8 + 255) / 256;
         const dim3 grid((unsigned)(want < 4096 ? want : 4096), 2);
         const int64_t seq = (int64_t)sh->T * hd;
-        chunk_sum_kernel<<<grid, 256, 0, a->stream>>>(
-            (const __nv_bfloat16 *)part_k, (const __nv_bfloat16 *)part_v, (float *)sum_k,
-            (float *)sum_v, (__nv_bfloat16 *)dk, (__nv_bfloat16 *)dv, seq, hd, x->k0, hi, add_from,
-            x->q0, n8);
+        zy_launch(chunk_sum_kernel, grid, 256, 0, a->stream, (const __nv_bfloat16 *)part_k,
+                  (const __nv_bfloat16 *)part_v, (float *)sum_k, (float *)sum_v,
+                  (__nv_bfloat16 *)dk, (__nv_bfloat16 *)dv, seq, hd, x->k0, hi, add_from, x->q0,
+                  n8);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess)
             return zy_fail_runtime("cuDNN attention backward: chunk sums: %s",

@@ -29,6 +29,7 @@
 #define ZY_OPS_CUDA_ATTENTION_KERNELS_H
 
 #include "base/err.h"
+#include "ops/cuda/launch.h"
 #include "ops/cuda/mma.h"
 
 #include <cuda_bf16.h>
@@ -104,6 +105,7 @@ __global__ void __launch_bounds__(NW * 32)
     att_fwd_kernel(const bf16 *__restrict__ q, const bf16 *__restrict__ k,
                    const bf16 *__restrict__ v, bf16 *__restrict__ out, float *__restrict__ lse,
                    int T, int Hq, int Hk, float sl2, int window) {
+    zy_pdl_begin();
     constexpr int WR = 16 * MR, BR = WR * NW, BC = ATT_BC, LD = D + 8, NTH = NW * 32;
     constexpr int KD = D / 16, ND = D / 8, NS = BC / 8;
     extern __shared__ __align__(16) unsigned char att_smem[];
@@ -310,6 +312,7 @@ __global__ void __launch_bounds__(NW * 32)
 template <int D>
 __global__ void att_bwd_dot_kernel(const bf16 *__restrict__ dout, const bf16 *__restrict__ out,
                                    float *__restrict__ Dsum, size_t rows, int T, int Hq) {
+    zy_pdl_begin();
     constexpr int TPR = D / 8;
     size_t gid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     size_t rh = gid / TPR;
@@ -358,6 +361,7 @@ __global__ void __launch_bounds__(NW * 32)
                    const float *__restrict__ lse, const float *__restrict__ Dsum,
                    bf16 *__restrict__ ds, bf16 *__restrict__ dk, bf16 *__restrict__ dv, int T,
                    int Hq, int Hk, float sl2, float scale, int window) {
+    zy_pdl_begin();
     constexpr int BC = 16 * NW, LD = D + 8, LDS = BR + 8, NTH = NW * 32;
     constexpr int KD = D / 16, ND = D / 8, NQ = BR / 8;
     /* rows of the dS^T tile: the stored path stages each warp's 16 rows there on their way to
@@ -569,6 +573,7 @@ __global__ void __launch_bounds__(ATT_DQ_NW * 32)
                   const float *__restrict__ lse, const float *__restrict__ Dsum,
                   bf16 *__restrict__ dq, int T, int Hq, int Hk, float sl2, float scale,
                   int window) {
+    zy_pdl_begin();
     constexpr int NW = ATT_DQ_NW, BR = 16 * NW, BC = ATT_BC, LD = D + 8, NTH = NW * 32;
     constexpr int KD = D / 16, ND = D / 8, NS = BC / 8;
     extern __shared__ __align__(16) unsigned char att_smem[];
@@ -704,6 +709,7 @@ template <int D, int GB>
 __global__ void __launch_bounds__(GB *ATT_DQ_NW * 32)
     att_dq_stored_kernel(const bf16 *__restrict__ ds, const bf16 *__restrict__ k,
                          bf16 *__restrict__ dq, int T, int Hq, int Hk, float scale, int window) {
+    zy_pdl_begin();
     constexpr int NW = ATT_DQ_NW * GB, BR = ATT_DT, LD = D + 8, LDT = ATT_DT + 8, NTH = NW * 32;
     constexpr int ND = D / 8, TILE = ATT_DT * LDT;
     static_assert(16 * ATT_DQ_NW == ATT_DT, "one warp per 16 query rows of a tile");
@@ -796,8 +802,8 @@ static int att_launch_fwd(const bf16 *q, const bf16 *k, const bf16 *v, bf16 *out
     const size_t smem = (size_t)(BR + 4 * ATT_BC) * (D + 8) * sizeof(bf16);
     ZY_TRY(att_set_smem((const void *)att_fwd_kernel<D, NW, MR>, smem));
     dim3 grid((unsigned)(B * Hq), (unsigned)((T + BR - 1) / BR));
-    att_fwd_kernel<D, NW, MR>
-        <<<grid, NW * 32, smem, s>>>(q, k, v, out, lse, T, Hq, Hk, scale * ATT_LOG2E, window);
+    zy_launch(att_fwd_kernel<D, NW, MR>, grid, NW * 32, smem, s, q, k, v, out, lse, T, Hq, Hk,
+              scale * ATT_LOG2E, window);
     return att_cuda_ok(cudaGetLastError(), "forward kernel launch");
 }
 
@@ -807,8 +813,8 @@ static int att_launch_dq_stored(const bf16 *ds, const bf16 *k, bf16 *dq, int B, 
     const size_t smem = (size_t)2 * ATT_DT * (GB * (ATT_DT + 8) + (D + 8)) * sizeof(bf16);
     ZY_TRY(att_set_smem((const void *)att_dq_stored_kernel<D, GB>, smem));
     dim3 grid((unsigned)(B * Hq / GB), (unsigned)((T + ATT_DT - 1) / ATT_DT));
-    att_dq_stored_kernel<D, GB>
-        <<<grid, GB * ATT_DQ_NW * 32, smem, s>>>(ds, k, dq, T, Hq, Hk, scale, window);
+    zy_launch(att_dq_stored_kernel<D, GB>, grid, GB * ATT_DQ_NW * 32, smem, s, ds, k, dq, T, Hq, Hk,
+              scale, window);
     return att_cuda_ok(cudaGetLastError(), "stored-dS dq kernel launch");
 }
 
@@ -820,16 +826,16 @@ static int att_launch_bwd(const bf16 *dout, const bf16 *q, const bf16 *k, const 
     constexpr int BC = 16 * NW;
     const size_t rows = (size_t)B * T * Hq;
     const size_t dot_threads = rows * (D / 8);
-    att_bwd_dot_kernel<D>
-        <<<(unsigned)((dot_threads + 255) / 256), 256, 0, s>>>(dout, out, Dsum, rows, T, Hq);
+    zy_launch(att_bwd_dot_kernel<D>, (unsigned)((dot_threads + 255) / 256), 256, 0, s, dout, out,
+              Dsum, rows, T, Hq);
     ZY_TRY(att_cuda_ok(cudaGetLastError(), "backward row-sum kernel launch"));
     const size_t smem = (size_t)(2 * BC + 4 * BR) * (D + 8) * sizeof(bf16) +
                         (DQM != ATT_DQ_RECOMPUTE ? (size_t)BC * (BR + 8) * sizeof(bf16) : 0) +
                         4 * BR * sizeof(float);
     ZY_TRY(att_set_smem((const void *)att_bwd_kernel<D, NW, BR, DQM>, smem));
     dim3 grid((unsigned)(B * Hk), (unsigned)((T + BC - 1) / BC));
-    att_bwd_kernel<D, NW, BR, DQM><<<grid, NW * 32, smem, s>>>(
-        q, k, v, dout, lse, Dsum, ds, dk, dv, T, Hq, Hk, scale * ATT_LOG2E, scale, window);
+    zy_launch(att_bwd_kernel<D, NW, BR, DQM>, grid, NW * 32, smem, s, q, k, v, dout, lse, Dsum, ds,
+              dk, dv, T, Hq, Hk, scale * ATT_LOG2E, scale, window);
     ZY_TRY(att_cuda_ok(cudaGetLastError(), "backward kernel launch"));
     if (DQM == ATT_DQ_STORED) {
         /* two query heads per block when the group allows: on an H100 at d = 128, T = 2048,
@@ -843,8 +849,8 @@ static int att_launch_bwd(const bf16 *dout, const bf16 *q, const bf16 *k, const 
     const size_t dsmem = (size_t)(2 * BQ + 4 * ATT_BC) * (D + 8) * sizeof(bf16);
     ZY_TRY(att_set_smem((const void *)att_dq_kernel<D>, dsmem));
     dim3 dgrid((unsigned)(B * Hq), (unsigned)((T + BQ - 1) / BQ));
-    att_dq_kernel<D><<<dgrid, ATT_DQ_NW * 32, dsmem, s>>>(q, k, v, dout, lse, Dsum, dq, T, Hq, Hk,
-                                                          scale * ATT_LOG2E, scale, window);
+    zy_launch(att_dq_kernel<D>, dgrid, ATT_DQ_NW * 32, dsmem, s, q, k, v, dout, lse, Dsum, dq, T,
+              Hq, Hk, scale * ATT_LOG2E, scale, window);
     return att_cuda_ok(cudaGetLastError(), "dq kernel launch");
 }
 

@@ -21,6 +21,7 @@
  * Shared-memory tiles are [rows][d + 8] bf16: the 16-byte pad puts the 8 rows read by one
  * ldmatrix phase in 8 different bank groups. Supported: d in {32, 64, 128}, t0, t1 <= 4. */
 #include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/launch.h"
 #include "ops/cuda/cuda_state.h"
 #include "ops/cuda/mma.h"
 
@@ -167,6 +168,7 @@ static __device__ __forceinline__ void cca_ld8s(const float *p, float *v) {
 /* Forward. Grid (Hq+Hk, ntiles, B): block (g, tile, b) owns output rows [tile*128, +128) of head
  * g of sequence b, and mid rows [tile*128, +128) (the last tile also the t1-1 rows after T). */
 template <int D> __global__ void __launch_bounds__(CCA_NTH, 2) cca_fwd_k(cca_args a) {
+    zy_pdl_begin();
     typedef cca_cfg<D> K;
     extern __shared__ __align__(16) unsigned char cca_sm[];
     const int g = blockIdx.x, tile = blockIdx.y, b = blockIdx.z;
@@ -313,6 +315,7 @@ template <int D> __global__ void __launch_bounds__(CCA_NTH, 2) cca_fwd_k(cca_arg
  * db1, dw1, db2) and dqk0 rows [s0 - (t1-1), s0 - (t1-1) + step), whose dmid rows
  * u + t1 - 1 .. u + P all lie in the tile. */
 template <int D> __global__ void __launch_bounds__(CCA_NTH, 2) cca_bwd_k(cca_args a) {
+    zy_pdl_begin();
     typedef cca_cfg<D> K;
     extern __shared__ __align__(16) unsigned char cca_sm[];
     const int g = blockIdx.x, tile = blockIdx.y, b = blockIdx.z;
@@ -457,6 +460,7 @@ template <int D> __global__ void __launch_bounds__(CCA_NTH, 2) cca_bwd_k(cca_arg
  * column adds partials y, y + 8, ..., then the 8 lane sums are added in lane order (double). */
 __global__ void cca_colsum_k(float *db1, float *db2, float *dw1, const float *part, int P, int C,
                              int ncol) {
+    zy_pdl_begin();
     __shared__ double sh[8][33];
     const int tx = threadIdx.x, ty = threadIdx.y, col = blockIdx.x * 32 + tx;
     double s = 0;
@@ -500,6 +504,7 @@ template <int D, int WMW, int WNW>
 __global__ void __launch_bounds__(WMW *WNW * 32)
     cca_dw2_k(float *part, const bf16 *dq, const bf16 *dk, const bf16 *mid, int T, int Hq, int Hk,
               int t1, int Tm, int C, int N, int chunk) {
+    zy_pdl_begin();
     constexpr int NTH = WMW * WNW * 32, LD = D + 8;
     constexpr int WM = D / WMW, WN = D / WNW, MT = WM / 16, NT = WN / 8;
     static_assert(MT >= 1 && NT % 2 == 0, "dw2 warp tile");
@@ -573,6 +578,7 @@ __global__ void __launch_bounds__(WMW *WNW * 32)
 
 /* dw2[c, i, j] += sum over chunks (in order) of part[ch][j][c][i]. */
 __global__ void cca_dw2_sum_k(float *dw2, const float *part, int nch, int C, int d, int t1) {
+    zy_pdl_begin();
     const size_t tot = (size_t)C * d * t1, cd = (size_t)C * d;
     for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < tot;
          e += (size_t)gridDim.x * blockDim.x) {
@@ -589,6 +595,7 @@ __global__ void cca_dw2_sum_k(float *dw2, const float *part, int nch, int C, int
 /* wp[j][c][x] = bf16 of the tap-j weight: forward (trans = 0) w2[c, x, j] ([o][i] blocks);
  * backward (trans = 1) w2[g*d + x, c % d, j] with g = c / d ([i][o] blocks). */
 __global__ void cca_pack_k(bf16 *wp, const float *w2, int C, int d, int t1, int trans) {
+    zy_pdl_begin();
     const size_t tot = (size_t)t1 * C * d;
     for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < tot;
          e += (size_t)gridDim.x * blockDim.x) {
@@ -633,7 +640,7 @@ static size_t cca_round_up(size_t x) {
 /* wp [t1][C][d] bf16 <- w2 [C, d, t1] (see cca_pack_k). */
 static void cca_pack(bf16 *wp, const float *w2, int C, int d, int t1, int trans, cudaStream_t st) {
     size_t n = (size_t)t1 * C * d;
-    cca_pack_k<<<zy_grid_blocks(n), 256, 0, st>>>(wp, w2, C, d, t1, trans);
+    zy_launch(cca_pack_k, zy_grid_blocks(n), 256, 0, st, wp, w2, C, d, t1, trans);
     ZY_CUDA_CHECK_LAUNCH();
 }
 
@@ -643,7 +650,7 @@ template <int D> static void cca_fwd_launch(const cca_args &a, cudaStream_t st) 
     ZY_CUDA_CHECK(
         cudaFuncSetAttribute(cca_fwd_k<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 grid(a.Hq + a.Hk, a.ntiles, a.B);
-    cca_fwd_k<D><<<grid, CCA_NTH, smem, st>>>(a);
+    zy_launch(cca_fwd_k<D>, grid, CCA_NTH, smem, st, a);
     ZY_CUDA_CHECK_LAUNCH();
 }
 
@@ -653,7 +660,7 @@ template <int D> static void cca_bwd_launch(const cca_args &a, cudaStream_t st) 
     ZY_CUDA_CHECK(
         cudaFuncSetAttribute(cca_bwd_k<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 grid(a.Hq + a.Hk, a.ntiles, a.B);
-    cca_bwd_k<D><<<grid, CCA_NTH, smem, st>>>(a);
+    zy_launch(cca_bwd_k<D>, grid, CCA_NTH, smem, st, a);
     ZY_CUDA_CHECK_LAUNCH();
 }
 
@@ -666,8 +673,8 @@ static void cca_dw2_launch(float *part, const bf16 *dq, const bf16 *dk, const bf
     ZY_CUDA_CHECK(cudaFuncSetAttribute(cca_dw2_k<D, WMW, WNW>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 grid(t1, Hq + Hk, nch);
-    cca_dw2_k<D, WMW, WNW>
-        <<<grid, WMW * WNW * 32, smem, st>>>(part, dq, dk, mid, T, Hq, Hk, t1, Tm, C, N, chunk);
+    zy_launch(cca_dw2_k<D, WMW, WNW>, grid, WMW * WNW * 32, smem, st, part, dq, dk, mid, T, Hq, Hk,
+              t1, Tm, C, N, chunk);
     ZY_CUDA_CHECK_LAUNCH();
 }
 
@@ -772,9 +779,9 @@ void cuda_ops_cca_conv_bwd(zy_ctx *ctx, zy_act *dqk0, float *dw1, float *db1, fl
         break;
     }
     size_t n2 = (size_t)C * d * t1;
-    cca_dw2_sum_k<<<zy_grid_blocks(n2), 256, 0, s2>>>(dw2, part2, nch, C, d, t1);
+    zy_launch(cca_dw2_sum_k, zy_grid_blocks(n2), 256, 0, s2, dw2, part2, nch, C, d, t1);
     ZY_CUDA_CHECK_LAUNCH();
-    cca_colsum_k<<<(ncol + 31) / 32, dim3(32, 8), 0, st>>>(db1, db2, dw1, part, Pt, C, ncol);
+    zy_launch(cca_colsum_k, (ncol + 31) / 32, dim3(32, 8), 0, st, db1, db2, dw1, part, Pt, C, ncol);
     ZY_CUDA_CHECK_LAUNCH();
     if (s2 != st) {
         ZY_CUDA_CHECK(cudaEventRecord(cs->join[0], s2));

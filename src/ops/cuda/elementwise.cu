@@ -5,6 +5,7 @@
  * gradient is summed without atomics: rows are sorted by token id (a stable radix sort), then
  * each id's rows are added in a fixed order, so the result does not depend on scheduling. */
 #include "ops/cuda/cuda_util.h"
+#include "ops/cuda/launch.h"
 #include "ops/cuda/kernels.h"
 
 #include <cub/device/device_radix_sort.cuh>
@@ -17,6 +18,7 @@ typedef __nv_bfloat16 bf16;
 /* ---- GELU ---- */
 
 template <typename T, int W> __global__ void gelu_fwd_k(T *y, const T *x, size_t units) {
+    zy_pdl_begin();
     for (size_t u = (size_t)blockIdx.x * blockDim.x + threadIdx.x; u < units;
          u += (size_t)gridDim.x * blockDim.x) {
         float v[W], o[W];
@@ -29,6 +31,7 @@ template <typename T, int W> __global__ void gelu_fwd_k(T *y, const T *x, size_t
 
 template <typename T, int W>
 __global__ void gelu_bwd_k(T *dx, const T *dy, const T *x, size_t units) {
+    zy_pdl_begin();
     for (size_t u = (size_t)blockIdx.x * blockDim.x + threadIdx.x; u < units;
          u += (size_t)gridDim.x * blockDim.x) {
         float v[W], g[W], o[W];
@@ -49,9 +52,9 @@ template <typename T> static int gelu_fwd(T *y, const T *x, size_t n, void *stre
     cudaStream_t st = (cudaStream_t)stream;
     constexpr int W = 16 / sizeof(T);
     if (n % W == 0 && zy_aligned(y, 16) && zy_aligned(x, 16))
-        gelu_fwd_k<T, W><<<zy_grid_blocks(n / W), 256, 0, st>>>(y, x, n / W);
+        zy_launch(gelu_fwd_k<T, W>, zy_grid_blocks(n / W), 256, 0, st, y, x, n / W);
     else
-        gelu_fwd_k<T, 1><<<zy_grid_blocks(n), 256, 0, st>>>(y, x, n);
+        zy_launch(gelu_fwd_k<T, 1>, zy_grid_blocks(n), 256, 0, st, y, x, n);
     ZY_CUDA_TRY_LAUNCH();
     return ZY_OK;
 }
@@ -61,9 +64,9 @@ template <typename T> static int gelu_bwd(T *dx, const T *dy, const T *x, size_t
     cudaStream_t st = (cudaStream_t)stream;
     constexpr int W = 16 / sizeof(T);
     if (n % W == 0 && zy_aligned(dx, 16) && zy_aligned(dy, 16) && zy_aligned(x, 16))
-        gelu_bwd_k<T, W><<<zy_grid_blocks(n / W), 256, 0, st>>>(dx, dy, x, n / W);
+        zy_launch(gelu_bwd_k<T, W>, zy_grid_blocks(n / W), 256, 0, st, dx, dy, x, n / W);
     else
-        gelu_bwd_k<T, 1><<<zy_grid_blocks(n), 256, 0, st>>>(dx, dy, x, n);
+        zy_launch(gelu_bwd_k<T, 1>, zy_grid_blocks(n), 256, 0, st, dx, dy, x, n);
     ZY_CUDA_TRY_LAUNCH();
     return ZY_OK;
 }
@@ -79,6 +82,7 @@ int cuda_gelu_bwd_bf16(zy_bf16 *dx, const zy_bf16 *dy, const zy_bf16 *x, size_t 
 
 /* Unit u covers elements [u*W, u*W + W) of y [N,F], all in one row (F % W == 0). */
 template <typename T, int W> __global__ void swiglu_fwd_k(T *y, const T *gu, int F, size_t units) {
+    zy_pdl_begin();
     for (size_t u = (size_t)blockIdx.x * blockDim.x + threadIdx.x; u < units;
          u += (size_t)gridDim.x * blockDim.x) {
         size_t i = u * W, n = i / F, f = i % F;
@@ -94,6 +98,7 @@ template <typename T, int W> __global__ void swiglu_fwd_k(T *y, const T *gu, int
 
 template <typename T, int W>
 __global__ void swiglu_bwd_k(T *dgu, const T *dy, const T *gu, int F, size_t units) {
+    zy_pdl_begin();
     for (size_t u = (size_t)blockIdx.x * blockDim.x + threadIdx.x; u < units;
          u += (size_t)gridDim.x * blockDim.x) {
         size_t i = u * W, n = i / F, f = i % F, r = n * 2 * F + f;
@@ -115,9 +120,9 @@ template <typename T> static int swiglu_fwd(T *y, const T *gu, int N, int F, voi
     constexpr int W = 16 / sizeof(T);
     size_t n = (size_t)N * F;
     if (F % W == 0 && zy_aligned(y, 16) && zy_aligned(gu, 16))
-        swiglu_fwd_k<T, W><<<zy_grid_blocks(n / W), 256, 0, st>>>(y, gu, F, n / W);
+        zy_launch(swiglu_fwd_k<T, W>, zy_grid_blocks(n / W), 256, 0, st, y, gu, F, n / W);
     else
-        swiglu_fwd_k<T, 1><<<zy_grid_blocks(n), 256, 0, st>>>(y, gu, F, n);
+        zy_launch(swiglu_fwd_k<T, 1>, zy_grid_blocks(n), 256, 0, st, y, gu, F, n);
     ZY_CUDA_TRY_LAUNCH();
     return ZY_OK;
 }
@@ -130,9 +135,9 @@ static int swiglu_bwd(T *dgu, const T *dy, const T *gu, int N, int F, void *stre
     constexpr int W = 16 / sizeof(T);
     size_t n = (size_t)N * F;
     if (F % W == 0 && zy_aligned(dgu, 16) && zy_aligned(dy, 16) && zy_aligned(gu, 16))
-        swiglu_bwd_k<T, W><<<zy_grid_blocks(n / W), 256, 0, st>>>(dgu, dy, gu, F, n / W);
+        zy_launch(swiglu_bwd_k<T, W>, zy_grid_blocks(n / W), 256, 0, st, dgu, dy, gu, F, n / W);
     else
-        swiglu_bwd_k<T, 1><<<zy_grid_blocks(n), 256, 0, st>>>(dgu, dy, gu, F, n);
+        zy_launch(swiglu_bwd_k<T, 1>, zy_grid_blocks(n), 256, 0, st, dgu, dy, gu, F, n);
     ZY_CUDA_TRY_LAUNCH();
     return ZY_OK;
 }
@@ -150,6 +155,7 @@ int cuda_swiglu_bwd_bf16(zy_bf16 *dgu, const zy_bf16 *dy, const zy_bf16 *gu, int
 template <int W>
 __global__ void embed_fwd_k(float *h, const float *emb, const int32_t *ids, const float *bias,
                             const float *scale, int D, size_t units) {
+    zy_pdl_begin();
     for (size_t u = (size_t)blockIdx.x * blockDim.x + threadIdx.x; u < units;
          u += (size_t)gridDim.x * blockDim.x) {
         size_t i = u * W, n = i / D, c = i % D;
@@ -171,9 +177,10 @@ int cuda_embed_fwd_f32(float *h, const float *emb, const int32_t *ids, const flo
     size_t n = (size_t)N * D;
     if (D % 4 == 0 && zy_aligned(h, 16) && zy_aligned(emb, 16) && zy_aligned(bias, 16) &&
         zy_aligned(scale, 16))
-        embed_fwd_k<4><<<zy_grid_blocks(n / 4), 256, 0, st>>>(h, emb, ids, bias, scale, D, n / 4);
+        zy_launch(embed_fwd_k<4>, zy_grid_blocks(n / 4), 256, 0, st, h, emb, ids, bias, scale, D,
+                  n / 4);
     else
-        embed_fwd_k<1><<<zy_grid_blocks(n), 256, 0, st>>>(h, emb, ids, bias, scale, D, n);
+        zy_launch(embed_fwd_k<1>, zy_grid_blocks(n), 256, 0, st, h, emb, ids, bias, scale, D, n);
     ZY_CUDA_TRY_LAUNCH();
     return ZY_OK;
 }
@@ -183,6 +190,7 @@ int cuda_embed_fwd_f32(float *h, const float *emb, const int32_t *ids, const flo
 __global__ void __launch_bounds__(ZY_COL_TX *ZY_COL_TY)
     embed_col_k(float *part, int P, int R, int N, int D, const float *dh, const float *emb,
                 const int32_t *ids, const float *bias, const float *scale) {
+    zy_pdl_begin();
     __shared__ float red[2][ZY_COL_TY][ZY_COL_TX + 1];
     int c = blockIdx.x * ZY_COL_TX + threadIdx.x, p = blockIdx.y;
     int n0 = p * R, n1 = n0 + R < N ? n0 + R : N;
@@ -267,6 +275,7 @@ size_t cuda_embed_bwd_ws_bytes(int N, int D) {
 }
 
 __global__ void embed_iota_k(int32_t *idx, int N) {
+    zy_pdl_begin();
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < N; i += gridDim.x * blockDim.x)
         idx[i] = i;
 }
@@ -286,6 +295,7 @@ template <int W>
 __global__ void __launch_bounds__(EMB_SEG_THREADS)
     embed_seg_k(float *demb, float *part, const float *dh, const uint32_t *skey,
                 const int32_t *sidx, const float *scale, int N, int D, int R, uint32_t skip) {
+    zy_pdl_begin();
     const int p = blockIdx.x, c = (blockIdx.y * EMB_SEG_THREADS + threadIdx.x) * W;
     if (c >= D) return;
     const int r0 = p * R, r1 = min(r0 + R, N);
@@ -343,6 +353,7 @@ template <int W>
 __global__ void __launch_bounds__(EMB_SEG_THREADS)
     embed_seg_finish_k(float *demb, const float *part, const uint32_t *skey, int N, int D, int R,
                        int P, uint32_t skip) {
+    zy_pdl_begin();
     const int p = blockIdx.x, c = (blockIdx.y * EMB_SEG_THREADS + threadIdx.x) * W;
     if (c >= D) return;
     const int r0 = p * R, r1 = min(r0 + R, N);
@@ -376,7 +387,7 @@ int cuda_embed_bwd_f32(float *demb, float *dbias, float *dscale, float *ws, cons
     int R, P;
     zy_col_chunks(N, &R, &P);
     dim3 grid((D + ZY_COL_TX - 1) / ZY_COL_TX, P), block(ZY_COL_TX, ZY_COL_TY);
-    embed_col_k<<<grid, block, 0, st>>>(ws, P, R, N, D, dh, emb, ids, bias, scale);
+    zy_launch(embed_col_k, grid, block, 0, st, ws, P, R, N, D, dh, emb, ids, bias, scale);
     ZY_CUDA_TRY_LAUNCH();
     if (zy_col_finish(dbias, ws, NULL, P, D, st) != ZY_OK ||
         zy_col_finish(dscale, ws + (size_t)P * D, NULL, P, D, st) != ZY_OK)
@@ -392,7 +403,7 @@ int cuda_embed_bwd_f32(float *demb, float *dbias, float *dscale, float *ws, cons
     float *seg = (float *)(w + L.seg);
     int32_t *idx_in = (int32_t *)(w + L.idx_in), *idx_out = (int32_t *)(w + L.idx_out);
     uint32_t *keys_out = (uint32_t *)(w + L.keys_out);
-    embed_iota_k<<<zy_grid_blocks((size_t)N), 256, 0, st>>>(idx_in, N);
+    zy_launch(embed_iota_k, zy_grid_blocks((size_t)N), 256, 0, st, idx_in, N);
     ZY_CUDA_TRY_LAUNCH();
     size_t temp_bytes = L.temp_bytes;
     e = cub::DeviceRadixSort::SortPairs(w + L.temp, temp_bytes, (const uint32_t *)ids, keys_out,
@@ -403,18 +414,18 @@ int cuda_embed_bwd_f32(float *demb, float *dbias, float *dscale, float *ws, cons
     if (D % 4 == 0 && zy_aligned(demb, 16) && zy_aligned(dh, 16) && zy_aligned(scale, 16) &&
         zy_aligned(ws, 16)) {
         dim3 sgrid(P, (D / 4 + EMB_SEG_THREADS - 1) / EMB_SEG_THREADS);
-        embed_seg_k<4><<<sgrid, EMB_SEG_THREADS, 0, st>>>(demb, seg, dh, keys_out, idx_out, scale,
-                                                          N, D, R, skip);
+        zy_launch(embed_seg_k<4>, sgrid, EMB_SEG_THREADS, 0, st, demb, seg, dh, keys_out, idx_out,
+                  scale, N, D, R, skip);
         ZY_CUDA_TRY_LAUNCH();
-        embed_seg_finish_k<4>
-            <<<sgrid, EMB_SEG_THREADS, 0, st>>>(demb, seg, keys_out, N, D, R, P, skip);
+        zy_launch(embed_seg_finish_k<4>, sgrid, EMB_SEG_THREADS, 0, st, demb, seg, keys_out, N, D,
+                  R, P, skip);
     } else {
         dim3 sgrid(P, (D + EMB_SEG_THREADS - 1) / EMB_SEG_THREADS);
-        embed_seg_k<1><<<sgrid, EMB_SEG_THREADS, 0, st>>>(demb, seg, dh, keys_out, idx_out, scale,
-                                                          N, D, R, skip);
+        zy_launch(embed_seg_k<1>, sgrid, EMB_SEG_THREADS, 0, st, demb, seg, dh, keys_out, idx_out,
+                  scale, N, D, R, skip);
         ZY_CUDA_TRY_LAUNCH();
-        embed_seg_finish_k<1>
-            <<<sgrid, EMB_SEG_THREADS, 0, st>>>(demb, seg, keys_out, N, D, R, P, skip);
+        zy_launch(embed_seg_finish_k<1>, sgrid, EMB_SEG_THREADS, 0, st, demb, seg, keys_out, N, D,
+                  R, P, skip);
     }
     ZY_CUDA_TRY_LAUNCH();
     return ZY_OK;

@@ -3,6 +3,7 @@
  * Our row-major C[M,N] is cuBLAS's column-major C^T [N,M] = op(B)^T op(A)^T, so cuBLAS's A is our
  * B and its B is our A, with m = N, n = M. */
 #include "ops/cuda/gemm.h"
+#include "ops/cuda/launch.h"
 #include "base/check.h"
 
 #include <cublasLt.h>
@@ -120,6 +121,7 @@ __device__ static void st_elt(void *p, size_t i, int dt, float v) {
 /* D[M,N] = beta * C (0 when beta == 0, whatever C held), rows ld elements apart. */
 __global__ static void k_scale(void *D, const void *C, int M, int N, long long ld, int dc,
                                float beta) {
+    zy_pdl_begin();
     const size_t n = (size_t)M * N;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
@@ -479,9 +481,9 @@ static int gemm_any(cuda_gemm_ctx *c, const cuda_gemm_desc *g, int batch, const 
         if (beta == 1.0f && D == C) return ZY_OK;
         const size_t ec = (size_t)elt_size(g->dtype_c);
         for (int i = 0; i < batch; i++) {
-            k_scale<<<grid_for((size_t)M * N), 256, 0, s>>>(
-                (char *)D + (size_t)i * bs->c * ec, (const char *)C + (size_t)i * bs->c * ec, M, N,
-                g->ldc ? g->ldc : N, g->dtype_c, beta);
+            zy_launch(k_scale, grid_for((size_t)M * N), 256, 0, s,
+                      (char *)D + (size_t)i * bs->c * ec, (const char *)C + (size_t)i * bs->c * ec,
+                      M, N, g->ldc ? g->ldc : N, g->dtype_c, beta);
             ZY_CUDA_TRY_LAUNCH();
         }
         return ZY_OK;
@@ -604,6 +606,7 @@ typedef struct {
 } group_ptrs;
 
 __global__ static void k_store_ptrs(group_ptrs g, void **dst) {
+    zy_pdl_begin();
     int i = threadIdx.x;
     if (i < g.n) {
         dst[i] = (void *)g.a[i];
@@ -634,7 +637,7 @@ int cuda_gemm_ptr_array(cuda_gemm_ctx *c, void *const *C, const void *const *A,
             bs.align_c = ac < bs.align_c ? ac : bs.align_c;
         }
         gp.n = n;
-        k_store_ptrs<<<1, CUDA_GEMM_MAX_EXPERTS, 0, s>>>(gp, d);
+        zy_launch(k_store_ptrs, 1, CUDA_GEMM_MAX_EXPERTS, 0, s, gp, d);
         ZY_CUDA_TRY_LAUNCH();
         /* our A array lives in cuBLAS's B slot (d + MAX), our B in its A slot (d) */
         void *dc = d + 2 * CUDA_GEMM_MAX_EXPERTS;

@@ -23,6 +23,7 @@
  * projection's input gradient the same way was slower (0.73x: the storers' loads of the
  * forward's gate and up values); it is on branch swiglu-epilogue. */
 #include "ops/cuda/grouped_gemm.h"
+#include "ops/cuda/launch.h"
 
 #include "base/check.h"
 #include "base/err.h"
@@ -93,6 +94,7 @@ __global__ void __launch_bounds__(GG_NTH, 1)
                         const __grid_constant__ CUtensorMap wmap, bf16 *__restrict__ Y,
                         bf16 *__restrict__ act, const int32_t *__restrict__ offsets, int E,
                         int out_w, int wn, int nk, int rows_cap) {
+    zy_pdl_begin();
     static_assert(!SW || !BT, "SwiGLU only in the forward");
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ uint8_t gg_smem[];
@@ -312,14 +314,14 @@ static int launch(void *Y, void *act, const void *X, const void *W, const int32_
     cudaStream_t st = (cudaStream_t)stream;
     bf16 *y = (bf16 *)Y, *a = (bf16 *)act;
     if (trans_w)
-        grouped_gemm_kernel<1, 0><<<grid, GG_NTH, GG_SMEM, st>>>(xmap, wmap, y, NULL, offsets, E,
-                                                                 out_w, N, nk, rows_cap);
+        zy_launch(grouped_gemm_kernel<1, 0>, grid, GG_NTH, GG_SMEM, st, xmap, wmap, y, nullptr,
+                  offsets, E, out_w, N, nk, rows_cap);
     else if (act)
-        grouped_gemm_kernel<0, 1>
-            <<<grid, GG_NTH, GG_SMEM, st>>>(xmap, wmap, y, a, offsets, E, out_w, N, nk, rows_cap);
+        zy_launch(grouped_gemm_kernel<0, 1>, grid, GG_NTH, GG_SMEM, st, xmap, wmap, y, a, offsets,
+                  E, out_w, N, nk, rows_cap);
     else
-        grouped_gemm_kernel<0, 0><<<grid, GG_NTH, GG_SMEM, st>>>(xmap, wmap, y, NULL, offsets, E,
-                                                                 out_w, N, nk, rows_cap);
+        zy_launch(grouped_gemm_kernel<0, 0>, grid, GG_NTH, GG_SMEM, st, xmap, wmap, y, nullptr,
+                  offsets, E, out_w, N, nk, rows_cap);
     ZY_CUDA_TRY_LAUNCH();
     return ZY_OK;
 }

@@ -3,6 +3,7 @@
  * then a fixed-order total). Same math as ops/cpu/cpu_norm.c and cpu_resscale_* in cpu_dense.c,
  * with fp32 reductions. One block per row; a row is read twice (the second read hits L1/L2). */
 #include "ops/cuda/cuda_util.h"
+#include "ops/cuda/launch.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/mma.h"
 
@@ -27,6 +28,7 @@ size_t cuda_ops_ws_bytes(int N, int C) {
 template <int NS>
 __global__ void __launch_bounds__(ZY_COL_TX *ZY_COL_TY)
     col_finish_k(zy_col_outs o, const float *part, int P, int C) {
+    zy_pdl_begin();
     __shared__ double red[NS][ZY_COL_TY][ZY_COL_TX];
     const int c = blockIdx.x * ZY_COL_TX + threadIdx.x;
     double t[NS];
@@ -64,16 +66,16 @@ int zy_col_finish_multi(const zy_col_outs *o, int ns, const float *part, int P, 
     dim3 grid((C + ZY_COL_TX - 1) / ZY_COL_TX), block(ZY_COL_TX, ZY_COL_TY);
     switch (ns) {
     case 1:
-        col_finish_k<1><<<grid, block, 0, st>>>(*o, part, P, C);
+        zy_launch(col_finish_k<1>, grid, block, 0, st, *o, part, P, C);
         break;
     case 2:
-        col_finish_k<2><<<grid, block, 0, st>>>(*o, part, P, C);
+        zy_launch(col_finish_k<2>, grid, block, 0, st, *o, part, P, C);
         break;
     case 3:
-        col_finish_k<3><<<grid, block, 0, st>>>(*o, part, P, C);
+        zy_launch(col_finish_k<3>, grid, block, 0, st, *o, part, P, C);
         break;
     case 4:
-        col_finish_k<4><<<grid, block, 0, st>>>(*o, part, P, C);
+        zy_launch(col_finish_k<4>, grid, block, 0, st, *o, part, P, C);
         break;
     default:
         return zy_fail("zy_col_finish_multi: %d sums (1..4)", ns);
@@ -96,6 +98,7 @@ int zy_col_finish(float *dst, const float *part, const float *mul, int P, int C,
 template <typename TX, typename TY, int W>
 __global__ void __launch_bounds__(ZY_ROW_THREADS)
     rmsnorm_fwd_k(TY *y, float *rstd, const TX *x, const float *w, int C, float eps) {
+    zy_pdl_begin();
     size_t row = blockIdx.x;
     const TX *xr = x + row * C;
     TY *yr = y + row * C;
@@ -127,9 +130,9 @@ static int rmsnorm_fwd(TY *y, float *rstd, const TX *x, const float *w, int N, i
     cudaStream_t st = (cudaStream_t)stream;
     constexpr int W = 16 / (sizeof(TX) < sizeof(TY) ? sizeof(TX) : sizeof(TY));
     if (C % W == 0 && zy_aligned(y, 16) && zy_aligned(x, 16) && zy_aligned(w, 16))
-        rmsnorm_fwd_k<TX, TY, W><<<N, zy_row_threads(C / W), 0, st>>>(y, rstd, x, w, C, eps);
+        zy_launch(rmsnorm_fwd_k<TX, TY, W>, N, zy_row_threads(C / W), 0, st, y, rstd, x, w, C, eps);
     else
-        rmsnorm_fwd_k<TX, TY, 1><<<N, zy_row_threads(C), 0, st>>>(y, rstd, x, w, C, eps);
+        zy_launch(rmsnorm_fwd_k<TX, TY, 1>, N, zy_row_threads(C), 0, st, y, rstd, x, w, C, eps);
     ZY_CUDA_TRY_LAUNCH();
     return ZY_OK;
 }
@@ -159,6 +162,7 @@ __global__ void __launch_bounds__(ZY_ROW_THREADS)
     resnorm_fwd_k(float *out, T *y, float *rstd, const T *o, const float *h, const float *ob,
                   const float *os, const float *rb, const float *rs, const float *w, int D,
                   float eps) {
+    zy_pdl_begin();
     size_t base = (size_t)blockIdx.x * D;
     float ss = 0;
     for (int c = threadIdx.x * W; c < D; c += blockDim.x * W) {
@@ -201,11 +205,11 @@ static int resnorm_fwd(float *out, T *y, float *rstd, const T *o, const float *h
     int vec = D % W == 0;
     for (const void *p : ptrs) vec = vec && zy_aligned(p, 16);
     if (vec)
-        resnorm_fwd_k<T, W>
-            <<<N, zy_row_threads(D / W), 0, st>>>(out, y, rstd, o, h, ob, os, rb, rs, w, D, eps);
+        zy_launch(resnorm_fwd_k<T, W>, N, zy_row_threads(D / W), 0, st, out, y, rstd, o, h, ob, os,
+                  rb, rs, w, D, eps);
     else
-        resnorm_fwd_k<T, 1>
-            <<<N, zy_row_threads(D), 0, st>>>(out, y, rstd, o, h, ob, os, rb, rs, w, D, eps);
+        zy_launch(resnorm_fwd_k<T, 1>, N, zy_row_threads(D), 0, st, out, y, rstd, o, h, ob, os, rb,
+                  rs, w, D, eps);
     ZY_CUDA_TRY_LAUNCH();
     return ZY_OK;
 }
@@ -225,6 +229,7 @@ template <typename TX, typename TY, typename TD, int W>
 __global__ void __launch_bounds__(ZY_ROW_THREADS)
     rmsnorm_bwd_rows_k(TD *dx, const TD *add, const TY *dy, const TX *x, const float *w,
                        const float *rstd, int C) {
+    zy_pdl_begin();
     size_t base = (size_t)blockIdx.x * C;
     float dot = 0;
     for (int c = threadIdx.x * W; c < C; c += blockDim.x * W) {
@@ -264,11 +269,11 @@ static void rmsnorm_bwd_rows(TD *dx, const TD *add, const TY *dy, const TX *x, c
     int vec = C % W == 0;
     for (const void *p : ptrs) vec = vec && zy_aligned(p, 16);
     if (vec)
-        rmsnorm_bwd_rows_k<TX, TY, TD, W>
-            <<<N, zy_row_threads(C / W), 0, st>>>(dx, add, dy, x, w, rstd, C);
+        zy_launch(rmsnorm_bwd_rows_k<TX, TY, TD, W>, N, zy_row_threads(C / W), 0, st, dx, add, dy,
+                  x, w, rstd, C);
     else
-        rmsnorm_bwd_rows_k<TX, TY, TD, 1>
-            <<<N, zy_row_threads(C), 0, st>>>(dx, add, dy, x, w, rstd, C);
+        zy_launch(rmsnorm_bwd_rows_k<TX, TY, TD, 1>, N, zy_row_threads(C), 0, st, dx, add, dy, x, w,
+                  rstd, C);
 }
 
 /* ---- backward: column sums ---- */
@@ -283,6 +288,7 @@ __global__ void __launch_bounds__(ZY_COL_TX *ZY_COL_TY)
     norm_col_k(float *part, int P, int R, int N, int C, const TY *dy, const TX *x,
                const float *rstd, float *dh, TY *d_o, const TY *o, const float *h, const float *ob,
                const float *os, const float *rb, const float *rs) {
+    zy_pdl_begin();
     constexpr int NS = MODE == 0 ? 1 : 4;
     __shared__ float red[NS][ZY_COL_TY][ZY_COL_TX + 1];
     int c = blockIdx.x * ZY_COL_TX + threadIdx.x, p = blockIdx.y;
@@ -329,8 +335,8 @@ static int rmsnorm_bwd(TD *dx, float *dw, float *ws, const TY *dy, const TX *x, 
     zy_col_chunks(N, &R, &P);
     /* dw first: dx may alias dy */
     dim3 grid((C + ZY_COL_TX - 1) / ZY_COL_TX, P), block(ZY_COL_TX, ZY_COL_TY);
-    norm_col_k<0, TX, TY><<<grid, block, 0, st>>>(ws, P, R, N, C, dy, x, rstd, NULL, NULL, NULL,
-                                                  NULL, NULL, NULL, NULL, NULL);
+    zy_launch(norm_col_k<0, TX, TY>, grid, block, 0, st, ws, P, R, N, C, dy, x, rstd, nullptr,
+              nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr);
     ZY_CUDA_TRY_LAUNCH();
     if (zy_col_finish(dw, ws, NULL, P, C, st) != ZY_OK) return ZY_ERR;
     rmsnorm_bwd_rows<TX, TY, TD>(dx, accumulate ? dx : NULL, dy, x, w, rstd, N, C, st);
@@ -403,6 +409,7 @@ __global__ void __launch_bounds__(RESNORM_NT)
                           const bf16 *dy, const float *dres, const float *rstd, const float *w,
                           const bf16 *o, const float *h, const float *ob, const float *os,
                           const float *rb, const float *rs) {
+    zy_pdl_begin();
     extern __shared__ __align__(16) uint8_t rn_ring[]; /* RESNORM_STAGES slots */
     __shared__ float red[2][RESNORM_NT / 32];
     const int p = blockIdx.x, n0 = p * R, n1 = n0 + R < N ? n0 + R : N;
@@ -525,8 +532,8 @@ static int resnorm_bwd_onepass(bf16 *d_o, float *dh, float *ws, int P, int R, co
         (void)cudaGetLastError(); /* the two-pass fallback's launch check must not see it */
         return ZY_ERR;
     }
-    kern<<<P, RESNORM_NT, smem, st>>>(ws, P, R, N, D, d_o, dh, dy, dres, rstd, w, o, h, ob, os, rb,
-                                      rs);
+    zy_launch(kern, P, RESNORM_NT, smem, st, ws, P, R, N, D, d_o, dh, dy, dres, rstd, w, o, h, ob,
+              os, rb, rs);
     return ZY_OK;
 }
 
@@ -549,8 +556,8 @@ static int resnorm_bwd(T *d_o, float *dh, float *dw, float *dob, float *dos, flo
         rmsnorm_bwd_rows<float, T, float>(dh, dres, dy, out, w, rstd, N, D, st);
         ZY_CUDA_TRY_LAUNCH();
         dim3 grid((D + ZY_COL_TX - 1) / ZY_COL_TX, P), block(ZY_COL_TX, ZY_COL_TY);
-        norm_col_k<1, float, T>
-            <<<grid, block, 0, st>>>(ws, P, R, N, D, dy, out, rstd, dh, d_o, o, h, ob, os, rb, rs);
+        zy_launch(norm_col_k<1, float, T>, grid, block, 0, st, ws, P, R, N, D, dy, out, rstd, dh,
+                  d_o, o, h, ob, os, rb, rs);
     }
     ZY_CUDA_TRY_LAUNCH();
     zy_col_outs f; /* sums: 0 dy*out*rstd, 1 dout, 2 dout*(o+ob), 3 dout*(h+rb) */

@@ -4,6 +4,7 @@
  * widths and pointers allow (else element by element), one block per row for the norms, fp32
  * arithmetic; dtemp is summed in a fixed order. */
 #include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/launch.h"
 #include "ops/cuda/cuda_state.h"
 
 #include <cuda_bf16.h>
@@ -31,6 +32,7 @@ template <int W> static __device__ __forceinline__ void vd_copy(bf16 *dst, const
 template <int W>
 __global__ void vdelay_fwd_k(bf16 *v, const bf16 *vv, const bf16 *prev, int T, int half,
                              size_t units) {
+    zy_pdl_begin();
     const int per = 2 * half / W;
     for (size_t u = blockIdx.x * (size_t)blockDim.x + threadIdx.x; u < units;
          u += (size_t)gridDim.x * blockDim.x) {
@@ -50,6 +52,7 @@ __global__ void vdelay_fwd_k(bf16 *v, const bf16 *vv, const bf16 *prev, int T, i
 /* dvv[n] = [dv[n, :half] | dv[n+1, half:]] (0 at t = T-1). */
 template <int W>
 __global__ void vdelay_bwd_k(bf16 *dvv, const bf16 *dv, int T, int half, size_t units) {
+    zy_pdl_begin();
     const int per = 2 * half / W;
     for (size_t u = blockIdx.x * (size_t)blockDim.x + threadIdx.x; u < units;
          u += (size_t)gridDim.x * blockDim.x) {
@@ -74,11 +77,11 @@ void cuda_ops_value_delay_fwd(zy_ctx *ctx, zy_act *v, const zy_act *vv, const zy
         half % 8 == 0 && zy_aligned(v, 16) && zy_aligned(vv, 16) && (!prev || zy_aligned(prev, 16));
     size_t units = rows * 2 * half / (vec ? 8 : 1);
     if (vec)
-        vdelay_fwd_k<8><<<zy_grid_blocks(units), 256, 0, st>>>((bf16 *)v, (const bf16 *)vv,
-                                                               (const bf16 *)prev, T, half, units);
+        zy_launch(vdelay_fwd_k<8>, zy_grid_blocks(units), 256, 0, st, (bf16 *)v, (const bf16 *)vv,
+                  (const bf16 *)prev, T, half, units);
     else
-        vdelay_fwd_k<1><<<zy_grid_blocks(units), 256, 0, st>>>((bf16 *)v, (const bf16 *)vv,
-                                                               (const bf16 *)prev, T, half, units);
+        zy_launch(vdelay_fwd_k<1>, zy_grid_blocks(units), 256, 0, st, (bf16 *)v, (const bf16 *)vv,
+                  (const bf16 *)prev, T, half, units);
     ZY_CUDA_CHECK_LAUNCH();
 }
 
@@ -91,11 +94,11 @@ void cuda_ops_value_delay_bwd(zy_ctx *ctx, zy_act *dvv, const zy_act *dv, int B,
     int vec = half % 8 == 0 && zy_aligned(dvv, 16) && zy_aligned(dv, 16);
     size_t units = rows * 2 * half / (vec ? 8 : 1);
     if (vec)
-        vdelay_bwd_k<8>
-            <<<zy_grid_blocks(units), 256, 0, st>>>((bf16 *)dvv, (const bf16 *)dv, T, half, units);
+        zy_launch(vdelay_bwd_k<8>, zy_grid_blocks(units), 256, 0, st, (bf16 *)dvv, (const bf16 *)dv,
+                  T, half, units);
     else
-        vdelay_bwd_k<1>
-            <<<zy_grid_blocks(units), 256, 0, st>>>((bf16 *)dvv, (const bf16 *)dv, T, half, units);
+        zy_launch(vdelay_bwd_k<1>, zy_grid_blocks(units), 256, 0, st, (bf16 *)dvv, (const bf16 *)dv,
+                  T, half, units);
     ZY_CUDA_CHECK_LAUNCH();
 }
 
@@ -138,6 +141,7 @@ template <int W>
 __global__ void qknorm_fwd_k(bf16 *q, bf16 *k, float *qn, float *kn, const bf16 *q_in,
                              const bf16 *k_in, const float *temp, const int32_t *pos, int Hq,
                              int Hk, int d, int half, float sqrtd, float eps, rope_freqs fr) {
+    zy_pdl_begin();
     extern __shared__ float qk_sm[];
     const int H = Hq + Hk, Qd = Hq * d, Kd = Hk * d, Wd = H * d;
     float *sx = qk_sm, *cs = sx + Wd, *sn = cs + half, *fh = sn + half, *th = fh + H;
@@ -206,6 +210,7 @@ __global__ void qknorm_bwd_k(bf16 *dq, bf16 *dk, float *part, const bf16 *q_in, 
                              const float *qn, const float *kn, const float *temp,
                              const int32_t *pos, int Hq, int Hk, int d, int half, float sqrtd,
                              float eps, rope_freqs fr) {
+    zy_pdl_begin();
     extern __shared__ float qk_sm[];
     const int H = Hq + Hk, Qd = Hq * d, Kd = Hk * d, Wd = H * d;
     float *sg = qk_sm, *sx = sg + Wd, *cs = sx + Wd, *sn = cs + half, *ca = sn + half, *cb = ca + H;
@@ -274,6 +279,7 @@ __global__ void qknorm_bwd_k(bf16 *dq, bf16 *dk, float *part, const bf16 *q_in, 
 #define QK_DT_NT 1024
 __global__ void __launch_bounds__(QK_DT_NT)
     qk_dtemp_k(float *dtemp, const float *part, int N, int Hk) {
+    zy_pdl_begin();
     __shared__ double sh[QK_DT_NT];
     const int j = blockIdx.x, tid = threadIdx.x;
     double s = 0;
@@ -360,6 +366,7 @@ __global__ void __launch_bounds__(QKW_ROWS * 32)
     qknorm_fwd_warp_k(bf16 *q, bf16 *k, float *qn, float *kn, const bf16 *q_in, const bf16 *k_in,
                       const float *temp, const int32_t *pos, int N, int Hq, int Hk, int d, int half,
                       float sqrtd, float eps, rope_freqs fr) {
+    zy_pdl_begin();
     __shared__ qkw_trig trig;
     const int lane = threadIdx.x & 31, rl = threadIdx.x >> 5;
     const size_t n = (size_t)blockIdx.x * QKW_ROWS + rl;
@@ -423,6 +430,7 @@ __global__ void __launch_bounds__(QKW_ROWS * 32, MAXIT <= 6 ? 3 : 2)
                       const float *qn, const float *kn, const float *temp, const int32_t *pos,
                       int N, int Hq, int Hk, int d, int half, float sqrtd, float eps,
                       rope_freqs fr) {
+    zy_pdl_begin();
     __shared__ qkw_trig trig;
     const int lane = threadIdx.x & 31, rl = threadIdx.x >> 5;
     const size_t n = (size_t)blockIdx.x * QKW_ROWS + rl;
@@ -516,9 +524,9 @@ void cuda_ops_qknorm_rope_fwd(zy_ctx *ctx, zy_act *q, zy_act *k, float *qn, floa
     if (vec && qkw_fits(H, d, half)) {
         const int nit = (H * d / 8 + 31) / 32, grid = (N + QKW_ROWS - 1) / QKW_ROWS;
 #define QKW_FWD(M)                                                                                 \
-    qknorm_fwd_warp_k<M><<<grid, QKW_ROWS * 32, 0, st>>>(                                          \
-        (bf16 *)q, (bf16 *)k, qn, kn, (const bf16 *)q_in, (const bf16 *)k_in, temp, pos, N, Hq,    \
-        Hk, d, half, sqrtd, eps_norm, fr)
+    zy_launch(qknorm_fwd_warp_k<M>, grid, QKW_ROWS * 32, 0, st, (bf16 *)q, (bf16 *)k, qn, kn,      \
+              (const bf16 *)q_in, (const bf16 *)k_in, temp, pos, N, Hq, Hk, d, half, sqrtd,        \
+              eps_norm, fr)
         if (nit <= 2)
             QKW_FWD(2);
         else if (nit <= 4)
@@ -529,13 +537,13 @@ void cuda_ops_qknorm_rope_fwd(zy_ctx *ctx, zy_act *q, zy_act *k, float *qn, floa
             QKW_FWD(8);
 #undef QKW_FWD
     } else if (vec)
-        qknorm_fwd_k<8><<<N, nth, smem, st>>>((bf16 *)q, (bf16 *)k, qn, kn, (const bf16 *)q_in,
-                                              (const bf16 *)k_in, temp, pos, Hq, Hk, d, half, sqrtd,
-                                              eps_norm, fr);
+        zy_launch(qknorm_fwd_k<8>, N, nth, smem, st, (bf16 *)q, (bf16 *)k, qn, kn,
+                  (const bf16 *)q_in, (const bf16 *)k_in, temp, pos, Hq, Hk, d, half, sqrtd,
+                  eps_norm, fr);
     else
-        qknorm_fwd_k<1><<<N, nth, smem, st>>>((bf16 *)q, (bf16 *)k, qn, kn, (const bf16 *)q_in,
-                                              (const bf16 *)k_in, temp, pos, Hq, Hk, d, half, sqrtd,
-                                              eps_norm, fr);
+        zy_launch(qknorm_fwd_k<1>, N, nth, smem, st, (bf16 *)q, (bf16 *)k, qn, kn,
+                  (const bf16 *)q_in, (const bf16 *)k_in, temp, pos, Hq, Hk, d, half, sqrtd,
+                  eps_norm, fr);
     ZY_CUDA_CHECK_LAUNCH();
 }
 
@@ -557,9 +565,9 @@ void cuda_ops_qknorm_rope_bwd(zy_ctx *ctx, zy_act *dq, zy_act *dk, float *dtemp,
     if (vec && qkw_fits(H, d, half)) {
         const int nit = (H * d / 8 + 31) / 32, grid = (N + QKW_ROWS - 1) / QKW_ROWS;
 #define QKW_BWD(M)                                                                                 \
-    qknorm_bwd_warp_k<M><<<grid, QKW_ROWS * 32, 0, st>>>(                                          \
-        (bf16 *)dq, (bf16 *)dk, part, (const bf16 *)q_in, (const bf16 *)k_in, qn, kn, temp, pos,   \
-        N, Hq, Hk, d, half, sqrtd, eps_norm, fr)
+    zy_launch(qknorm_bwd_warp_k<M>, grid, QKW_ROWS * 32, 0, st, (bf16 *)dq, (bf16 *)dk, part,      \
+              (const bf16 *)q_in, (const bf16 *)k_in, qn, kn, temp, pos, N, Hq, Hk, d, half,       \
+              sqrtd, eps_norm, fr)
         if (nit <= 2)
             QKW_BWD(2);
         else if (nit <= 4)
@@ -570,16 +578,16 @@ void cuda_ops_qknorm_rope_bwd(zy_ctx *ctx, zy_act *dq, zy_act *dk, float *dtemp,
             QKW_BWD(8);
 #undef QKW_BWD
     } else if (vec)
-        qknorm_bwd_k<8><<<N, nth, smem, st>>>((bf16 *)dq, (bf16 *)dk, part, (const bf16 *)q_in,
-                                              (const bf16 *)k_in, qn, kn, temp, pos, Hq, Hk, d,
-                                              half, sqrtd, eps_norm, fr);
+        zy_launch(qknorm_bwd_k<8>, N, nth, smem, st, (bf16 *)dq, (bf16 *)dk, part,
+                  (const bf16 *)q_in, (const bf16 *)k_in, qn, kn, temp, pos, Hq, Hk, d, half, sqrtd,
+                  eps_norm, fr);
     else
-        qknorm_bwd_k<1><<<N, nth, smem, st>>>((bf16 *)dq, (bf16 *)dk, part, (const bf16 *)q_in,
-                                              (const bf16 *)k_in, qn, kn, temp, pos, Hq, Hk, d,
-                                              half, sqrtd, eps_norm, fr);
+        zy_launch(qknorm_bwd_k<1>, N, nth, smem, st, (bf16 *)dq, (bf16 *)dk, part,
+                  (const bf16 *)q_in, (const bf16 *)k_in, qn, kn, temp, pos, Hq, Hk, d, half, sqrtd,
+                  eps_norm, fr);
     ZY_CUDA_CHECK_LAUNCH();
     if (Hk > 0) {
-        qk_dtemp_k<<<Hk, QK_DT_NT, 0, st>>>(dtemp, part, N, Hk);
+        zy_launch(qk_dtemp_k, Hk, QK_DT_NT, 0, st, dtemp, part, N, Hk);
         ZY_CUDA_CHECK_LAUNCH();
     }
 }
@@ -594,6 +602,7 @@ void cuda_ops_qknorm_rope_bwd(zy_ctx *ctx, zy_act *dq, zy_act *dk, float *dtemp,
 __global__ void __launch_bounds__(DEC_THREADS)
     attn_decode_k(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, int Tk, int Tmax,
                   int Hq, int Hk, int d, float scale, int lo) {
+    zy_pdl_begin();
     __shared__ float sm_m[DEC_THREADS / 32], sm_l[DEC_THREADS / 32];
     __shared__ float sm_acc[DEC_THREADS / 32][DEC_MAXPL * 32];
     const int i = blockIdx.x, b = blockIdx.y, j = i / (Hq / Hk);
@@ -657,8 +666,7 @@ void cuda_ops_attention_decode(zy_ctx *ctx, zy_act *out, const zy_act *q, const 
     ZY_CHECKF(Hq < 65536 && B < 65536, "cuda attention_decode: B=%d Hq=%d too large", B, Hq);
     if (B == 0) return;
     const int t = Tk - 1, lo = (window > 0 && t - window + 1 > 0) ? t - window + 1 : 0;
-    attn_decode_k<<<dim3(Hq, B), DEC_THREADS, 0, cuda_stream(ctx)>>>(
-        (bf16 *)out, (const bf16 *)q, (const bf16 *)kc, (const bf16 *)vc, Tk, Tmax, Hq, Hk, d,
-        scale, lo);
+    zy_launch(attn_decode_k, dim3(Hq, B), DEC_THREADS, 0, cuda_stream(ctx), (bf16 *)out,
+              (const bf16 *)q, (const bf16 *)kc, (const bf16 *)vc, Tk, Tmax, Hq, Hk, d, scale, lo);
     ZY_CUDA_CHECK_LAUNCH();
 }

@@ -1,6 +1,7 @@
 /* The CUDA context (stream, cuBLASLt, workspace), device memory, fp32 <-> bf16 casts and the
  * per-op profiler of ops.h's CUDA side. */
 #include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/launch.h"
 #include "ops/cuda/cuda_state.h"
 
 #include <stdlib.h>
@@ -239,6 +240,7 @@ void cuda_ops_copy_async(zy_ctx *ctx, void *dst, const void *src, size_t bytes) 
 }
 
 __global__ void fill_f32_kernel(float *x, float v, size_t n) {
+    zy_pdl_begin();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
         x[i] = v;
@@ -246,7 +248,7 @@ __global__ void fill_f32_kernel(float *x, float v, size_t n) {
 
 void cuda_ops_fill(zy_ctx *ctx, float *x, float value, size_t n) {
     if (n == 0) return;
-    fill_f32_kernel<<<zy_grid_blocks(n), 256, 0, cuda_stream(ctx)>>>(x, value, n);
+    zy_launch(fill_f32_kernel, zy_grid_blocks(n), 256, 0, cuda_stream(ctx), x, value, n);
     ZY_CUDA_CHECK_LAUNCH();
 }
 
@@ -257,12 +259,14 @@ void cuda_ops_zero(zy_ctx *ctx, void *p, size_t bytes) {
 /* ---- casts ---- */
 
 __global__ void f32_to_bf16_kernel(__nv_bfloat16 *dst, const float *src, size_t n) {
+    zy_pdl_begin();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
         dst[i] = __float2bfloat16_rn(src[i]);
 }
 
 __global__ void bf16_to_f32_kernel(float *dst, const __nv_bfloat16 *src, size_t n) {
+    zy_pdl_begin();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
         dst[i] = __bfloat162float(src[i]);
@@ -270,15 +274,15 @@ __global__ void bf16_to_f32_kernel(float *dst, const __nv_bfloat16 *src, size_t 
 
 void cuda_ops_cast_to_act(zy_ctx *ctx, zy_act *dst, const float *src, size_t n) {
     if (n == 0) return;
-    f32_to_bf16_kernel<<<zy_grid_blocks(n), 256, 0, cuda_stream(ctx)>>>((__nv_bfloat16 *)dst, src,
-                                                                        n);
+    zy_launch(f32_to_bf16_kernel, zy_grid_blocks(n), 256, 0, cuda_stream(ctx), (__nv_bfloat16 *)dst,
+              src, n);
     ZY_CUDA_CHECK_LAUNCH();
 }
 
 void cuda_ops_act_to_f32(zy_ctx *ctx, float *dst, const zy_act *src, size_t n) {
     if (n == 0) return;
-    bf16_to_f32_kernel<<<zy_grid_blocks(n), 256, 0, cuda_stream(ctx)>>>(
-        dst, (const __nv_bfloat16 *)src, n);
+    zy_launch(bf16_to_f32_kernel, zy_grid_blocks(n), 256, 0, cuda_stream(ctx), dst,
+              (const __nv_bfloat16 *)src, n);
     ZY_CUDA_CHECK_LAUNCH();
 }
 

@@ -10,6 +10,7 @@
  * of rows (zy_col_chunks) into per-chunk partials in the workspace, and a finishing kernel adds the
  * chunks in a fixed order (in double), so the result is deterministic and needs no atomics. */
 #include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/launch.h"
 #include "ops/cuda/cuda_state.h"
 #include "ops/cuda/kernels.h"
 
@@ -103,6 +104,7 @@ void cuda_ops_matmul_f32(zy_ctx *ctx, float *C, const zy_act *A, const zy_act *B
 
 /* y[units*W] += x, grid-stride. */
 template <int W> __global__ void add_act_k(bf16 *y, const bf16 *x, size_t units) {
+    zy_pdl_begin();
     for (size_t u = (size_t)blockIdx.x * blockDim.x + threadIdx.x; u < units;
          u += (size_t)gridDim.x * blockDim.x) {
         float a[W], b[W];
@@ -122,11 +124,12 @@ void cuda_ops_add_act(zy_ctx *ctx, zy_act *y, const zy_act *x, size_t n) {
     const bf16 *bx = (const bf16 *)x;
     size_t nv = zy_aligned(y, 16) && zy_aligned(x, 16) ? n / 8 : 0, done = nv * 8;
     if (nv) {
-        add_act_k<8><<<zy_grid_blocks(nv), 256, 0, st>>>(by, bx, nv);
+        zy_launch(add_act_k<8>, zy_grid_blocks(nv), 256, 0, st, by, bx, nv);
         ZY_CUDA_CHECK_LAUNCH();
     }
     if (done < n) {
-        add_act_k<1><<<zy_grid_blocks(n - done), 256, 0, st>>>(by + done, bx + done, n - done);
+        zy_launch(add_act_k<1>, zy_grid_blocks(n - done), 256, 0, st, by + done, bx + done,
+                  n - done);
         ZY_CUDA_CHECK_LAUNCH();
     }
 }
@@ -136,6 +139,7 @@ void cuda_ops_add_act(zy_ctx *ctx, zy_act *y, const zy_act *x, size_t n) {
 template <int W, int GELU>
 __global__ void __launch_bounds__(TILE_THREADS)
     add_bias_k(bf16 *y, bf16 *x, const float *bias, int N, int C) {
+    zy_pdl_begin();
     const int c = (blockIdx.x * ZY_COL_TX + threadIdx.x) * W;
     if (c >= C) return;
     float b[W];
@@ -168,14 +172,14 @@ static void add_bias_launch(zy_ctx *ctx, zy_act *y, zy_act *x, const float *bias
     bf16 *yb = (bf16 *)y, *xb = (bf16 *)x;
     if (C % 8 == 0 && zy_aligned(y, 16) && zy_aligned(x, 16) && zy_aligned(bias, 16)) {
         if (gelu)
-            add_bias_k<8, 1><<<tile_grid(N, C, 8), block, 0, st>>>(yb, xb, bias, N, C);
+            zy_launch(add_bias_k<8, 1>, tile_grid(N, C, 8), block, 0, st, yb, xb, bias, N, C);
         else
-            add_bias_k<8, 0><<<tile_grid(N, C, 8), block, 0, st>>>(yb, xb, bias, N, C);
+            zy_launch(add_bias_k<8, 0>, tile_grid(N, C, 8), block, 0, st, yb, xb, bias, N, C);
     } else {
         if (gelu)
-            add_bias_k<1, 1><<<tile_grid(N, C, 1), block, 0, st>>>(yb, xb, bias, N, C);
+            zy_launch(add_bias_k<1, 1>, tile_grid(N, C, 1), block, 0, st, yb, xb, bias, N, C);
         else
-            add_bias_k<1, 0><<<tile_grid(N, C, 1), block, 0, st>>>(yb, xb, bias, N, C);
+            zy_launch(add_bias_k<1, 0>, tile_grid(N, C, 1), block, 0, st, yb, xb, bias, N, C);
     }
     ZY_CUDA_CHECK_LAUNCH();
 }
@@ -193,6 +197,7 @@ void cuda_ops_bias_gelu_fwd(zy_ctx *ctx, zy_act *y, zy_act *x, const float *bias
 template <int W>
 __global__ void __launch_bounds__(TILE_THREADS)
     bias_col_k(float *part, int P, int R, const bf16 *dy, int N, int C) {
+    zy_pdl_begin();
     const int c = (blockIdx.x * ZY_COL_TX + threadIdx.x) * W, p = blockIdx.y;
     const int n0 = p * R, n1 = n0 + R < N ? n0 + R : N;
     float acc[1][W];
@@ -221,10 +226,10 @@ void cuda_ops_bias_bwd(zy_ctx *ctx, float *dbias, const zy_act *dy, int N, int C
     const bf16 *g = (const bf16 *)dy;
     if (C % 8 == 0 && zy_aligned(dy, 16)) {
         dim3 grid((C / 8 + ZY_COL_TX - 1) / ZY_COL_TX, P);
-        bias_col_k<8><<<grid, block, 0, st>>>(part, P, R, g, N, C);
+        zy_launch(bias_col_k<8>, grid, block, 0, st, part, P, R, g, N, C);
     } else {
         dim3 grid((C + ZY_COL_TX - 1) / ZY_COL_TX, P);
-        bias_col_k<1><<<grid, block, 0, st>>>(part, P, R, g, N, C);
+        zy_launch(bias_col_k<1>, grid, block, 0, st, part, P, R, g, N, C);
     }
     ZY_CUDA_CHECK_LAUNCH();
     zy_col_outs o;
@@ -291,6 +296,7 @@ template <int W>
 __global__ void __launch_bounds__(TILE_THREADS)
     resscale_fwd_k(float *out, const bf16 *o, const float *h, const float *ob, const float *os,
                    const float *rb, const float *rs, int N, int D) {
+    zy_pdl_begin();
     const int c = (blockIdx.x * ZY_COL_TX + threadIdx.x) * W;
     if (c >= D) return;
     float obv[W], osv[W], rbv[W], rsv[W];
@@ -328,9 +334,11 @@ void cuda_ops_resscale_fwd(zy_ctx *ctx, float *out, const zy_act *o, const float
     const void *f32[] = {out, h, ob, os, rb, rs}, *b16[] = {o};
     dim3 block(ZY_COL_TX, ZY_COL_TY);
     if (resscale_vec(D, f32, 6, b16, 1))
-        resscale_fwd_k<4><<<tile_grid(N, D, 4), block, 0, st>>>(out, bo, h, ob, os, rb, rs, N, D);
+        zy_launch(resscale_fwd_k<4>, tile_grid(N, D, 4), block, 0, st, out, bo, h, ob, os, rb, rs,
+                  N, D);
     else
-        resscale_fwd_k<1><<<tile_grid(N, D, 1), block, 0, st>>>(out, bo, h, ob, os, rb, rs, N, D);
+        zy_launch(resscale_fwd_k<1>, tile_grid(N, D, 1), block, 0, st, out, bo, h, ob, os, rb, rs,
+                  N, D);
     ZY_CUDA_CHECK_LAUNCH();
 }
 
@@ -343,6 +351,7 @@ __global__ void __launch_bounds__(TILE_THREADS)
     resscale_bwd_k(float *part, int P, int R, int N, int D, bf16 *d_o, float *dh, const float *dout,
                    const bf16 *o, const float *h, const float *ob, const float *os, const float *rb,
                    const float *rs) {
+    zy_pdl_begin();
     const int c = (blockIdx.x * ZY_COL_TX + threadIdx.x) * W, p = blockIdx.y;
     const int n0 = p * R, n1 = n0 + R < N ? n0 + R : N;
     float acc[3][W];
@@ -395,12 +404,12 @@ void cuda_ops_resscale_bwd(zy_ctx *ctx, zy_act *d_o, float *dh, float *dob, floa
     dim3 block(ZY_COL_TX, ZY_COL_TY);
     if (resscale_vec(D, f32, 7, b16, 2)) {
         dim3 grid((D / 4 + ZY_COL_TX - 1) / ZY_COL_TX, P);
-        resscale_bwd_k<4>
-            <<<grid, block, 0, st>>>(part, P, R, N, D, bdo, dh, dout, bo, h, ob, os, rb, rs);
+        zy_launch(resscale_bwd_k<4>, grid, block, 0, st, part, P, R, N, D, bdo, dh, dout, bo, h, ob,
+                  os, rb, rs);
     } else {
         dim3 grid((D + ZY_COL_TX - 1) / ZY_COL_TX, P);
-        resscale_bwd_k<1>
-            <<<grid, block, 0, st>>>(part, P, R, N, D, bdo, dh, dout, bo, h, ob, os, rb, rs);
+        zy_launch(resscale_bwd_k<1>, grid, block, 0, st, part, P, R, N, D, bdo, dh, dout, bo, h, ob,
+                  os, rb, rs);
     }
     ZY_CUDA_CHECK_LAUNCH();
     zy_col_outs f;

@@ -5,6 +5,7 @@
  * averaging (EDA) with its fixed-order column sums. Same math as ops/cpu/cpu_moe.c and cpu_eda.c.
  * Activations (zy_act) are bf16; probabilities, gates and parameter gradients fp32. */
 #include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/launch.h"
 #include "ops/cuda/cuda_state.h"
 
 #include <cuda_bf16.h>
@@ -49,6 +50,7 @@ static int vec8_ok(int C, const void *a, const void *b, const void *c) {
 __global__ void __launch_bounds__(MOE_THREADS)
     router_select_k(float *probs, int32_t *choice, float *gate, const bf16 *logits,
                     const float *bias, int N, int E1) {
+    zy_pdl_begin();
     int n = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;
     if (n >= N) return; /* whole warps leave together */
     const bf16 *x = logits + (size_t)n * E1;
@@ -93,8 +95,8 @@ void cuda_ops_router_select(zy_ctx *ctx, float *probs, int32_t *choice, float *g
                             const zy_act *logits, const float *bias, int N, int E1) {
     ZY_CHECKF(N >= 0 && E1 >= 1, "cuda router_select: impossible shape N=%d E1=%d", N, E1);
     if (N == 0) return;
-    router_select_k<<<warp_row_blocks(N), MOE_THREADS, 0, cuda_stream(ctx)>>>(
-        probs, choice, gate, (const bf16 *)logits, bias, N, E1);
+    zy_launch(router_select_k, warp_row_blocks(N), MOE_THREADS, 0, cuda_stream(ctx), probs, choice,
+              gate, (const bf16 *)logits, bias, N, E1);
     ZY_CUDA_CHECK_LAUNCH();
 }
 
@@ -102,6 +104,7 @@ void cuda_ops_router_select(zy_ctx *ctx, float *probs, int32_t *choice, float *g
  * rows (and, defensively, for a choice outside [0, E1) that would index out of the row). */
 __global__ void router_bwd_k(bf16 *dlogits, const float *dgate, const float *probs,
                              const int32_t *choice, size_t total, int E1) {
+    zy_pdl_begin();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
          i += (size_t)gridDim.x * blockDim.x) {
         size_t n = i / (unsigned)E1;
@@ -121,8 +124,8 @@ void cuda_ops_router_bwd(zy_ctx *ctx, zy_act *dlogits, const float *dgate, const
     ZY_CHECKF(N >= 0 && E1 >= 1, "cuda router_bwd: impossible shape N=%d E1=%d", N, E1);
     size_t total = (size_t)N * E1;
     if (total == 0) return;
-    router_bwd_k<<<zy_grid_blocks(total), 256, 0, cuda_stream(ctx)>>>((bf16 *)dlogits, dgate, probs,
-                                                                      choice, total, E1);
+    zy_launch(router_bwd_k, zy_grid_blocks(total), 256, 0, cuda_stream(ctx), (bf16 *)dlogits, dgate,
+              probs, choice, total, E1);
     ZY_CUDA_CHECK_LAUNCH();
 }
 
@@ -146,6 +149,7 @@ static int dispatch_tile(int N) {
  * of the tile whose choice is outside [0, E] (INT_MAX if none). Counting order does not matter. */
 __global__ void __launch_bounds__(MOE_THREADS)
     dispatch_hist_k(int *hist, int *bad, const int32_t *choice, int N, int E, int tile) {
+    zy_pdl_begin();
     __shared__ int cnt[MOE_MAX_E + 1];
     __shared__ int first_bad;
     int b = blockIdx.x, B = gridDim.x;
@@ -179,6 +183,7 @@ __global__ void __launch_bounds__(MOE_THREADS)
 __global__ void __launch_bounds__(MOE_THREADS)
     dispatch_scatter_k(int32_t *perm, int32_t *counts, int32_t *offsets, const int *hist,
                        const int *bad, const int32_t *choice, int N, int E, int tile) {
+    zy_pdl_begin();
     __shared__ int tot[MOE_MAX_E + 1];           /* rows per bucket over all tiles */
     __shared__ int next[MOE_MAX_E + 1];          /* next free slot of each bucket for this block */
     __shared__ int wc[MOE_WARPS][MOE_MAX_E + 1]; /* rows per (warp, bucket) in the current round */
@@ -273,10 +278,10 @@ static void dispatch_issue(zy_ctx *ctx, int32_t *counts, int32_t *offsets, int32
         int tile = dispatch_tile(N), B = (N + tile - 1) / tile;
         int *hist = (int *)cuda_ws(ctx, ((size_t)E + 2) * B * sizeof(int)); /* [E+1][B], bad[B] */
         int *bad = hist + ((size_t)E + 1) * B;
-        dispatch_hist_k<<<B, MOE_THREADS, 0, st>>>(hist, bad, choice, N, E, tile);
+        zy_launch(dispatch_hist_k, B, MOE_THREADS, 0, st, hist, bad, choice, N, E, tile);
         ZY_CUDA_CHECK_LAUNCH();
-        dispatch_scatter_k<<<B, MOE_THREADS, 0, st>>>(perm, counts, offsets, hist, bad, choice, N,
-                                                      E, tile);
+        zy_launch(dispatch_scatter_k, B, MOE_THREADS, 0, st, perm, counts, offsets, hist, bad,
+                  choice, N, E, tile);
         ZY_CUDA_CHECK_LAUNCH();
     }
     ZY_CUDA_CHECK(cudaMemcpyAsync(offsets_host, offsets, obytes, cudaMemcpyDeviceToHost, st));
@@ -305,6 +310,7 @@ template <typename V>
 __global__ void __launch_bounds__(MOE_THREADS)
     gather_k(V *__restrict__ xs, const V *__restrict__ x, const int32_t *__restrict__ perm,
              int nrows, int U) {
+    zy_pdl_begin();
     int r = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;
     if (r >= nrows) return;
     const V *src = x + (size_t)perm[r] * U;
@@ -327,17 +333,18 @@ void cuda_ops_gather_rows(zy_ctx *ctx, zy_act *xs, const zy_act *x, const int32_
     if (nrows == 0) return;
     cudaStream_t st = cuda_stream(ctx);
     if (vec8_ok(C, xs, x, NULL))
-        gather_k<uint4><<<warp_row_blocks(nrows), MOE_THREADS, 0, st>>>(
-            (uint4 *)xs, (const uint4 *)x, perm, nrows, C / 8);
+        zy_launch(gather_k<uint4>, warp_row_blocks(nrows), MOE_THREADS, 0, st, (uint4 *)xs,
+                  (const uint4 *)x, perm, nrows, C / 8);
     else
-        gather_k<unsigned short><<<warp_row_blocks(nrows), MOE_THREADS, 0, st>>>(
-            (unsigned short *)xs, (const unsigned short *)x, perm, nrows, C);
+        zy_launch(gather_k<unsigned short>, warp_row_blocks(nrows), MOE_THREADS, 0, st,
+                  (unsigned short *)xs, (const unsigned short *)x, perm, nrows, C);
     ZY_CUDA_CHECK_LAUNCH();
 }
 
 /* inv[perm[r]] = r (inv preset to -1): which expert row, if any, feeds output row n. Entries of
  * perm outside [0, N) are ignored rather than written out of bounds. */
 __global__ void combine_inverse_k(int *inv, const int32_t *perm, int nrows, int N) {
+    zy_pdl_begin();
     for (int r = blockIdx.x * blockDim.x + threadIdx.x; r < nrows; r += gridDim.x * blockDim.x) {
         int n = perm[r];
         if (n >= 0 && n < N) inv[n] = r;
@@ -351,6 +358,7 @@ template <int W>
 __global__ void __launch_bounds__(MOE_THREADS)
     combine_k(bf16 *__restrict__ y, const bf16 *__restrict__ ys, const float *__restrict__ gate,
               const int *__restrict__ inv, int N, int D) {
+    zy_pdl_begin();
     int n = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;
     if (n >= N) return;
     const int r = inv[n];
@@ -389,15 +397,15 @@ void cuda_ops_moe_combine(zy_ctx *ctx, zy_act *y, const zy_act *ys, const float 
     int *inv = (int *)cuda_ws(ctx, (size_t)N * sizeof(int));
     ZY_CUDA_CHECK(cudaMemsetAsync(inv, 0xff, (size_t)N * sizeof(int), st)); /* -1 */
     if (nrows > 0) {
-        combine_inverse_k<<<zy_grid_blocks(nrows), 256, 0, st>>>(inv, perm, nrows, N);
+        zy_launch(combine_inverse_k, zy_grid_blocks(nrows), 256, 0, st, inv, perm, nrows, N);
         ZY_CUDA_CHECK_LAUNCH();
     }
     if (vec8_ok(D, y, ys, NULL))
-        combine_k<8><<<warp_row_blocks(N), MOE_THREADS, 0, st>>>((bf16 *)y, (const bf16 *)ys, gate,
-                                                                 inv, N, D);
+        zy_launch(combine_k<8>, warp_row_blocks(N), MOE_THREADS, 0, st, (bf16 *)y, (const bf16 *)ys,
+                  gate, inv, N, D);
     else
-        combine_k<1><<<warp_row_blocks(N), MOE_THREADS, 0, st>>>((bf16 *)y, (const bf16 *)ys, gate,
-                                                                 inv, N, D);
+        zy_launch(combine_k<1>, warp_row_blocks(N), MOE_THREADS, 0, st, (bf16 *)y, (const bf16 *)ys,
+                  gate, inv, N, D);
     ZY_CUDA_CHECK_LAUNCH();
 }
 
@@ -408,6 +416,7 @@ __global__ void __launch_bounds__(MOE_THREADS)
     combine_bwd_k(bf16 *__restrict__ dys, float *__restrict__ dgate, const bf16 *__restrict__ dy,
                   const bf16 *__restrict__ ys, const float *__restrict__ gate,
                   const int32_t *__restrict__ perm, int nrows, int D) {
+    zy_pdl_begin();
     int r = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;
     if (r >= nrows) return;
     int n = perm[r];
@@ -450,11 +459,11 @@ void cuda_ops_moe_combine_bwd(zy_ctx *ctx, zy_act *dys, float *dgate, const zy_a
     if (nrows == 0) return;
     const bf16 *a = (const bf16 *)dy, *s = (const bf16 *)ys;
     if (vec8_ok(D, dys, dy, ys))
-        combine_bwd_k<8><<<warp_row_blocks(nrows), MOE_THREADS, 0, st>>>((bf16 *)dys, dgate, a, s,
-                                                                         gate, perm, nrows, D);
+        zy_launch(combine_bwd_k<8>, warp_row_blocks(nrows), MOE_THREADS, 0, st, (bf16 *)dys, dgate,
+                  a, s, gate, perm, nrows, D);
     else
-        combine_bwd_k<1><<<warp_row_blocks(nrows), MOE_THREADS, 0, st>>>((bf16 *)dys, dgate, a, s,
-                                                                         gate, perm, nrows, D);
+        zy_launch(combine_bwd_k<1>, warp_row_blocks(nrows), MOE_THREADS, 0, st, (bf16 *)dys, dgate,
+                  a, s, gate, perm, nrows, D);
     ZY_CUDA_CHECK_LAUNCH();
 }
 
@@ -463,6 +472,7 @@ template <int W>
 __global__ void __launch_bounds__(MOE_THREADS)
     scatter_add_k(bf16 *__restrict__ dx, const bf16 *__restrict__ dxs,
                   const int32_t *__restrict__ perm, int nrows, int C) {
+    zy_pdl_begin();
     int r = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;
     if (r >= nrows) return;
     bf16 *o = dx + (size_t)perm[r] * C;
@@ -494,11 +504,11 @@ void cuda_ops_scatter_add_rows(zy_ctx *ctx, zy_act *dx, const zy_act *dxs, const
     if (nrows == 0) return;
     cudaStream_t st = cuda_stream(ctx);
     if (vec8_ok(C, dx, dxs, NULL))
-        scatter_add_k<8><<<warp_row_blocks(nrows), MOE_THREADS, 0, st>>>(
-            (bf16 *)dx, (const bf16 *)dxs, perm, nrows, C);
+        zy_launch(scatter_add_k<8>, warp_row_blocks(nrows), MOE_THREADS, 0, st, (bf16 *)dx,
+                  (const bf16 *)dxs, perm, nrows, C);
     else
-        scatter_add_k<1><<<warp_row_blocks(nrows), MOE_THREADS, 0, st>>>(
-            (bf16 *)dx, (const bf16 *)dxs, perm, nrows, C);
+        zy_launch(scatter_add_k<1>, warp_row_blocks(nrows), MOE_THREADS, 0, st, (bf16 *)dx,
+                  (const bf16 *)dxs, perm, nrows, C);
     ZY_CUDA_CHECK_LAUNCH();
 }
 
@@ -508,6 +518,7 @@ void cuda_ops_scatter_add_rows(zy_ctx *ctx, zy_act *dx, const zy_act *dxs, const
 template <int W>
 __global__ void eda_fwd_k(bf16 *__restrict__ z, const bf16 *__restrict__ rp,
                           const float *__restrict__ g, size_t units, int R) {
+    zy_pdl_begin();
     for (size_t u = blockIdx.x * (size_t)blockDim.x + threadIdx.x; u < units;
          u += (size_t)gridDim.x * blockDim.x) {
         size_t i = u * W;
@@ -529,11 +540,11 @@ void cuda_ops_eda_fwd(zy_ctx *ctx, zy_act *z, const zy_act *r_prev, const float 
     if (total == 0) return;
     cudaStream_t st = cuda_stream(ctx);
     if (vec8_ok(R, z, r_prev, g))
-        eda_fwd_k<8><<<zy_grid_blocks(total / 8), 256, 0, st>>>((bf16 *)z, (const bf16 *)r_prev, g,
-                                                                total / 8, R);
+        zy_launch(eda_fwd_k<8>, zy_grid_blocks(total / 8), 256, 0, st, (bf16 *)z,
+                  (const bf16 *)r_prev, g, total / 8, R);
     else
-        eda_fwd_k<1>
-            <<<zy_grid_blocks(total), 256, 0, st>>>((bf16 *)z, (const bf16 *)r_prev, g, total, R);
+        zy_launch(eda_fwd_k<1>, zy_grid_blocks(total), 256, 0, st, (bf16 *)z, (const bf16 *)r_prev,
+                  g, total, R);
     ZY_CUDA_CHECK_LAUNCH();
 }
 
@@ -545,6 +556,7 @@ template <int W>
 __global__ void __launch_bounds__(ZY_COL_TX *ZY_COL_TY)
     eda_bwd_k(float *part, bf16 *dr, const bf16 *dz, const bf16 *rp, const float *g, int N, int R,
               int rows) {
+    zy_pdl_begin();
     __shared__ float red[ZY_COL_TY][ZY_COL_TX * W + 1];
     int c = (blockIdx.x * ZY_COL_TX + threadIdx.x) * W, p = blockIdx.y;
     int n0 = p * rows, n1 = min(N, n0 + rows);
@@ -596,10 +608,10 @@ void cuda_ops_eda_bwd(zy_ctx *ctx, zy_act *dr_prev, float *dg, const zy_act *dz,
     dim3 block(ZY_COL_TX, ZY_COL_TY);
     if (vec8_ok(R, dr_prev, dz, r_prev) && zy_aligned(g, 16)) {
         dim3 grid((R + ZY_COL_TX * 8 - 1) / (ZY_COL_TX * 8), P);
-        eda_bwd_k<8><<<grid, block, 0, st>>>(part, d, a, b, g, N, R, rows);
+        zy_launch(eda_bwd_k<8>, grid, block, 0, st, part, d, a, b, g, N, R, rows);
     } else {
         dim3 grid((R + ZY_COL_TX - 1) / ZY_COL_TX, P);
-        eda_bwd_k<1><<<grid, block, 0, st>>>(part, d, a, b, g, N, R, rows);
+        zy_launch(eda_bwd_k<1>, grid, block, 0, st, part, d, a, b, g, N, R, rows);
     }
     ZY_CUDA_CHECK_LAUNCH();
     ZY_STATUS_CHECK(zy_col_finish(dg, part, NULL, P, R, st));

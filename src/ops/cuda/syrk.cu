@@ -18,6 +18,7 @@
  * permuted by r % 8; 8-row atoms 1024 bytes apart), MN-major for X^T X ([64 k][64 n] boxes of
  * 128-byte rows, 8 KB apart along n). */
 #include "ops/cuda/syrk.h"
+#include "ops/cuda/launch.h"
 
 #include "base/check.h"
 #include "base/err.h"
@@ -65,6 +66,7 @@ __global__ void __launch_bounds__(SY_NTH, 1)
     syrk_kernel(const __grid_constant__ CUtensorMap xmap, bf16 *__restrict__ D,
                 const bf16 *__restrict__ C, int n, int nk, int64_t ldd, int64_t sd, int ntri,
                 int total, float alpha, float beta, cuda_syrk_scales per) {
+    zy_pdl_begin();
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ uint8_t sy_smem[];
     const uint32_t raw = smem_u32(sy_smem), base = (raw + 1023u) & ~1023u;
@@ -284,13 +286,13 @@ int cuda_syrk_bf16(void *D, const void *C, const void *X, int n, int k, int tran
      * 82.21) and half the SMs worse (89.1 ms) */
     const int grid = (int)(total < sms ? total : sms);
     if (trans)
-        syrk_kernel<1><<<grid, SY_NTH, SY_SMEM, (cudaStream_t)stream>>>(
-            map, (bf16 *)D, (const bf16 *)C, n, (k + SY_BK - 1) / SY_BK, (int64_t)ldd, (int64_t)sd,
-            (int)ntri, (int)total, alpha, beta, p);
+        zy_launch(syrk_kernel<1>, grid, SY_NTH, SY_SMEM, (cudaStream_t)stream, map, (bf16 *)D,
+                  (const bf16 *)C, n, (k + SY_BK - 1) / SY_BK, (int64_t)ldd, (int64_t)sd, (int)ntri,
+                  (int)total, alpha, beta, p);
     else
-        syrk_kernel<0><<<grid, SY_NTH, SY_SMEM, (cudaStream_t)stream>>>(
-            map, (bf16 *)D, (const bf16 *)C, n, (k + SY_BK - 1) / SY_BK, (int64_t)ldd, (int64_t)sd,
-            (int)ntri, (int)total, alpha, beta, p);
+        zy_launch(syrk_kernel<0>, grid, SY_NTH, SY_SMEM, (cudaStream_t)stream, map, (bf16 *)D,
+                  (const bf16 *)C, n, (k + SY_BK - 1) / SY_BK, (int64_t)ldd, (int64_t)sd, (int)ntri,
+                  (int)total, alpha, beta, p);
     ZY_CUDA_TRY_LAUNCH();
     return ZY_OK;
 }

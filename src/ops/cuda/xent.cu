@@ -4,6 +4,7 @@
  * is never stored. A one-block kernel then sums the row losses in a fixed order. Same math as
  * ops/cpu/cpu_loss.c (which sums exp in double). */
 #include "ops/cuda/cuda_util.h"
+#include "ops/cuda/launch.h"
 #include "ops/cuda/kernels.h"
 
 #include <cuda_bf16.h>
@@ -51,6 +52,7 @@ template <typename T, int W>
 __global__ void __launch_bounds__(ZY_ROW_THREADS)
     xent_rows_k(T *dl, float *loss, const T *x, const int32_t *targets, int V, int ignore_index,
                 float grad_scale) {
+    zy_pdl_begin();
     __shared__ float xy_sh;
     size_t base = (size_t)blockIdx.x * V;
     int y = targets[blockIdx.x];
@@ -100,6 +102,7 @@ __global__ void __launch_bounds__(ZY_ROW_THREADS)
 /* One block: *sum = sum of loss[N] (double, fixed order), *count = rows not ignored. */
 __global__ void xent_sum_k(double *sum, int *count, const float *loss, const int32_t *targets,
                            int N, int ignore_index) {
+    zy_pdl_begin();
     __shared__ double ssum[256];
     __shared__ int scnt[256];
     double t = 0;
@@ -133,15 +136,15 @@ static int xent(T *dl, float *loss_rows, double *loss_sum, int *count, const T *
     if (N > 0) {
         constexpr int W = 16 / sizeof(T);
         if (V % W == 0 && zy_aligned(logits, 16) && (!dl || zy_aligned(dl, 16)))
-            xent_rows_k<T, W><<<N, zy_row_threads(V / W), 0, st>>>(dl, loss_rows, logits, targets,
-                                                                   V, ignore_index, grad_scale);
+            zy_launch(xent_rows_k<T, W>, N, zy_row_threads(V / W), 0, st, dl, loss_rows, logits,
+                      targets, V, ignore_index, grad_scale);
         else
-            xent_rows_k<T, 1><<<N, zy_row_threads(V), 0, st>>>(dl, loss_rows, logits, targets, V,
-                                                               ignore_index, grad_scale);
+            zy_launch(xent_rows_k<T, 1>, N, zy_row_threads(V), 0, st, dl, loss_rows, logits,
+                      targets, V, ignore_index, grad_scale);
         ZY_CUDA_TRY_LAUNCH();
     }
     if (loss_sum) {
-        xent_sum_k<<<1, 256, 0, st>>>(loss_sum, count, loss_rows, targets, N, ignore_index);
+        zy_launch(xent_sum_k, 1, 256, 0, st, loss_sum, count, loss_rows, targets, N, ignore_index);
         ZY_CUDA_TRY_LAUNCH();
     }
     return ZY_OK;
