@@ -15,7 +15,8 @@
  * iteration in fp64, and the mean and standard deviation of the result's squared singular values
  * (the eigenvalues of Y Y^T, from its trace and Frobenius norm).
  * Variants: plain bf16 (the reference's own bf16 noise), Gram bf16, Gram with R, M, Q kept in fp32
- * (only X in bf16), Gram bf16 restarted after 2 iterations (X = Q X0 and R recomputed).
+ * (only X in bf16) with fp32 products or with bf16 operands (what bf16 GEMMs with fp32 results
+ * would do on the GPU), and restarted after 2 iterations (X = Q X0 and R recomputed).
  *
  * Build and run (CPU, OpenBLAS):
  *   cc -O2 -fopenmp -I/usr/include/x86_64-linux-gnu/openblas-openmp dev/ns/gram_ns_study.c \
@@ -99,9 +100,28 @@ static void plain_bf16(const float *x0, float *y, int m, int n) {
     free(A), free(B), free(t);
 }
 
-/* The Gram iteration: X in bf16; R, M, Q in bf16 unless f32; restart > 0: after that many
- * iterations X = Q X, R = X X^T, Q = I again. */
-static void gram(const float *x0, float *y, int m, int n, int f32, int restart) {
+/* mm with both operands rounded to bf16 first when bf (a bf16 GEMM with an fp32 result); A is
+ * m x k, B is k x n (or n x k when tb). */
+static void mm_ops(int bf, int m, int n, int k, float alpha, const float *A, const float *B, int tb,
+                   float beta, float *C) {
+    if (!bf) {
+        mm(m, n, k, alpha, A, B, tb, beta, C);
+        return;
+    }
+    float *a = malloc(sizeof(float) * m * k), *b = malloc(sizeof(float) * n * k);
+    memcpy(a, A, sizeof(float) * m * k);
+    memcpy(b, B, sizeof(float) * n * k);
+    round_bf16(a, (size_t)m * k, 0);
+    round_bf16(b, (size_t)n * k, 0);
+    mm(m, n, k, alpha, a, b, tb, beta, C);
+    free(a), free(b);
+}
+
+/* The Gram iteration: X in bf16; mode 0: R, M, Q stored in bf16; 1: stored in fp32, fp32
+ * products; 2: stored in fp32, every product's operands rounded to bf16 (bf16 GEMMs with fp32
+ * results and epilogues). restart > 0: after that many iterations X = Q X, R = X X^T, Q = I. */
+static void gram(const float *x0, float *y, int m, int n, int mode, int restart) {
+    const int f32 = mode != 0, bf = mode == 2;
     const size_t mm2 = (size_t)m * m;
     float *R = malloc(4 * mm2), *M = malloc(4 * mm2), *Q = malloc(4 * mm2), *T = malloc(4 * mm2);
     float *x = malloc(sizeof(float) * m * n);
@@ -114,17 +134,17 @@ static void gram(const float *x0, float *y, int m, int n, int f32, int restart) 
     int fresh = 1; /* Q = I */
     for (int it = 0; it < STEPS; it++) {
         memcpy(M, R, 4 * mm2); /* M = a I + b R + c R R */
-        mm(m, m, m, (float)NS_C, R, R, 0, (float)NS_B, M);
+        mm_ops(bf, m, m, m, (float)NS_C, R, R, 0, (float)NS_B, M);
         for (int i = 0; i < m; i++) M[(size_t)i * m + i] += (float)NS_A;
         round_bf16(M, mm2, f32);
         if (fresh)
             memcpy(Q, M, 4 * mm2), fresh = 0;
         else
-            mm(m, m, m, 1, M, Q, 0, 0, T), round_bf16(T, mm2, f32), memcpy(Q, T, 4 * mm2);
+            mm_ops(bf, m, m, m, 1, M, Q, 0, 0, T), round_bf16(T, mm2, f32), memcpy(Q, T, 4 * mm2);
         if (it == STEPS - 1) break;
         if (restart && it + 1 == restart) { /* x = Q x; R = x x^T; Q = I */
             float *t = malloc(sizeof(float) * m * n);
-            mm(m, n, m, 1, Q, x, 0, 0, t);
+            mm_ops(bf, m, n, m, 1, Q, x, 0, 0, t);
             round_bf16(t, (size_t)m * n, 0);
             memcpy(x, t, sizeof(float) * m * n);
             free(t);
@@ -133,12 +153,12 @@ static void gram(const float *x0, float *y, int m, int n, int f32, int restart) 
             fresh = 1;
             continue;
         }
-        mm(m, m, m, 1, M, R, 0, 0, T); /* R = M R M */
+        mm_ops(bf, m, m, m, 1, M, R, 0, 0, T); /* R = M R M */
         round_bf16(T, mm2, f32);
-        mm(m, m, m, 1, T, M, 0, 0, R);
+        mm_ops(bf, m, m, m, 1, T, M, 0, 0, R);
         round_bf16(R, mm2, f32);
     }
-    mm(m, n, m, 1, Q, x, 0, 0, y);
+    mm_ops(bf, m, n, m, 1, Q, x, 0, 0, y);
     round_bf16(y, (size_t)m * n, 0);
     free(R), free(M), free(Q), free(T), free(x);
 }
@@ -196,15 +216,21 @@ int main(void) {
         char spec[48];
         snprintf(spec, sizeof spec, cases[c].decay == 0 ? "Gaussian" : "s_i = exp(-%g i / m)",
                  cases[c].decay);
-        for (int v = 0; v < 5; v++) {
-            const char *name[] = {"plain fp64", "plain bf16", "Gram bf16", "Gram, R M Q fp32",
-                                  "Gram bf16, restart at 2"};
+        for (int v = 0; v < 7; v++) {
+            const char *name[] = {"plain fp64",
+                                  "plain bf16",
+                                  "Gram bf16",
+                                  "Gram, R M Q fp32",
+                                  "Gram, R M Q fp32, bf16 operands",
+                                  "Gram bf16, restart at 2",
+                                  "Gram fp32 state, bf16 operands, restart at 2"};
+            static const int mode[] = {0, 0, 0, 1, 2, 0, 2}, restart[] = {0, 0, 0, 0, 0, 2, 2};
             if (v == 0)
                 for (size_t i = 0; i < N; i++) y[i] = (float)ref[i];
             else if (v == 1)
                 plain_bf16(x0, y, m, n);
             else
-                gram(x0, y, m, n, v == 3, v == 4 ? 2 : 0);
+                gram(x0, y, m, n, mode[v], restart[v]);
             double mean, sd;
             sv2_stats(y, m, n, &mean, &sd);
             printf("| %d x %d | %s | %s | %.2e | %.3f | %.3f |\n", m, n, spec, name[v],
