@@ -18,6 +18,8 @@
  * (only X in bf16) with fp32 products or with bf16 operands (what bf16 GEMMs with fp32 results
  * would do on the GPU), and restarted after 2 iterations (X = Q X0 and R recomputed).
  *
+ * With arguments FILE ROWS COLS [LABEL] it studies that matrix (raw fp32) instead (e.g. a Muon
+ * momentum taken from a checkpoint's train_state safetensors).
  * Build and run (CPU, OpenBLAS):
  *   cc -O2 -fopenmp -I/usr/include/x86_64-linux-gnu/openblas-openmp dev/ns/gram_ns_study.c \
  *       -lopenblas -lm -o /tmp/gram_ns_study && /tmp/gram_ns_study */
@@ -197,46 +199,74 @@ static void make_input(float *x0, int m, int n, double decay) {
     free(U), free(V);
 }
 
-int main(void) {
+/* One table block: every variant on x0 [m x n] (m <= n). */
+static void run_case(const float *x0, int m, int n, const char *spec) {
+    const size_t N = (size_t)m * n;
+    float *y = malloc(4 * N);
+    double *x0d = malloc(8 * N), *ref = malloc(8 * N);
+    for (size_t i = 0; i < N; i++) x0d[i] = x0[i];
+    plain_f64(x0d, ref, m, n);
+    for (int v = 0; v < 7; v++) {
+        const char *name[] = {"plain fp64",
+                              "plain bf16",
+                              "Gram bf16",
+                              "Gram, R M Q fp32",
+                              "Gram, R M Q fp32, bf16 operands",
+                              "Gram bf16, restart at 2",
+                              "Gram fp32 state, bf16 operands, restart at 2"};
+        static const int mode[] = {0, 0, 0, 1, 2, 0, 2}, restart[] = {0, 0, 0, 0, 0, 2, 2};
+        if (v == 0)
+            for (size_t i = 0; i < N; i++) y[i] = (float)ref[i];
+        else if (v == 1)
+            plain_bf16(x0, y, m, n);
+        else
+            gram(x0, y, m, n, mode[v], restart[v]);
+        double mean, sd;
+        sv2_stats(y, m, n, &mean, &sd);
+        printf("| %d x %d | %s | %s | %.2e | %.3f | %.3f |\n", m, n, spec, name[v],
+               rel_dist(y, ref, N), mean, sd);
+    }
+    free(y), free(x0d), free(ref);
+}
+
+/* Arguments FILE ROWS COLS [LABEL]: the matrix in FILE (raw little-endian fp32, row-major; taken
+ * transposed when ROWS > COLS, as Muon does) instead of the synthetic cases. */
+int main(int argc, char **argv) {
+    printf("| m x n | spectrum | variant | rel. distance to plain fp64 | sv^2 mean | sv^2 sd |\n");
+    printf("|---|---|---|---|---|---|\n");
+    if (argc >= 4) {
+        const int rows = atoi(argv[2]), cols = atoi(argv[3]);
+        const size_t N = (size_t)rows * cols;
+        float *a = malloc(4 * N), *x0 = malloc(4 * N);
+        FILE *f = fopen(argv[1], "rb");
+        if (rows < 1 || cols < 1 || !f || fread(a, 4, N, f) != N) {
+            fprintf(stderr, "%s: cannot read %d x %d fp32 values\n", argv[1], rows, cols);
+            return 2;
+        }
+        fclose(f);
+        const int m = rows < cols ? rows : cols, n = rows < cols ? cols : rows;
+        for (int i = 0; i < rows; i++)
+            for (int j = 0; j < cols; j++)
+                x0[rows <= cols ? (size_t)i * cols + j : (size_t)j * rows + i] =
+                    a[(size_t)i * cols + j];
+        run_case(x0, m, n, argc > 4 ? argv[4] : argv[1]);
+        free(a), free(x0);
+        return 0;
+    }
     const struct {
         int m, n;
         double decay;
     } cases[] = {{256, 512, 0},  {256, 512, 8},  {256, 512, 20},
                  {512, 1024, 0}, {512, 1024, 8}, {256, 256, 8}};
-    printf("| m x n | spectrum | variant | rel. distance to plain fp64 | sv^2 mean | sv^2 sd |\n");
-    printf("|---|---|---|---|---|---|\n");
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const int m = cases[c].m, n = cases[c].n;
-        const size_t N = (size_t)m * n;
-        float *x0 = malloc(4 * N), *y = malloc(4 * N);
-        double *x0d = malloc(8 * N), *ref = malloc(8 * N);
+        float *x0 = malloc(4 * (size_t)m * n);
         make_input(x0, m, n, cases[c].decay);
-        for (size_t i = 0; i < N; i++) x0d[i] = x0[i];
-        plain_f64(x0d, ref, m, n);
         char spec[48];
         snprintf(spec, sizeof spec, cases[c].decay == 0 ? "Gaussian" : "s_i = exp(-%g i / m)",
                  cases[c].decay);
-        for (int v = 0; v < 7; v++) {
-            const char *name[] = {"plain fp64",
-                                  "plain bf16",
-                                  "Gram bf16",
-                                  "Gram, R M Q fp32",
-                                  "Gram, R M Q fp32, bf16 operands",
-                                  "Gram bf16, restart at 2",
-                                  "Gram fp32 state, bf16 operands, restart at 2"};
-            static const int mode[] = {0, 0, 0, 1, 2, 0, 2}, restart[] = {0, 0, 0, 0, 0, 2, 2};
-            if (v == 0)
-                for (size_t i = 0; i < N; i++) y[i] = (float)ref[i];
-            else if (v == 1)
-                plain_bf16(x0, y, m, n);
-            else
-                gram(x0, y, m, n, mode[v], restart[v]);
-            double mean, sd;
-            sv2_stats(y, m, n, &mean, &sd);
-            printf("| %d x %d | %s | %s | %.2e | %.3f | %.3f |\n", m, n, spec, name[v],
-                   rel_dist(y, ref, N), mean, sd);
-        }
-        free(x0), free(y), free(x0d), free(ref);
+        run_case(x0, m, n, spec);
+        free(x0);
     }
     return 0;
 }
