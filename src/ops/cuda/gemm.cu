@@ -173,8 +173,6 @@ static cublasStatus_t set_batch(cuda_gemm_plan *p, int batch, const batch_stride
     return CUBLAS_STATUS_SUCCESS;
 }
 
-/* Descriptors for key k (batch strides bs when k->strided) and the heuristic's first algorithm;
- * *found = 0 when cuBLASLt has none. */
 /* "id tile stages splitK reduction" of an algorithm, or "none". */
 static void algo_desc(const cublasLtMatmulAlgo_t *a, char *buf, size_t n) {
     int32_t id = -1, splitk = 1;
@@ -217,6 +215,8 @@ static void log_plan(cuda_gemm_ctx *c, const cuda_gemm_plan *p, const plan_key *
             k->dc == CUDA_GEMM_BF16 ? "bf16" : "f32", k->batch, k->lda, k->ldb, k->ldc, a, b);
 }
 
+/* Descriptors for key k (batch strides bs when k->strided) and the heuristic's first algorithm;
+ * *found = 0 when cuBLASLt has none. */
 static int plan_build(cuda_gemm_ctx *c, cuda_gemm_plan *p, const plan_key *k,
                       const batch_strides *bs, int *found) {
     colmajor v = to_colmajor(k);

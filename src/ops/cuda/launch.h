@@ -7,9 +7,10 @@
  * (dev/time_launch_gap.cu), on ~1,100 boundaries a bench-small step.
  *
  * The rule that keeps it correct: a kernel launched by zy_launch calls zy_pdl_begin before it
- * reads or writes global memory (scripts/check_layers.sh checks that every __global__ function of
- * the files that launch by zy_launch begins with it). Launches that are not kernels (copies,
- * memsets), other libraries' kernels and event waits keep the stream's full ordering. */
+ * reads or writes global memory (scripts/check_pdl.sh, run by the test command, checks that every
+ * __global__ function of the files that launch by zy_launch begins with it). Launches that are not
+ * kernels (copies, memsets), other libraries' kernels and event waits keep the stream's full
+ * ordering. */
 #ifndef ZY_OPS_CUDA_LAUNCH_H
 #define ZY_OPS_CUDA_LAUNCH_H
 
