@@ -205,22 +205,33 @@ __global__ void __launch_bounds__(TILE_THREADS)
     float acc[1][W];
 #pragma unroll
     for (int k = 0; k < W; k++) acc[0][k] = 0;
+    /* B rows' loads are issued before any of them is used: the grids are small (C = R = 256 is
+     * one block column), so bandwidth needs several loads in flight per thread, and with GELU the
+     * stores to dx (which may alias dy) would otherwise keep the compiler from hoisting them. */
+    constexpr int B = 4;
     if (c < C)
-#pragma unroll 4 /* independent loads in flight: the bias grids are small (C = R = 256) */
-        for (int n = n0 + threadIdx.y; n < n1; n += ZY_COL_TY) {
-            float v[W];
-            zy_load<bf16, W>(dy + (size_t)n * C + c, v);
-            if constexpr (GELU) {
-                float xv[W];
-                zy_load<bf16, W>(x + (size_t)n * C + c, xv);
+        for (int n = n0 + threadIdx.y; n < n1; n += B * ZY_COL_TY) {
+            float v[B][W], xv[B][GELU ? W : 1];
 #pragma unroll
-                for (int k = 0; k < W; k++) v[k] = zy_gelu_bwd(v[k], xv[k]);
-                zy_store<bf16, W>(dx + (size_t)n * C + c, v);
-#pragma unroll
-                for (int k = 0; k < W; k++) v[k] = zy_to_f(zy_from_f<bf16>(v[k]));
+            for (int b = 0; b < B; b++) {
+                const size_t at = (size_t)(n + b * ZY_COL_TY) * C + c;
+                if (n + b * ZY_COL_TY >= n1) break;
+                zy_load<bf16, W>(dy + at, v[b]);
+                if constexpr (GELU) zy_load<bf16, W>(x + at, xv[b]);
             }
 #pragma unroll
-            for (int k = 0; k < W; k++) acc[0][k] += v[k];
+            for (int b = 0; b < B; b++) {
+                if (n + b * ZY_COL_TY >= n1) break;
+                if constexpr (GELU) {
+#pragma unroll
+                    for (int k = 0; k < W; k++) v[b][k] = zy_gelu_bwd(v[b][k], xv[b][k]);
+                    zy_store<bf16, W>(dx + (size_t)(n + b * ZY_COL_TY) * C + c, v[b]);
+#pragma unroll
+                    for (int k = 0; k < W; k++) v[b][k] = zy_to_f(zy_from_f<bf16>(v[b][k]));
+                }
+#pragma unroll
+                for (int k = 0; k < W; k++) acc[0][k] += v[b][k]; /* rows in order, as before */
+            }
         }
     col_partials<1, W>(part, P, p, C, acc);
 }
