@@ -191,6 +191,40 @@ static void case_bias_bwd(oh_run *r, const int *p) {
     oh_out_f32(r, oh_bound(REL_F32, EPS_SUM, scale), ddb, C, "bias_bwd N=%d C=%d", N, C);
 }
 
+/* p: N, C, alias (1: dx is dy on the compared backend). ops_gelu_bias_bwd against the reference's
+ * GELU backward and column sums; on every backend also bitwise against its own gelu_bwd followed
+ * by bias_bwd (what it fuses). The column sums add the backend's stored dx, which on a bf16
+ * backend carries one rounding (2^-8 relative) per term. */
+static void case_gelu_bias_bwd(oh_run *r, const int *p) {
+    zy_ctx *c = oh_ctx(r);
+    const int N = p[0], C = p[1], alias = p[2] && !oh_is_ref(r);
+    const size_t n = (size_t)N * C;
+    float *x = oh_randn_bf(r, n, 2.0f), *g = oh_randn_bf(r, n, 1.0f), *db0 = oh_randn(r, C, 1.0f);
+    double *dsc = oh_zeros(r, n), *bsc = oh_zeros(r, C);
+    for (int i = 0; i < C; i++) bsc[i] = fabsf(db0[i]);
+    for (size_t i = 0; i < n; i++) {
+        dsc[i] = fabsf(g[i]) * (1 + fabsf(x[i]));
+        bsc[i % (size_t)C] += dsc[i];
+    }
+    zy_act *dx_in = oh_act(r, x, n), *dg = oh_act(r, g, n);
+    zy_act *ddx = alias ? dg : oh_nan_act(r, n);
+    float *ddb = oh_f32(r, db0, C);
+    ops_gelu_bias_bwd(c, ddx, ddb, dg, dx_in, N, C);
+    /* the two ops it fuses, on fresh copies of the same inputs */
+    zy_act *sdx = oh_nan_act(r, n);
+    float *sdb = oh_f32(r, db0, C);
+    ops_gelu_bwd(c, sdx, oh_act(r, g, n), dx_in, n);
+    ops_bias_bwd(c, sdb, sdx, N, C);
+    oh_expect(oh_exact(), oh_get_act(r, ddx, n), oh_get_act(r, sdx, n), n,
+              "gelu_bias_bwd N=%d C=%d dx = gelu_bwd's", N, C);
+    oh_expect(oh_exact(), oh_get_f32(r, ddb, C), oh_get_f32(r, sdb, C), (size_t)C,
+              "gelu_bias_bwd N=%d C=%d dbias = bias_bwd's", N, C);
+    oh_out_act(r, oh_bound(REL_BF, EPS_EW, dsc), ddx, n, "gelu_bias_bwd N=%d C=%d%s dx", N, C,
+               p[2] ? " dx=dy" : "");
+    oh_out_f32(r, oh_bound(REL_F32, REL_BF + EPS_SUM, bsc), ddb, C, "gelu_bias_bwd N=%d C=%d dbias",
+               N, C);
+}
+
 /* ---- embedding ---- */
 
 /* p: N, D, measure (V = 50; the id of row 1 is skip_id when N > 1). Measure 0: OH_BOUND as above;
@@ -469,6 +503,7 @@ static void case_zero_rows(oh_run *r, const int *p) {
     ops_add_bias(c, a, f, 0, 8);
     ops_bias_gelu_fwd(c, b, a, f, 0, 8);
     ops_bias_bwd(c, f, a, 0, 8);
+    ops_gelu_bias_bwd(c, a, f, a, b, 0, 8);
     ops_embed_fwd(c, f2, f, ids, f, f, 0, 8);
     ops_embed_bwd(c, f2, f3, f4, f, f, ids, f, f, 0, 8, -1);
     ops_rmsnorm_fwd(c, a, f2, f, ZY_DTYPE_F32, f, 0, 8, RMS_EPS);
@@ -526,6 +561,10 @@ const oh_case oh_cases_dense[] = {
     {"bias_bwd", case_bias_bwd, {4099, 1024}},
     {"bias_bwd", case_bias_bwd, {70, 1001}},
     {"bias_bwd", case_bias_bwd, {20000, 8}},
+    {"gelu_bias_bwd", case_gelu_bias_bwd, {1, 3, 0}},
+    {"gelu_bias_bwd", case_gelu_bias_bwd, {333, 256, 1}},
+    {"gelu_bias_bwd", case_gelu_bias_bwd, {4099, 256, 0}},
+    {"gelu_bias_bwd", case_gelu_bias_bwd, {70, 1001, 1}},
     {"bias_bwd", case_bias_bwd, {300, 24}},
     {"embed", case_embed, {1, 3}},
     {"embed", case_embed, {7, 1024}},

@@ -28,8 +28,7 @@ static void moe_backward(zy_model *mo, zy_acts *a, int l, const zy_act *dY) {
     /* dact = dys @ down[e]; ddown[e] += dys^T act (left running) */
     ops_expert_matmul_bwd(ctx, a->dact, g->down, a->dys, x->act, wc->down, off, x->offsets, E, D, F,
                           mo->grad_beta, 0);
-    ops_zero(ctx, a->dm, (size_t)N * D * ops_act_size(ctx));
-    router_backward(mo, a, l); /* touches none of dact, ddown, dys, act, down */
+    router_backward(mo, a, l); /* touches none of dact, ddown, dys, act, down; writes dm */
     ops_expert_join(ctx);
     ops_swiglu_bwd(ctx, a->dgu, a->dact, x->gu, x->nrouted, F);
     /* dxs = dgu @ gate_up[e]; dgate_up[e] += dgu^T xs */
@@ -38,7 +37,8 @@ static void moe_backward(zy_model *mo, zy_acts *a, int l, const zy_act *dY) {
     ops_scatter_add_rows(ctx, a->dm, a->dxs, x->perm, x->nrouted, D);
 }
 
-/* a->dgate -> router grads; adds the router's input gradient into a->dm; leaves dz (this layer's
+/* a->dgate -> router grads; writes the router's input gradient to a->dm (its first write: the
+ * experts' are added after); leaves dz (this layer's
  * router state gradient, before depth averaging) and updates a->dz_carry for layer l-1. */
 static void router_backward(zy_model *mo, zy_acts *a, int l) {
     zy_ctx *ctx = mo->ctx;
@@ -53,15 +53,13 @@ static void router_backward(zy_model *mo, zy_acts *a, int l) {
     /* logits = g2 @ out^T */
     ops_matmul_f32(ctx, g->r_out, a->dr, x->g2, E1, R, N, 1, 0, 1.0f, gb);
     ops_matmul(ctx, a->dr2, a->dr, wc->r_out, N, R, E1, 0, 0, 1.0f, 0.0f);
-    ops_gelu_bwd(ctx, a->dr2, a->dr2, x->f2, (size_t)N * R);
-    /* f2 = g1 @ fc2^T + b2 */
+    /* g2 = GELU(f2), f2 = g1 @ fc2^T + b2 */
+    ops_gelu_bias_bwd(ctx, a->dr2, g->r_fc2_b, a->dr2, x->f2, N, R);
     ops_matmul_f32(ctx, g->r_fc2_w, a->dr2, x->g1, R, R, N, 1, 0, 1.0f, gb);
-    ops_bias_bwd(ctx, g->r_fc2_b, a->dr2, N, R);
     ops_matmul(ctx, a->dr, a->dr2, wc->r_fc2_w, N, R, R, 0, 0, 1.0f, 0.0f);
-    ops_gelu_bwd(ctx, a->dr, a->dr, x->f1, (size_t)N * R);
-    /* f1 = u0 @ fc1^T + b1 */
+    /* g1 = GELU(f1), f1 = u0 @ fc1^T + b1 */
+    ops_gelu_bias_bwd(ctx, a->dr, g->r_fc1_b, a->dr, x->f1, N, R);
     ops_matmul_f32(ctx, g->r_fc1_w, a->dr, x->u0, R, R, N, 1, 0, 1.0f, gb);
-    ops_bias_bwd(ctx, g->r_fc1_b, a->dr, N, R);
     ops_matmul(ctx, a->dr2, a->dr, wc->r_fc1_w, N, R, R, 0, 0, 1.0f, 0.0f);
     ops_rmsnorm_bwd(ctx, a->dz, g->r_norm, a->dr2, x->z, ctx->act_dtype, w->r_norm, x->rstd_z, N, R,
                     0);
@@ -72,7 +70,7 @@ static void router_backward(zy_model *mo, zy_acts *a, int l) {
     /* z = m @ down^T + b */
     ops_matmul_f32(ctx, g->r_down_w, a->dz, x->m, R, D, N, 1, 0, 1.0f, gb);
     ops_bias_bwd(ctx, g->r_down_b, a->dz, N, R);
-    ops_matmul(ctx, a->dm, a->dz, wc->r_down_w, N, D, R, 0, 0, 1.0f, 1.0f);
+    ops_matmul(ctx, a->dm, a->dz, wc->r_down_w, N, D, R, 0, 0, 1.0f, 0.0f);
 }
 
 /* On entry a->dx is the gradient w.r.t. the output of the norm that reads this layer's output

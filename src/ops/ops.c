@@ -520,6 +520,14 @@ void ops_bias_bwd(zy_ctx *ctx, float *dbias, const zy_act *dy, int N, int C) {
     cpu_bias_bwd(cpu_threads(ctx), dbias, dy, N, C);
 }
 
+/* dx = dy * GELU'(x) and dbias[C] += column sums of dx. */
+void ops_gelu_bias_bwd(zy_ctx *ctx, zy_act *dx, float *dbias, const zy_act *dy, const zy_act *x,
+                       int N, int C) {
+    ON_CUDA(ctx, "gelu_bias_bwd", cuda_ops_gelu_bias_bwd(ctx, dx, dbias, dy, x, N, C));
+    cpu_gelu_bwd(cpu_threads(ctx), dx, dy, x, (size_t)N * C);
+    cpu_bias_bwd(cpu_threads(ctx), dbias, dx, N, C);
+}
+
 /* h = (emb[ids] + bias) * scale. */
 void ops_embed_fwd(zy_ctx *ctx, float *h, const float *emb, const int32_t *ids, const float *bias,
                    const float *scale, int N, int D) {

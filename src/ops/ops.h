@@ -224,6 +224,11 @@ void ops_add_bias(zy_ctx *ctx, zy_act *y, const float *bias, int N, int C);
 void ops_bias_gelu_fwd(zy_ctx *ctx, zy_act *y, zy_act *x, const float *bias, int N, int C);
 /* dbias[C] += sum over rows of dy[N,C] */
 void ops_bias_bwd(zy_ctx *ctx, float *dbias, const zy_act *dy, int N, int C);
+/* dx = dy * GELU'(x) [N,C] (dx may alias dy) and dbias[C] += sum over rows of dx: gelu_bwd then
+ * bias_bwd (the backward of bias_gelu), the same bits as the two ops; one pass over the rows on
+ * CUDA. */
+void ops_gelu_bias_bwd(zy_ctx *ctx, zy_act *dx, float *dbias, const zy_act *dy, const zy_act *x,
+                       int N, int C);
 
 /* ---- embedding and input affine (fp32: the table is the master weight, h the residual) ---- */
 /* h[N,D] = (emb[ids[n]] + bias) * scale. ids must be in [0, V) (checked by the caller). */

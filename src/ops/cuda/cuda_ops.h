@@ -75,6 +75,8 @@ void cuda_ops_expert_join(zy_ctx *ctx);
 void cuda_ops_add_act(zy_ctx *ctx, zy_act *y, const zy_act *x, size_t n);
 void cuda_ops_add_bias(zy_ctx *ctx, zy_act *y, const float *bias, int N, int C);
 void cuda_ops_bias_gelu_fwd(zy_ctx *ctx, zy_act *y, zy_act *x, const float *bias, int N, int C);
+void cuda_ops_gelu_bias_bwd(zy_ctx *ctx, zy_act *dx, float *dbias, const zy_act *dy,
+                            const zy_act *x, int N, int C);
 void cuda_ops_bias_bwd(zy_ctx *ctx, float *dbias, const zy_act *dy, int N, int C);
 void cuda_ops_embed_fwd(zy_ctx *ctx, float *h, const float *emb, const int32_t *ids,
                         const float *bias, const float *scale, int N, int D);

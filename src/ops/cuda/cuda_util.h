@@ -77,6 +77,15 @@ __device__ __forceinline__ float zy_gelu(float v) {
     return 0.5f * v * (1.0f + erff(v * ZY_INV_SQRT2));
 }
 
+/* dy * GELU'(v): the elementwise backward and the fused backward with the bias's column sums
+ * both call it, so they give the same bits. */
+#define ZY_INV_SQRT_2PI 0.39894228040143267794f
+__device__ __forceinline__ float zy_gelu_bwd(float dy, float v) {
+    const float cdf = 0.5f * (1.0f + erff(v * ZY_INV_SQRT2));
+    const float pdf = ZY_INV_SQRT_2PI * expf(-0.5f * v * v);
+    return dy * (cdf + v * pdf);
+}
+
 /* SwiGLU of a gate value g and its up value u, each as the activation type holds it: silu(g) u,
  * with the hardware's exp2 and reciprocal approximations (__expf, __fdividef: a few ulp of fp32,
  * far below the bf16 result's rounding; what torch's CUDA build does too). The exact libm path is

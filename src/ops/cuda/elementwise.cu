@@ -13,8 +13,6 @@
 
 typedef __nv_bfloat16 bf16;
 
-#define ZY_INV_SQRT_2PI 0.39894228040143267794f
-
 /* ---- GELU ---- */
 
 template <typename T, int W> __global__ void gelu_fwd_k(T *y, const T *x, size_t units) {
@@ -38,11 +36,7 @@ __global__ void gelu_bwd_k(T *dx, const T *dy, const T *x, size_t units) {
         zy_load<T, W>(x + u * W, v);
         zy_load<T, W>(dy + u * W, g);
 #pragma unroll
-        for (int k = 0; k < W; k++) {
-            float cdf = 0.5f * (1.0f + erff(v[k] * ZY_INV_SQRT2));
-            float pdf = ZY_INV_SQRT_2PI * expf(-0.5f * v[k] * v[k]);
-            o[k] = g[k] * (cdf + v[k] * pdf);
-        }
+        for (int k = 0; k < W; k++) o[k] = zy_gelu_bwd(g[k], v[k]);
         zy_store<T, W>(dx + u * W, o);
     }
 }

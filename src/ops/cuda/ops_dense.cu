@@ -193,49 +193,89 @@ void cuda_ops_bias_gelu_fwd(zy_ctx *ctx, zy_act *y, zy_act *x, const float *bias
 }
 
 /* Chunk partials of the column sums of dy [N,C]: block (column tile blockIdx.x, chunk blockIdx.y
- * of R rows). */
-template <int W>
+ * of R rows). GELU: the sums are of dx = dy * GELU'(x), which the kernel also stores as bf16 (dx
+ * may alias dy: each element is read and written by one thread); it sums the stored values, in
+ * the same order, so dx and the partials are the bits of gelu_bwd followed by the plain kernel. */
+template <int W, bool GELU>
 __global__ void __launch_bounds__(TILE_THREADS)
-    bias_col_k(float *part, int P, int R, const bf16 *dy, int N, int C) {
+    bias_col_k(float *part, int P, int R, bf16 *dx, const bf16 *dy, const bf16 *x, int N, int C) {
     zy_pdl_begin();
     const int c = (blockIdx.x * ZY_COL_TX + threadIdx.x) * W, p = blockIdx.y;
     const int n0 = p * R, n1 = n0 + R < N ? n0 + R : N;
     float acc[1][W];
 #pragma unroll
     for (int k = 0; k < W; k++) acc[0][k] = 0;
+    /* B rows' loads are issued before any of them is used: the grids are small (C = R = 256 is
+     * one block column), so bandwidth needs several loads in flight per thread, and with GELU the
+     * stores to dx (which may alias dy) would otherwise keep the compiler from hoisting them. */
+    constexpr int B = 4;
     if (c < C)
-#pragma unroll 4 /* independent loads in flight: the bias grids are small (C = R = 256) */
-        for (int n = n0 + threadIdx.y; n < n1; n += ZY_COL_TY) {
-            float v[W];
-            zy_load<bf16, W>(dy + (size_t)n * C + c, v);
+        for (int n = n0 + threadIdx.y; n < n1; n += B * ZY_COL_TY) {
+            float v[B][W], xv[B][GELU ? W : 1];
 #pragma unroll
-            for (int k = 0; k < W; k++) acc[0][k] += v[k];
+            for (int b = 0; b < B; b++) {
+                const size_t at = (size_t)(n + b * ZY_COL_TY) * C + c;
+                if (n + b * ZY_COL_TY >= n1) break;
+                zy_load<bf16, W>(dy + at, v[b]);
+                if constexpr (GELU) zy_load<bf16, W>(x + at, xv[b]);
+            }
+#pragma unroll
+            for (int b = 0; b < B; b++) {
+                if (n + b * ZY_COL_TY >= n1) break;
+                if constexpr (GELU) {
+#pragma unroll
+                    for (int k = 0; k < W; k++) v[b][k] = zy_gelu_bwd(v[b][k], xv[b][k]);
+                    zy_store<bf16, W>(dx + (size_t)(n + b * ZY_COL_TY) * C + c, v[b]);
+#pragma unroll
+                    for (int k = 0; k < W; k++) v[b][k] = zy_to_f(zy_from_f<bf16>(v[b][k]));
+                }
+#pragma unroll
+                for (int k = 0; k < W; k++) acc[0][k] += v[b][k]; /* rows in order, as before */
+            }
         }
     col_partials<1, W>(part, P, p, C, acc);
+}
+
+/* The column partials of dy [N,C] (GELU's backward first when x is given, writing dx), then
+ * dbias[C] += their sums in a fixed order. */
+static void bias_bwd(zy_ctx *ctx, float *dbias, bf16 *dx, const bf16 *dy, const bf16 *x, int N,
+                     int C) {
+    cudaStream_t st = cuda_stream(ctx);
+    int R, P;
+    zy_col_chunks(N, &R, &P);
+    float *part = (float *)cuda_ws(ctx, (size_t)P * C * sizeof(float));
+    dim3 block(ZY_COL_TX, ZY_COL_TY);
+    const bool vec =
+        C % 8 == 0 && zy_aligned(dy, 16) && (!x || (zy_aligned(x, 16) && zy_aligned(dx, 16)));
+    dim3 grid(((vec ? C / 8 : C) + ZY_COL_TX - 1) / ZY_COL_TX, P);
+    if (x && vec)
+        zy_launch(bias_col_k<8, true>, grid, block, 0, st, part, P, R, dx, dy, x, N, C);
+    else if (x)
+        zy_launch(bias_col_k<1, true>, grid, block, 0, st, part, P, R, dx, dy, x, N, C);
+    else if (vec)
+        zy_launch(bias_col_k<8, false>, grid, block, 0, st, part, P, R, dx, dy, x, N, C);
+    else
+        zy_launch(bias_col_k<1, false>, grid, block, 0, st, part, P, R, dx, dy, x, N, C);
+    ZY_CUDA_CHECK_LAUNCH();
+    zy_col_outs o;
+    memset(&o, 0, sizeof o);
+    o.dst[0] = dbias, o.src[0] = 0, o.n = 1;
+    ZY_STATUS_CHECK(zy_col_finish_multi(&o, 1, part, P, C, st));
+}
+
+/* dx = dy * GELU'(x), dbias[C] += column sums of dx (deterministic). */
+void cuda_ops_gelu_bias_bwd(zy_ctx *ctx, zy_act *dx, float *dbias, const zy_act *dy,
+                            const zy_act *x, int N, int C) {
+    ZY_CHECKF(N >= 0 && C >= 0, "gelu_bias_bwd: impossible shape N=%d C=%d", N, C);
+    if (N == 0 || C == 0) return;
+    bias_bwd(ctx, dbias, (bf16 *)dx, (const bf16 *)dy, (const bf16 *)x, N, C);
 }
 
 /* dbias[C] += column sums of dy [N,C] (deterministic). */
 void cuda_ops_bias_bwd(zy_ctx *ctx, float *dbias, const zy_act *dy, int N, int C) {
     ZY_CHECKF(N >= 0 && C >= 0, "bias_bwd: impossible shape N=%d C=%d", N, C);
     if (N == 0 || C == 0) return;
-    cudaStream_t st = cuda_stream(ctx);
-    int R, P;
-    zy_col_chunks(N, &R, &P);
-    float *part = (float *)cuda_ws(ctx, (size_t)P * C * sizeof(float));
-    dim3 block(ZY_COL_TX, ZY_COL_TY);
-    const bf16 *g = (const bf16 *)dy;
-    if (C % 8 == 0 && zy_aligned(dy, 16)) {
-        dim3 grid((C / 8 + ZY_COL_TX - 1) / ZY_COL_TX, P);
-        zy_launch(bias_col_k<8>, grid, block, 0, st, part, P, R, g, N, C);
-    } else {
-        dim3 grid((C + ZY_COL_TX - 1) / ZY_COL_TX, P);
-        zy_launch(bias_col_k<1>, grid, block, 0, st, part, P, R, g, N, C);
-    }
-    ZY_CUDA_CHECK_LAUNCH();
-    zy_col_outs o;
-    memset(&o, 0, sizeof o);
-    o.dst[0] = dbias, o.src[0] = 0, o.n = 1;
-    ZY_STATUS_CHECK(zy_col_finish_multi(&o, 1, part, P, C, st));
+    bias_bwd(ctx, dbias, nullptr, (const bf16 *)dy, nullptr, N, C);
 }
 
 /* ---- embedding ---- */
