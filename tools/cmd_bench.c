@@ -512,6 +512,7 @@ static int train_parse(const zy_opt *opts, bench_train_opts *o) {
     ZY_TRY(train_opt_int(opts, "--threads", 0, 0, 4096, &o->threads));
     static const char *const optims[] = {"adamw", "muon", NULL}; /* use_muon 0, 1 */
     ZY_TRY(args_choice(opts, "--optim", optims, o->use_muon, &o->use_muon));
+    ZY_TRY(train_opt_int(opts, "--ns-steps", o->ns_steps, 1, 100, &o->ns_steps));
     double v;
     ZY_TRY(args_double_in(opts, "--lr", o->lr, "(0, 10]", &v));
     o->lr = (float)v;
@@ -586,6 +587,7 @@ static int bench_train(int argc, char **argv) {
         {"--steps", 1, "timed steps (default 20)", NULL},
         {"--warmup", 1, "untimed steps before them (default 3)", NULL},
         {"--optim", 1, "adamw, or muon (Muon for the matrices) (default adamw)", NULL},
+        {"--ns-steps", 1, "Muon's Newton-Schulz iterations (optimizer.ns_steps; default 5)", NULL},
         {"--lr", 1, "constant learning rate (default 3e-4)", NULL},
         {"--profile", 0, "one extra step with the op profiler: the per-op time breakdown", NULL},
         {"--recompute", 0,

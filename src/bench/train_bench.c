@@ -35,6 +35,9 @@ void bench_train_opts_default(bench_train_opts *o) {
     o->steps = 20;
     o->warmup = 3;
     o->lr = 3e-4f;
+    zy_optim_config oc;
+    optim_config_default(&oc);
+    o->ns_steps = oc.muon_ns_steps;
     o->seed = 1;
     o->embedding_update = ZY_EMB_SPLIT;
 }
@@ -55,6 +58,8 @@ int bench_train_check(const bench_train_opts *o) {
     if (o->warmup < 0 || o->warmup > 1000000)
         return zy_fail("--warmup must be 0..1000000, got %d", o->warmup);
     if (!(o->lr > 0) || !(o->lr <= 10)) return zy_fail("--lr must be in (0, 10], got %g", o->lr);
+    if (o->ns_steps < 1 || o->ns_steps > 100)
+        return zy_fail("--ns-steps must be 1..100, got %d", o->ns_steps);
     if (!(o->peak_tflops >= 0) || !isfinite(o->peak_tflops))
         return zy_fail("--peak-tflops must be a positive number, got %g", o->peak_tflops);
     if (o->threads < 0 || o->threads > 4096)
@@ -157,6 +162,7 @@ static int bt_init(bt_state *s, const bench_train_opts *o, const dist_env *e,
     zy_optim_config oc;
     optim_config_default(&oc);
     oc.use_muon = o->use_muon;
+    oc.muon_ns_steps = o->ns_steps;
     oc.lr = o->lr;
     oc.embedding_update = o->embedding_update;
     char what[128];
@@ -469,12 +475,14 @@ static double median_ms(const bench_train_result *r) {
 }
 
 void bench_train_print(FILE *f, const bench_train_opts *o, const bench_train_result *r) {
+    char optim[64] = "AdamW";
+    if (o->use_muon)
+        snprintf(optim, sizeof optim, "Muon (%d Newton-Schulz steps) + AdamW", o->ns_steps);
     fprintf(f,
             "# zayac bench train: %s on %s, batch %d x %d = %lld tokens/step, %s, lr %g, "
             "%d timed steps after %d warm-up%s\n",
-            o->model_name, device_name(o), o->batch, o->seq, (long long)r->tokens_per_step,
-            o->use_muon ? "Muon + AdamW" : "AdamW", o->lr, o->steps, o->warmup,
-            o->recompute ? ", activations recomputed" : "");
+            o->model_name, device_name(o), o->batch, o->seq, (long long)r->tokens_per_step, optim,
+            o->lr, o->steps, o->warmup, o->recompute ? ", activations recomputed" : "");
     if (r->machine.gpu[0]) fprintf(f, "# gpu: %s\n", r->machine.gpu);
     fprintf(f, "  %-16s %.2fM total, %.2fM active per token without the embedding\n", "parameters",
             r->counts.total / 1e6, r->counts.active_no_embed / 1e6);
@@ -571,6 +579,7 @@ cJSON *bench_train_to_json(const bench_train_opts *o, const bench_train_result *
     cJSON_AddNumberToObject(j, "steps", o->steps);
     cJSON_AddNumberToObject(j, "warmup", o->warmup);
     cJSON_AddStringToObject(j, "optim", o->use_muon ? "muon" : "adamw");
+    if (o->use_muon) cJSON_AddNumberToObject(j, "ns_steps", o->ns_steps);
     cJSON_AddBoolToObject(j, "recompute", o->recompute);
     if (r->world > 1) /* what ranks do; one rank updates everything */
         cJSON_AddStringToObject(j, "embedding_update",
