@@ -565,6 +565,10 @@ const oh_case oh_cases_dense[] = {
     {"gelu_bias_bwd", case_gelu_bias_bwd, {333, 256, 1}},
     {"gelu_bias_bwd", case_gelu_bias_bwd, {4099, 256, 0}},
     {"gelu_bias_bwd", case_gelu_bias_bwd, {70, 1001, 1}},
+    /* the 8-wide kernel with a partial column tile, more than one column block, 79-row chunks */
+    {"gelu_bias_bwd", case_gelu_bias_bwd, {300, 24, 0}},
+    {"gelu_bias_bwd", case_gelu_bias_bwd, {97, 1032, 1}},
+    {"gelu_bias_bwd", case_gelu_bias_bwd, {20000, 8, 1}},
     {"bias_bwd", case_bias_bwd, {300, 24}},
     {"embed", case_embed, {1, 3}},
     {"embed", case_embed, {7, 1024}},

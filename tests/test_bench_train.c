@@ -368,6 +368,7 @@ static void test_cli_errors(void **state) {
         {"--preset tiny --device cuda:x", "cuda:x"},
         {"--preset tiny --device cpu --lr 0", "--lr"},
         {"--preset tiny --device cpu --optim muon --ns-steps 0", "--ns-steps"},
+        {"--preset tiny --device cpu --ns-steps 4", "needs --optim muon"},
         {"--preset tiny --device cpu --peak-tflops -5", "--peak-tflops"},
         {"--preset tiny --device cpu --seed -1", "--seed"},
         {"--preset tiny --device cpu --attention-workspace-gib 0.01", "--attention-workspace-gib"},

@@ -512,6 +512,8 @@ static int train_parse(const zy_opt *opts, bench_train_opts *o) {
     ZY_TRY(train_opt_int(opts, "--threads", 0, 0, 4096, &o->threads));
     static const char *const optims[] = {"adamw", "muon", NULL}; /* use_muon 0, 1 */
     ZY_TRY(args_choice(opts, "--optim", optims, o->use_muon, &o->use_muon));
+    if (args_get(opts, "--ns-steps") && !o->use_muon)
+        return zy_fail("--ns-steps sets Muon's Newton-Schulz iterations: it needs --optim muon");
     ZY_TRY(train_opt_int(opts, "--ns-steps", o->ns_steps, 1, 100, &o->ns_steps));
     double v;
     ZY_TRY(args_double_in(opts, "--lr", o->lr, "(0, 10]", &v));
