@@ -11,6 +11,7 @@
 #   DEBS=.ext/debs [PREV_TAR=.ext/prev.tar] [ROUNDS=2] [CASES="bench-small:8:2048 bench-base:4:4096"] \
 #       [OPTIMS="adamw muon"] [VARIANTS="prev 0 1"] [MUTANT=1] [SKIP_TESTS=1] \
 #       bash scripts/gpu_overlap_bench.sh
+# An OPTIMS entry muon-nsK runs Muon with K Newton-Schulz iterations (--ns-steps K).
 # Files land in $OUT: summary.txt, build.log, tests.log, mutant.log, bench_*.json.
 set -u
 export PATH=/usr/local/cuda/bin:$PATH
@@ -66,6 +67,8 @@ for r in $(seq 1 "${ROUNDS:-2}"); do
     for c in ${CASES:-bench-small:8:2048 bench-base:4:4096}; do
         IFS=: read -r preset batch seq <<<"$c"
         for optim in ${OPTIMS:-adamw muon}; do
+            ns=()
+            [[ $optim == *-ns* ]] && ns=(--ns-steps "${optim##*-ns}")
             for ov in $variants; do
                 f="$OUT/bench_${preset}_${optim}_ov${ov}_$r"
                 if [ "$ov" = prev ]; then
@@ -74,7 +77,7 @@ for r in $(seq 1 "${ROUNDS:-2}"); do
                     args=(build/zayac bench train --overlap-optimizer "$ov")
                 fi
                 timeout 240 "${args[@]}" --preset "$preset" --batch "$batch" --seq "$seq" \
-                    --optim "$optim" --steps 20 --warmup 5 --peak-tflops 989 --json "$f.json" \
+                    --optim "${optim%%-ns*}" "${ns[@]}" --steps 20 --warmup 5 --peak-tflops 989 --json "$f.json" \
                     >"$f.txt" 2>&1
                 row=$(python3 -c "import json;j=json.load(open('$f.json'));print('%.2f | %.0f | %.1f'%(j['step_ms']['median'],j['tokens_per_s'],j['memory']['device_used_gib']))" 2>/dev/null || echo "failed | - | -")
                 note "| $preset $batch x $seq | $optim | $ov | $r | $row |"
@@ -87,7 +90,7 @@ python3 - "$OUT" <<'EOF' | tee -a "$OUT/summary.txt"
 import glob, json, re, statistics, sys
 ms = {}
 for f in glob.glob(sys.argv[1] + "/bench_*.json"):
-    m = re.search(r"bench_(.+)_(adamw|muon)_ov(\w+)_\d+\.json$", f)
+    m = re.search(r"bench_(.+)_(adamw|muon(?:-ns\d+)?)_ov(\w+)_\d+\.json$", f)
     try:
         ms.setdefault((m[1], m[2], m[3]), []).append(json.load(open(f))["step_ms"]["median"])
     except Exception:
