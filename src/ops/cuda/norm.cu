@@ -34,10 +34,27 @@ __global__ void __launch_bounds__(ZY_COL_TX *ZY_COL_TY)
     double t[NS];
 #pragma unroll
     for (int s = 0; s < NS; s++) t[s] = 0;
+    /* B chunks' loads are issued before the first add: the grid is C / 32 blocks (8 for a width
+     * of 256), so each thread's P / 8 dependent adds had waited one L2 round trip each. The adds
+     * stay in chunk order, so the totals keep their bits. */
+    constexpr int B = 8;
     if (c < C)
-        for (int p = threadIdx.y; p < P; p += ZY_COL_TY)
+        for (int p0 = threadIdx.y; p0 < P; p0 += B * ZY_COL_TY) {
+            float v[B][NS];
 #pragma unroll
-            for (int s = 0; s < NS; s++) t[s] += part[((size_t)s * P + p) * C + c];
+            for (int b = 0; b < B; b++) {
+                const int p = p0 + b * ZY_COL_TY;
+                if (p >= P) break;
+#pragma unroll
+                for (int s = 0; s < NS; s++) v[b][s] = part[((size_t)s * P + p) * C + c];
+            }
+#pragma unroll
+            for (int b = 0; b < B; b++) {
+                if (p0 + b * ZY_COL_TY >= P) break;
+#pragma unroll
+                for (int s = 0; s < NS; s++) t[s] += v[b][s];
+            }
+        }
 #pragma unroll
     for (int s = 0; s < NS; s++) red[s][threadIdx.y][threadIdx.x] = t[s];
     __syncthreads();
