@@ -634,7 +634,9 @@ const oh_case oh_cases_dense[] = {
     {"swiglu", case_swiglu, {7, 1024}},
     {"swiglu", case_swiglu, {33, 1001}},
     {"swiglu", case_swiglu, {5, 8}},
-    /* vectorised rows (V % 8 == 0) and element rows, bench-small's vocabulary and larger */
+    /* vectorised rows (V % 8 == 0) and element rows, bench-small's vocabulary and larger; on CUDA
+     * rows of V % 8 == 0 up to 32,768 are held in registers (8, 4104, 12296, 32768: 1, 2, 4 and 8
+     * vectors a thread), wider ones (32776, 40000) are read twice */
     {"xent", case_xent, {1, 50, 0}},
     {"xent", case_xent, {1, 50, 1}},
     {"xent", case_xent, {1, 50, 2}},
@@ -650,6 +652,11 @@ const oh_case oh_cases_dense[] = {
     {"xent", case_xent, {3, 12296, 0}},
     {"xent", case_xent, {3, 12296, 1}},
     {"xent", case_xent, {3, 12296, 2}},
+    {"xent", case_xent, {4, 4104, 1}},
+    {"xent", case_xent, {4, 4104, 2}},
+    {"xent", case_xent, {3, 32776, 0}},
+    {"xent", case_xent, {3, 32776, 1}},
+    {"xent", case_xent, {3, 32776, 2}},
     {"xent", case_xent, {2, 40000, 0}},
     {"xent", case_xent, {2, 40000, 1}},
     {"xent", case_xent, {2, 40000, 2}},

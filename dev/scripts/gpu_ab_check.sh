@@ -6,7 +6,7 @@
 # two builds start from the same seed, so the same bits give the same losses).
 # Usage (from the zayac root):
 #   DEBS=.ext/debs PREV_TAR=.ext/prev.tar TESTS="test_ops_backends test_cuda_model" \
-#       [MEMCHECK_FILTER="*resnorm*"] [OPS="resnorm_bwd"] [ROUNDS=2] \
+#       [MEMCHECK_FILTER="*resnorm* *xent*"] [OPS="resnorm_bwd"] [ROUNDS=2] \
 #       [CASES="bench-small:8:2048 bench-base:4:4096"] bash dev/scripts/gpu_ab_check.sh
 # Files land in $OUT: check.txt, bench.txt, profile.txt.
 set -u
@@ -19,12 +19,14 @@ SANITIZE_TESTS=none ROUNDS=0 TESTS_TIMEOUT_S=${TESTS_TIMEOUT_S:-300} OUT=/tmp/gp
 cp /tmp/gpu_ab_check/summary.txt "$OUT/check.txt"
 cat "$OUT/check.txt"
 . scripts/gpu_deps.sh
-if [ -n "${MEMCHECK_FILTER:-}" ]; then
-    OH_SELF=0 OH_FILTER="$MEMCHECK_FILTER" timeout 240 compute-sanitizer --tool memcheck \
+set -f # the patterns are the harness's, not the shell's
+for filter in ${MEMCHECK_FILTER:-}; do # one memcheck run per pattern (space-separated)
+    OH_SELF=0 OH_FILTER="$filter" timeout 240 compute-sanitizer --tool memcheck \
         --error-exitcode 99 build/tests/test_ops_backends >/tmp/gpu_ab_memcheck.log 2>&1
-    echo "memcheck test_ops_backends ($MEMCHECK_FILTER) rc=$?: $(grep -E 'ERROR SUMMARY|PASSED|FAILED' /tmp/gpu_ab_memcheck.log | tr '\n' ' ')" |
+    echo "memcheck test_ops_backends ($filter) rc=$?: $(grep -E 'ERROR SUMMARY|PASSED|FAILED' /tmp/gpu_ab_memcheck.log | tr '\n' ' ')" |
         tee -a "$OUT/check.txt"
-fi
+done
+set +f
 OPTIMS=adamw SKIP_TESTS=1 VARIANTS="prev 1" ROUNDS=${ROUNDS:-2} CASES="$CASES" OUT=/tmp/gpu_ab_bench \
     bash scripts/gpu_overlap_bench.sh >/dev/null 2>&1
 cp /tmp/gpu_ab_bench/summary.txt "$OUT/bench.txt"

@@ -119,10 +119,14 @@ __device__ __forceinline__ void zy_store_bf16x4(__nv_bfloat16 *p, const float *v
     *reinterpret_cast<uint2 *>(p) = u;
 }
 
-/* Threads for a row kernel over `units` vector units: a multiple of 32 in [32, ZY_ROW_THREADS]. */
-static inline int zy_row_threads(long long units) {
+/* Threads for a row kernel over `units` vector units: a multiple of 32 in [32, max]. */
+static inline int zy_row_threads_max(long long units, int max) {
     long long t = (units + 31) / 32 * 32;
-    return t < 32 ? 32 : (t > ZY_ROW_THREADS ? ZY_ROW_THREADS : (int)t);
+    return t < 32 ? 32 : (t > max ? max : (int)t);
+}
+/* The same with the row kernels' default block, ZY_ROW_THREADS. */
+static inline int zy_row_threads(long long units) {
+    return zy_row_threads_max(units, ZY_ROW_THREADS);
 }
 
 /* Blocks for a grid-stride elementwise kernel over `units` items of 256 threads. */
@@ -155,12 +159,17 @@ static inline int zy_aligned(const void *p, size_t bytes) {
     return ((uintptr_t)p % bytes) == 0;
 }
 
-/* Row chunking of the column sums for N rows: *R rows per chunk, *P chunks (P <= ZY_COL_MAXP). */
-static inline void zy_col_chunks(int N, int *R, int *P) {
-    int r = ZY_COL_MINR;
-    if ((N + r - 1) / r > ZY_COL_MAXP) r = (N + ZY_COL_MAXP - 1) / ZY_COL_MAXP;
+/* Row chunking of the column sums for N rows: *R rows per chunk (at least minr unless fewer
+ * chunks than maxp would not do), *P chunks (P <= maxp). */
+static inline void zy_col_chunks_in(int N, int minr, int maxp, int *R, int *P) {
+    int r = minr;
+    if ((N + r - 1) / r > maxp) r = (N + maxp - 1) / maxp;
     *R = r;
     *P = N > 0 ? (N + r - 1) / r : 0;
+}
+/* The chunking of the column-sum kernels: P <= ZY_COL_MAXP chunks of at least ZY_COL_MINR rows. */
+static inline void zy_col_chunks(int N, int *R, int *P) {
+    zy_col_chunks_in(N, ZY_COL_MINR, ZY_COL_MAXP, R, P);
 }
 
 /* The outputs of a finishing pass over NS column sums: dst[j][c] += mul[j][c] * (total of sum

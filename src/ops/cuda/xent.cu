@@ -1,8 +1,12 @@
-/* CUDA fused cross-entropy: per row, one online pass over the logits for the running max and the
- * sum of exp (rescaled when the max grows), then the loss and, in a second pass, dlogits =
- * (softmax - onehot) * grad_scale written over the logits or into a separate buffer; the softmax
- * is never stored. A one-block kernel then sums the row losses in a fixed order. Same math as
- * ops/cpu/cpu_loss.c (which sums exp in double). */
+/* CUDA fused cross-entropy: per row, the max and the sum of exp(x - max), then the loss and
+ * dlogits = (softmax - onehot) * grad_scale written over the logits or into a separate buffer;
+ * the softmax is never stored. A one-block kernel then sums the row losses in a fixed order. Same
+ * math as ops/cpu/cpu_loss.c (which sums exp in double).
+ *
+ * Two row kernels. Where a bf16 row fits in its block's registers (V <= XENT_REG_MAXV, a multiple
+ * of 8: bench-small's 32,768), the row is read from memory once and dlogits written once: two
+ * passes of bytes. Wider rows (zaya1's 262,272) take one online pass for (max, sum) and a second
+ * read for dlogits: three passes, the second read partly from L2. */
 #include "ops/cuda/cuda_util.h"
 #include "ops/cuda/launch.h"
 #include "ops/cuda/kernels.h"
@@ -45,6 +49,120 @@ __device__ __forceinline__ void ms_block(float &m, float &s) {
     __syncthreads();
     m = pm[0], s = ps[0];
     for (int j = 1; j < nw; j++) ms_merge(m, s, pm[j], ps[j]);
+}
+
+/* Max of v over the block (as zy_block_sum); every thread gets it. */
+__device__ __forceinline__ float xent_block_max(float v) {
+    __shared__ float part[32];
+    __shared__ float total;
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    if (lane == 0) part[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        float m = lane < nw ? part[lane] : -INFINITY;
+        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        if (lane == 0) total = m;
+    }
+    __syncthreads();
+    return total;
+}
+
+/* The register-resident row kernel: XENT_REG_NT threads, each holding VPT vectors of 8 bf16 of
+ * its row (vector v of the row at thread v % NT, slot v / NT), so V <= 8 * VPT * NT. Two blocks
+ * an SM (64 registers a thread): while one reduces, the other's loads are in flight. */
+#define XENT_REG_NT   512
+#define XENT_REG_MAXV (8 * 8 * XENT_REG_NT) /* VPT up to 8: 32,768 */
+
+/* f(a, b) for each pair of logits a thread holds (slot k is row vector threadIdx.x + k *
+ * blockDim.x; the slots past the row's nvec vectors are skipped). */
+template <int VPT, typename F>
+__device__ __forceinline__ void xent_regs_pairs(const uint4 (&r)[VPT], int nvec, F f) {
+#pragma unroll
+    for (int k = 0; k < VPT; k++) {
+        if ((int)threadIdx.x + k * (int)blockDim.x >= nvec) break;
+        const __nv_bfloat162 *e = reinterpret_cast<const __nv_bfloat162 *>(&r[k]);
+#pragma unroll
+        for (int h = 0; h < 4; h++) {
+            const float2 v = __bfloat1622float2(e[h]);
+            f(v.x, v.y);
+        }
+    }
+}
+
+/* One block per row; the row [V] bf16 (V % 8 == 0) is loaded once into registers. */
+template <int VPT>
+__global__ void __launch_bounds__(XENT_REG_NT, 2)
+    xent_rows_regs_k(bf16 *dl, float *loss, const bf16 *x, const int32_t *targets, int V,
+                     int ignore_index, float grad_scale) {
+    zy_pdl_begin();
+    __shared__ float xy_sh;
+    const size_t base = (size_t)blockIdx.x * V;
+    const int nvec = V / 8, y = targets[blockIdx.x];
+    const uint4 *xv = reinterpret_cast<const uint4 *>(x + base);
+    uint4 *dv = reinterpret_cast<uint4 *>(dl + base);
+    if (y == ignore_index || y < 0 || y >= V) { /* uniform over the block */
+        if (threadIdx.x == 0) loss[blockIdx.x] = y == ignore_index ? 0.0f : NAN;
+        if (dl)
+            for (int v = threadIdx.x; v < nvec; v += blockDim.x) dv[v] = make_uint4(0, 0, 0, 0);
+        return;
+    }
+    uint4 r[VPT]; /* [VPT] x 8 bf16 */
+#pragma unroll
+    for (int k = 0; k < VPT; k++) {
+        const int v = (int)threadIdx.x + k * (int)blockDim.x;
+        r[k] = v < nvec ? xv[v] : make_uint4(0, 0, 0, 0);
+    }
+    /* the target logit, before any thread can overwrite it (dl may alias x); visible after the
+     * reductions' barriers */
+    if (threadIdx.x == 0) xy_sh = __bfloat162float(x[base + y]);
+    float m = -INFINITY, s = 0.0f;
+    xent_regs_pairs<VPT>(r, nvec, [&](float a, float b) { m = fmaxf(m, fmaxf(a, b)); });
+    m = xent_block_max(m);
+    xent_regs_pairs<VPT>(r, nvec,
+                         [&](float a, float b) { s += exp_shift(a, m) + exp_shift(b, m); });
+    s = zy_block_sum(s);
+    const float xy = xy_sh;
+    if (threadIdx.x == 0) loss[blockIdx.x] = m + logf(s) - xy;
+    if (!dl) return;
+    const float a = grad_scale / s;
+#pragma unroll
+    for (int k = 0; k < VPT; k++) {
+        const int v = (int)threadIdx.x + k * (int)blockDim.x;
+        if (v >= nvec) break;
+        const __nv_bfloat162 *e = reinterpret_cast<const __nv_bfloat162 *>(&r[k]);
+        uint4 o;
+        __nv_bfloat162 *ob = reinterpret_cast<__nv_bfloat162 *>(&o);
+#pragma unroll
+        for (int h = 0; h < 4; h++) {
+            const float2 f = __bfloat1622float2(e[h]);
+            ob[h] = __floats2bfloat162_rn(exp_shift(f.x, m) * a, exp_shift(f.y, m) * a);
+        }
+        dv[v] = o;
+    }
+    __syncthreads(); /* the target slot was written above by some thread */
+    if (threadIdx.x == 0) dl[base + y] = __float2bfloat16_rn(exp_shift(xy, m) * a - grad_scale);
+}
+
+/* Launches the register-resident kernel for [N, V] bf16 rows; ZY_ERR without a launch where the
+ * shape or alignment does not allow it. */
+static int xent_rows_regs(bf16 *dl, float *loss, const bf16 *x, const int32_t *targets, int N,
+                          int V, int ignore_index, float grad_scale, cudaStream_t st) {
+    if (V % 8 != 0 || V > XENT_REG_MAXV || !zy_aligned(x, 16) || (dl && !zy_aligned(dl, 16)))
+        return ZY_ERR;
+    const int nvec = V / 8;
+    const int vpt = nvec <= XENT_REG_NT       ? 1
+                    : nvec <= 2 * XENT_REG_NT ? 2
+                    : nvec <= 4 * XENT_REG_NT ? 4
+                                              : 8;
+    const int nt = zy_row_threads_max((nvec + vpt - 1) / vpt, XENT_REG_NT);
+    void (*kern)(bf16 *, float *, const bf16 *, const int32_t *, int, int, float) =
+        vpt == 1   ? xent_rows_regs_k<1>
+        : vpt == 2 ? xent_rows_regs_k<2>
+        : vpt == 4 ? xent_rows_regs_k<4>
+                   : xent_rows_regs_k<8>;
+    zy_launch(kern, N, nt, 0, st, dl, loss, x, targets, V, ignore_index, grad_scale);
+    return ZY_OK;
 }
 
 /* One block per row. */
@@ -127,20 +245,28 @@ __global__ void xent_sum_k(double *sum, int *count, const float *loss, const int
     }
 }
 
-template <typename T>
-static int xent(T *dl, float *loss_rows, double *loss_sum, int *count, const T *logits,
-                const int32_t *targets, int N, int V, int ignore_index, float grad_scale,
-                void *stream) {
+/* The row kernel that fits: registers where the row fits, else 16-byte or element accesses. */
+static void xent_rows(bf16 *dl, float *loss_rows, const bf16 *logits, const int32_t *targets, int N,
+                      int V, int ignore_index, float grad_scale, cudaStream_t st) {
+    constexpr int W = 8;
+    if (xent_rows_regs(dl, loss_rows, logits, targets, N, V, ignore_index, grad_scale, st) == ZY_OK)
+        return;
+    if (V % W == 0 && zy_aligned(logits, 16) && (!dl || zy_aligned(dl, 16)))
+        zy_launch(xent_rows_k<bf16, W>, N, zy_row_threads(V / W), 0, st, dl, loss_rows, logits,
+                  targets, V, ignore_index, grad_scale);
+    else
+        zy_launch(xent_rows_k<bf16, 1>, N, zy_row_threads(V), 0, st, dl, loss_rows, logits, targets,
+                  V, ignore_index, grad_scale);
+}
+
+int cuda_xent_fwd_bwd_bf16(zy_bf16 *dlogits, float *loss_rows, double *loss_sum, int *count,
+                           const zy_bf16 *logits, const int32_t *targets, int N, int V,
+                           int ignore_index, float grad_scale, void *stream) {
     if (N < 0 || V <= 0) return zy_fail("cuda xent: impossible shape N=%d V=%d", N, V);
     cudaStream_t st = (cudaStream_t)stream;
     if (N > 0) {
-        constexpr int W = 16 / sizeof(T);
-        if (V % W == 0 && zy_aligned(logits, 16) && (!dl || zy_aligned(dl, 16)))
-            zy_launch(xent_rows_k<T, W>, N, zy_row_threads(V / W), 0, st, dl, loss_rows, logits,
-                      targets, V, ignore_index, grad_scale);
-        else
-            zy_launch(xent_rows_k<T, 1>, N, zy_row_threads(V), 0, st, dl, loss_rows, logits,
-                      targets, V, ignore_index, grad_scale);
+        xent_rows((bf16 *)dlogits, loss_rows, (const bf16 *)logits, targets, N, V, ignore_index,
+                  grad_scale, st);
         ZY_CUDA_TRY_LAUNCH();
     }
     if (loss_sum) {
@@ -148,11 +274,4 @@ static int xent(T *dl, float *loss_rows, double *loss_sum, int *count, const T *
         ZY_CUDA_TRY_LAUNCH();
     }
     return ZY_OK;
-}
-
-int cuda_xent_fwd_bwd_bf16(zy_bf16 *dlogits, float *loss_rows, double *loss_sum, int *count,
-                           const zy_bf16 *logits, const int32_t *targets, int N, int V,
-                           int ignore_index, float grad_scale, void *stream) {
-    return xent<bf16>((bf16 *)dlogits, loss_rows, loss_sum, count, (const bf16 *)logits, targets, N,
-                      V, ignore_index, grad_scale, stream);
 }
