@@ -635,8 +635,9 @@ const oh_case oh_cases_dense[] = {
     {"swiglu", case_swiglu, {33, 1001}},
     {"swiglu", case_swiglu, {5, 8}},
     /* vectorised rows (V % 8 == 0) and element rows, bench-small's vocabulary and larger; on CUDA
-     * rows of V % 8 == 0 up to 32,768 are held in registers (8, 4104, 12296, 32768: 1, 2, 4 and 8
-     * vectors a thread), wider ones (32776, 40000) are read twice */
+     * rows of V % 8 == 0 are held in registers: by one block up to 34,816 (8, 4104, 12296, 32768:
+     * 1, 2, 4 and 8 vectors a thread), by a cluster above (40000 and 65544 on 2 blocks, the
+     * second with 544 threads; zaya1's 262,272 on 8); wider rows (278,536) are read twice */
     {"xent", case_xent, {1, 50, 0}},
     {"xent", case_xent, {1, 50, 1}},
     {"xent", case_xent, {1, 50, 2}},
@@ -657,6 +658,12 @@ const oh_case oh_cases_dense[] = {
     {"xent", case_xent, {3, 32776, 0}},
     {"xent", case_xent, {3, 32776, 1}},
     {"xent", case_xent, {3, 32776, 2}},
+    {"xent", case_xent, {3, 65544, 2}},
+    {"xent", case_xent, {2, 262272, 0}},
+    {"xent", case_xent, {2, 262272, 1}},
+    {"xent", case_xent, {2, 262272, 2}},
+    {"xent", case_xent, {1, 278536, 1}},
+    {"xent", case_xent, {1, 278536, 2}},
     {"xent", case_xent, {2, 40000, 0}},
     {"xent", case_xent, {2, 40000, 1}},
     {"xent", case_xent, {2, 40000, 2}},

@@ -159,17 +159,12 @@ static inline int zy_aligned(const void *p, size_t bytes) {
     return ((uintptr_t)p % bytes) == 0;
 }
 
-/* Row chunking of the column sums for N rows: *R rows per chunk (at least minr unless fewer
- * chunks than maxp would not do), *P chunks (P <= maxp). */
-static inline void zy_col_chunks_in(int N, int minr, int maxp, int *R, int *P) {
-    int r = minr;
-    if ((N + r - 1) / r > maxp) r = (N + maxp - 1) / maxp;
+/* Row chunking of the column sums for N rows: *R rows per chunk, *P chunks (P <= ZY_COL_MAXP). */
+static inline void zy_col_chunks(int N, int *R, int *P) {
+    int r = ZY_COL_MINR;
+    if ((N + r - 1) / r > ZY_COL_MAXP) r = (N + ZY_COL_MAXP - 1) / ZY_COL_MAXP;
     *R = r;
     *P = N > 0 ? (N + r - 1) / r : 0;
-}
-/* The chunking of the column-sum kernels: P <= ZY_COL_MAXP chunks of at least ZY_COL_MINR rows. */
-static inline void zy_col_chunks(int N, int *R, int *P) {
-    zy_col_chunks_in(N, ZY_COL_MINR, ZY_COL_MAXP, R, P);
 }
 
 /* The outputs of a finishing pass over NS column sums: dst[j][c] += mul[j][c] * (total of sum

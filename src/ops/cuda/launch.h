@@ -27,22 +27,34 @@ __device__ __forceinline__ void zy_pdl_begin() {
 #endif
 }
 
-/* kernel<<<grid, block, smem, stream>>>(args...) with programmatic stream serialization allowed.
- * Errors are left for ZY_CUDA_TRY_LAUNCH (cudaGetLastError), as after <<<>>>. */
+/* kernel<<<grid, block, smem, stream>>>(args...) with programmatic stream serialization allowed,
+ * in clusters of `cluster_x` blocks along x when it is above 1 (grid.x a multiple of it). Errors
+ * are left for ZY_CUDA_TRY_LAUNCH (cudaGetLastError), as after <<<>>>. */
 template <typename... Params, typename... Args>
-static inline void zy_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                             cudaStream_t stream, Args &&...args) {
-    cudaLaunchAttribute attr[1];
+static inline void zy_launch_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                                     cudaStream_t stream, int cluster_x, Args &&...args) {
+    cudaLaunchAttribute attr[2];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
+    attr[1].id = cudaLaunchAttributeClusterDimension;
+    attr[1].val.clusterDim.x = (unsigned)cluster_x;
+    attr[1].val.clusterDim.y = 1;
+    attr[1].val.clusterDim.z = 1;
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
     cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    cfg.numAttrs = cluster_x > 1 ? 2 : 1;
     (void)cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+
+/* kernel<<<grid, block, smem, stream>>>(args...) with programmatic stream serialization allowed. */
+template <typename... Params, typename... Args>
+static inline void zy_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                             cudaStream_t stream, Args &&...args) {
+    zy_launch_cluster(kernel, grid, block, smem, stream, 1, std::forward<Args>(args)...);
 }
 
 #endif

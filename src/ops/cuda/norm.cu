@@ -14,21 +14,9 @@ typedef __nv_bfloat16 bf16;
 
 /* ---- column sums ---- */
 
-/* The one-pass residual-norm backward's chunks (resnorm_bwd_onepass_k): each block walks its
- * chunk's rows one after another, so the chunks are what fill the SMs. The column sums' 256
- * chunks of 64 rows gave bench-small's 16,384 rows ~2 blocks an SM (16 warps); 512 of 32 give
- * ~4. Their 4 sums' partials are 4 x P x D floats (8 MB at D = 1024). */
-#define RESNORM_MINR 32
-#define RESNORM_MAXP 512
-static void resnorm_bwd_chunks(int N, int *R, int *P) {
-    zy_col_chunks_in(N, RESNORM_MINR, RESNORM_MAXP, R, P);
-}
-
 size_t cuda_ops_ws_bytes(int N, int C) {
-    int R, P, Rr, Pr;
+    int R, P;
     zy_col_chunks(N > 0 ? N : 0, &R, &P);
-    resnorm_bwd_chunks(N > 0 ? N : 0, &Rr, &Pr);
-    if (Pr > P) P = Pr;
     size_t b = (size_t)4 * (size_t)(P > 0 ? P : 1) * (size_t)(C > 0 ? C : 1) * sizeof(float);
     size_t e = cuda_embed_bwd_ws_bytes(N, C); /* column partials, id sort, segment partials */
     return b > e ? b : e;
@@ -576,14 +564,12 @@ static int resnorm_bwd(T *d_o, float *dh, float *dw, float *dob, float *dos, flo
     if (N == 0) return ZY_OK;
     cudaStream_t st = (cudaStream_t)stream;
     int R, P;
+    zy_col_chunks(N, &R, &P);
     int onepass = ZY_ERR;
-    if constexpr (sizeof(T) == 2) {
-        resnorm_bwd_chunks(N, &R, &P);
+    if constexpr (sizeof(T) == 2)
         onepass = resnorm_bwd_onepass(d_o, dh, ws, P, R, dy, dres, rstd, w, o, h, ob, os, rb, rs, N,
                                       D, st);
-    }
     if (onepass != ZY_OK) { /* two passes: dout = dres + norm backward into dh, then the sums */
-        zy_col_chunks(N, &R, &P);
         rmsnorm_bwd_rows<float, T, float>(dh, dres, dy, out, w, rstd, N, D, st);
         ZY_CUDA_TRY_LAUNCH();
         dim3 grid((D + ZY_COL_TX - 1) / ZY_COL_TX, P), block(ZY_COL_TX, ZY_COL_TY);

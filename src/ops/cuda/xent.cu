@@ -3,10 +3,10 @@
  * the softmax is never stored. A one-block kernel then sums the row losses in a fixed order. Same
  * math as ops/cpu/cpu_loss.c (which sums exp in double).
  *
- * Two row kernels. Where a bf16 row fits in its block's registers (V <= XENT_REG_MAXV, a multiple
- * of 8: bench-small's 32,768), the row is read from memory once and dlogits written once: two
- * passes of bytes. Wider rows (zaya1's 262,272) take one online pass for (max, sum) and a second
- * read for dlogits: three passes, the second read partly from L2. */
+ * Two row kernels. Where a bf16 row fits in the registers of a block or a cluster of blocks
+ * (V <= XENT_REG_MAXV, a multiple of 8: bench-small's 32,768, zaya1's 262,272), the row is read
+ * from memory once and dlogits written once: two passes of bytes. Other rows take one online pass
+ * for (max, sum) and a second read for dlogits: three passes, the second read partly from L2. */
 #include "ops/cuda/cuda_util.h"
 #include "ops/cuda/launch.h"
 #include "ops/cuda/kernels.h"
@@ -68,19 +68,24 @@ __device__ __forceinline__ float xent_block_max(float v) {
     return total;
 }
 
-/* The register-resident row kernel: XENT_REG_NT threads, each holding VPT vectors of 8 bf16 of
- * its row (vector v of the row at thread v % NT, slot v / NT), so V <= 8 * VPT * NT. Two blocks
- * an SM (64 registers a thread): while one reduces, the other's loads are in flight. */
-#define XENT_REG_NT   512
-#define XENT_REG_MAXV (8 * 8 * XENT_REG_NT) /* VPT up to 8: 32,768 */
+/* The register-resident row kernels: up to XENT_REG_NT threads a block, each holding VPT vectors
+ * of 8 bf16. A row too wide for one block is spread over a cluster of CS blocks (2, 4 or 8, on
+ * the SMs of one GPC), which merge their (max, sum) pairs through distributed shared memory, so
+ * the row still crosses memory twice: V <= 8 * 8 * XENT_REG_NT * 8 (zaya1's 262,272 on 8 blocks).
+ * Two blocks an SM (60 registers a thread at 544 threads): while one reduces, the other's loads
+ * are in flight. 544 = 17 warps, because 262,272 / 8 blocks / 8 per vector is 4,098 vectors. */
+#define XENT_REG_NT      544
+#define XENT_REG_VPT_MAX 8
+#define XENT_REG_CS_MAX  8
+#define XENT_REG_MAXV    (8 * XENT_REG_VPT_MAX * XENT_REG_NT * XENT_REG_CS_MAX)
 
-/* f(a, b) for each pair of logits a thread holds (slot k is row vector threadIdx.x + k *
- * blockDim.x; the slots past the row's nvec vectors are skipped). */
+/* f(a, b) for each pair of logits a thread holds: slot k is vector v0 + threadIdx.x + k *
+ * blockDim.x of the row, the slots at or past v1 skipped. */
 template <int VPT, typename F>
-__device__ __forceinline__ void xent_regs_pairs(const uint4 (&r)[VPT], int nvec, F f) {
+__device__ __forceinline__ void xent_regs_pairs(const uint4 (&r)[VPT], int v0, int v1, F f) {
 #pragma unroll
     for (int k = 0; k < VPT; k++) {
-        if ((int)threadIdx.x + k * (int)blockDim.x >= nvec) break;
+        if (v0 + (int)threadIdx.x + k * (int)blockDim.x >= v1) break;
         const __nv_bfloat162 *e = reinterpret_cast<const __nv_bfloat162 *>(&r[k]);
 #pragma unroll
         for (int h = 0; h < 4; h++) {
@@ -90,58 +95,102 @@ __device__ __forceinline__ void xent_regs_pairs(const uint4 (&r)[VPT], int nvec,
     }
 }
 
-/* One block per row; the row [V] bf16 (V % 8 == 0) is loaded once into registers. */
-template <int VPT>
+/* Cluster barrier halves (every thread of the cluster's blocks): arrive releases this block's
+ * shared-memory writes, wait acquires the others'. */
+__device__ __forceinline__ void xent_cluster_arrive() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void xent_cluster_wait() {
+    asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+/* *p in the shared memory of the cluster's block `rank` (p: this block's copy of the variable). */
+__device__ __forceinline__ float xent_cluster_load(const float *p, int rank) {
+    uint32_t local = (uint32_t)__cvta_generic_to_shared(p), remote;
+    float v;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(rank));
+    asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(remote) : "memory");
+    return v;
+}
+
+/* Row blockIdx.x / CS (V % 8 == 0) by the CS blocks of a cluster (CS 1: no cluster): block rank r
+ * loads the row's vectors [r cv, (r + 1) cv), cv = ceil(V / 8 / CS), into registers once. */
+template <int VPT, int CS>
 __global__ void __launch_bounds__(XENT_REG_NT, 2)
     xent_rows_regs_k(bf16 *dl, float *loss, const bf16 *x, const int32_t *targets, int V,
                      int ignore_index, float grad_scale) {
     zy_pdl_begin();
-    __shared__ float xy_sh;
-    const size_t base = (size_t)blockIdx.x * V;
-    const int nvec = V / 8, y = targets[blockIdx.x];
+    __shared__ float xy_sh, ms_part[2], ms_row[2]; /* this block's (max, sum); the row's */
+    const int row = (int)blockIdx.x / CS, rank = (int)blockIdx.x % CS; /* 1-D clusters */
+    const size_t base = (size_t)row * V;
+    const int nvec = V / 8, cv = (nvec + CS - 1) / CS, v0 = rank * cv;
+    const int v1 = v0 + cv < nvec ? v0 + cv : nvec, y = targets[row];
     const uint4 *xv = reinterpret_cast<const uint4 *>(x + base);
     uint4 *dv = reinterpret_cast<uint4 *>(dl + base);
-    if (y == ignore_index || y < 0 || y >= V) { /* uniform over the block */
-        if (threadIdx.x == 0) loss[blockIdx.x] = y == ignore_index ? 0.0f : NAN;
+    if (y == ignore_index || y < 0 || y >= V) { /* uniform over the cluster: no barrier taken */
+        if (threadIdx.x == 0 && rank == 0) loss[row] = y == ignore_index ? 0.0f : NAN;
         if (dl)
-            for (int v = threadIdx.x; v < nvec; v += blockDim.x) dv[v] = make_uint4(0, 0, 0, 0);
+            for (int v = v0 + (int)threadIdx.x; v < v1; v += blockDim.x)
+                dv[v] = make_uint4(0, 0, 0, 0);
         return;
     }
     uint4 r[VPT]; /* [VPT] x 8 bf16 */
 #pragma unroll
     for (int k = 0; k < VPT; k++) {
-        const int v = (int)threadIdx.x + k * (int)blockDim.x;
-        r[k] = v < nvec ? xv[v] : make_uint4(0, 0, 0, 0);
+        const int v = v0 + (int)threadIdx.x + k * (int)blockDim.x;
+        r[k] = v < v1 ? xv[v] : make_uint4(0, 0, 0, 0);
     }
-    /* the target logit, before any thread can overwrite it (dl may alias x); visible after the
-     * reductions' barriers */
+    /* the target logit, read before the cluster barrier, after which its owner may overwrite it
+     * (dl may alias x); visible to the block after the reductions' barriers */
     if (threadIdx.x == 0) xy_sh = __bfloat162float(x[base + y]);
     float m = -INFINITY, s = 0.0f;
-    xent_regs_pairs<VPT>(r, nvec, [&](float a, float b) { m = fmaxf(m, fmaxf(a, b)); });
+    xent_regs_pairs<VPT>(r, v0, v1, [&](float a, float b) { m = fmaxf(m, fmaxf(a, b)); });
     m = xent_block_max(m);
-    xent_regs_pairs<VPT>(r, nvec,
+    xent_regs_pairs<VPT>(r, v0, v1,
                          [&](float a, float b) { s += exp_shift(a, m) + exp_shift(b, m); });
     s = zy_block_sum(s);
-    const float xy = xy_sh;
-    if (threadIdx.x == 0) loss[blockIdx.x] = m + logf(s) - xy;
-    if (!dl) return;
-    const float a = grad_scale / s;
+    if constexpr (CS > 1) { /* the row's pair from the blocks' pairs, in rank order */
+        if (threadIdx.x == 0) ms_part[0] = m, ms_part[1] = s;
+        xent_cluster_arrive();
+        xent_cluster_wait();
+        if (threadIdx.x == 0) {
+            float pm[CS], ps[CS], M = -INFINITY, S = 0.0f;
 #pragma unroll
-    for (int k = 0; k < VPT; k++) {
-        const int v = (int)threadIdx.x + k * (int)blockDim.x;
-        if (v >= nvec) break;
-        const __nv_bfloat162 *e = reinterpret_cast<const __nv_bfloat162 *>(&r[k]);
-        uint4 o;
-        __nv_bfloat162 *ob = reinterpret_cast<__nv_bfloat162 *>(&o);
+            for (int q = 0; q < CS; q++) {
+                pm[q] = xent_cluster_load(&ms_part[0], q),
+                ps[q] = xent_cluster_load(&ms_part[1], q);
+                M = fmaxf(M, pm[q]);
+            }
 #pragma unroll
-        for (int h = 0; h < 4; h++) {
-            const float2 f = __bfloat1622float2(e[h]);
-            ob[h] = __floats2bfloat162_rn(exp_shift(f.x, m) * a, exp_shift(f.y, m) * a);
+            for (int q = 0; q < CS; q++) S += ps[q] * expf(pm[q] - M);
+            ms_row[0] = M, ms_row[1] = S;
         }
-        dv[v] = o;
+        xent_cluster_arrive(); /* this block has read the others' pairs; waited for at the end */
+        __syncthreads();
+        m = ms_row[0], s = ms_row[1];
     }
-    __syncthreads(); /* the target slot was written above by some thread */
-    if (threadIdx.x == 0) dl[base + y] = __float2bfloat16_rn(exp_shift(xy, m) * a - grad_scale);
+    const float xy = xy_sh;
+    if (threadIdx.x == 0 && rank == 0) loss[row] = m + logf(s) - xy;
+    if (dl) {
+        const float a = grad_scale / s;
+#pragma unroll
+        for (int k = 0; k < VPT; k++) {
+            const int v = v0 + (int)threadIdx.x + k * (int)blockDim.x;
+            if (v >= v1) break;
+            const __nv_bfloat162 *e = reinterpret_cast<const __nv_bfloat162 *>(&r[k]);
+            uint4 o;
+            __nv_bfloat162 *ob = reinterpret_cast<__nv_bfloat162 *>(&o);
+#pragma unroll
+            for (int h = 0; h < 4; h++) {
+                const float2 f = __bfloat1622float2(e[h]);
+                ob[h] = __floats2bfloat162_rn(exp_shift(f.x, m) * a, exp_shift(f.y, m) * a);
+            }
+            dv[v] = o;
+        }
+        __syncthreads(); /* the target slot was written above by some thread of its owner */
+        if (threadIdx.x == 0 && y / 8 >= v0 && y / 8 < v1)
+            dl[base + y] = __float2bfloat16_rn(exp_shift(xy, m) * a - grad_scale);
+    }
+    if constexpr (CS > 1) xent_cluster_wait(); /* no block leaves while its pair may be read */
 }
 
 /* Launches the register-resident kernel for [N, V] bf16 rows; ZY_ERR without a launch where the
@@ -150,18 +199,28 @@ static int xent_rows_regs(bf16 *dl, float *loss, const bf16 *x, const int32_t *t
                           int V, int ignore_index, float grad_scale, cudaStream_t st) {
     if (V % 8 != 0 || V > XENT_REG_MAXV || !zy_aligned(x, 16) || (dl && !zy_aligned(dl, 16)))
         return ZY_ERR;
-    const int nvec = V / 8;
-    const int vpt = nvec <= XENT_REG_NT       ? 1
-                    : nvec <= 2 * XENT_REG_NT ? 2
-                    : nvec <= 4 * XENT_REG_NT ? 4
-                                              : 8;
-    const int nt = zy_row_threads_max((nvec + vpt - 1) / vpt, XENT_REG_NT);
-    void (*kern)(bf16 *, float *, const bf16 *, const int32_t *, int, int, float) =
-        vpt == 1   ? xent_rows_regs_k<1>
-        : vpt == 2 ? xent_rows_regs_k<2>
-        : vpt == 4 ? xent_rows_regs_k<4>
-                   : xent_rows_regs_k<8>;
-    zy_launch(kern, N, nt, 0, st, dl, loss, x, targets, V, ignore_index, grad_scale);
+    const int nvec = V / 8, per_block = XENT_REG_VPT_MAX * XENT_REG_NT;
+    const int cs = nvec <= per_block       ? 1
+                   : nvec <= 2 * per_block ? 2
+                   : nvec <= 4 * per_block ? 4
+                                           : 8;
+    const int cv = (nvec + cs - 1) / cs; /* vectors a block */
+    const int vpt = cs > 1                  ? 8
+                    : cv <= XENT_REG_NT     ? 1
+                    : cv <= 2 * XENT_REG_NT ? 2
+                    : cv <= 4 * XENT_REG_NT ? 4
+                                            : 8;
+    const int nt = zy_row_threads_max((cv + vpt - 1) / vpt, XENT_REG_NT);
+    typedef void (*kern_t)(bf16 *, float *, const bf16 *, const int32_t *, int, int, float);
+    const kern_t kern = cs == 8    ? xent_rows_regs_k<8, 8>
+                        : cs == 4  ? xent_rows_regs_k<8, 4>
+                        : cs == 2  ? xent_rows_regs_k<8, 2>
+                        : vpt == 1 ? xent_rows_regs_k<1, 1>
+                        : vpt == 2 ? xent_rows_regs_k<2, 1>
+                        : vpt == 4 ? xent_rows_regs_k<4, 1>
+                                   : xent_rows_regs_k<8, 1>;
+    zy_launch_cluster(kern, (unsigned)N * (unsigned)cs, nt, 0, st, cs, dl, loss, x, targets, V,
+                      ignore_index, grad_scale);
     return ZY_OK;
 }
 
