@@ -56,6 +56,9 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
     note "tests rc=$rc ($(($(date +%s) - s0)) s): $(tail -1 "$OUT/tests.log")"
     grep -E "^failing:|^\[  FAILED  \]|SKIPPED \] test_.*(gpu|cuda)" "$OUT/tests.log" | sort -u | head -30 |
         tee -a "$OUT/summary.txt"
+    # what the failed checks said (cmocka's "[  ERROR   ]" lines carry the message before them)
+    grep -B1 -E "^\[  ERROR   \]" "$OUT/tests.log" | grep -vE "^\[  ERROR   \]|^--$" | head -20 |
+        sed 's/^/  check: /' | tee -a "$OUT/summary.txt"
     [ $rc -ne 0 ] && rc_all=1
     if command -v compute-sanitizer >/dev/null; then
         for name in ${SANITIZE_TESTS:-test_ops_backends test_cuda_syrk test_cuda_grouped_gemm}; do

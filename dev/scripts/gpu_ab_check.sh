@@ -8,7 +8,7 @@
 #   DEBS=.ext/debs PREV_TAR=.ext/prev.tar TESTS="test_ops_backends test_cuda_model" \
 #       [MEMCHECK_FILTER="*resnorm* *xent*"] [OPS="resnorm_bwd"] [ROUNDS=2] \
 #       [CASES="bench-small:8:2048 bench-base:4:4096"] bash dev/scripts/gpu_ab_check.sh
-# Files land in $OUT: check.txt, bench.txt, profile.txt.
+# Files land in $OUT: check.txt, tests.log.gz, bench.txt, profile.txt.
 set -u
 export PATH=/usr/local/cuda/bin:$PATH
 OUT=${OUT:-/tmp/gpu_ab_out}
@@ -17,6 +17,8 @@ CASES=${CASES:-bench-small:8:2048 bench-base:4:4096}
 SANITIZE_TESTS=none ROUNDS=0 TESTS_TIMEOUT_S=${TESTS_TIMEOUT_S:-300} OUT=/tmp/gpu_ab_check \
     bash scripts/gpu_check.sh >/dev/null 2>&1
 cp /tmp/gpu_ab_check/summary.txt "$OUT/check.txt"
+# the tests' whole output, so a failing check's message comes back with its name
+[ -f /tmp/gpu_ab_check/tests.log ] && gzip -c /tmp/gpu_ab_check/tests.log >"$OUT/tests.log.gz"
 cat "$OUT/check.txt"
 . scripts/gpu_deps.sh
 set -f # the patterns are the harness's, not the shell's
