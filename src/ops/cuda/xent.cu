@@ -72,9 +72,10 @@ __device__ __forceinline__ float xent_block_max(float v) {
  * of 8 bf16. A row too wide for one block is spread over a cluster of CS blocks (2, 4 or 8, on
  * the SMs of one GPC), which merge their (max, sum) pairs through distributed shared memory, so
  * the row still crosses memory twice: V <= 8 * 8 * XENT_REG_NT * 8 (zaya1's 262,272 on 8 blocks).
- * Two blocks an SM (the launch bounds allow 60 registers a thread at 544 threads; ptxas uses 56
- * at VPT 8): while one reduces, the other's loads are in flight. 544 = 17 warps, because 262,272
- * / 8 blocks / 8 per vector is 4,098 vectors, two more than 512 threads hold. */
+ * Two blocks an SM: while one reduces, the other's loads are in flight. The launch bounds leave
+ * 56 registers a thread at 544 threads (65,536 / 1,088, in the allocator's steps of 8), all that
+ * ptxas uses at VPT 8: a longer kernel would spill. 544 = 17 warps, because 262,272 / 8 blocks /
+ * 8 per vector is 4,098 vectors, two more than 512 threads hold. */
 #define XENT_REG_NT      544
 #define XENT_REG_VPT_MAX 8
 #define XENT_REG_CS_MAX  8
