@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""The singular-value spectra of Muon's momenta in a zayac checkpoint, and what 4 and 5 Newton-Schulz
+iterations do with them (dev/ns/ns_spectrum.py's quintic). Pure Python (Jacobi on the Gram
+matrix), so for the tiny model's 128-256-wide matrices; a stacked tensor (the experts) gives its
+first matrix. Printed per matrix of the layer: the decay exponent alpha of s_i ~ i^-alpha (a
+least-squares fit over i in [2, m/2]), the largest and smallest normalised singular value, and
+the share left below 0.5 after 4 and 5 iterations.
+Usage: python3 dev/ns/momentum_spectra.py CHECKPOINT_DIR/train/train_state.rank_0.safetensors [LAYER]
+"""
+import json
+import math
+import os
+import struct
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ns_spectrum import f  # noqa: E402
+
+
+def read_header(raw):
+    n = struct.unpack("<Q", raw[:8])[0]
+    return json.loads(raw[8 : 8 + n]), 8 + n
+
+
+def matrix(raw, base, d):
+    """The first [r, c] matrix of an F32 tensor, as rows."""
+    r, c = d["shape"][-2], d["shape"][-1]
+    a = d["data_offsets"][0]
+    v = struct.unpack("<%df" % (r * c), raw[base + a : base + a + 4 * r * c])
+    return [list(v[i * c : (i + 1) * c]) for i in range(r)], r, c
+
+
+def eig_sym(g):
+    """Eigenvalues of a symmetric matrix by cyclic Jacobi rotations, largest first."""
+    n = len(g)
+    a = [row[:] for row in g]
+    for _ in range(30):
+        off = sum(a[i][j] ** 2 for i in range(n) for j in range(n) if i != j)
+        if off < 1e-18 * sum(a[i][i] ** 2 for i in range(n)):
+            break
+        for p in range(n - 1):
+            for q in range(p + 1, n):
+                apq = a[p][q]
+                if abs(apq) < 1e-30:
+                    continue
+                th = (a[q][q] - a[p][p]) / (2 * apq)
+                t = (1 if th >= 0 else -1) / (abs(th) + math.sqrt(th * th + 1))
+                cs = 1 / math.sqrt(t * t + 1)
+                sn = t * cs
+                for k in range(n):
+                    akp, akq = a[k][p], a[k][q]
+                    a[k][p], a[k][q] = cs * akp - sn * akq, sn * akp + cs * akq
+                for k in range(n):
+                    apk, aqk = a[p][k], a[q][k]
+                    a[p][k], a[q][k] = cs * apk - sn * aqk, sn * apk + cs * aqk
+    return sorted((a[i][i] for i in range(n)), reverse=True)
+
+
+def main():
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    layer = sys.argv[2] if len(sys.argv) > 2 else "1"
+    raw = open(sys.argv[1], "rb").read()
+    h, base = read_header(raw)
+    prefix = "muon_momentum.model.layers.%s." % layer
+    print("| matrix | shape | alpha | s_max | s_min | below 0.5 after 4 | after 5 |")
+    print("|---|---|---|---|---|---|---|")
+    for k in sorted(x for x in h if x.startswith(prefix)):
+        m, r, c = matrix(raw, base, h[k])
+        if min(r, c) < 64:  # the router's narrow matrices: too few values to fit a decay
+            continue
+        if r > c:
+            m, r, c = [list(x) for x in zip(*m)], c, r
+        g = [[sum(m[i][t] * m[j][t] for t in range(c)) for j in range(r)] for i in range(r)]
+        sv = [math.sqrt(max(e, 0.0)) for e in eig_sym(g)]
+        fro = math.sqrt(sum(x * x for x in sv))
+        s = [x / fro for x in sv]
+        xs = [math.log(i + 1) for i in range(1, r // 2)]
+        ys = [math.log(max(s[i], 1e-30)) for i in range(1, r // 2)]
+        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+        slope = sum((a - mx) * (b - my) for a, b in zip(xs, ys)) / sum((a - mx) ** 2 for a in xs)
+        low4 = sum(1 for x in s if f(x, 4) < 0.5) / r
+        low5 = sum(1 for x in s if f(x, 5) < 0.5) / r
+        print(f"| {k[len(prefix):]} | {r} x {c} | {-slope:.2f} | {s[0]:.3f} | {s[-1]:.5f} | "
+              f"{100 * low4:.1f}% | {100 * low5:.1f}% |")
+
+
+if __name__ == "__main__":
+    main()
