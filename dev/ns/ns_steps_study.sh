@@ -1,22 +1,45 @@
 #!/usr/bin/env bash
 # Muon's Newton-Schulz iteration count in training: the default job's config (the tiny model on the
-# fortunes corpus, CPU) trained once per (ns_steps, seed), then a table of validation losses and an
-# SVG of their curves (dev/ns/val_curves.py). Needs the default job's data (bash
-# scripts/run_default.sh --stop-after 0) and a CPU build (make CUDA=0 BUILD=build-cpu).
-# Usage (from the zayac root): [NS="5 4 3"] [SEEDS="1 2"] [OUT=/tmp/ns_study] bash dev/ns/ns_steps_study.sh
+# fortunes corpus) trained once per (ns_steps, seed), then a table of validation losses and an SVG
+# of their curves (dev/ns/val_curves.py). Needs the default job's data and tokenizer (bash
+# scripts/run_default.sh --stop-after 0: runs/default/data and runs/default/tokenizer.json) and a
+# build (CPU: make CUDA=0 BUILD=build-cpu).
+# Usage (from the zayac root):
+#   [NS="5 4 3"] [SEEDS="1 2"] [OUT=/tmp/ns_study] [DEVICE=cpu] [ZAYAC_BIN=build-cpu/zayac] \
+#       [WIDTHS=bench-small] [SETS="steps=300 ..."] bash dev/ns/ns_steps_study.sh
+# WIDTHS=bench-small trains bench-small's widths instead of the tiny model's (hidden 1024, 8/2 heads
+# of 128, 16 experts of 1024, router 256) with 4 layers, the corpus's 4096-token vocabulary and
+# 512 positions, 8 x 512 tokens a step for 200 steps (about one pass over the corpus; a GPU's job: the question is whether four iterations keep
+# up at widths where the normalised singular values are small, results/one-gpu-limit/README.md).
+# SETS: more `--set` overrides (space-separated key=value).
 set -euo pipefail
 NS=${NS:-5 4 3}
 SEEDS=${SEEDS:-1 2}
 OUT=${OUT:-/tmp/ns_study}
+DEVICE=${DEVICE:-cpu}
 Z=${ZAYAC_BIN:-build-cpu/zayac}
 mkdir -p "$OUT"
+sets=()
+if [ "${WIDTHS:-tiny}" = bench-small ]; then
+    model='{"model_type": "zaya", "vocab_size": 4096, "hidden_size": 1024, "num_hidden_layers": 4,
+ "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 128, "num_experts": 16,
+ "num_experts_per_tok": 1, "moe_intermediate_size": 1024, "router_hidden_size": 256,
+ "max_position_embeddings": 512, "cca_time0": 2, "cca_time1": 2, "rms_norm_eps": 1e-05,
+ "initializer_range": 0.02, "pad_token_id": 0, "bos_token_id": 2, "eos_token_id": 1,
+ "rope_parameters": {"hybrid": {"rope_type": "default", "rope_theta": 5000000.0,
+ "partial_rotary_factor": 0.5}, "hybrid_sliding": {"rope_type": "default", "rope_theta": 10000.0,
+ "partial_rotary_factor": 0.5}}}'
+    sets+=(--set "model=$model" --set seq_len=512 --set batch_size=8 --set steps=200
+        --set eval_interval=25 --set checkpoint_interval=0)
+fi
+for kv in ${SETS:-}; do sets+=(--set "$kv"); done
 runs=()
 for seed in $SEEDS; do
     for ns in $NS; do
         d="$OUT/ns${ns}_seed${seed}"
         echo "== ns_steps $ns, seed $seed -> $d"
-        "$Z" train --config configs/train-tiny.json --device cpu --seed "$seed" \
-            --set optimizer.ns_steps="$ns" --out "$d" --overwrite >"$d.log" 2>&1
+        "$Z" train --config configs/train-tiny.json --device "$DEVICE" --seed "$seed" \
+            --set optimizer.ns_steps="$ns" "${sets[@]}" --out "$d" --overwrite >"$d.log" 2>&1
         runs+=("ns_steps $ns, seed $seed=$d/metrics.jsonl")
     done
 done
