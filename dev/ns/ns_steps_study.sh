@@ -7,10 +7,11 @@
 # Usage (from the zayac root):
 #   [NS="5 4 3"] [SEEDS="1 2"] [OUT=/tmp/ns_study] [DEVICE=cpu] [ZAYAC_BIN=build-cpu/zayac] \
 #       [WIDTHS=bench-small] [SETS="steps=300 ..."] bash dev/ns/ns_steps_study.sh
-# WIDTHS=bench-small trains bench-small's widths instead of the tiny model's (hidden 1024, 8/2 heads
-# of 128, 16 experts of 1024, router 256) with 4 layers, the corpus's 4096-token vocabulary and
-# 512 positions, 8 x 512 tokens a step for 200 steps (about one pass over the corpus; a GPU's job: the question is whether four iterations keep
-# up at widths where the normalised singular values are small, results/one-gpu-limit/README.md).
+# WIDTHS=bench-small trains bench-small's widths instead of the tiny model's (hidden 1024, 8/2
+# heads of 128, 16 experts of 1024, router 256) with 4 layers, the corpus's 4096-token vocabulary
+# and 512 positions, 8 x 512 tokens a step for 200 steps (about one pass over the corpus). A GPU's
+# job: whether four iterations keep up at widths where the normalised singular values are small
+# (results/one-gpu-limit/README.md).
 # SETS: more `--set` overrides (space-separated key=value).
 set -euo pipefail
 NS=${NS:-5 4 3}
