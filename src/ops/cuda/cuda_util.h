@@ -9,6 +9,7 @@
 #include "base/check.h"
 
 #include <cuda_bf16.h>
+#include <math.h>
 #include <stdint.h>
 
 /* Threads per block of the row kernels (one block per row). */
@@ -135,23 +136,32 @@ static inline unsigned zy_grid_blocks(size_t units) {
     return b < 1 ? 1u : (b > 8192 ? 8192u : (unsigned)b);
 }
 
-/* Sum of v over the block (blockDim.x a multiple of 32, at most 1024); every thread gets it.
- * The order is fixed by the thread layout, so the result is deterministic. */
-__device__ __forceinline__ float zy_block_sum(float v) {
+/* op(...) of v over the block (blockDim.x a multiple of 32, at most 1024; e: op's identity);
+ * every thread gets it. The order is fixed by the thread layout, so the result is
+ * deterministic. */
+template <typename Op> __device__ __forceinline__ float zy_block_reduce(float v, float e, Op op) {
     __shared__ float part[32];
     __shared__ float total;
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     __syncthreads(); /* part/total may still be read by an earlier call */
     if (lane == 0) part[warp] = v;
     __syncthreads();
     if (warp == 0) {
-        float s = lane < nw ? part[lane] : 0.0f;
-        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        float s = lane < nw ? part[lane] : e;
+        for (int o = 16; o > 0; o >>= 1) s = op(s, __shfl_xor_sync(0xffffffffu, s, o));
         if (lane == 0) total = s;
     }
     __syncthreads();
     return total;
+}
+/* Sum of v over the block. */
+__device__ __forceinline__ float zy_block_sum(float v) {
+    return zy_block_reduce(v, 0.0f, [](float a, float b) { return a + b; });
+}
+/* Max of v over the block. */
+__device__ __forceinline__ float zy_block_max(float v) {
+    return zy_block_reduce(v, -INFINITY, [](float a, float b) { return fmaxf(a, b); });
 }
 
 /* 1 when p is aligned to `bytes` (the vector paths need 16- or 8-byte alignment). */

@@ -51,23 +51,6 @@ __device__ __forceinline__ void ms_block(float &m, float &s) {
     for (int j = 1; j < nw; j++) ms_merge(m, s, pm[j], ps[j]);
 }
 
-/* Max of v over the block (as zy_block_sum); every thread gets it. */
-__device__ __forceinline__ float xent_block_max(float v) {
-    __shared__ float part[32];
-    __shared__ float total;
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    if (lane == 0) part[warp] = v;
-    __syncthreads();
-    if (warp == 0) {
-        float m = lane < nw ? part[lane] : -INFINITY;
-        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-        if (lane == 0) total = m;
-    }
-    __syncthreads();
-    return total;
-}
-
 /* The register-resident row kernels: up to XENT_REG_NT threads a block, each holding VPT vectors
  * of 8 bf16. A row too wide for one block is spread over a cluster of CS blocks (2, 4 or 8, on
  * the SMs of one GPC), which merge their (max, sum) pairs through distributed shared memory, so
@@ -146,7 +129,7 @@ __global__ void __launch_bounds__(XENT_REG_NT, 2)
     if (threadIdx.x == 0) xy_sh = __bfloat162float(x[base + y]);
     float m = -INFINITY, s = 0.0f;
     xent_regs_pairs<VPT>(r, v0, v1, [&](float a, float b) { m = fmaxf(m, fmaxf(a, b)); });
-    m = xent_block_max(m);
+    m = zy_block_max(m);
     xent_regs_pairs<VPT>(r, v0, v1,
                          [&](float a, float b) { s += exp_shift(a, m) + exp_shift(b, m); });
     s = zy_block_sum(s);
