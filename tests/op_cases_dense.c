@@ -441,15 +441,20 @@ static void case_swiglu(oh_run *r, const int *p) {
 
 /* ---- cross-entropy ---- */
 
-/* p: N, V, mode (0 loss only, 1 separate dlogits, 2 dlogits in place on the compared backend) */
+/* p: N, V, mode (0 loss only, 1 separate dlogits, 2 dlogits in place on the compared backend),
+ * masked (1: the last V / 8 logits of every row are -inf, as a masked slice of the vocabulary;
+ * the targets are below it) */
 static void case_xent(oh_run *r, const int *p) {
     const float gs = 0.37f;
-    int N = p[0], V = p[1], mode = p[2];
+    int N = p[0], V = p[1], mode = p[2], masked = p[3];
     size_t nv = (size_t)N * V;
     float *x = oh_randn_bf(r, nv, 2.0f);
+    const int live = masked ? V - V / 8 : V; /* logits [live, V) are -inf */
+    for (int n = 0; n < N; n++)
+        for (int v = live; v < V; v++) x[(size_t)n * V + v] = -INFINITY;
     int32_t *t = oh_ints(r, N, 0);
     for (int n = 0; n < N; n++)
-        t[n] = n % 4 == 3 ? IGNORE : (int32_t)zy_rng_below(oh_rng(), (uint64_t)V);
+        t[n] = n % 4 == 3 ? IGNORE : (int32_t)zy_rng_below(oh_rng(), (uint64_t)live);
     float *dlr = oh_const(r, nv, 0.0f);
     int cnt_ref = -1;
     ops_xent_fwd_bwd(oh_cpu(), dlr, x, t, N, V, IGNORE, gs, &cnt_ref);
@@ -459,7 +464,7 @@ static void case_xent(oh_run *r, const int *p) {
         if (t[n] == IGNORE) continue;
         const float *row = x + (size_t)n * V;
         double mx = 0;
-        for (int v = 0; v < V; v++) mx = fmax(mx, fabs((double)row[v]));
+        for (int v = 0; v < live; v++) mx = fmax(mx, fabs((double)row[v]));
         sum_bound[0] += 2e-5 * (mx + fabs((double)row[t[n]]) + 1.0);
         for (int v = 0; v < V; v++) { /* p + onehot = dlogits/gs + 2 onehot */
             size_t i = (size_t)n * V + v;
@@ -637,7 +642,8 @@ const oh_case oh_cases_dense[] = {
     /* vectorised rows (V % 8 == 0) and element rows, bench-small's vocabulary and larger; on CUDA
      * rows of V % 8 == 0 are held in registers: by one block up to 34,816 (8, 4104, 12296, 32768:
      * 1, 2, 4 and 8 vectors a thread), by a cluster above (40000 and 65544 on 2 blocks, the
-     * second with 544 threads; zaya1's 262,272 on 8); wider rows (278,536) are read twice */
+     * second with 544 threads; 100,000 on 4; zaya1's 262,272 on 8); wider rows (278,536) are read
+     * twice */
     {"xent", case_xent, {1, 50, 0}},
     {"xent", case_xent, {1, 50, 1}},
     {"xent", case_xent, {1, 50, 2}},
@@ -659,9 +665,13 @@ const oh_case oh_cases_dense[] = {
     {"xent", case_xent, {3, 32776, 1}},
     {"xent", case_xent, {3, 32776, 2}},
     {"xent", case_xent, {3, 65544, 2}},
-    {"xent", case_xent, {2, 262272, 0}},
-    {"xent", case_xent, {2, 262272, 1}},
-    {"xent", case_xent, {2, 262272, 2}},
+    {"xent", case_xent, {4, 262272, 0}}, /* 4 rows: the last one's target is ignored */
+    {"xent", case_xent, {4, 262272, 1}},
+    {"xent", case_xent, {4, 262272, 2}},
+    {"xent", case_xent, {4, 262272, 1, 1}}, /* the last block's whole share is -inf */
+    {"xent", case_xent, {4, 100000, 1}},    /* a cluster of 4 */
+    {"xent", case_xent, {4, 100000, 2}},
+    {"xent", case_xent, {4, 32768, 1, 1}},
     {"xent", case_xent, {1, 278536, 1}},
     {"xent", case_xent, {1, 278536, 2}},
     {"xent", case_xent, {2, 40000, 0}},

@@ -130,8 +130,11 @@ __global__ void __launch_bounds__(XENT_REG_NT, 2)
     float m = -INFINITY, s = 0.0f;
     xent_regs_pairs<VPT>(r, v0, v1, [&](float a, float b) { m = fmaxf(m, fmaxf(a, b)); });
     m = zy_block_max(m);
+    /* a share that is all -inf (a masked slice of the vocabulary) sums exp(x - 0) = 0, so its
+     * pair (-inf, 0) adds nothing to the cluster's merge instead of a NaN from -inf - -inf */
+    const float shift = m == -INFINITY ? 0.0f : m;
     xent_regs_pairs<VPT>(r, v0, v1,
-                         [&](float a, float b) { s += exp_shift(a, m) + exp_shift(b, m); });
+                         [&](float a, float b) { s += exp_shift(a, shift) + exp_shift(b, shift); });
     s = zy_block_sum(s);
     if constexpr (CS > 1) { /* the row's pair from the blocks' pairs, in rank order */
         if (threadIdx.x == 0) ms_part[0] = m, ms_part[1] = s;
