@@ -11,7 +11,8 @@
 #   DEBS=.ext/debs [PREV_TAR=.ext/prev.tar] [ROUNDS=2] [CASES="bench-small:8:2048 bench-base:4:4096"] \
 #       [OPTIMS="adamw muon"] [VARIANTS="prev 0 1"] [MUTANT=1] [SKIP_TESTS=1] \
 #       bash scripts/gpu_overlap_bench.sh
-# An OPTIMS entry muon-nsK runs Muon with K Newton-Schulz iterations (--ns-steps K).
+# An OPTIMS entry muon-nsK runs Muon with K Newton-Schulz iterations (--ns-steps K), muon-nsKm
+# the same with the minimax coefficients (--ns-coefficients minimax).
 # Files land in $OUT: summary.txt, build.log, tests.log, mutant.log, bench_*.json.
 set -u
 export PATH=/usr/local/cuda/bin:$PATH
@@ -68,7 +69,11 @@ for r in $(seq 1 "${ROUNDS:-2}"); do
         IFS=: read -r preset batch seq <<<"$c"
         for optim in ${OPTIMS:-adamw muon}; do
             ns=()
-            [[ $optim == *-ns* ]] && ns=(--ns-steps "${optim##*-ns}")
+            if [[ $optim == *-ns* ]]; then
+                k=${optim##*-ns}
+                ns=(--ns-steps "${k%m}")
+                [ "$k" = "${k%m}" ] || ns+=(--ns-coefficients minimax)
+            fi
             for ov in $variants; do
                 f="$OUT/bench_${preset}_${optim}_ov${ov}_$r"
                 if [ "$ov" = prev ]; then
@@ -90,7 +95,7 @@ python3 - "$OUT" <<'EOF' | tee -a "$OUT/summary.txt"
 import glob, json, re, statistics, sys
 ms = {}
 for f in glob.glob(sys.argv[1] + "/bench_*.json"):
-    m = re.search(r"bench_(.+)_(adamw|muon(?:-ns\d+)?)_ov(\w+)_\d+\.json$", f)
+    m = re.search(r"bench_(.+)_(adamw|muon(?:-ns\d+m?)?)_ov(\w+)_\d+\.json$", f)
     try:
         ms.setdefault((m[1], m[2], m[3]), []).append(json.load(open(f))["step_ms"]["median"])
     except Exception:

@@ -140,7 +140,7 @@ static void test_run_adamw_and_muon(void **state) {
     small_opts(&o);
     o.profile = 1;
     o.peak_tflops = 0.5; /* given: MFU is computed against it */
-    bench_train_result a, m, ns2, again, other, rec;
+    bench_train_result a, m, ns2, mm, again, other, rec;
     assert_int_equal(bench_train_run(&o, &a), ZY_OK);
     check_result(&o, &a);
     check_breakdown(&a);
@@ -169,6 +169,12 @@ static void test_run_adamw_and_muon(void **state) {
     assert_int_equal(bench_train_run(&o, &ns2), ZY_OK);
     assert_true(ns2.loss_first == m.loss_first && ns2.loss_last != m.loss_last);
     o.ns_steps = 5;
+    /* --ns-coefficients too */
+    o.ns_coefs = ZY_NS_MINIMAX;
+    assert_int_equal(bench_train_run(&o, &mm), ZY_OK);
+    assert_true(mm.loss_first == m.loss_first && mm.loss_last != m.loss_last &&
+                mm.loss_last != ns2.loss_last);
+    o.ns_coefs = ZY_NS_FIXED;
     /* the same seed draws the same weights and tokens: same first loss, and AdamW's run replays */
     assert_true(m.loss_first == a.loss_first);
     o.use_muon = 0;
@@ -187,6 +193,7 @@ static void test_run_adamw_and_muon(void **state) {
     bench_train_result_free(&a);
     bench_train_result_free(&m);
     bench_train_result_free(&ns2);
+    bench_train_result_free(&mm);
     bench_train_result_free(&again);
     bench_train_result_free(&other);
     bench_train_result_free(&rec);
@@ -369,6 +376,8 @@ static void test_cli_errors(void **state) {
         {"--preset tiny --device cpu --lr 0", "--lr"},
         {"--preset tiny --device cpu --optim muon --ns-steps 0", "--ns-steps"},
         {"--preset tiny --device cpu --ns-steps 4", "needs --optim muon"},
+        {"--preset tiny --device cpu --ns-coefficients minimax", "needs --optim muon"},
+        {"--preset tiny --device cpu --optim muon --ns-coefficients best", "best"},
         {"--preset tiny --device cpu --peak-tflops -5", "--peak-tflops"},
         {"--preset tiny --device cpu --seed -1", "--seed"},
         {"--preset tiny --device cpu --attention-workspace-gib 0.01", "--attention-workspace-gib"},

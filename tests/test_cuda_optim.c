@@ -363,6 +363,8 @@ static void compare_muon(const zy_param_table *t, const float *got, const float 
 
 /* 1: muon_one_step runs the symmetric products through cuBLAS, not the Hopper SYRK. */
 static int no_syrk;
+/* 1: muon_one_step uses 4 iterations of the minimax coefficients (optim/ns_coef.h) */
+static int minimax4;
 
 /* One step from zero parameters at lr 1 with no scale rule: the parameters become minus the
  * orthogonalised update (AdamW tensors take a sign step), on the CPU and on the GPU. */
@@ -371,6 +373,7 @@ static void muon_one_step(const zy_param_table *t, size_t batch_elems, int legac
     zy_optim_config cfg;
     optim_config_default(&cfg);
     cfg.muon_scale = ZY_MUON_SCALE_NONE;
+    if (minimax4) cfg.muon_ns_steps = 4, cfg.muon_ns_coefs = ZY_NS_MINIMAX;
     zy_optim oc, og;
     assert_int_equal(optim_init(&oc, &cpu, &cfg, t), ZY_OK);
     assert_int_equal(optim_init(&og, &gpu, &cfg, t), ZY_OK);
@@ -439,6 +442,11 @@ static void test_muon_vs_cpu(void **state) {
     muon_table(&t);
     muon_check(&t, 0, 0, 0, "one step (cuBLASLt)");
     muon_check(&t, 0, 1, 0, "one step (classic cuBLAS)");
+    /* per-iteration coefficients reach every product (the SYRKs, the first step's folded scale,
+     * the cuBLAS X') in their order: the band assertions hold only if they do */
+    minimax4 = 1;
+    muon_check(&t, 0, 0, 0, "one step, 4 minimax iterations (cuBLASLt)");
+    minimax4 = 0;
     params_free(&t);
 }
 

@@ -58,16 +58,27 @@ static void fill_normal(float *x, size_t n, float std, zy_rng *r) {
     for (size_t i = 0; i < n; i++) x[i] = std * zy_rng_normal(r);
 }
 
-/* The quintic applied `steps` times to one (normalised) singular value. */
-static double ns_poly(double s, int steps) {
+/* Muon's fixed quintic, written out here rather than taken from ns_coef.c. */
+static const float FIXED_ABC[5][3] = {{3.4445f, -4.7750f, 2.0315f},
+                                      {3.4445f, -4.7750f, 2.0315f},
+                                      {3.4445f, -4.7750f, 2.0315f},
+                                      {3.4445f, -4.7750f, 2.0315f},
+                                      {3.4445f, -4.7750f, 2.0315f}};
+
+/* The iterations' quintics applied in turn to one (normalised) singular value. */
+static double ns_poly(double s, int steps, const float (*abc)[3]) {
     for (int i = 0; i < steps; i++)
-        s = 3.4445 * s - 4.7750 * s * s * s + 2.0315 * s * s * s * s * s;
+        s = abc[i][0] * s + abc[i][1] * s * s * s + abc[i][2] * s * s * s * s * s;
     return s;
 }
 
 /* Newton-Schulz keeps the singular vectors and maps each normalised singular value through the
- * quintic: NS(X) = U diag(p^5(s / (||X||_F + 1e-7))) V^T, computed here in double via an SVD. */
-static void check_ns_shape(int r, int c, uint64_t seed) {
+ * iterations' quintics: NS(X) = U diag(p_k(...p_1(s / (||X||_F + 1e-7)))) V^T, computed here in
+ * double via an SVD. The band the outputs must lie in: [0.6, 1.3] for the fixed quintic at 5
+ * iterations (where the input's normalised value is not below 2e-3, which 5 cannot lift), the
+ * schedule's promise [0.7, 1.3] for minimax ones (inputs from ns_minimax_lower(steps)). */
+static void check_ns_coefs(int r, int c, uint64_t seed, int steps, const float (*abc)[3],
+                           double band_lo, double small_below) {
     const int k = r < c ? r : c;
     const size_t n = (size_t)r * (size_t)c;
     zy_rng rng = zy_rng_init(seed, 1);
@@ -83,10 +94,10 @@ static void check_ns_shape(int r, int c, uint64_t seed) {
     fro = sqrt(fro);
     svd(xd, r, c, U, s, Vt);
     double *sp = malloc(sizeof(double) * k);
-    for (int l = 0; l < k; l++) sp[l] = ns_poly(s[l] / (fro + 1e-7), 5);
+    for (int l = 0; l < k; l++) sp[l] = ns_poly(s[l] / (fro + 1e-7), steps, abc);
 
     float *work = malloc(optim_ns_work_floats(r, c) * sizeof *work);
-    optim_newton_schulz(x, r, c, 5, work);
+    optim_newton_schulz(x, r, c, steps, abc, work);
 
     double maxdiff = 0;
     for (int i = 0; i < r; i++)
@@ -100,9 +111,8 @@ static void check_ns_shape(int r, int c, uint64_t seed) {
     /* fp32 products of O(1) entries through 5 iterations: errors of a few 1e-6 are expected */
     assert_true(maxdiff < 1e-4);
 
-    /* the output's own singular values: the predicted ones, and inside [0.6, 1.3] wherever the
-     * input's normalised singular value is not vanishingly small (below ~1.5e-3, five quintic steps
-     * cannot lift it that far; see ns_poly) */
+    /* the output's own singular values: the predicted ones, and inside the band wherever the
+     * input's normalised singular value is not below small_below */
     double *out_d = malloc(n * sizeof *out_d), *so = malloc(sizeof(double) * k);
     for (size_t i = 0; i < n; i++) out_d[i] = x[i];
     svd(out_d, r, c, U, so, Vt);
@@ -114,11 +124,11 @@ static void check_ns_shape(int r, int c, uint64_t seed) {
                 sp[a] = sp[b];
                 sp[b] = tmp;
             }
-    int small = 0; /* inputs too small for five steps to lift; they map below 0.6 and sort last */
-    for (int l = 0; l < k; l++) small += s[l] / fro < 2e-3;
+    int small = 0; /* inputs too small for the band; they map below it and sort last */
+    for (int l = 0; l < k; l++) small += s[l] / fro < small_below;
     for (int l = 0; l < k; l++) {
         assert_true(fabs(so[l] - sp[l]) < 1e-4);
-        if (l < k - small) assert_true(so[l] >= 0.6 && so[l] <= 1.3);
+        if (l < k - small) assert_true(so[l] >= band_lo && so[l] <= 1.3);
     }
     /* rectangular Gaussian matrices are well conditioned: every value is in range there */
     if (r != c) assert_int_equal(small, 0);
@@ -133,6 +143,15 @@ static void check_ns_shape(int r, int c, uint64_t seed) {
     free(so);
 }
 
+static void check_ns_shape(int r, int c, uint64_t seed) {
+    check_ns_coefs(r, c, seed, 5, FIXED_ABC, 0.6, 2e-3);
+    /* the minimax schedule at 4 iterations, applied in its order (reversed, the large first
+     * quintic would come last and throw values out of the band) */
+    float mm[4][3];
+    ns_coefficients(ZY_NS_MINIMAX, 4, mm);
+    check_ns_coefs(r, c, seed, 4, (const float(*)[3])mm, 0.7 - 1e-3, ns_minimax_lower(4));
+}
+
 static void test_newton_schulz_vs_svd(void **state) {
     (void)state;
     check_ns_shape(24, 24, 11); /* square */
@@ -142,12 +161,40 @@ static void test_newton_schulz_vs_svd(void **state) {
     check_ns_shape(1, 9, 15); /* a single row: normalised to unit norm, then the polynomial */
 }
 
+/* The minimax schedules keep their promise on the scalar map: for 1 to 8 iterations every value
+ * in [l, 1] (l = ns_minimax_lower) ends in [0.7, 1.3], and l is the smallest start that does (a
+ * tenth below it ends below 0.7). At 4 iterations they lift a value the fixed quintic leaves below
+ * 0.5 into the band (the fixed one needs s >= 0.0037 to reach 0.5 in 4). */
+static void test_ns_minimax_schedule(void **state) {
+    (void)state;
+    for (int steps = 1; steps <= 8; steps++) {
+        float abc[8][3];
+        ns_coefficients(ZY_NS_MINIMAX, steps, abc);
+        const double l = ns_minimax_lower(steps);
+        assert_true(l > 0 && l < 1);
+        double lo = INFINITY, hi = -INFINITY;
+        for (int i = 0; i <= 20000; i++) {
+            const double y = ns_poly(l * pow(1.0 / l, i / 20000.0), steps, (const float(*)[3])abc);
+            lo = fmin(lo, y), hi = fmax(hi, y);
+        }
+        if (getenv("ZAYAC_VERBOSE")) printf("minimax %d: l %.3g, [%.4f, %.4f]\n", steps, l, lo, hi);
+        assert_true(lo >= 0.7 - 1e-4 && hi <= 1.3 + 1e-4);
+        assert_true(ns_poly(0.9 * l, steps, (const float(*)[3])abc) < 0.7);
+    }
+    float mm[4][3], fx[4][3];
+    ns_coefficients(ZY_NS_MINIMAX, 4, mm);
+    ns_coefficients(ZY_NS_FIXED, 4, fx);
+    assert_true(fx[3][0] == 3.4445f && fx[3][1] == -4.7750f && fx[3][2] == 2.0315f);
+    assert_true(ns_poly(0.0025, 4, (const float(*)[3])mm) >= 0.7);
+    assert_true(ns_poly(0.0025, 4, FIXED_ABC) < 0.5);
+}
+
 /* A zero gradient stays zero (no division by zero in the normalisation). */
 static void test_newton_schulz_zero(void **state) {
     (void)state;
     float x[12] = {0}, work[64];
     assert_true(optim_ns_work_floats(3, 4) <= 64);
-    optim_newton_schulz(x, 3, 4, 5, work);
+    optim_newton_schulz(x, 3, 4, 5, FIXED_ABC, work);
     for (int i = 0; i < 12; i++) assert_true(x[i] == 0.0f);
 }
 
@@ -360,7 +407,7 @@ static void test_muon_scale_rules(void **state) {
         size_t n = (size_t)(r * c);
         float *x = malloc(n * sizeof *x), *w = malloc(optim_ns_work_floats(r, c) * sizeof *w);
         fill_normal(x, n, 1.0f, &rng);
-        optim_newton_schulz(x, r, c, 5, w);
+        optim_newton_schulz(x, r, c, 5, FIXED_ABC, w);
         double ss = 0, k = optim_muon_scale(ZY_MUON_SCALE_MATCH_ADAMW_RMS, r, c);
         for (size_t i = 0; i < n; i++) ss += (k * x[i]) * (k * x[i]);
         double rms = sqrt(ss / (double)n);
@@ -662,6 +709,10 @@ static void test_optim_bad_config(void **state) {
     c.muon_ns_steps = 0;
     assert_int_equal(optim_config_check(&c), ZY_ERR);
     assert_non_null(strstr(zy_errmsg(), "muon_ns_steps"));
+    optim_config_default(&c);
+    c.muon_ns_coefs = 2;
+    assert_int_equal(optim_config_check(&c), ZY_ERR);
+    assert_non_null(strstr(zy_errmsg(), "muon_ns_coefs"));
     optim_config_default(&c);
     c.eps = 0;
     assert_int_equal(optim_config_check(&c), ZY_ERR);
@@ -1104,6 +1155,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_newton_schulz_vs_svd),
         cmocka_unit_test(test_newton_schulz_zero),
+        cmocka_unit_test(test_ns_minimax_schedule),
         cmocka_unit_test(test_adamw_hand_computed),
         cmocka_unit_test(test_muon_vs_double_reference),
         cmocka_unit_test(test_muon_scale_rules),

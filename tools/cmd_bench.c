@@ -14,6 +14,7 @@
 #include "dist/env.h"
 #include "dist/rdv.h"
 #include "model_cli.h"
+#include "optim/ns_coef.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -515,6 +516,10 @@ static int train_parse(const zy_opt *opts, bench_train_opts *o) {
     if (args_get(opts, "--ns-steps") && !o->use_muon)
         return zy_fail("--ns-steps sets Muon's Newton-Schulz iterations: it needs --optim muon");
     ZY_TRY(train_opt_int(opts, "--ns-steps", o->ns_steps, 1, 100, &o->ns_steps));
+    if (args_get(opts, "--ns-coefficients") && !o->use_muon)
+        return zy_fail("--ns-coefficients sets Muon's Newton-Schulz coefficients: it needs --optim "
+                       "muon");
+    ZY_TRY(args_choice(opts, "--ns-coefficients", zy_ns_coefs_names, o->ns_coefs, &o->ns_coefs));
     double v;
     ZY_TRY(args_double_in(opts, "--lr", o->lr, "(0, 10]", &v));
     o->lr = (float)v;
@@ -590,6 +595,8 @@ static int bench_train(int argc, char **argv) {
         {"--warmup", 1, "untimed steps before them (default 3)", NULL},
         {"--optim", 1, "adamw, or muon (Muon for the matrices) (default adamw)", NULL},
         {"--ns-steps", 1, "Muon's Newton-Schulz iterations (optimizer.ns_steps; default 5)", NULL},
+        {"--ns-coefficients", 1,
+         "fixed|minimax: Muon's Newton-Schulz coefficients (optimizer.ns_coefficients)", NULL},
         {"--lr", 1, "constant learning rate (default 3e-4)", NULL},
         {"--profile", 0, "one extra step with the op profiler: the per-op time breakdown", NULL},
         {"--recompute", 0,

@@ -13,6 +13,7 @@
 # job: whether four iterations keep up at widths where the normalised singular values are small
 # (results/one-gpu-limit/README.md).
 # SETS: more `--set` overrides (space-separated key=value).
+# NS entries ending in m (e.g. "4m") use the minimax coefficients (optimizer.ns_coefficients).
 set -euo pipefail
 NS=${NS:-5 4 3}
 SEEDS=${SEEDS:-1 2}
@@ -37,11 +38,14 @@ for kv in ${SETS:-}; do sets+=(--set "$kv"); done
 runs=()
 for seed in $SEEDS; do
     for ns in $NS; do
+        steps=${ns%m} coef=fixed
+        [ "$ns" = "$steps" ] || coef=minimax
         d="$OUT/ns${ns}_seed${seed}"
-        echo "== ns_steps $ns, seed $seed -> $d"
+        echo "== ns_steps $steps ($coef), seed $seed -> $d"
         "$Z" train --config configs/train-tiny.json --device "$DEVICE" --seed "$seed" \
-            --set optimizer.ns_steps="$ns" "${sets[@]}" --out "$d" --overwrite >"$d.log" 2>&1
-        runs+=("ns_steps $ns, seed $seed=$d/metrics.jsonl")
+            --set optimizer.ns_steps="$steps" --set optimizer.ns_coefficients="\"$coef\"" \
+            "${sets[@]}" --out "$d" --overwrite >"$d.log" 2>&1
+        runs+=("ns_steps $steps $coef, seed $seed=$d/metrics.jsonl")
     done
 done
 python3 dev/ns/val_curves.py "$OUT/val_curves.svg" "${runs[@]}"

@@ -38,6 +38,7 @@ void bench_train_opts_default(bench_train_opts *o) {
     zy_optim_config oc;
     optim_config_default(&oc);
     o->ns_steps = oc.muon_ns_steps;
+    o->ns_coefs = oc.muon_ns_coefs;
     o->seed = 1;
     o->embedding_update = ZY_EMB_SPLIT;
 }
@@ -163,6 +164,7 @@ static int bt_init(bt_state *s, const bench_train_opts *o, const dist_env *e,
     optim_config_default(&oc);
     oc.use_muon = o->use_muon;
     oc.muon_ns_steps = o->ns_steps;
+    oc.muon_ns_coefs = o->ns_coefs;
     oc.lr = o->lr;
     oc.embedding_update = o->embedding_update;
     char what[128];
@@ -475,9 +477,10 @@ static double median_ms(const bench_train_result *r) {
 }
 
 void bench_train_print(FILE *f, const bench_train_opts *o, const bench_train_result *r) {
-    char optim[64] = "AdamW";
+    char optim[96] = "AdamW";
     if (o->use_muon)
-        snprintf(optim, sizeof optim, "Muon (%d Newton-Schulz steps) + AdamW", o->ns_steps);
+        snprintf(optim, sizeof optim, "Muon (%d Newton-Schulz steps, %s coefficients) + AdamW",
+                 o->ns_steps, zy_ns_coefs_names[o->ns_coefs]);
     fprintf(f,
             "# zayac bench train: %s on %s, batch %d x %d = %lld tokens/step, %s, lr %g, "
             "%d timed steps after %d warm-up%s\n",
@@ -579,7 +582,10 @@ cJSON *bench_train_to_json(const bench_train_opts *o, const bench_train_result *
     cJSON_AddNumberToObject(j, "steps", o->steps);
     cJSON_AddNumberToObject(j, "warmup", o->warmup);
     cJSON_AddStringToObject(j, "optim", o->use_muon ? "muon" : "adamw");
-    if (o->use_muon) cJSON_AddNumberToObject(j, "ns_steps", o->ns_steps);
+    if (o->use_muon) {
+        cJSON_AddNumberToObject(j, "ns_steps", o->ns_steps);
+        cJSON_AddStringToObject(j, "ns_coefficients", zy_ns_coefs_names[o->ns_coefs]);
+    }
     cJSON_AddBoolToObject(j, "recompute", o->recompute);
     if (r->world > 1) /* what ranks do; one rank updates everything */
         cJSON_AddStringToObject(j, "embedding_update",

@@ -14,9 +14,6 @@
 
 /* Newton-Schulz quintic coefficients (Keller Jordan's Muon): fast growth of small singular values
  * at the price of not converging exactly to 1 (they settle in roughly [0.7, 1.2]). */
-#define NS_A   3.4445f
-#define NS_B   (-4.7750f)
-#define NS_C   2.0315f
 #define NS_EPS 1e-7
 
 /* Element-wise loops go parallel only when there is enough work to pay for the threads. */
@@ -38,6 +35,7 @@ void optim_config_default(zy_optim_config *c) {
     c->muon_momentum = 0.95f;
     c->muon_nesterov = 1;
     c->muon_ns_steps = 5;
+    c->muon_ns_coefs = ZY_NS_FIXED;
     c->muon_scale = ZY_MUON_SCALE_MATCH_ADAMW_RMS;
     c->muon_lr_ratio = 1.0f;
     c->embedding_update = ZY_EMB_SPLIT;
@@ -78,6 +76,9 @@ int optim_config_check(const zy_optim_config *c) {
         return zy_fail("optimizer: muon_nesterov must be 0 or 1, found %d", c->muon_nesterov);
     if (c->muon_ns_steps < 1 || c->muon_ns_steps > 100)
         return zy_fail("optimizer: muon_ns_steps must be in [1, 100], found %d", c->muon_ns_steps);
+    if (c->muon_ns_coefs != ZY_NS_FIXED && c->muon_ns_coefs != ZY_NS_MINIMAX)
+        return zy_fail("optimizer: muon_ns_coefs must be fixed or minimax, found %d",
+                       c->muon_ns_coefs);
     if (c->muon_scale != ZY_MUON_SCALE_NONE && c->muon_scale != ZY_MUON_SCALE_MATCH_ADAMW_RMS &&
         c->muon_scale != ZY_MUON_SCALE_SPECTRAL)
         return zy_fail("optimizer: muon_scale must be none, match_adamw_rms or spectral, found %d",
@@ -145,6 +146,8 @@ int optim_init_owned(zy_optim *opt, zy_ctx *ctx, const zy_optim_config *cfg,
     opt->upd_hi = zy_calloc((size_t)(t->count ? t->count : 1), sizeof *opt->upd_hi);
     opt->numel = zy_calloc((size_t)(t->count ? t->count : 1), sizeof *opt->numel);
     opt->host_off = zy_calloc((size_t)(t->count ? t->count : 1), sizeof *opt->host_off);
+    opt->ns_abc = zy_calloc((size_t)cfg->muon_ns_steps, sizeof *opt->ns_abc);
+    ns_coefficients((zy_ns_coefs)cfg->muon_ns_coefs, cfg->muon_ns_steps, opt->ns_abc);
     for (int i = 0; i < t->count; i++) {
         const zy_param *p = &t->items[i];
         opt->numel[i] = p->numel;
@@ -206,6 +209,7 @@ void optim_free(zy_optim *opt) {
     free(opt->upd_hi);
     free(opt->numel);
     free(opt->host_off);
+    free(opt->ns_abc);
     free(opt->work);
     if (opt->host_state) ops_host_free(opt->ctx, opt->host_state);
     memset(opt, 0, sizeof *opt);
@@ -247,7 +251,8 @@ size_t optim_ns_work_floats(int64_t rows, int64_t cols) {
     return (size_t)(rows * cols + 2 * s * s); /* the next iterate, A, and B */
 }
 
-void optim_newton_schulz(float *x, int64_t rows, int64_t cols, int steps, float *work) {
+void optim_newton_schulz(float *x, int64_t rows, int64_t cols, int steps, const float (*abc)[3],
+                         float *work) {
     const size_t n = (size_t)(rows * cols);
     const int wide = rows <= cols; /* Gram on the smaller side */
     const int s = (int)(wide ? rows : cols);
@@ -261,6 +266,7 @@ void optim_newton_schulz(float *x, int64_t rows, int64_t cols, int steps, float 
 
     float *cur = x, *nxt = y;
     for (int it = 0; it < steps; it++) {
+        const float ka = abc[it][0], kb = abc[it][1], kc = abc[it][2];
         if (wide) { /* A = X X^T [r, r]; B = b A + c A A; X' = a X + B X */
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r, r, c, 1.0f, cur, c, cur, c,
                         0.0f, A, s);
@@ -269,15 +275,14 @@ void optim_newton_schulz(float *x, int64_t rows, int64_t cols, int steps, float 
                         0.0f, A, s);
         }
         memcpy(B, A, (size_t)s * s * sizeof *B);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s, s, s, NS_C, A, s, A, s, NS_B, B,
-                    s);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s, s, s, kc, A, s, A, s, kb, B, s);
         memcpy(nxt, cur, n * sizeof *nxt);
         if (wide)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r, c, r, 1.0f, B, s, cur, c,
-                        NS_A, nxt, c);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r, c, r, 1.0f, B, s, cur, c, ka,
+                        nxt, c);
         else
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r, c, c, 1.0f, cur, c, B, s,
-                        NS_A, nxt, c);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r, c, c, 1.0f, cur, c, B, s, ka,
+                        nxt, c);
         float *tmp = cur;
         cur = nxt;
         nxt = tmp;
@@ -316,7 +321,7 @@ static void muon_tensor(zy_optim *opt, const zy_param *p, float *param, const fl
         size_t off = (size_t)e * mn;
         optim_muon_momentum(u, grad + off, mom + off, mn, c->muon_momentum, c->muon_nesterov,
                             gscale);
-        optim_newton_schulz(u, rows, cols, c->muon_ns_steps, ns_work);
+        optim_newton_schulz(u, rows, cols, c->muon_ns_steps, opt->ns_abc, ns_work);
         optim_apply_update(param + off, u, mn, lr, scale, wd);
     }
 }

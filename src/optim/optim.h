@@ -30,6 +30,7 @@
 #define ZY_OPTIM_H
 
 #include "ops/ops.h"
+#include "optim/ns_coef.h"
 #include "optim/state.h"
 #include "tensor/params.h"
 
@@ -58,6 +59,7 @@ typedef struct {
     float muon_momentum;      /* mu, 0.95 */
     int muon_nesterov;        /* 1: update = g + mu*M; 0: update = M */
     int muon_ns_steps;        /* Newton-Schulz iterations, 5 */
+    int muon_ns_coefs;        /* zy_ns_coefs: their coefficients (ns_coef.h), ZY_NS_FIXED */
     zy_muon_scale muon_scale; /* default ZY_MUON_SCALE_MATCH_ADAMW_RMS */
     float muon_lr_ratio;      /* Muon lr = lr_now * muon_lr_ratio (1 with MATCH_ADAMW_RMS) */
     int embedding_update;     /* data parallel (train/zero1.h): who updates the tied embedding,
@@ -106,6 +108,7 @@ typedef struct {
                                 otherwise and until first used */
     zy_optim_cuda *cuda;     /* CUDA: chunk table, Muon batches, GEMM plans, workspace */
     const int *runs_planned; /* the group array of optim_plan_runs (the caller's), or NULL */
+    float (*ns_abc)[3];      /* [cfg.muon_ns_steps] (a, b, c) of each Newton-Schulz iteration */
     void *compute_copy; /* CUDA: bf16 [t->total] copy of params that each step refreshes for the
                            tensors it updates (the model's GEMM weights), or NULL */
 } zy_optim;
@@ -224,10 +227,11 @@ void optim_muon_momentum(float *u, const float *g, float *mom, size_t n, float m
 /* Floats of workspace optim_newton_schulz needs for a rows x cols matrix. */
 size_t optim_ns_work_floats(int64_t rows, int64_t cols);
 /* Orthogonalises x [rows, cols] in place: x /= (||x||_F + 1e-7), then `steps` quintic iterations
- * x = a x + (b A + c A A) x with A = x x^T, (a, b, c) = (3.4445, -4.7750, 2.0315). When
+ * x = a x + (b A + c A A) x with A = x x^T and iteration t's (a, b, c) = abc[t] (ns_coef.h). When
  * rows > cols it works on the transpose (A = x^T x, x = a x + x (b A + c A A)) so the Gram matrix
  * is min(rows, cols) square. Matrix products go through cblas_sgemm. */
-void optim_newton_schulz(float *x, int64_t rows, int64_t cols, int steps, float *work);
+void optim_newton_schulz(float *x, int64_t rows, int64_t cols, int steps, const float (*abc)[3],
+                         float *work);
 /* The multiplier a scale rule applies to the orthogonalised update of an [out, in] matrix. */
 float optim_muon_scale(zy_muon_scale rule, int64_t out, int64_t in);
 /* p -= lr * (scale * u + wd * p) on n elements (wd multiplies the old p). */

@@ -56,10 +56,7 @@ typedef __nv_bfloat16 bf16;
 #define CLIP_CH 8192 /* elements per clipping block */
 #define SEG_MAX 96   /* segments per clipping launch (passed by value: ~2 KB) */
 
-/* Newton-Schulz quintic coefficients and the normalisation epsilon, as optim.c's. */
-#define NS_A   3.4445f
-#define NS_B   (-4.7750f)
-#define NS_C   2.0315f
+/* The Newton-Schulz normalisation epsilon, as optim.c's. */
 #define NS_EPS 1e-7
 
 static int64_t round_up(int64_t x, int64_t m) {
@@ -149,10 +146,11 @@ static int ns_block_rows(int64_t s) {
  *   0: A[r0:r0+h, :n] = X[r0:r0+h] X[:n]^T (wide) or X[:, r0:r0+h]^T X[:, :n] (tall)
  *   1: B[r0:r0+h, :n] = c A[r0:r0+h, :] A[:, :n] + b A[r0:r0+h, :n]   (C = A, D = Gram B)
  *   2: X' = B X + a X (wide) or X B + a X (tall), whole   (C = X, D = the other X buffer)
+ * with the step's (a, b, c) = k.
  * kb = 1 is the whole product. cuBLAS sees X as column-major [cols, rows]: gemm.h's mapping gives
  * it the same transposes, layouts and strides as the column-major formulation of the header
  * comment. Leading dimensions are given, so each is planned for its exact sizes. */
-static cuda_gemm_desc ns_desc(const ns_shape *sh, int which, int i, int kb) {
+static cuda_gemm_desc ns_desc(const ns_shape *sh, int which, int i, int kb, const float k[3]) {
     const int s = (int)sh->s, l = (int)sh->l, h = s / kb;
     cuda_gemm_desc g;
     memset(&g, 0, sizeof g);
@@ -168,7 +166,7 @@ static cuda_gemm_desc ns_desc(const ns_shape *sh, int which, int i, int kb) {
         g.M = h, g.N = (i + 1) * h, g.K = s;
         g.lda = g.ldb = g.ldc = sh->lds;
         g.stride_a = g.stride_b = g.stride_c = sh->ss;
-        g.alpha = NS_C, g.beta = NS_B;
+        g.alpha = k[2], g.beta = k[1];
     } else {
         if (sh->tall) { /* X' [l, s] = X [l, s] B [s, s] + a X */
             g.M = l, g.N = s, g.K = s;
@@ -178,7 +176,7 @@ static cuda_gemm_desc ns_desc(const ns_shape *sh, int which, int i, int kb) {
             g.lda = sh->lds, g.ldb = sh->ldx, g.stride_a = sh->ss, g.stride_b = sh->sx;
         }
         g.ldc = sh->ldx, g.stride_c = sh->sx;
-        g.beta = NS_A;
+        g.beta = k[0];
     }
     return g;
 }
@@ -248,10 +246,11 @@ static void plan_adam(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, const 
  * have no cuBLASLt algorithm (classic cuBLAS, which copies C's whole extent into D before a GEMM
  * whose D is not C: that would overwrite other block rows, so blocks need cuBLASLt). */
 static int ns_prepare(zy_ctx *ctx, const zy_optim_cuda *c, const ns_shape *sh) {
+    static const float any_k[3] = {1.0f, 1.0f, 1.0f}; /* a plan depends on beta != 0 only */
     int missing = 0;
     for (int k = 0; k < 3; k++)
         for (int j = 0; j < (k == 2 ? 1 : sh->kb); j++) {
-            const cuda_gemm_desc g = ns_desc(sh, k, j, sh->kb);
+            const cuda_gemm_desc g = ns_desc(sh, k, j, sh->kb, any_k);
             const ns_ops o = ns_operands(c, sh, k, j, sh->kb, c->x[0], c->x[1]);
             int lt = 1;
             ZY_STATUS_CHECK(cuda_gemm_prepare(&cuda_st(ctx)->gemm, &g, o.D, o.C, o.A, o.B, &lt));
@@ -625,9 +624,9 @@ __global__ void __launch_bounds__(NT)
 
 /* The normalisation folded into the first Newton-Schulz step instead of a pass over X: per
  * matrix m (grid count, block 32) inv = 1 / (||u|| + 1e-7) from its chunk sums as
- * muon_scale_kernel computes it, and fold = [inv | inv^2 | a inv] for the SYRKs of
- * newton_schulz's first step. */
-__global__ void muon_fold_kernel(const float *__restrict__ part, int nchunk, int count,
+ * muon_scale_kernel computes it, and fold = [inv | inv^2 | a inv] (a: the first iteration's) for
+ * the SYRKs of newton_schulz's first step. */
+__global__ void muon_fold_kernel(const float *__restrict__ part, int nchunk, int count, float a,
                                  float *__restrict__ fold) {
     zy_pdl_begin();
     __shared__ float s_inv;
@@ -637,7 +636,7 @@ __global__ void muon_fold_kernel(const float *__restrict__ part, int nchunk, int
         const float inv = s_inv;
         fold[m] = inv;
         fold[count + m] = __fmul_rn(inv, inv);
-        fold[2 * count + m] = __fmul_rn(NS_A, inv);
+        fold[2 * count + m] = __fmul_rn(a, inv);
     }
 }
 
@@ -735,11 +734,12 @@ static void ns_mirror(zy_ctx *ctx, const ns_shape *sh, int kb, bf16 *G) {
  *     A = inv^2 U U^T,   B' = inv (c A A + b A) + a inv I,   X' = B' U   (X U or U X: tall, wide)
  * which is the quintic step on X = inv U with the a X term inside B'. */
 static void newton_schulz(zy_ctx *ctx, zy_optim_cuda *c, const ns_shape *sh, int kb, int syrk,
-                          const float *fold, int steps, bf16 **x, bf16 **y) {
+                          const float *fold, int steps, const float (*abc)[3], bf16 **x, bf16 **y) {
     cuda_gemm_ctx *gc = &cuda_st(ctx)->gemm;
     const int s = (int)sh->s, n = sh->count;
     for (int it = 0; it < steps; it++) {
         const int folded = fold && it == 0;
+        const float *kq = abc[it];
         for (int k = 0; k < 3; k++) {
             if (syrk && k == 0 && sh->syrk_a) { /* A = X X^T (X [s, l]) or X^T X (X [l, s]) */
                 const cuda_syrk_scales pa = {fold + n, NULL, NULL};
@@ -751,12 +751,12 @@ static void newton_schulz(zy_ctx *ctx, zy_optim_cuda *c, const ns_shape *sh, int
             if (syrk && k == 1 && sh->syrk_b) { /* B = c A A^T + b A, A symmetric */
                 const cuda_syrk_scales pb = {fold, fold, fold + 2 * n};
                 ZY_STATUS_CHECK(cuda_syrk_bf16(c->gb, c->ga, c->ga, s, s, 0, sh->lds, sh->ss,
-                                               sh->lds, sh->ss, n, NS_C, NS_B, folded ? &pb : NULL,
-                                               cuda_stream(ctx)));
+                                               sh->lds, sh->ss, n, kq[2], kq[1],
+                                               folded ? &pb : NULL, cuda_stream(ctx)));
                 continue;
             }
             for (int i = 0; i < (k == 2 ? 1 : kb); i++) {
-                cuda_gemm_desc g = ns_desc(sh, k, i, kb);
+                cuda_gemm_desc g = ns_desc(sh, k, i, kb, kq);
                 g.classic = c->legacy;
                 if (folded) g.beta = 0.0f; /* a X is inside B' */
                 const ns_ops o = ns_operands(c, sh, k, i, kb, *x, *y);
@@ -843,7 +843,7 @@ static void muon_batches(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, flo
                         gscale, c->part, sh->cols, sh->ldx, sh->sx, c->x[0]);
             if (fold) {
                 zy_launch(muon_fold_kernel, (unsigned)b->count, 32, 0, cuda_stream(ctx), c->part,
-                          b->nchunk, b->count, c->fold);
+                          b->nchunk, b->count, opt->ns_abc[0][0], c->fold);
             } else {
                 const int64_t nx = sh->rows * sh->ldx;
                 zy_launch(muon_scale_kernel,
@@ -854,7 +854,8 @@ static void muon_batches(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, flo
         }
         bf16 *x = c->x[0], *y = c->x[1];
         const int kb = c->previous || c->legacy ? 1 : sh->kb; /* blocks need cuBLASLt */
-        newton_schulz(ctx, c, sh, kb, syrk, fold ? c->fold : NULL, cfg->muon_ns_steps, &x, &y);
+        newton_schulz(ctx, c, sh, kb, syrk, fold ? c->fold : NULL, cfg->muon_ns_steps, opt->ns_abc,
+                      &x, &y);
         const float su = lr * b->scale;
         MUON_LAUNCH(muon_apply_kernel, b, params, goff, mn, sh->cols, sh->ldx, sh->sx, x, su, decay,
                     (bf16 *)opt->compute_copy);

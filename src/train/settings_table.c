@@ -339,6 +339,10 @@ const zy_setting zy_settings[] = {
     BOOL("optimizer.nesterov", optim.muon_nesterov, "true", "Nesterov momentum for Muon"),
     NUM("optimizer.ns_steps", ZY_SET_INT, optim.muon_ns_steps, 1, 100, "5",
         "Newton-Schulz iterations of Muon"),
+    PICK("optimizer.ns_coefficients", ZY_SET_ENUM, optim.muon_ns_coefs, zy_ns_coefs_names,
+         "\"fixed\"",
+         "Newton-Schulz coefficients: Muon's fixed quintic, or minimax ones per iteration for "
+         "the iteration count (optim/ns_coef.h)"),
     PICK("optimizer.muon_scale", ZY_SET_ENUM, optim.muon_scale, muon_scales, "\"match_adamw_rms\"",
          "scaling of the orthogonalised Muon update (optim/optim.h)"),
     NUM("optimizer.muon_lr_ratio", ZY_SET_FLOAT, optim.muon_lr_ratio, 0, 1e6, "1",

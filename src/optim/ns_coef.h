@@ -1,0 +1,33 @@
+/* The coefficients of Muon's Newton-Schulz iterations: x = a x + (b A + c A A) x, A = x x^T, each
+ * iteration applying the odd quintic p(s) = a s + b s^3 + c s^5 to every normalised singular
+ * value s of x (in [0, 1] after the Frobenius normalisation).
+ *
+ * fixed: Muon's (3.4445, -4.7750, 2.0315) at every iteration. It is tuned to lift small values
+ *   fast, not to converge: values keep oscillating in about [0.7, 1.2].
+ * minimax: a quintic of its own for each iteration, the greedy minimax construction of Polar
+ *   Express (Amsel, Persson, Musco, Gower, 2025) computed here: iteration t takes the quintic
+ *   closest to 1 in the max norm over the interval [lo_t, hi_t] the earlier ones leave (a Remez
+ *   exchange; its error equioscillates at the two ends and the two interior extremes), and the
+ *   interval becomes [min p, max p]. The starting interval [l, 1] is chosen for the iteration
+ *   count so that the last interval is [0.7, 1.3] (the fixed quintic's own spread), the smallest l
+ *   that allows: with 4 iterations every value from 0.0023 ends in [0.7, 1.3] (the fixed quintic
+ *   needs 5 iterations for values from 0.0011 to reach 0.5, and 4 for values from 0.0037). Each
+ *   quintic is applied to s / 1.01 so a value rounding pushed slightly past its interval's top is
+ *   not amplified further (bf16 products). */
+#ifndef ZY_NS_COEF_H
+#define ZY_NS_COEF_H
+
+typedef enum { ZY_NS_FIXED = 0, ZY_NS_MINIMAX = 1 } zy_ns_coefs;
+extern const char *const zy_ns_coefs_names[]; /* "fixed", "minimax", NULL */
+
+/* The last interval minimax schedules aim at: [1 - NS_MINIMAX_SPREAD, 1 + NS_MINIMAX_SPREAD]. */
+#define NS_MINIMAX_SPREAD 0.3
+#define NS_MINIMAX_SAFETY 1.01
+
+/* abc[steps][3]: (a, b, c) of each iteration. */
+void ns_coefficients(zy_ns_coefs kind, int steps, float (*abc)[3]);
+/* The smallest s whose singular value the schedule maps into the last interval (minimax: its l;
+ * fixed: 0, it has no such guarantee). */
+double ns_minimax_lower(int steps);
+
+#endif
