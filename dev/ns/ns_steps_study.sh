@@ -12,6 +12,7 @@
 # and 512 positions, 8 x 512 tokens a step for 200 steps (about one pass over the corpus). A GPU's
 # job: whether four iterations keep up at widths where the normalised singular values are small
 # (results/one-gpu-limit/README.md).
+# LAYERS sets that model's depth (default 4; bench-small has 12).
 # SETS: more `--set` overrides (space-separated key=value).
 # NS entries ending in m (e.g. "4m") use the minimax coefficients (optimizer.ns_coefficients).
 set -euo pipefail
@@ -23,7 +24,7 @@ Z=${ZAYAC_BIN:-build-cpu/zayac}
 mkdir -p "$OUT"
 sets=()
 if [ "${WIDTHS:-tiny}" = bench-small ]; then
-    model='{"model_type": "zaya", "vocab_size": 4096, "hidden_size": 1024, "num_hidden_layers": 4,
+    model='{"model_type": "zaya", "vocab_size": 4096, "hidden_size": 1024, "num_hidden_layers": '"${LAYERS:-4}"',
  "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 128, "num_experts": 16,
  "num_experts_per_tok": 1, "moe_intermediate_size": 1024, "router_hidden_size": 256,
  "max_position_embeddings": 512, "cca_time0": 2, "cca_time1": 2, "rms_norm_eps": 1e-05,
