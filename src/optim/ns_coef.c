@@ -10,7 +10,13 @@ const char *const zy_ns_coefs_names[] = {"fixed", "minimax", NULL};
 static const double FIXED[3] = {3.4445, -4.7750, 2.0315};
 /* The quintic with p(1) = 1 and p'(1) = p''(1) = 0, where an interval has shrunk to a point. */
 static const double CONVERGED[3] = {15.0 / 8.0, -10.0 / 8.0, 3.0 / 8.0};
-#define L_FLOOR 1e-7 /* the smallest starting l searched */
+/* The smallest starting l: from about 6 iterations on, l = L_FLOOR and the last interval is
+ * narrower than [1 - NS_MINIMAX_SPREAD, 1 + NS_MINIMAX_SPREAD]. Lower starts need first quintics
+ * whose interior values cancel to ~8 l, which float coefficients no longer hold. */
+#define L_FLOOR 1e-4
+/* An interval this narrow (hi / lo - 1) is taken as converged: the Remez system's conditioning
+ * goes as its width^-3. */
+#define CONVERGED_WIDTH 1e-4
 
 static double quintic(const double k[3], double x) {
     const double x2 = x * x;
@@ -61,7 +67,8 @@ static int critical_points(const double k[3], double r[2]) {
 
 /* k: the odd quintic closest to 1 on [lo, hi] in the max norm (Remez exchange). */
 static void minimax_quintic(double lo, double hi, double k[3]) {
-    if (hi / lo < 1.0 + 1e-9) {
+    memcpy(k, CONVERGED, sizeof CONVERGED); /* also what a singular first solve leaves */
+    if (hi / lo < 1.0 + CONVERGED_WIDTH) {
         memcpy(k, CONVERGED, sizeof CONVERGED);
         return;
     }

@@ -10,10 +10,12 @@
  *   exchange; its error equioscillates at the two ends and the two interior extremes), and the
  *   interval becomes [min p, max p]. The starting interval [l, 1] is chosen for the iteration
  *   count so that the last interval is [0.7, 1.3] (the fixed quintic's own spread), the smallest l
- *   that allows: with 4 iterations every value from 0.0023 ends in [0.7, 1.3] (the fixed quintic
- *   needs 5 iterations for values from 0.0011 to reach 0.5, and 4 for values from 0.0037). Each
- *   quintic is applied to s / 1.01 so a value rounding pushed slightly past its interval's top is
- *   not amplified further (bf16 products). */
+ *   that allows down to l = 1e-4 (about 6 iterations; more narrow the last interval instead): with
+ *   4 iterations every value from 0.0027 ends in [0.7, 1.3] (the fixed quintic needs 5 iterations
+ *   for values from 0.0011 to reach 0.5, and 4 for values from 0.0037). Each quintic is applied to
+ *   s / 1.05, so values that bf16 rounding pushed up to 5% past an interval's top still land in
+ *   the next one; past it a quintic's s^5 term takes over and the iteration diverges (the fixed
+ *   quintic folds values up to ~1.26 back). 1.01, Polar Express's factor, left 1%. */
 #ifndef ZY_NS_COEF_H
 #define ZY_NS_COEF_H
 
@@ -22,12 +24,12 @@ extern const char *const zy_ns_coefs_names[]; /* "fixed", "minimax", NULL */
 
 /* The last interval minimax schedules aim at: [1 - NS_MINIMAX_SPREAD, 1 + NS_MINIMAX_SPREAD]. */
 #define NS_MINIMAX_SPREAD 0.3
-#define NS_MINIMAX_SAFETY 1.01
+#define NS_MINIMAX_SAFETY 1.05
 
 /* abc[steps][3]: (a, b, c) of each iteration. */
 void ns_coefficients(zy_ns_coefs kind, int steps, float (*abc)[3]);
-/* The smallest s whose singular value the schedule maps into the last interval (minimax: its l;
- * fixed: 0, it has no such guarantee). */
+/* The smallest normalised singular value a minimax schedule of `steps` iterations maps into the
+ * last interval (its starting l). */
 double ns_minimax_lower(int steps);
 
 #endif
