@@ -15,7 +15,7 @@
  *   for values from 0.0011 to reach 0.5, and 4 for values from 0.0037). Each quintic is applied to
  *   s / 1.05, so values that bf16 rounding pushed up to 5% past an interval's top still land in
  *   the next one; past it a quintic's s^5 term takes over and the iteration diverges (the fixed
- *   quintic folds values up to ~1.26 back). 1.01, Polar Express's factor, left 1%. */
+ *   quintic folds values up to ~1.26 back); a factor of 1.01 left 1%. */
 #ifndef ZY_NS_COEF_H
 #define ZY_NS_COEF_H
 
