@@ -68,10 +68,7 @@ static int critical_points(const double k[3], double r[2]) {
 /* k: the odd quintic closest to 1 on [lo, hi] in the max norm (Remez exchange). */
 static void minimax_quintic(double lo, double hi, double k[3]) {
     memcpy(k, CONVERGED, sizeof CONVERGED); /* also what a singular first solve leaves */
-    if (hi / lo < 1.0 + CONVERGED_WIDTH) {
-        memcpy(k, CONVERGED, sizeof CONVERGED);
-        return;
-    }
+    if (hi / lo < 1.0 + CONVERGED_WIDTH) return;
     /* the error's extremes crowd towards lo when lo is small: start them spread geometrically */
     double pts[4] = {lo, lo * pow(hi / lo, 0.33), lo * pow(hi / lo, 0.75), hi};
     for (int it = 0; it < 100; it++) {

@@ -12,8 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Newton-Schulz quintic coefficients (Keller Jordan's Muon): fast growth of small singular values
- * at the price of not converging exactly to 1 (they settle in roughly [0.7, 1.2]). */
+/* Newton-Schulz's normalisation epsilon (the iterations' coefficients: ns_coef.h). */
 #define NS_EPS 1e-7
 
 /* Element-wise loops go parallel only when there is enough work to pay for the threads. */
