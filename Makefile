@@ -46,7 +46,7 @@ ifeq ($(CUDA),1)
 SRC_CU   := $(sort $(shell find src -name '*.cu'))
 CFLAGS   += -DZY_HAVE_CUDA -I$(CUDA_HOME)/include
 NVFLAGS  := -O2 -g -std=c++17 $(CUDA_ARCH) -Isrc -DZY_HAVE_CUDA -Xcompiler -Wall,-Wno-unused-parameter,-fopenmp \
-            -MMD -MP
+            -MMD -MP $(NVEXTRA)
 LDFLAGS  += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64
 LDLIBS   += -lnccl -lcublasLt -lcublas -lcudart_static -ldl -lrt -lstdc++
 endif

@@ -12,6 +12,8 @@
 # and 512 positions, 8 x 512 tokens a step for 200 steps (about one pass over the corpus). A GPU's
 # job: whether four iterations keep up at widths where the normalised singular values are small
 # (results/one-gpu-limit/README.md).
+# WIDTHS=zaya1-base: the same with zaya1-base's widths (hidden 2048, 16 experts of 2048), where
+# the normalised singular values are smaller still.
 # LAYERS sets that model's depth (default 4; bench-small has 12).
 # SETS: more `--set` overrides (space-separated key=value).
 # NS entries ending in m (e.g. "4m") use the minimax coefficients (optimizer.ns_coefficients).
@@ -23,10 +25,16 @@ DEVICE=${DEVICE:-cpu}
 Z=${ZAYAC_BIN:-build-cpu/zayac}
 mkdir -p "$OUT"
 sets=()
-if [ "${WIDTHS:-tiny}" = bench-small ]; then
-    model='{"model_type": "zaya", "vocab_size": 4096, "hidden_size": 1024, "num_hidden_layers": '"${LAYERS:-4}"',
+case "${WIDTHS:-tiny}" in
+    tiny) width= ;;
+    bench-small) width=1024 ;;
+    zaya1-base) width=2048 ;;
+    *) echo "ns_steps_study: WIDTHS must be tiny, bench-small or zaya1-base" >&2; exit 2 ;;
+esac
+if [ -n "$width" ]; then
+    model='{"model_type": "zaya", "vocab_size": 4096, "hidden_size": '$width', "num_hidden_layers": '"${LAYERS:-4}"',
  "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 128, "num_experts": 16,
- "num_experts_per_tok": 1, "moe_intermediate_size": 1024, "router_hidden_size": 256,
+ "num_experts_per_tok": 1, "moe_intermediate_size": '$width', "router_hidden_size": 256,
  "max_position_embeddings": 512, "cca_time0": 2, "cca_time1": 2, "rms_norm_eps": 1e-05,
  "initializer_range": 0.02, "pad_token_id": 0, "bos_token_id": 2, "eos_token_id": 1,
  "rope_parameters": {"hybrid": {"rope_type": "default", "rope_theta": 5000000.0,

@@ -5,6 +5,10 @@
 #       SYRK launches, one cuBLAS launch and the CCA conv kernels (files $OUT/ncu_*.txt);
 #   DEBS=.ext/debs OUT=dir bash dev/scripts/ncu_kernels.sh syrk [skip]   one SYRK launch in detail
 #       (launch, occupancy and cluster figures, warp stalls; $OUT/ncu_syrk.txt);
+#   DEBS=.ext/debs OUT=dir bash dev/scripts/ncu_kernels.sh syrk-src   the SYRK at bench-small's
+#       n = 1024 (the timing test's 1024 x 1024 x 16, its + beta C case and 1024 x 2048 X^T X), and
+#       cuBLAS's product at 1024 x 1024 x 16, with ncu's full set and warp-stall samples per SASS
+#       instruction (a -lineinfo build; $OUT/syrk_src_*.csv, $OUT/ncu_syrk_src.txt);
 #   DEBS=.ext/debs OUT=dir bash dev/scripts/ncu_kernels.sh norms   the residual-norm and QK-norm
 #       kernels of bench-small's first training step in detail (the forward's last layers and the
 #       backward's first; $OUT/ncu_norms.txt);
@@ -24,6 +28,20 @@ if [ "${1:-}" = syrk ]; then
         --section LaunchStats --section Occupancy --section SpeedOfLight --section WarpStateStats \
         --metrics $M build/tests/test_cuda_syrk > "$OUT/ncu_syrk.txt" 2>&1
     grep -v "^==PROF==\|^\[" "$OUT/ncu_syrk.txt" | grep -E "syrk_kernel|Cluster|Grid|Duration|Throughput|Occupancy|Waves|Stall|lts__|tensor|Registers|Block Limit|Warp Cycles|Active" | head -60
+    exit 0
+fi
+if [ "${1:-}" = syrk-src ]; then
+    # launches of test_cuda_syrk: 60 in test_syrk_shapes, then 96 per timing shape and way
+    make -j16 DEPS_ROOT="$DEPS_ROOT" CUDA=1 NVEXTRA=-lineinfo build/tests/test_cuda_syrk >>"$OUT/build.log" 2>&1 || exit 1
+    for c in "syrk 120 1024x1024" "syrk 210 1024x1024_beta" "syrk 400 1024x2048_tr" "nvjet|gemm|sm90 20 cublas_1024x1024"; do
+        set -- $c
+        $NCU --clock-control none --set full --import-source yes -k regex:"$1" --launch-skip "$2" \
+            --launch-count 1 -o "$OUT/syrk_src_$3" -f build/tests/test_cuda_syrk >/dev/null 2>&1
+        $NCU -i "$OUT/syrk_src_$3.ncu-rep" --page details >>"$OUT/ncu_syrk_src.txt" 2>&1
+        $NCU -i "$OUT/syrk_src_$3.ncu-rep" --page source --csv --print-source sass \
+            >"$OUT/syrk_src_$3.csv" 2>&1
+    done
+    grep -E "syrk_kernel|nvjet|Duration|Compute \(SM\) Throughput|L2 Cache Throughput|Registers|Achieved Occupancy|Warp Cycles Per Issued|Issue Slots Busy|No Eligible|Stall" "$OUT/ncu_syrk_src.txt" | head -80
     exit 0
 fi
 # the step's kernels matching $2 in detail (first step of bench-small, launches skip $3 .. +$4)
