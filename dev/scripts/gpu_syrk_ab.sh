@@ -26,7 +26,7 @@ done
 note "this build, SYRK against cuBLAS's whole product:"
 grep -E " x [0-9]+ x |worst" "$OUT/test_cuda_syrk.log" | tee -a "$OUT/summary.txt"
 note "previous build:"
-(cd /tmp/zy_prev && ZAYAC_NO_BENCH= timeout 60 ./build/tests/test_cuda_syrk 2>&1) | grep -E " x [0-9]+ x " | tee -a "$OUT/summary.txt"
+(cd /tmp/zy_prev && env -u ZAYAC_NO_BENCH timeout 60 ./build/tests/test_cuda_syrk 2>&1) | grep -E " x [0-9]+ x " | tee -a "$OUT/summary.txt"
 grep -q "PASSED" "$OUT/test_cuda_syrk.log" || { note "test_cuda_syrk failed: no step timing"; exit 1; }
 note "| case | build | round | Muon ms/step |"
 for r in $(seq 1 "${ROUNDS:-2}"); do

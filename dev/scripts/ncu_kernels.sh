@@ -6,7 +6,7 @@
 #   DEBS=.ext/debs OUT=dir bash dev/scripts/ncu_kernels.sh syrk [skip]   one SYRK launch in detail
 #       (launch, occupancy and cluster figures, warp stalls; $OUT/ncu_syrk.txt);
 #   DEBS=.ext/debs OUT=dir bash dev/scripts/ncu_kernels.sh syrk-src   the SYRK at bench-small's
-#       n = 1024 (the timing test's 1024 x 1024 x 16, its + beta C case and 1024 x 2048 X^T X), and
+#       n = 1024 (the timing test's 1024 x 1024 x 16, its + beta C case, 1024 x 2048 and its X^T X), and
 #       cuBLAS's product at 1024 x 1024 x 16, with ncu's full set and warp-stall samples per SASS
 #       instruction (a -lineinfo build; $OUT/syrk_src_*.csv, $OUT/ncu_syrk_src.txt);
 #   DEBS=.ext/debs OUT=dir bash dev/scripts/ncu_kernels.sh norms   the residual-norm and QK-norm
@@ -31,9 +31,10 @@ if [ "${1:-}" = syrk ]; then
     exit 0
 fi
 if [ "${1:-}" = syrk-src ]; then
-    # launches of test_cuda_syrk: 60 in test_syrk_shapes, then 96 per timing shape and way
+    # launches of test_cuda_syrk: 121-208 in test_syrk_shapes (one H100, 2026-11-27: skip 120 was
+    # a one-CTA case, 210 the first timing shape), then 96 per timing shape and way
     make -j16 DEPS_ROOT="$DEPS_ROOT" CUDA=1 NVEXTRA=-lineinfo build/tests/test_cuda_syrk >>"$OUT/build.log" 2>&1 || exit 1
-    for c in "syrk 120 1024x1024" "syrk 210 1024x1024_beta" "syrk 400 1024x2048_tr" "nvjet|gemm|sm90 20 cublas_1024x1024"; do
+    for c in "syrk 210 1024x1024" "syrk 306 1024x1024_beta" "syrk 402 1024x2048" "syrk 500 1024x2048_tr" "nvjet|gemm|sm90 20 cublas_1024x1024"; do
         set -- $c
         $NCU --clock-control none --set full --import-source yes -k regex:"$1" --launch-skip "$2" \
             --launch-count 1 -o "$OUT/syrk_src_$3" -f build/tests/test_cuda_syrk >/dev/null 2>&1
