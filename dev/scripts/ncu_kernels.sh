@@ -13,7 +13,9 @@
 #       kernels of bench-small's first training step in detail (the forward's last layers and the
 #       backward's first; $OUT/ncu_norms.txt);
 #   DEBS=.ext/debs OUT=dir bash dev/scripts/ncu_kernels.sh cca   the same for the CCA conv kernels
-#       (forward, backward tile and dw2; $OUT/ncu_cca_step.txt).
+#       (forward, backward tile and dw2; $OUT/ncu_cca_step.txt);
+#   DEBS=.ext/debs OUT=dir bash dev/scripts/ncu_kernels.sh gelu   the same for the router backward's
+#       GELU + bias column partials (bias_col_k; $OUT/ncu_gelu.txt).
 # The skips count syrk_kernel launches of test_cuda_syrk: 60 fell in test_syrk_shapes (a
 # one-CTA case), 740 on a launch whose time matches the timing test's 2048 x 4096 x 16 (one H100,
 # 2026-11-26); other builds of the test may move them.
@@ -58,6 +60,7 @@ step_kernels() {
 }
 [ "${1:-}" = norms ] && step_kernels norms "resnorm_bwd_onepass|resnorm_fwd_k|qknorm_fwd_warp|qknorm_bwd_warp" 30 12
 [ "${1:-}" = cca ] && step_kernels cca_step "cca_fwd_k|cca_bwd_k|cca_dw2_k" 10 6
+[ "${1:-}" = gelu ] && step_kernels gelu "bias_col_k" 0 4
 show() { grep -E "^  [a-zA-Z_].*\(|gpu__time|dram__|lts__|l1tex__|tensor_op|warps_active" "$1"; }
 for skip in 60 740; do
     $NCU --clock-control none -k regex:syrk_kernel --launch-skip $skip --launch-count 1 --metrics $M \
