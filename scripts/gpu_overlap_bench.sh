@@ -12,7 +12,8 @@
 #       [OPTIMS="adamw muon"] [VARIANTS="prev 0 1"] [MUTANT=1] [SKIP_TESTS=1] \
 #       bash scripts/gpu_overlap_bench.sh
 # An OPTIMS entry muon-nsK runs Muon with K Newton-Schulz iterations (--ns-steps K), muon-nsKm
-# the same with the minimax coefficients (--ns-coefficients minimax).
+# the same with the minimax coefficients (--ns-coefficients minimax), an a in the suffix (muon-ns4a,
+# muon-ns3am) starting from AOL's rescaling (--ns-precondition aol).
 # Files land in $OUT: summary.txt, build.log, tests.log, mutant.log, bench_*.json.
 set -u
 export PATH=/usr/local/cuda/bin:$PATH
@@ -71,8 +72,9 @@ for r in $(seq 1 "${ROUNDS:-2}"); do
             ns=()
             if [[ $optim == *-ns* ]]; then
                 k=${optim##*-ns}
-                ns=(--ns-steps "${k%m}")
-                [ "$k" = "${k%m}" ] || ns+=(--ns-coefficients minimax)
+                ns=(--ns-steps "${k%%[am]*}")
+                [[ $k == *m* ]] && ns+=(--ns-coefficients minimax)
+                [[ $k == *a* ]] && ns+=(--ns-precondition aol)
             fi
             for ov in $variants; do
                 f="$OUT/bench_${preset}_${optim}_ov${ov}_$r"

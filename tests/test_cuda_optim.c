@@ -365,6 +365,8 @@ static void compare_muon(const zy_param_table *t, const float *got, const float 
 static int no_syrk;
 /* 1: muon_one_step uses 4 iterations of the minimax coefficients (optim/ns_coef.h) */
 static int minimax4;
+/* 1: muon_one_step starts Newton-Schulz from AOL's rescaling (optimizer.ns_precondition aol) */
+static int aol;
 
 /* One step from zero parameters at lr 1 with no scale rule: the parameters become minus the
  * orthogonalised update (AdamW tensors take a sign step), on the CPU and on the GPU. */
@@ -374,6 +376,7 @@ static void muon_one_step(const zy_param_table *t, size_t batch_elems, int legac
     optim_config_default(&cfg);
     cfg.muon_scale = ZY_MUON_SCALE_NONE;
     if (minimax4) cfg.muon_ns_steps = 4, cfg.muon_ns_coefs = ZY_NS_MINIMAX;
+    if (aol) cfg.muon_ns_precond = ZY_NS_PRECOND_AOL;
     zy_optim oc, og;
     assert_int_equal(optim_init(&oc, &cpu, &cfg, t), ZY_OK);
     assert_int_equal(optim_init(&og, &gpu, &cfg, t), ZY_OK);
@@ -447,6 +450,15 @@ static void test_muon_vs_cpu(void **state) {
     minimax4 = 1;
     muon_check(&t, 0, 0, 0, "one step, 4 minimax iterations (cuBLASLt)");
     minimax4 = 0;
+    /* AOL after the first A: where the normalisation is folded into the SYRKs (the row factors
+     * then take inv in), where a pass scales X first (classic cuBLAS), and with 4 iterations */
+    aol = 1;
+    muon_check(&t, 0, 0, 0, "one step, AOL (cuBLASLt)");
+    muon_check(&t, 0, 1, 0, "one step, AOL (classic cuBLAS)");
+    minimax4 = 1;
+    muon_check(&t, 0, 0, 0, "one step, AOL, 4 minimax iterations (cuBLASLt)");
+    minimax4 = 0;
+    aol = 0;
     params_free(&t);
 }
 
@@ -595,7 +607,11 @@ static void test_muon_blocked(void **state) {
     muon_check(&t, 0, 0, 0, info.muon_syrk ? "symmetric products by the SYRK" : "default");
     no_syrk = 1;
     muon_check(&t, 0, 0, 0, "symmetric products by cuBLAS, block rows");
+    aol = 1; /* AOL's row sums read the mirrored blocks of A */
+    muon_check(&t, 0, 0, 0, "symmetric products by cuBLAS, block rows, AOL");
     no_syrk = 0;
+    muon_check(&t, 0, 0, 0, info.muon_syrk ? "the SYRK, AOL" : "default, AOL");
+    aol = 0;
     muon_check(&t, 0, 0, 1, "as before issue 19");
     params_free(&t);
 }

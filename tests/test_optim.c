@@ -97,7 +97,7 @@ static void check_ns_coefs(int r, int c, uint64_t seed, int steps, const float (
     for (int l = 0; l < k; l++) sp[l] = ns_poly(s[l] / (fro + 1e-7), steps, abc);
 
     float *work = malloc(optim_ns_work_floats(r, c) * sizeof *work);
-    optim_newton_schulz(x, r, c, steps, abc, work);
+    optim_newton_schulz(x, r, c, steps, abc, ZY_NS_PRECOND_FROBENIUS, work);
 
     double maxdiff = 0;
     for (int i = 0; i < r; i++)
@@ -197,13 +197,108 @@ static void test_ns_minimax_schedule(void **state) {
     assert_true(ns_poly(0.003, 4, FIXED_ABC) < 0.5);
 }
 
-/* A zero gradient stays zero (no division by zero in the normalisation). */
+/* A zero gradient stays zero (no division by zero in the normalisation or AOL's row sums), and
+ * so does a zero row under AOL while the other rows are orthogonalised. */
 static void test_newton_schulz_zero(void **state) {
     (void)state;
-    float x[12] = {0}, work[64];
+    float work[64];
     assert_true(optim_ns_work_floats(3, 4) <= 64);
-    optim_newton_schulz(x, 3, 4, 5, FIXED_ABC, work);
-    for (int i = 0; i < 12; i++) assert_true(x[i] == 0.0f);
+    for (int pc = ZY_NS_PRECOND_FROBENIUS; pc <= ZY_NS_PRECOND_AOL; pc++) {
+        float x[12] = {0};
+        optim_newton_schulz(x, 3, 4, 5, FIXED_ABC, pc, work);
+        for (int i = 0; i < 12; i++) assert_true(x[i] == 0.0f);
+    }
+    float y[12] = {1, 2, 0, -1, 0, 0, 0, 0, 3, -1, 2, 1}; /* row 1 zero */
+    optim_newton_schulz(y, 3, 4, 5, FIXED_ABC, ZY_NS_PRECOND_AOL, work);
+    for (int j = 0; j < 4; j++) assert_true(y[4 + j] == 0.0f);
+    for (int j = 0; j < 12; j++) assert_true(isfinite(y[j]));
+}
+
+/* AOL's starting iterate (one iteration of the identity quintic a = 1, b = c = 0 returns it)
+ * against the formula computed here in double from the input: xn = x / (||x||_F + 1e-7), A = xn
+ * xn^T on the Gram side, d_i = (sum_j |A_ij|)^-1/2, D xn (wide) or xn D (tall); and its spectral
+ * norm at most 1, the bound AOL guarantees (Frobenius normalisation alone leaves the largest
+ * singular value of such a matrix well under 1). */
+static void test_newton_schulz_aol_start(void **state) {
+    (void)state;
+    static const float IDENTITY[1][3] = {{1.0f, 0.0f, 0.0f}};
+    const int shapes[2][2] = {{24, 40}, {40, 24}};
+    zy_rng rng = zy_rng_init(11, 0);
+    for (int t = 0; t < 2; t++) {
+        const int r = shapes[t][0], c = shapes[t][1], wide = r <= c, s = wide ? r : c;
+        const size_t n = (size_t)r * c;
+        float *x = malloc(n * sizeof *x), *w = malloc(optim_ns_work_floats(r, c) * sizeof *w);
+        double *xn = malloc(n * sizeof *xn), *d = malloc(sizeof(double) * s);
+        fill_normal(x, n, 1.0f, &rng);
+        for (int i = 0; i < r; i++) /* rows (or columns) of very different sizes */
+            for (int j = 0; j < c; j++)
+                x[(size_t)i * c + j] *= powf(10.0f, -2.0f * (wide ? i : j) / s);
+        double fro = 0;
+        for (size_t i = 0; i < n; i++) fro += (double)x[i] * x[i];
+        for (size_t i = 0; i < n; i++) xn[i] = x[i] / (sqrt(fro) + 1e-7);
+        for (int i = 0; i < s; i++) {
+            double sum = 0;
+            for (int j = 0; j < s; j++) {
+                double a = 0; /* A_ij = <row i, row j> (wide) or <column i, column j> (tall) */
+                for (int k = 0; k < (wide ? c : r); k++)
+                    a += wide ? xn[(size_t)i * c + k] * xn[(size_t)j * c + k]
+                              : xn[(size_t)k * c + i] * xn[(size_t)k * c + j];
+                sum += fabs(a);
+            }
+            d[i] = 1.0 / sqrt(sum);
+        }
+        optim_newton_schulz(x, r, c, 1, IDENTITY, ZY_NS_PRECOND_AOL, w);
+        double worst = 0, big = 0;
+        for (int i = 0; i < r; i++)
+            for (int j = 0; j < c; j++) {
+                const double ref = xn[(size_t)i * c + j] * d[wide ? i : j];
+                worst = fmax(worst, fabs(ref - x[(size_t)i * c + j]));
+                big = fmax(big, fabs(ref));
+            }
+        assert_true(worst < 1e-5 * big);
+        double *xd = malloc(n * sizeof *xd), *U = malloc(sizeof(double) * (size_t)r * s);
+        double *Vt = malloc(sizeof(double) * (size_t)s * c), *sv = malloc(sizeof(double) * s);
+        for (size_t i = 0; i < n; i++) xd[i] = x[i];
+        svd(xd, r, c, U, sv, Vt);
+        if (getenv("ZAYAC_VERBOSE"))
+            printf("AOL %dx%d: max diff %.2e of %.2e, singular values %.3f .. %.3g\n", r, c, worst,
+                   big, sv[0], sv[s - 1]);
+        assert_true(sv[0] <= 1.0 + 1e-5);
+        assert_true(sv[0] > 0.5); /* the bound is not met trivially by shrinking everything */
+        free(x), free(w), free(xn), free(d), free(xd), free(U), free(Vt), free(sv);
+    }
+}
+
+/* What AOL is for: X = diag(r) Q, Q with orthonormal rows (16 rows of a 32 x 32 Sylvester
+ * Hadamard matrix / sqrt(32)) and row norms r_i from 1 down to 1e-3. Frobenius normalisation
+ * starts the smallest singular value at ~1e-3, which three fixed quintics lift only to ~0.04; AOL
+ * rescales the rows to Q itself (A is diagonal), so after three iterations every singular value
+ * is on the quintic's plateau [0.7, 1.2]. */
+static void test_newton_schulz_aol_lifts(void **state) {
+    (void)state;
+    enum { R = 16, C = 32 };
+    float x[2][R * C];
+    for (int i = 0; i < R; i++)
+        for (int j = 0; j < C; j++) {
+            const int parity = __builtin_popcount((unsigned)(i & j)) & 1; /* H_ij = (-1)^<i,j> */
+            x[0][i * C + j] = x[1][i * C + j] =
+                (parity ? -1.0f : 1.0f) / sqrtf((float)C) * powf(10.0f, -3.0f * i / (R - 1));
+        }
+    float *w = malloc(optim_ns_work_floats(R, C) * sizeof *w);
+    double lo[2];
+    for (int pc = 0; pc < 2; pc++) {
+        optim_newton_schulz(x[pc], R, C, 3, FIXED_ABC, pc, w);
+        double xd[R * C], U[R * R], Vt[R * C], sv[R];
+        for (int i = 0; i < R * C; i++) xd[i] = x[pc][i];
+        svd(xd, R, C, U, sv, Vt);
+        lo[pc] = sv[R - 1];
+        if (pc == ZY_NS_PRECOND_AOL) assert_true(sv[0] <= 1.2 + 1e-4);
+    }
+    if (getenv("ZAYAC_VERBOSE"))
+        printf("3 iterations, smallest singular value: frobenius %.4f, aol %.4f\n", lo[0], lo[1]);
+    assert_true(lo[ZY_NS_PRECOND_FROBENIUS] < 0.1);
+    assert_true(lo[ZY_NS_PRECOND_AOL] >= 0.7 - 1e-4);
+    free(w);
 }
 
 /* Two AdamW steps on a 3-vector against values worked out by hand (lr 0.1, betas (0.9, 0.999),
@@ -415,7 +510,7 @@ static void test_muon_scale_rules(void **state) {
         size_t n = (size_t)(r * c);
         float *x = malloc(n * sizeof *x), *w = malloc(optim_ns_work_floats(r, c) * sizeof *w);
         fill_normal(x, n, 1.0f, &rng);
-        optim_newton_schulz(x, r, c, 5, FIXED_ABC, w);
+        optim_newton_schulz(x, r, c, 5, FIXED_ABC, ZY_NS_PRECOND_FROBENIUS, w);
         double ss = 0, k = optim_muon_scale(ZY_MUON_SCALE_MATCH_ADAMW_RMS, r, c);
         for (size_t i = 0; i < n; i++) ss += (k * x[i]) * (k * x[i]);
         double rms = sqrt(ss / (double)n);
@@ -721,6 +816,10 @@ static void test_optim_bad_config(void **state) {
     c.muon_ns_coefs = 2;
     assert_int_equal(optim_config_check(&c), ZY_ERR);
     assert_non_null(strstr(zy_errmsg(), "muon_ns_coefs"));
+    optim_config_default(&c);
+    c.muon_ns_precond = 2;
+    assert_int_equal(optim_config_check(&c), ZY_ERR);
+    assert_non_null(strstr(zy_errmsg(), "muon_ns_precond"));
     optim_config_default(&c);
     c.eps = 0;
     assert_int_equal(optim_config_check(&c), ZY_ERR);
@@ -1163,6 +1262,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_newton_schulz_vs_svd),
         cmocka_unit_test(test_newton_schulz_zero),
+        cmocka_unit_test(test_newton_schulz_aol_start),
+        cmocka_unit_test(test_newton_schulz_aol_lifts),
         cmocka_unit_test(test_ns_minimax_schedule),
         cmocka_unit_test(test_adamw_hand_computed),
         cmocka_unit_test(test_muon_vs_double_reference),

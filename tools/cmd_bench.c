@@ -520,6 +520,11 @@ static int train_parse(const zy_opt *opts, bench_train_opts *o) {
         return zy_fail("--ns-coefficients sets Muon's Newton-Schulz coefficients: it needs --optim "
                        "muon");
     ZY_TRY(args_choice(opts, "--ns-coefficients", zy_ns_coefs_names, o->ns_coefs, &o->ns_coefs));
+    if (args_get(opts, "--ns-precondition") && !o->use_muon)
+        return zy_fail("--ns-precondition sets Muon's Newton-Schulz starting iterate: it needs "
+                       "--optim muon");
+    ZY_TRY(
+        args_choice(opts, "--ns-precondition", zy_ns_precond_names, o->ns_precond, &o->ns_precond));
     double v;
     ZY_TRY(args_double_in(opts, "--lr", o->lr, "(0, 10]", &v));
     o->lr = (float)v;
@@ -597,6 +602,8 @@ static int bench_train(int argc, char **argv) {
         {"--ns-steps", 1, "Muon's Newton-Schulz iterations (optimizer.ns_steps; default 5)", NULL},
         {"--ns-coefficients", 1,
          "fixed|minimax: Muon's Newton-Schulz coefficients (optimizer.ns_coefficients)", NULL},
+        {"--ns-precondition", 1,
+         "frobenius|aol: Muon's Newton-Schulz starting iterate (optimizer.ns_precondition)", NULL},
         {"--lr", 1, "constant learning rate (default 3e-4)", NULL},
         {"--profile", 0, "one extra step with the op profiler: the per-op time breakdown", NULL},
         {"--recompute", 0,

@@ -16,7 +16,10 @@
 # the normalised singular values are smaller still.
 # LAYERS sets that model's depth (default 4; bench-small has 12).
 # SETS: more `--set` overrides (space-separated key=value).
-# NS entries ending in m (e.g. "4m") use the minimax coefficients (optimizer.ns_coefficients).
+# PRUNE=1 deletes each run's checkpoints once it ends (only metrics.jsonl is read; at zaya1-base's
+# widths a run's final checkpoint is 6.7 GB).
+# NS entries ending in m (e.g. "4m") use the minimax coefficients (optimizer.ns_coefficients);
+# entries with an a (e.g. "4a", "3am") start from AOL's rescaling (optimizer.ns_precondition aol).
 set -euo pipefail
 NS=${NS:-5 4 3}
 SEEDS=${SEEDS:-1 2}
@@ -47,14 +50,18 @@ for kv in ${SETS:-}; do sets+=(--set "$kv"); done
 runs=()
 for seed in $SEEDS; do
     for ns in $NS; do
-        steps=${ns%m} coef=fixed
-        [ "$ns" = "$steps" ] || coef=minimax
+        steps=${ns%%[am]*} coef=fixed pre=frobenius
+        case "$ns" in *m*) coef=minimax ;; esac
+        case "$ns" in *a*) pre=aol ;; esac
         d="$OUT/ns${ns}_seed${seed}"
-        echo "== ns_steps $steps ($coef), seed $seed -> $d"
+        echo "== ns_steps $steps ($coef, $pre), seed $seed -> $d"
         "$Z" train --config configs/train-tiny.json --device "$DEVICE" --seed "$seed" \
             --set optimizer.ns_steps="$steps" --set optimizer.ns_coefficients="\"$coef\"" \
+            --set optimizer.ns_precondition="\"$pre\"" \
             "${sets[@]}" --out "$d" --overwrite >"$d.log" 2>&1
-        runs+=("ns_steps $steps $coef, seed $seed=$d/metrics.jsonl")
+        [ "${PRUNE:-0}" = 1 ] && rm -rf "$d/checkpoints"
+        echo "   val_loss at the end: $(grep -o '"val_loss":[0-9.]*' "$d/metrics.jsonl" | tail -1)"
+        runs+=("ns_steps $steps $coef $pre, seed $seed=$d/metrics.jsonl")
     done
 done
 python3 dev/ns/val_curves.py "$OUT/val_curves.svg" "${runs[@]}"

@@ -39,6 +39,7 @@ void bench_train_opts_default(bench_train_opts *o) {
     optim_config_default(&oc);
     o->ns_steps = oc.muon_ns_steps;
     o->ns_coefs = oc.muon_ns_coefs;
+    o->ns_precond = oc.muon_ns_precond;
     o->seed = 1;
     o->embedding_update = ZY_EMB_SPLIT;
 }
@@ -165,6 +166,7 @@ static int bt_init(bt_state *s, const bench_train_opts *o, const dist_env *e,
     oc.use_muon = o->use_muon;
     oc.muon_ns_steps = o->ns_steps;
     oc.muon_ns_coefs = o->ns_coefs;
+    oc.muon_ns_precond = o->ns_precond;
     oc.lr = o->lr;
     oc.embedding_update = o->embedding_update;
     char what[128];
@@ -477,10 +479,11 @@ static double median_ms(const bench_train_result *r) {
 }
 
 void bench_train_print(FILE *f, const bench_train_opts *o, const bench_train_result *r) {
-    char optim[96] = "AdamW";
+    char optim[128] = "AdamW";
     if (o->use_muon)
-        snprintf(optim, sizeof optim, "Muon (%d Newton-Schulz steps, %s coefficients) + AdamW",
-                 o->ns_steps, zy_ns_coefs_names[o->ns_coefs]);
+        snprintf(optim, sizeof optim,
+                 "Muon (%d Newton-Schulz steps, %s coefficients, %s start) + AdamW", o->ns_steps,
+                 zy_ns_coefs_names[o->ns_coefs], zy_ns_precond_names[o->ns_precond]);
     fprintf(f,
             "# zayac bench train: %s on %s, batch %d x %d = %lld tokens/step, %s, lr %g, "
             "%d timed steps after %d warm-up%s\n",
@@ -585,6 +588,7 @@ cJSON *bench_train_to_json(const bench_train_opts *o, const bench_train_result *
     if (o->use_muon) {
         cJSON_AddNumberToObject(j, "ns_steps", o->ns_steps);
         cJSON_AddStringToObject(j, "ns_coefficients", zy_ns_coefs_names[o->ns_coefs]);
+        cJSON_AddStringToObject(j, "ns_precondition", zy_ns_precond_names[o->ns_precond]);
     }
     cJSON_AddBoolToObject(j, "recompute", o->recompute);
     if (r->world > 1) /* what ranks do; one rank updates everything */

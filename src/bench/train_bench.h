@@ -26,6 +26,7 @@ typedef struct {
     int use_muon;         /* 0: AdamW everywhere; 1: Muon for the matrices, AdamW for the rest */
     int ns_steps;         /* Muon's Newton-Schulz iterations (the optimizer.ns_steps setting) */
     int ns_coefs;         /* zy_ns_coefs: their coefficients (optimizer.ns_coefficients) */
+    int ns_precond;       /* zy_ns_precond: the starting iterate (optimizer.ns_precondition) */
     float lr;             /* constant learning rate */
     int profile;          /* 1: one extra profiled step for the per-op breakdown */
     int recompute;        /* 1: activation recomputation (the `recompute` setting) */

@@ -6,6 +6,7 @@
 #include <string.h>
 
 const char *const zy_ns_coefs_names[] = {"fixed", "minimax", NULL};
+const char *const zy_ns_precond_names[] = {"frobenius", "aol", NULL};
 
 static const double FIXED[3] = {3.4445, -4.7750, 2.0315};
 /* The quintic with p(1) = 1 and p'(1) = p''(1) = 0, where an interval has shrunk to a point. */

@@ -22,6 +22,16 @@
 typedef enum { ZY_NS_FIXED = 0, ZY_NS_MINIMAX = 1 } zy_ns_coefs;
 extern const char *const zy_ns_coefs_names[]; /* "fixed", "minimax", NULL */
 
+/* What the iterate starts from. frobenius: x / ||x||_F, whose singular values are s_i / ||s||_2,
+ * so the wider the matrix the smaller they start. aol: then also the rows of x on the Gram side
+ * scaled by d_i = (sum_j |A_ij|)^-1/2, A = x x^T (the almost-orthogonal-layer rescaling of Prach
+ * and Lampert 2022, used before Newton-Schulz by Turbo-Muon, Boissin et al. 2025), and A by
+ * d_i d_j so the first iteration reuses it: ||D x||_2 <= 1 still holds (the Schur test), and the
+ * small singular values start larger, so fewer iterations lift them to the plateau. The cost is
+ * the row sums of A and one pass over A and x, once per step. */
+typedef enum { ZY_NS_PRECOND_FROBENIUS = 0, ZY_NS_PRECOND_AOL = 1 } zy_ns_precond;
+extern const char *const zy_ns_precond_names[]; /* "frobenius", "aol", NULL */
+
 /* The last interval minimax schedules aim at: [1 - NS_MINIMAX_SPREAD, 1 + NS_MINIMAX_SPREAD]. */
 #define NS_MINIMAX_SPREAD 0.3
 #define NS_MINIMAX_SAFETY 1.05

@@ -35,6 +35,7 @@ void optim_config_default(zy_optim_config *c) {
     c->muon_nesterov = 1;
     c->muon_ns_steps = 5;
     c->muon_ns_coefs = ZY_NS_FIXED;
+    c->muon_ns_precond = ZY_NS_PRECOND_FROBENIUS;
     c->muon_scale = ZY_MUON_SCALE_MATCH_ADAMW_RMS;
     c->muon_lr_ratio = 1.0f;
     c->embedding_update = ZY_EMB_SPLIT;
@@ -78,6 +79,9 @@ int optim_config_check(const zy_optim_config *c) {
     if (c->muon_ns_coefs != ZY_NS_FIXED && c->muon_ns_coefs != ZY_NS_MINIMAX)
         return zy_fail("optimizer: muon_ns_coefs must be fixed or minimax, found %d",
                        c->muon_ns_coefs);
+    if (c->muon_ns_precond != ZY_NS_PRECOND_FROBENIUS && c->muon_ns_precond != ZY_NS_PRECOND_AOL)
+        return zy_fail("optimizer: muon_ns_precond must be frobenius or aol, found %d",
+                       c->muon_ns_precond);
     if (c->muon_scale != ZY_MUON_SCALE_NONE && c->muon_scale != ZY_MUON_SCALE_MATCH_ADAMW_RMS &&
         c->muon_scale != ZY_MUON_SCALE_SPECTRAL)
         return zy_fail("optimizer: muon_scale must be none, match_adamw_rms or spectral, found %d",
@@ -250,8 +254,23 @@ size_t optim_ns_work_floats(int64_t rows, int64_t cols) {
     return (size_t)(rows * cols + 2 * s * s); /* the next iterate, A, and B */
 }
 
+/* AOL on the Gram side s of x [r, c] and its Gram matrix A [s, s] (ns_coef.h): d_i = (sum_j
+ * |A_ij|)^-1/2 (0 for an all-zero row, which stays zero), x's rows (wide) or columns (tall) times
+ * d, A_ij times d_i d_j. d: s floats of scratch. */
+static void ns_aol(float *x, int r, int c, int wide, float *A, int s, float *d) {
+    for (int i = 0; i < s; i++) {
+        double sum = 0;
+        for (int j = 0; j < s; j++) sum += fabsf(A[(size_t)i * s + j]);
+        d[i] = sum > 0 ? (float)(1.0 / sqrt(sum)) : 0.0f;
+    }
+    for (int i = 0; i < r; i++)
+        for (int j = 0; j < c; j++) x[(size_t)i * c + j] *= d[wide ? i : j];
+    for (int i = 0; i < s; i++)
+        for (int j = 0; j < s; j++) A[(size_t)i * s + j] *= d[i] * d[j];
+}
+
 void optim_newton_schulz(float *x, int64_t rows, int64_t cols, int steps, const float (*abc)[3],
-                         float *work) {
+                         int precond, float *work) {
     const size_t n = (size_t)(rows * cols);
     const int wide = rows <= cols; /* Gram on the smaller side */
     const int s = (int)(wide ? rows : cols);
@@ -273,6 +292,7 @@ void optim_newton_schulz(float *x, int64_t rows, int64_t cols, int steps, const 
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c, c, r, 1.0f, cur, c, cur, c,
                         0.0f, A, s);
         }
+        if (it == 0 && precond == ZY_NS_PRECOND_AOL) ns_aol(cur, r, c, wide, A, s, B);
         memcpy(B, A, (size_t)s * s * sizeof *B);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s, s, s, kc, A, s, A, s, kb, B, s);
         memcpy(nxt, cur, n * sizeof *nxt);
@@ -320,7 +340,8 @@ static void muon_tensor(zy_optim *opt, const zy_param *p, float *param, const fl
         size_t off = (size_t)e * mn;
         optim_muon_momentum(u, grad + off, mom + off, mn, c->muon_momentum, c->muon_nesterov,
                             gscale);
-        optim_newton_schulz(u, rows, cols, c->muon_ns_steps, opt->ns_abc, ns_work);
+        optim_newton_schulz(u, rows, cols, c->muon_ns_steps, opt->ns_abc, c->muon_ns_precond,
+                            ns_work);
         optim_apply_update(param + off, u, mn, lr, scale, wd);
     }
 }

@@ -60,6 +60,7 @@ typedef struct {
     int muon_nesterov;        /* 1: update = g + mu*M; 0: update = M */
     int muon_ns_steps;        /* Newton-Schulz iterations, 5 */
     int muon_ns_coefs;        /* zy_ns_coefs: their coefficients (ns_coef.h), ZY_NS_FIXED */
+    int muon_ns_precond;      /* zy_ns_precond: the starting iterate (ns_coef.h), FROBENIUS */
     zy_muon_scale muon_scale; /* default ZY_MUON_SCALE_MATCH_ADAMW_RMS */
     float muon_lr_ratio;      /* Muon lr = lr_now * muon_lr_ratio (1 with MATCH_ADAMW_RMS) */
     int embedding_update;     /* data parallel (train/zero1.h): who updates the tied embedding,
@@ -229,9 +230,10 @@ size_t optim_ns_work_floats(int64_t rows, int64_t cols);
 /* Orthogonalises x [rows, cols] in place: x /= (||x||_F + 1e-7), then `steps` quintic iterations
  * x = a x + (b A + c A A) x with A = x x^T and iteration t's (a, b, c) = abc[t] (ns_coef.h). When
  * rows > cols it works on the transpose (A = x^T x, x = a x + x (b A + c A A)) so the Gram matrix
- * is min(rows, cols) square. Matrix products go through cblas_sgemm. */
+ * is min(rows, cols) square. precond ZY_NS_PRECOND_AOL rescales the Gram side of the normalised x
+ * and the first A (ns_coef.h). Matrix products go through cblas_sgemm. */
 void optim_newton_schulz(float *x, int64_t rows, int64_t cols, int steps, const float (*abc)[3],
-                         float *work);
+                         int precond, float *work);
 /* The multiplier a scale rule applies to the orthogonalised update of an [out, in] matrix. */
 float optim_muon_scale(zy_muon_scale rule, int64_t out, int64_t in);
 /* p -= lr * (scale * u + wd * p) on n elements (wd multiplies the old p). */

@@ -10,7 +10,8 @@
  * 1 / (||u|| + 1e-7) (each matrix's chunk sums added in a fixed order, in double): folded into the
  * first Newton-Schulz step's SYRKs and X' (newton_schulz) where both symmetric products go to the
  * SYRK, else a kernel that scales X in place (4 bytes an element instead of re-reading g and the
- * momentum), five quintic
+ * momentum), with optimizer.ns_precondition aol the first A's row sums and a pass scaling A and
+ * X (ns_aol), five quintic
  * Newton-Schulz steps as strided-batched bf16 GEMMs (fp32 accumulation, bf16 results):
  *     A = X X^T,   B = c A A + b A,   X' = B X + a X        (wide: rows <= cols)
  *     A = X^T X,   B = c A A + b A,   X' = X B + a X        (tall: the Gram matrix is cols^2)
@@ -121,6 +122,7 @@ struct zy_optim_cuda {
     bf16 *x[2], *ga, *gb; /* workspace: iterates, Gram A, polynomial B */
     float *part;          /* [count * nchunk] chunk sums of u^2 */
     float *fold;          /* [3 * count]: inv, inv^2, a inv per matrix (the scale folded in) */
+    float *aol_d;         /* [count * s]: AOL's row factors of each Gram matrix (ns_aol) */
     int keyed;            /* batches never span two keys (optim_cuda_init's key) */
     int legacy;
     int previous; /* bench/test hook: the previous scheme (optim_cuda_set_previous) */
@@ -318,7 +320,7 @@ static void plan_muon(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, const 
     c->shapes = (ns_shape *)zy_calloc((size_t)(2 * ng), sizeof *c->shapes);
     c->batches = (muon_batch *)zy_calloc((size_t)nmat, sizeof *c->batches);
     const zy_optim_config *cfg = &opt->cfg;
-    size_t max_x = 0, max_s = 0, max_part = 0, max_count = 0;
+    size_t max_x = 0, max_s = 0, max_part = 0, max_count = 0, max_side = 0;
     /* the calls by key, each key's in order of first appearance: a key's calls are one stretch
      * (a group of a later key can appear in the table before one of an earlier key) */
     int *by_key = (int *)zy_calloc((size_t)ng, sizeof *by_key);
@@ -364,6 +366,7 @@ static void plan_muon(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, const 
             if ((size_t)(count * sh->ss) > max_s) max_s = (size_t)(count * sh->ss);
             if ((size_t)count * b->nchunk > max_part) max_part = (size_t)count * b->nchunk;
             if ((size_t)count > max_count) max_count = (size_t)count;
+            if ((size_t)(count * sh->s) > max_side) max_side = (size_t)(count * sh->s);
         }
     }
     for (int i = 1; i < c->nbatches; i++) /* by key: optim_cuda_muon_key runs one stretch */
@@ -379,6 +382,8 @@ static void plan_muon(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, const 
     c->gb = (bf16 *)ops_alloc(ctx, max_s * sizeof(bf16));
     c->part = (float *)ops_alloc(ctx, max_part * sizeof(float));
     c->fold = (float *)ops_alloc(ctx, 3 * max_count * sizeof(float));
+    if (cfg->muon_ns_precond == ZY_NS_PRECOND_AOL)
+        c->aol_d = (float *)ops_alloc(ctx, max_side * sizeof(float));
     /* the symmetric products by the Hopper SYRK where it runs and the layouts fit; then the GEMM
      * plans, so the first step pays nothing; the two X buffers align alike */
     const int syrk = cuda_syrk_supported();
@@ -434,6 +439,7 @@ void optim_cuda_free(zy_ctx *ctx, zy_optim_cuda *c) {
     ops_free(ctx, c->gb);
     ops_free(ctx, c->part);
     ops_free(ctx, c->fold);
+    ops_free(ctx, c->aol_d);
     free(c->shapes);
     free(c->batches);
     free(c);
@@ -716,7 +722,66 @@ __global__ void __launch_bounds__(NT)
     }
 }
 
+/* AOL's factors (ns_coef.h) of each [s, s] Gram matrix of the batch (rows lds apart, stride ss):
+ * d[m s + i] = (sum_j |A_ij|)^-1/2, 0 for an all-zero row. A warp per row, its lanes over the
+ * columns and then a shuffle tree: a fixed order. Grid (ceil(s / 8), count), block NT. */
+__global__ void __launch_bounds__(NT) ns_aol_sums_kernel(const bf16 *__restrict__ A, int64_t lds,
+                                                         int64_t ss, int s, float *__restrict__ d) {
+    zy_pdl_begin();
+    const int m = blockIdx.y, i = blockIdx.x * (NT / 32) + threadIdx.x / 32,
+              lane = threadIdx.x % 32;
+    if (i >= s) return; /* a whole warp */
+    const bf16 *row = A + (int64_t)m * ss + (int64_t)i * lds;
+    float sum = 0.0f;
+    for (int j = lane; j < s; j += 32) sum += fabsf(__bfloat162float(row[j]));
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (lane == 0) d[(int64_t)m * s + i] = sum > 0.0f ? rsqrtf(sum) : 0.0f;
+}
+
+/* AOL's rescaling: A_ij *= d_i d_j over each [s, s] Gram matrix, then the iterate [rows, cols]
+ * (rows ldx apart, stride sx) times d along its Gram side (rows when wide, columns when tall) and
+ * by the matrix's folded normalisation inv = fold[m] when fold is given. Grid (chunks of
+ * MUON_CH over the s^2 + rows cols elements, count), block NT. */
+__global__ void __launch_bounds__(NT)
+    ns_aol_scale_kernel(bf16 *__restrict__ A, int64_t lds, int64_t ss, int s, bf16 *__restrict__ X,
+                        int rows, int cols, int64_t ldx, int64_t sx, int tall,
+                        const float *__restrict__ d, const float *__restrict__ fold) {
+    zy_pdl_begin();
+    const int m = blockIdx.y;
+    const float *dm = d + (int64_t)m * s;
+    const float f = fold ? fold[m] : 1.0f;
+    const int64_t na = (int64_t)s * s, n = na + (int64_t)rows * cols;
+    const int64_t lo = (int64_t)blockIdx.x * MUON_CH, hi = min(n, lo + MUON_CH);
+    for (int64_t e = lo + threadIdx.x; e < hi; e += NT) {
+        if (e < na) {
+            const int i = (int)(e / s), j = (int)(e % s);
+            bf16 *p = A + (int64_t)m * ss + (int64_t)i * lds + j;
+            *p = __float2bfloat16_rn(__bfloat162float(*p) * dm[i] * dm[j]);
+        } else {
+            const int r = (int)((e - na) / cols), k = (int)((e - na) % cols);
+            bf16 *p = X + (int64_t)m * sx + (int64_t)r * ldx + k;
+            *p = __float2bfloat16_rn(__bfloat162float(*p) * (f * dm[tall ? k : r]));
+        }
+    }
+}
+
 /* ---- Newton-Schulz GEMMs ---- */
+
+/* AOL on the first step's A (full: the SYRK's mirror or the whole product) and iterate x. */
+static void ns_aol(zy_ctx *ctx, const zy_optim_cuda *c, const ns_shape *sh, bf16 *x,
+                   const float *fold) {
+    const int s = (int)sh->s;
+    zy_launch(ns_aol_sums_kernel,
+              dim3((unsigned)((s + NT / 32 - 1) / (NT / 32)), (unsigned)sh->count), NT, 0,
+              cuda_stream(ctx), (const bf16 *)c->ga, sh->lds, sh->ss, s, c->aol_d);
+    ZY_CUDA_CHECK_LAUNCH();
+    const int64_t n = (int64_t)s * s + sh->rows * sh->cols;
+    zy_launch(ns_aol_scale_kernel,
+              dim3((unsigned)((n + MUON_CH - 1) / MUON_CH), (unsigned)sh->count), NT, 0,
+              cuda_stream(ctx), c->ga, sh->lds, sh->ss, s, x, (int)sh->rows, (int)sh->cols, sh->ldx,
+              sh->sx, sh->tall, (const float *)c->aol_d, fold);
+    ZY_CUDA_CHECK_LAUNCH();
+}
 
 /* The lower blocks of each [s, s] matrix of G copied onto the upper ones (kb block rows). */
 static void ns_mirror(zy_ctx *ctx, const ns_shape *sh, int kb, bf16 *G) {
@@ -732,20 +797,24 @@ static void ns_mirror(zy_ctx *ctx, const ns_shape *sh, int kb, bf16 *G) {
  * says so), A and B by kb block rows, mirrored. With fold (muon_fold_kernel's [inv | inv^2 |
  * a inv], A and B by the SYRK), *x holds u unnormalised and the first step takes the scale in:
  *     A = inv^2 U U^T,   B' = inv (c A A + b A) + a inv I,   X' = B' U   (X U or U X: tall, wide)
- * which is the quintic step on X = inv U with the a X term inside B'. */
+ * which is the quintic step on X = inv U with the a X term inside B'. With aol (ns_coef.h) the
+ * first A is followed by ns_aol, which scales A and X (by inv too where folded), and the first
+ * step's B and X' are the plain ones. */
 static void newton_schulz(zy_ctx *ctx, zy_optim_cuda *c, const ns_shape *sh, int kb, int syrk,
-                          const float *fold, int steps, const float (*abc)[3], bf16 **x, bf16 **y) {
+                          const float *fold, int aol, int steps, const float (*abc)[3], bf16 **x,
+                          bf16 **y) {
     cuda_gemm_ctx *gc = &cuda_st(ctx)->gemm;
     const int s = (int)sh->s, n = sh->count;
     for (int it = 0; it < steps; it++) {
-        const int folded = fold && it == 0;
+        const int folded_a = fold && it == 0, folded = folded_a && !aol;
         const float *kq = abc[it];
         for (int k = 0; k < 3; k++) {
+            if (k == 1 && it == 0 && aol) ns_aol(ctx, c, sh, *x, folded_a ? fold : NULL);
             if (syrk && k == 0 && sh->syrk_a) { /* A = X X^T (X [s, l]) or X^T X (X [l, s]) */
                 const cuda_syrk_scales pa = {fold + n, NULL, NULL};
                 ZY_STATUS_CHECK(cuda_syrk_bf16(c->ga, NULL, *x, s, (int)sh->l, sh->tall, sh->ldx,
                                                sh->sx, sh->lds, sh->ss, n, 1.0f, 0.0f,
-                                               folded ? &pa : NULL, cuda_stream(ctx)));
+                                               folded_a ? &pa : NULL, cuda_stream(ctx)));
                 continue;
             }
             if (syrk && k == 1 && sh->syrk_b) { /* B = c A A^T + b A, A symmetric */
@@ -854,7 +923,8 @@ static void muon_batches(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, flo
         }
         bf16 *x = c->x[0], *y = c->x[1];
         const int kb = c->previous || c->legacy ? 1 : sh->kb; /* blocks need cuBLASLt */
-        newton_schulz(ctx, c, sh, kb, syrk, fold ? c->fold : NULL, cfg->muon_ns_steps, opt->ns_abc,
+        newton_schulz(ctx, c, sh, kb, syrk, fold ? c->fold : NULL,
+                      cfg->muon_ns_precond == ZY_NS_PRECOND_AOL, cfg->muon_ns_steps, opt->ns_abc,
                       &x, &y);
         const float su = lr * b->scale;
         MUON_LAUNCH(muon_apply_kernel, b, params, goff, mn, sh->cols, sh->ldx, sh->sx, x, su, decay,

@@ -343,6 +343,10 @@ const zy_setting zy_settings[] = {
          "\"fixed\"",
          "Newton-Schulz coefficients: Muon's fixed quintic, or minimax ones per iteration for "
          "the iteration count (optim/ns_coef.h)"),
+    PICK("optimizer.ns_precondition", ZY_SET_ENUM, optim.muon_ns_precond, zy_ns_precond_names,
+         "\"frobenius\"",
+         "Newton-Schulz's starting iterate: the Frobenius-normalised momentum, or AOL's rescaling "
+         "of it, which starts small singular values higher (optim/ns_coef.h)"),
     PICK("optimizer.muon_scale", ZY_SET_ENUM, optim.muon_scale, muon_scales, "\"match_adamw_rms\"",
          "scaling of the orthogonalised Muon update (optim/optim.h)"),
     NUM("optimizer.muon_lr_ratio", ZY_SET_FLOAT, optim.muon_lr_ratio, 0, 1e6, "1",
