@@ -389,6 +389,9 @@ static void plan_muon(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, const 
     const int syrk = cuda_syrk_supported();
     for (int i = 0; i < c->nshapes; i++) {
         ns_shape *sh = &c->shapes[i];
+        ZY_CHECKF(sh->rows * sh->cols < INT32_MAX && sh->s * sh->s < INT32_MAX,
+                  "Muon plan: a [%lld x %lld] matrix is past the element-wise kernels' int index",
+                  (long long)sh->rows, (long long)sh->cols);
         sh->syrk_a = syrk &&
                      cuda_syrk_fits(c->ga, NULL, c->x[0], (int)sh->s, (int)sh->l, sh->tall, sh->ldx,
                                     sh->sx, sh->lds, sh->ss) &&
@@ -724,7 +727,9 @@ __global__ void __launch_bounds__(NT)
 
 /* AOL's factors (ns_coef.h) of each [s, s] Gram matrix of the batch (rows lds apart, stride ss):
  * d[m s + i] = (sum_j |A_ij|)^-1/2, 0 for an all-zero row. A warp per row, its lanes over the
- * columns and then a shuffle tree: a fixed order. Grid (ceil(s / 8), count), block NT. */
+ * columns (VEC at a time: s % 8 == 0) and then a shuffle tree: a fixed order. Grid (ceil(s / 8),
+ * count), block NT. */
+template <int VEC>
 __global__ void __launch_bounds__(NT) ns_aol_sums_kernel(const bf16 *__restrict__ A, int64_t lds,
                                                          int64_t ss, int s, float *__restrict__ d) {
     zy_pdl_begin();
@@ -733,54 +738,88 @@ __global__ void __launch_bounds__(NT) ns_aol_sums_kernel(const bf16 *__restrict_
     if (i >= s) return; /* a whole warp */
     const bf16 *row = A + (int64_t)m * ss + (int64_t)i * lds;
     float sum = 0.0f;
-    for (int j = lane; j < s; j += 32) sum += fabsf(__bfloat162float(row[j]));
+    for (int j = lane * VEC; j < s; j += 32 * VEC) {
+        float v[VEC];
+        zy_load<bf16, VEC>(row + j, v);
+#pragma unroll
+        for (int k = 0; k < VEC; k++) sum += fabsf(v[k]);
+    }
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
     if (lane == 0) d[(int64_t)m * s + i] = sum > 0.0f ? rsqrtf(sum) : 0.0f;
 }
 
-/* AOL's rescaling: A_ij *= d_i d_j over each [s, s] Gram matrix, then the iterate [rows, cols]
- * (rows ldx apart, stride sx) times d along its Gram side (rows when wide, columns when tall) and
- * by the matrix's folded normalisation inv = fold[m] when fold is given. Grid (chunks of
- * MUON_CH over the s^2 + rows cols elements, count), block NT. */
+/* M[i][j] *= f dr[i] dc[j] over each [R, C] matrix of the batch (rows ld apart, stride sm), with
+ * dr, dc the matrix's rows of d ([count, dn]; NULL: 1) and f = fold[m] (NULL: 1); VEC columns at a
+ * time (C % 8 == 0). AOL's rescaling of A (dr = dc = d) and of the iterate's Gram side (dr = d
+ * when wide, dc = d when tall; fold: the normalisation folded into the first A). Grid (chunks of
+ * NT * 4 vectors, count), block NT. */
+template <int VEC>
 __global__ void __launch_bounds__(NT)
-    ns_aol_scale_kernel(bf16 *__restrict__ A, int64_t lds, int64_t ss, int s, bf16 *__restrict__ X,
-                        int rows, int cols, int64_t ldx, int64_t sx, int tall,
-                        const float *__restrict__ d, const float *__restrict__ fold) {
+    ns_scale_rc_kernel(bf16 *__restrict__ M, int64_t ld, int64_t sm, int R, int C,
+                       const float *__restrict__ dr, const float *__restrict__ dc, int dn,
+                       const float *__restrict__ fold) {
     zy_pdl_begin();
-    const int m = blockIdx.y;
-    const float *dm = d + (int64_t)m * s;
+    const int m = blockIdx.y, cv = C / VEC;
     const float f = fold ? fold[m] : 1.0f;
-    const int64_t na = (int64_t)s * s, n = na + (int64_t)rows * cols;
-    const int64_t lo = (int64_t)blockIdx.x * MUON_CH, hi = min(n, lo + MUON_CH);
-    for (int64_t e = lo + threadIdx.x; e < hi; e += NT) {
-        if (e < na) {
-            const int i = (int)(e / s), j = (int)(e % s);
-            bf16 *p = A + (int64_t)m * ss + (int64_t)i * lds + j;
-            *p = __float2bfloat16_rn(__bfloat162float(*p) * dm[i] * dm[j]);
-        } else {
-            const int r = (int)((e - na) / cols), k = (int)((e - na) % cols);
-            bf16 *p = X + (int64_t)m * sx + (int64_t)r * ldx + k;
-            *p = __float2bfloat16_rn(__bfloat162float(*p) * (f * dm[tall ? k : r]));
-        }
+    const float *rm = dr ? dr + (int64_t)m * dn : NULL, *cm = dc ? dc + (int64_t)m * dn : NULL;
+    bf16 *mm = M + (int64_t)m * sm;
+    const int nv = R * cv, v0 = blockIdx.x * NT * 4 + threadIdx.x; /* < 2^31: checked at plan */
+    float x[4][VEC]; /* the four vectors' loads issued before any store */
+    int64_t at[4];
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        const int v = v0 + e * NT;
+        if (v >= nv) break;
+        at[e] = (int64_t)(v / cv) * ld + (v % cv) * VEC;
+        zy_load<bf16, VEC>(mm + at[e], x[e]);
+    }
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        const int v = v0 + e * NT;
+        if (v >= nv) break;
+        const int i = v / cv, j = (v % cv) * VEC;
+        const float ri = f * (rm ? rm[i] : 1.0f);
+#pragma unroll
+        for (int k = 0; k < VEC; k++) x[e][k] *= cm ? ri * cm[j + k] : ri;
+        zy_store<bf16, VEC>(mm + at[e], x[e]);
     }
 }
 
 /* ---- Newton-Schulz GEMMs ---- */
 
-/* AOL on the first step's A (full: the SYRK's mirror or the whole product) and iterate x. */
+/* ns_scale_rc_kernel over count matrices, 8 columns at a time where C allows. */
+static void ns_scale_rc(zy_ctx *ctx, bf16 *M, int64_t ld, int64_t sm, int R, int C, const float *dr,
+                        const float *dc, int dn, int count, const float *fold) {
+    const int vec = C % 8 == 0 ? 8 : 1;
+    const int64_t nv = (int64_t)R * (C / vec), per = NT * 4;
+    const dim3 g((unsigned)((nv + per - 1) / per), (unsigned)count);
+    if (vec == 8)
+        zy_launch(ns_scale_rc_kernel<8>, g, NT, 0, cuda_stream(ctx), M, ld, sm, R, C, dr, dc, dn,
+                  fold);
+    else
+        zy_launch(ns_scale_rc_kernel<1>, g, NT, 0, cuda_stream(ctx), M, ld, sm, R, C, dr, dc, dn,
+                  fold);
+    ZY_CUDA_CHECK_LAUNCH();
+}
+
+/* AOL on the first step's A (full: the SYRK's mirror or the whole product) and iterate x: the
+ * row factors, then A and x scaled (x by the folded normalisation too when fold is given). */
 static void ns_aol(zy_ctx *ctx, const zy_optim_cuda *c, const ns_shape *sh, bf16 *x,
                    const float *fold) {
-    const int s = (int)sh->s;
-    zy_launch(ns_aol_sums_kernel,
-              dim3((unsigned)((s + NT / 32 - 1) / (NT / 32)), (unsigned)sh->count), NT, 0,
-              cuda_stream(ctx), (const bf16 *)c->ga, sh->lds, sh->ss, s, c->aol_d);
+    const int s = (int)sh->s, n = sh->count, vs = s % 8 == 0;
+    cudaStream_t st = cuda_stream(ctx);
+    const dim3 gs((unsigned)((s + NT / 32 - 1) / (NT / 32)), (unsigned)n);
+    if (vs)
+        zy_launch(ns_aol_sums_kernel<8>, gs, NT, 0, st, (const bf16 *)c->ga, sh->lds, sh->ss, s,
+                  c->aol_d);
+    else
+        zy_launch(ns_aol_sums_kernel<1>, gs, NT, 0, st, (const bf16 *)c->ga, sh->lds, sh->ss, s,
+                  c->aol_d);
     ZY_CUDA_CHECK_LAUNCH();
-    const int64_t n = (int64_t)s * s + sh->rows * sh->cols;
-    zy_launch(ns_aol_scale_kernel,
-              dim3((unsigned)((n + MUON_CH - 1) / MUON_CH), (unsigned)sh->count), NT, 0,
-              cuda_stream(ctx), c->ga, sh->lds, sh->ss, s, x, (int)sh->rows, (int)sh->cols, sh->ldx,
-              sh->sx, sh->tall, (const float *)c->aol_d, fold);
-    ZY_CUDA_CHECK_LAUNCH();
+    const float *d = c->aol_d;
+    ns_scale_rc(ctx, c->ga, sh->lds, sh->ss, s, s, d, d, s, n, NULL);
+    ns_scale_rc(ctx, x, sh->ldx, sh->sx, (int)sh->rows, (int)sh->cols, sh->tall ? NULL : d,
+                sh->tall ? d : NULL, s, n, fold);
 }
 
 /* The lower blocks of each [s, s] matrix of G copied onto the upper ones (kb block rows). */
