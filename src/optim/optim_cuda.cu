@@ -257,7 +257,8 @@ static int ns_prepare(zy_ctx *ctx, const zy_optim_cuda *c, const ns_shape *sh) {
             int lt = 1;
             ZY_STATUS_CHECK(cuda_gemm_prepare(&cuda_st(ctx)->gemm, &g, o.D, o.C, o.A, o.B, &lt));
             missing += !lt;
-            if (k == 2 && sh->syrk_a && sh->syrk_b) { /* the folded first step's X' (beta 0) */
+            if (k == 2 && ((sh->syrk_a && sh->syrk_b) || c->aol_d)) { /* the first step's X'
+                                                                       * folded or after AOL */
                 cuda_gemm_desc g0 = g;
                 g0.beta = 0.0f;
                 ZY_STATUS_CHECK(
@@ -748,16 +749,15 @@ __global__ void __launch_bounds__(NT) ns_aol_sums_kernel(const bf16 *__restrict_
     if (lane == 0) d[(int64_t)m * s + i] = sum > 0.0f ? rsqrtf(sum) : 0.0f;
 }
 
-/* M[i][j] *= f dr[i] dc[j] over each [R, C] matrix of the batch (rows ld apart, stride sm), with
- * dr, dc the matrix's rows of d ([count, dn]; NULL: 1) and f = fold[m] (NULL: 1); VEC columns at a
- * time (C % 8 == 0). AOL's rescaling of A (dr = dc = d) and of the iterate's Gram side (dr = d
- * when wide, dc = d when tall; fold: the normalisation folded into the first A). Grid (chunks of
- * NT * 4 vectors, count), block NT. */
+/* M[i][j] = (M[i][j] + diag [i == j]) f dr[i] dc[j] over each [R, C] matrix of the batch (rows ld
+ * apart, stride sm), with dr, dc the matrix's rows of d ([count, dn]; NULL: 1) and f = fold[m]
+ * (NULL: 1); VEC columns at a time (C % 8 == 0). AOL's A~ = D A D (diag 0) and B'' (ns_aol_poly).
+ * Grid (chunks of NT * 4 vectors, count), block NT. */
 template <int VEC>
 __global__ void __launch_bounds__(NT)
     ns_scale_rc_kernel(bf16 *__restrict__ M, int64_t ld, int64_t sm, int R, int C,
                        const float *__restrict__ dr, const float *__restrict__ dc, int dn,
-                       const float *__restrict__ fold) {
+                       float diag, const float *__restrict__ fold) {
     zy_pdl_begin();
     const int m = blockIdx.y, cv = C / VEC;
     const float f = fold ? fold[m] : 1.0f;
@@ -780,7 +780,8 @@ __global__ void __launch_bounds__(NT)
         const int i = v / cv, j = (v % cv) * VEC;
         const float ri = f * (rm ? rm[i] : 1.0f);
 #pragma unroll
-        for (int k = 0; k < VEC; k++) x[e][k] *= cm ? ri * cm[j + k] : ri;
+        for (int k = 0; k < VEC; k++)
+            x[e][k] = (i == j + k ? x[e][k] + diag : x[e][k]) * (cm ? ri * cm[j + k] : ri);
         zy_store<bf16, VEC>(mm + at[e], x[e]);
     }
 }
@@ -789,37 +790,42 @@ __global__ void __launch_bounds__(NT)
 
 /* ns_scale_rc_kernel over count matrices, 8 columns at a time where C allows. */
 static void ns_scale_rc(zy_ctx *ctx, bf16 *M, int64_t ld, int64_t sm, int R, int C, const float *dr,
-                        const float *dc, int dn, int count, const float *fold) {
+                        const float *dc, int dn, int count, float diag, const float *fold) {
     const int vec = C % 8 == 0 ? 8 : 1;
     const int64_t nv = (int64_t)R * (C / vec), per = NT * 4;
     const dim3 g((unsigned)((nv + per - 1) / per), (unsigned)count);
     if (vec == 8)
         zy_launch(ns_scale_rc_kernel<8>, g, NT, 0, cuda_stream(ctx), M, ld, sm, R, C, dr, dc, dn,
-                  fold);
+                  diag, fold);
     else
         zy_launch(ns_scale_rc_kernel<1>, g, NT, 0, cuda_stream(ctx), M, ld, sm, R, C, dr, dc, dn,
-                  fold);
+                  diag, fold);
     ZY_CUDA_CHECK_LAUNCH();
 }
 
-/* AOL on the first step's A (full: the SYRK's mirror or the whole product) and iterate x: the
- * row factors, then A and x scaled (x by the folded normalisation too when fold is given). */
-static void ns_aol(zy_ctx *ctx, const zy_optim_cuda *c, const ns_shape *sh, bf16 *x,
-                   const float *fold) {
-    const int s = (int)sh->s, n = sh->count, vs = s % 8 == 0;
+/* AOL on the first step's A (full: the SYRK's mirror or the whole product): its row factors d,
+ * then A~ = D A D in place. */
+static void ns_aol_gram(zy_ctx *ctx, const zy_optim_cuda *c, const ns_shape *sh) {
+    const int s = (int)sh->s, n = sh->count;
     cudaStream_t st = cuda_stream(ctx);
     const dim3 gs((unsigned)((s + NT / 32 - 1) / (NT / 32)), (unsigned)n);
-    if (vs)
+    if (s % 8 == 0)
         zy_launch(ns_aol_sums_kernel<8>, gs, NT, 0, st, (const bf16 *)c->ga, sh->lds, sh->ss, s,
                   c->aol_d);
     else
         zy_launch(ns_aol_sums_kernel<1>, gs, NT, 0, st, (const bf16 *)c->ga, sh->lds, sh->ss, s,
                   c->aol_d);
     ZY_CUDA_CHECK_LAUNCH();
-    const float *d = c->aol_d;
-    ns_scale_rc(ctx, c->ga, sh->lds, sh->ss, s, s, d, d, s, n, NULL);
-    ns_scale_rc(ctx, x, sh->ldx, sh->sx, (int)sh->rows, (int)sh->cols, sh->tall ? NULL : d,
-                sh->tall ? d : NULL, s, n, fold);
+    ns_scale_rc(ctx, c->ga, sh->lds, sh->ss, s, s, c->aol_d, c->aol_d, s, n, 0.0f, NULL);
+}
+
+/* The first step's B'' = (B + a I) D (wide: X' = B'' X) or D (B + a I) (tall: X' = X B''), times
+ * the folded normalisation where fold is given, in place of B. */
+static void ns_aol_poly(zy_ctx *ctx, const zy_optim_cuda *c, const ns_shape *sh, float a,
+                        const float *fold) {
+    const int s = (int)sh->s;
+    ns_scale_rc(ctx, c->gb, sh->lds, sh->ss, s, s, sh->tall ? c->aol_d : NULL,
+                sh->tall ? NULL : c->aol_d, s, sh->count, a, fold);
 }
 
 /* The lower blocks of each [s, s] matrix of G copied onto the upper ones (kb block rows). */
@@ -837,40 +843,41 @@ static void ns_mirror(zy_ctx *ctx, const ns_shape *sh, int kb, bf16 *G) {
  * a inv], A and B by the SYRK), *x holds u unnormalised and the first step takes the scale in:
  *     A = inv^2 U U^T,   B' = inv (c A A + b A) + a inv I,   X' = B' U   (X U or U X: tall, wide)
  * which is the quintic step on X = inv U with the a X term inside B'. With aol (ns_coef.h) the
- * first A is followed by ns_aol, which scales A and X (by inv too where folded), and the first
- * step's B and X' are the plain ones. */
+ * first step is the quintic step on X~ = D X (X = inv U where folded, D = diag(d)) without
+ * writing X~: A~ = D A D (ns_aol_gram), B = c A~ A~ + b A~, and X' = B'' X with
+ *     B'' = (B + a I) D (wide) or D (B + a I) (tall)     (ns_aol_poly; times inv where folded)
+ * so the first step's extra passes are over [s, s] matrices only. */
 static void newton_schulz(zy_ctx *ctx, zy_optim_cuda *c, const ns_shape *sh, int kb, int syrk,
                           const float *fold, int aol, int steps, const float (*abc)[3], bf16 **x,
                           bf16 **y) {
     cuda_gemm_ctx *gc = &cuda_st(ctx)->gemm;
     const int s = (int)sh->s, n = sh->count;
     for (int it = 0; it < steps; it++) {
-        const int folded_a = fold && it == 0, folded = folded_a && !aol;
+        const int folded_a = fold && it == 0, folded = folded_a && !aol, aol0 = aol && it == 0;
         const float *kq = abc[it];
         for (int k = 0; k < 3; k++) {
-            if (k == 1 && it == 0 && aol) ns_aol(ctx, c, sh, *x, folded_a ? fold : NULL);
+            if (k == 1 && aol0) ns_aol_gram(ctx, c, sh);
             if (syrk && k == 0 && sh->syrk_a) { /* A = X X^T (X [s, l]) or X^T X (X [l, s]) */
                 const cuda_syrk_scales pa = {fold + n, NULL, NULL};
                 ZY_STATUS_CHECK(cuda_syrk_bf16(c->ga, NULL, *x, s, (int)sh->l, sh->tall, sh->ldx,
                                                sh->sx, sh->lds, sh->ss, n, 1.0f, 0.0f,
                                                folded_a ? &pa : NULL, cuda_stream(ctx)));
-                continue;
-            }
-            if (syrk && k == 1 && sh->syrk_b) { /* B = c A A^T + b A, A symmetric */
+            } else if (syrk && k == 1 && sh->syrk_b) { /* B = c A A^T + b A, A symmetric */
                 const cuda_syrk_scales pb = {fold, fold, fold + 2 * n};
                 ZY_STATUS_CHECK(cuda_syrk_bf16(c->gb, c->ga, c->ga, s, s, 0, sh->lds, sh->ss,
                                                sh->lds, sh->ss, n, kq[2], kq[1],
                                                folded ? &pb : NULL, cuda_stream(ctx)));
-                continue;
+            } else {
+                for (int i = 0; i < (k == 2 ? 1 : kb); i++) {
+                    cuda_gemm_desc g = ns_desc(sh, k, i, kb, kq);
+                    g.classic = c->legacy;
+                    if (folded || aol0) g.beta = 0.0f; /* a X is inside B' (B'') */
+                    const ns_ops o = ns_operands(c, sh, k, i, kb, *x, *y);
+                    ZY_STATUS_CHECK(cuda_gemm_run(gc, &g, o.D, o.C, o.A, o.B, cuda_stream(ctx)));
+                }
+                if (k < 2 && kb > 1) ns_mirror(ctx, sh, kb, k == 0 ? c->ga : c->gb);
             }
-            for (int i = 0; i < (k == 2 ? 1 : kb); i++) {
-                cuda_gemm_desc g = ns_desc(sh, k, i, kb, kq);
-                g.classic = c->legacy;
-                if (folded) g.beta = 0.0f; /* a X is inside B' */
-                const ns_ops o = ns_operands(c, sh, k, i, kb, *x, *y);
-                ZY_STATUS_CHECK(cuda_gemm_run(gc, &g, o.D, o.C, o.A, o.B, cuda_stream(ctx)));
-            }
-            if (k < 2 && kb > 1) ns_mirror(ctx, sh, kb, k == 0 ? c->ga : c->gb);
+            if (k == 1 && aol0) ns_aol_poly(ctx, c, sh, kq[0], folded_a ? fold : NULL);
         }
         bf16 *tmp = *x;
         *x = *y;
