@@ -10,8 +10,8 @@
  * 1 / (||u|| + 1e-7) (each matrix's chunk sums added in a fixed order, in double): folded into the
  * first Newton-Schulz step's SYRKs and X' (newton_schulz) where both symmetric products go to the
  * SYRK, else a kernel that scales X in place (4 bytes an element instead of re-reading g and the
- * momentum), with optimizer.ns_precondition aol the first A's row sums and a pass scaling A and
- * X (ns_aol), five quintic
+ * momentum), with optimizer.ns_precondition aol AOL's row factors from the first A and two passes
+ * over [s, s] matrices (ns_aol_gram, ns_aol_poly), five quintic
  * Newton-Schulz steps as strided-batched bf16 GEMMs (fp32 accumulation, bf16 results):
  *     A = X X^T,   B = c A A + b A,   X' = B X + a X        (wide: rows <= cols)
  *     A = X^T X,   B = c A A + b A,   X' = X B + a X        (tall: the Gram matrix is cols^2)
@@ -122,7 +122,7 @@ struct zy_optim_cuda {
     bf16 *x[2], *ga, *gb; /* workspace: iterates, Gram A, polynomial B */
     float *part;          /* [count * nchunk] chunk sums of u^2 */
     float *fold;          /* [3 * count]: inv, inv^2, a inv per matrix (the scale folded in) */
-    float *aol_d;         /* [count * s]: AOL's row factors of each Gram matrix (ns_aol) */
+    float *aol_d;         /* [count * s]: AOL's row factors of each Gram matrix (aol only) */
     int keyed;            /* batches never span two keys (optim_cuda_init's key) */
     int legacy;
     int previous; /* bench/test hook: the previous scheme (optim_cuda_set_previous) */
@@ -871,7 +871,7 @@ static void newton_schulz(zy_ctx *ctx, zy_optim_cuda *c, const ns_shape *sh, int
                 for (int i = 0; i < (k == 2 ? 1 : kb); i++) {
                     cuda_gemm_desc g = ns_desc(sh, k, i, kb, kq);
                     g.classic = c->legacy;
-                    if (folded || aol0) g.beta = 0.0f; /* a X is inside B' (B'') */
+                    if ((folded || aol0) && k == 2) g.beta = 0.0f; /* a X: in B' (B'') */
                     const ns_ops o = ns_operands(c, sh, k, i, kb, *x, *y);
                     ZY_STATUS_CHECK(cuda_gemm_run(gc, &g, o.D, o.C, o.A, o.B, cuda_stream(ctx)));
                 }
