@@ -4,7 +4,9 @@ iterations do with them (dev/ns/ns_spectrum.py's quintic). Pure Python (Jacobi o
 matrix), so for the tiny model's 128-256-wide matrices; a stacked tensor (the experts) gives its
 first matrix. Printed per matrix of the layer: the decay exponent alpha of s_i ~ i^-alpha (a
 least-squares fit over i in [2, m/2]), the largest and smallest normalised singular value, and
-the share left below 0.5 after 4 and 5 iterations.
+the share left below 0.5 after 4 and 5 iterations; then the same from AOL's start (D X with
+d_i = (sum_j |(X X^T)_ij|)^-1/2, optimizer.ns_precondition aol: its singular values need no
+normalisation) against the Frobenius start at 3 iterations.
 Usage: python3 dev/ns/momentum_spectra.py CHECKPOINT_DIR/train/train_state.rank_0.safetensors [LAYER]
 """
 import json
@@ -63,8 +65,7 @@ def main():
     raw = open(sys.argv[1], "rb").read()
     h, base = read_header(raw)
     prefix = "muon_momentum.model.layers.%s." % layer
-    print("| matrix | shape | alpha | s_max | s_min | below 0.5 after 4 | after 5 |")
-    print("|---|---|---|---|---|---|---|")
+    rows, aol_rows = [], []
     for k in sorted(x for x in h if x.startswith(prefix)):
         m, r, c = matrix(raw, base, h[k])
         if min(r, c) < 64:  # the router's narrow matrices: too few values to fit a decay
@@ -81,8 +82,23 @@ def main():
         slope = sum((a - mx) * (b - my) for a, b in zip(xs, ys)) / sum((a - mx) ** 2 for a in xs)
         low4 = sum(1 for x in s if f(x, 4) < 0.5) / r
         low5 = sum(1 for x in s if f(x, 5) < 0.5) / r
-        print(f"| {k[len(prefix):]} | {r} x {c} | {-slope:.2f} | {s[0]:.3f} | {s[-1]:.5f} | "
-              f"{100 * low4:.1f}% | {100 * low5:.1f}% |")
+        rows.append(f"| {k[len(prefix):]} | {r} x {c} | {-slope:.2f} | {s[0]:.3f} | {s[-1]:.5f} | "
+                    f"{100 * low4:.1f}% | {100 * low5:.1f}% |")
+        d = [1 / math.sqrt(sum(abs(x) for x in g[i])) for i in range(r)]
+        ga = [[d[i] * g[i][j] * d[j] for j in range(r)] for i in range(r)]
+        sa = [math.sqrt(max(e, 0.0)) for e in eig_sym(ga)]
+        low3 = sum(1 for x in s if f(x, 3) < 0.5) / r
+        low3a = sum(1 for x in sa if f(x, 3) < 0.5) / r
+        aol_rows.append(f"| {k[len(prefix):]} | {s[0]:.3f} .. {s[-1]:.5f} | {sa[0]:.3f} .. "
+                        f"{sa[-1]:.5f} | {100 * low3:.1f}% | {100 * low3a:.1f}% |")
+    print("| matrix | shape | alpha | s_max | s_min | below 0.5 after 4 | after 5 |")
+    print("|---|---|---|---|---|---|---|")
+    print("\n".join(rows))
+    print()
+    print("| matrix | Frobenius start, s_max .. s_min | AOL start | below 0.5 after 3, Frobenius "
+          "| after 3, AOL |")
+    print("|---|---|---|---|---|")
+    print("\n".join(aol_rows))
 
 
 if __name__ == "__main__":

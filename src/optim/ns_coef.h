@@ -27,8 +27,11 @@ extern const char *const zy_ns_coefs_names[]; /* "fixed", "minimax", NULL */
  * scaled by d_i = (sum_j |A_ij|)^-1/2, A = x x^T (the almost-orthogonal-layer rescaling of Prach
  * and Lampert 2022, used before Newton-Schulz by Turbo-Muon, Boissin et al. 2025), and A by
  * d_i d_j so the first iteration reuses it: ||D x||_2 <= 1 still holds (the Schur test), and the
- * small singular values start larger, so fewer iterations lift them to the plateau. The cost is
- * the row sums of A and one pass over A and x, once per step. */
+ * small singular values start larger, so fewer iterations lift them to the plateau. D x has
+ * other singular vectors than x, so the update approaches the orthogonal factor of D x, not of x:
+ * a change of the optimizer, judged by training (results/one-gpu-limit/README.md, nineteenth
+ * session), not an exact preconditioner. The cost is the row sums of A and passes over the
+ * [s, s] matrices, once per step. */
 typedef enum { ZY_NS_PRECOND_FROBENIUS = 0, ZY_NS_PRECOND_AOL = 1 } zy_ns_precond;
 extern const char *const zy_ns_precond_names[]; /* "frobenius", "aol", NULL */
 
