@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Validation-loss curves of several training runs: a markdown table on stdout and an SVG plot.
+"""Validation-loss curves of several training runs: a markdown table on stdout (and, for labels
+"variant, seed N", each variant's mean last loss against the first variant's) and an SVG plot.
 
 usage: val_curves.py OUT.svg "label=path/metrics.jsonl" ...
 Reads the metrics.jsonl lines that carry val_loss (zayac train's eval points)."""
@@ -60,7 +61,32 @@ def main():
     for label, p in runs:
         d = dict(p)
         print(f"| {label} | " + " | ".join(f"{d[s]:.4f}" if s in d else "" for s in steps) + " |")
+    summary(runs)
     svg(runs, sys.argv[1])
+
+
+def summary(runs):
+    """The last validation loss per variant (a label's part before ", seed"), its mean over the
+    seeds and the mean's difference to the first variant's, over the seeds both have."""
+    last = {}
+    for label, p in runs:
+        variant, _, seed = label.partition(", seed ")
+        if p:
+            last.setdefault(variant, {})[seed] = p[-1][1]
+    if len(last) < 2:
+        return
+    variants = list(last)
+    base = last[variants[0]]
+    print()
+    print(f"| variant | seeds | mean of the last | against {variants[0]}, same seeds |")
+    print("|---|---|---|---|")
+    for v in variants:
+        seeds = sorted(last[v])
+        mean = sum(last[v].values()) / len(seeds)
+        both = [k for k in seeds if k in base]
+        diff = (sum(last[v][k] - base[k] for k in both) / len(both)) if both else None
+        print(f"| {v} | {' '.join(seeds)} | {mean:.4f} | "
+              + (f"{diff:+.4f}" if diff is not None and v != variants[0] else "") + " |")
 
 
 if __name__ == "__main__":
