@@ -749,28 +749,28 @@ __global__ void __launch_bounds__(NT) ns_aol_sums_kernel(const bf16 *__restrict_
     if (lane == 0) d[(int64_t)m * s + i] = sum > 0.0f ? rsqrtf(sum) : 0.0f;
 }
 
-/* M[i][j] = (M[i][j] + diag [i == j]) f dr[i] dc[j] over each [R, C] matrix of the batch (rows ld
- * apart, stride sm), with dr, dc the matrix's rows of d ([count, dn]; NULL: 1) and f = fold[m]
- * (NULL: 1); VEC columns at a time (C % 8 == 0). AOL's A~ = D A D (diag 0) and B'' (ns_aol_poly).
- * Grid (chunks of NT * 4 vectors, count), block NT. */
+/* G[i][j] = (G[i][j] + diag [i == j]) f dr[i] dc[j] over each [s, s] Gram matrix of the batch
+ * (rows lds apart, stride ss), with dr, dc the matrix's row of AOL's factors ([count, s]; NULL: 1)
+ * and f = fold[m] (NULL: 1); VEC columns at a time (s % 8 == 0). AOL's A~ = D A D (diag 0) and
+ * B'' (ns_aol_poly). Grid (chunks of NT * 4 vectors, count), block NT. */
 template <int VEC>
 __global__ void __launch_bounds__(NT)
-    ns_scale_rc_kernel(bf16 *__restrict__ M, int64_t ld, int64_t sm, int R, int C,
-                       const float *__restrict__ dr, const float *__restrict__ dc, int dn,
-                       float diag, const float *__restrict__ fold) {
+    ns_gram_scale_kernel(bf16 *__restrict__ G, int64_t lds, int64_t ss, int s,
+                         const float *__restrict__ dr, const float *__restrict__ dc, float diag,
+                         const float *__restrict__ fold) {
     zy_pdl_begin();
-    const int m = blockIdx.y, cv = C / VEC;
+    const int m = blockIdx.y, cv = s / VEC;
     const float f = fold ? fold[m] : 1.0f;
-    const float *rm = dr ? dr + (int64_t)m * dn : NULL, *cm = dc ? dc + (int64_t)m * dn : NULL;
-    bf16 *mm = M + (int64_t)m * sm;
-    const int nv = R * cv, v0 = blockIdx.x * NT * 4 + threadIdx.x; /* < 2^31: checked at plan */
+    const float *rm = dr ? dr + (int64_t)m * s : NULL, *cm = dc ? dc + (int64_t)m * s : NULL;
+    bf16 *mm = G + (int64_t)m * ss;
+    const int nv = s * cv, v0 = blockIdx.x * NT * 4 + threadIdx.x; /* < 2^31: checked at plan */
     float x[4][VEC]; /* the four vectors' loads issued before any store */
     int64_t at[4];
 #pragma unroll
     for (int e = 0; e < 4; e++) {
         const int v = v0 + e * NT;
         if (v >= nv) break;
-        at[e] = (int64_t)(v / cv) * ld + (v % cv) * VEC;
+        at[e] = (int64_t)(v / cv) * lds + (v % cv) * VEC;
         zy_load<bf16, VEC>(mm + at[e], x[e]);
     }
 #pragma unroll
@@ -788,18 +788,19 @@ __global__ void __launch_bounds__(NT)
 
 /* ---- Newton-Schulz GEMMs ---- */
 
-/* ns_scale_rc_kernel over count matrices, 8 columns at a time where C allows. */
-static void ns_scale_rc(zy_ctx *ctx, bf16 *M, int64_t ld, int64_t sm, int R, int C, const float *dr,
-                        const float *dc, int dn, int count, float diag, const float *fold) {
-    const int vec = C % 8 == 0 ? 8 : 1;
-    const int64_t nv = (int64_t)R * (C / vec), per = NT * 4;
-    const dim3 g((unsigned)((nv + per - 1) / per), (unsigned)count);
+/* ns_gram_scale_kernel over the batch's Gram matrices G (ga or gb), 8 columns at a time where s
+ * allows. */
+static void ns_gram_scale(zy_ctx *ctx, const ns_shape *sh, bf16 *G, const float *dr,
+                          const float *dc, float diag, const float *fold) {
+    const int s = (int)sh->s, vec = s % 8 == 0 ? 8 : 1;
+    const int64_t nv = (int64_t)s * (s / vec), per = NT * 4;
+    const dim3 g((unsigned)((nv + per - 1) / per), (unsigned)sh->count);
     if (vec == 8)
-        zy_launch(ns_scale_rc_kernel<8>, g, NT, 0, cuda_stream(ctx), M, ld, sm, R, C, dr, dc, dn,
-                  diag, fold);
+        zy_launch(ns_gram_scale_kernel<8>, g, NT, 0, cuda_stream(ctx), G, sh->lds, sh->ss, s, dr,
+                  dc, diag, fold);
     else
-        zy_launch(ns_scale_rc_kernel<1>, g, NT, 0, cuda_stream(ctx), M, ld, sm, R, C, dr, dc, dn,
-                  diag, fold);
+        zy_launch(ns_gram_scale_kernel<1>, g, NT, 0, cuda_stream(ctx), G, sh->lds, sh->ss, s, dr,
+                  dc, diag, fold);
     ZY_CUDA_CHECK_LAUNCH();
 }
 
@@ -816,16 +817,14 @@ static void ns_aol_gram(zy_ctx *ctx, const zy_optim_cuda *c, const ns_shape *sh)
         zy_launch(ns_aol_sums_kernel<1>, gs, NT, 0, st, (const bf16 *)c->ga, sh->lds, sh->ss, s,
                   c->aol_d);
     ZY_CUDA_CHECK_LAUNCH();
-    ns_scale_rc(ctx, c->ga, sh->lds, sh->ss, s, s, c->aol_d, c->aol_d, s, n, 0.0f, NULL);
+    ns_gram_scale(ctx, sh, c->ga, c->aol_d, c->aol_d, 0.0f, NULL);
 }
 
 /* The first step's B'' = (B + a I) D (wide: X' = B'' X) or D (B + a I) (tall: X' = X B''), times
  * the folded normalisation where fold is given, in place of B. */
 static void ns_aol_poly(zy_ctx *ctx, const zy_optim_cuda *c, const ns_shape *sh, float a,
                         const float *fold) {
-    const int s = (int)sh->s;
-    ns_scale_rc(ctx, c->gb, sh->lds, sh->ss, s, s, sh->tall ? c->aol_d : NULL,
-                sh->tall ? NULL : c->aol_d, s, sh->count, a, fold);
+    ns_gram_scale(ctx, sh, c->gb, sh->tall ? c->aol_d : NULL, sh->tall ? NULL : c->aol_d, a, fold);
 }
 
 /* The lower blocks of each [s, s] matrix of G copied onto the upper ones (kb block rows). */
