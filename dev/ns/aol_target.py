@@ -17,43 +17,13 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from momentum_spectra import matrix, read_header  # noqa: E402
+from momentum_spectra import jacobi, matrix, read_header  # noqa: E402
 from ns_spectrum import f  # noqa: E402
-
-
-def eig_vec(g):
-    """Eigenvalues and eigenvectors (columns of V) of a symmetric matrix by cyclic Jacobi."""
-    n = len(g)
-    a = [row[:] for row in g]
-    v = [[1.0 if i == j else 0.0 for j in range(n)] for i in range(n)]
-    for _ in range(30):
-        off = sum(a[i][j] ** 2 for i in range(n) for j in range(n) if i != j)
-        if off < 1e-22 * sum(a[i][i] ** 2 for i in range(n)):
-            break
-        for p in range(n - 1):
-            for q in range(p + 1, n):
-                apq = a[p][q]
-                if abs(apq) < 1e-300:
-                    continue
-                th = (a[q][q] - a[p][p]) / (2 * apq)
-                t = (1 if th >= 0 else -1) / (abs(th) + math.sqrt(th * th + 1))
-                cs = 1 / math.sqrt(t * t + 1)
-                sn = t * cs
-                for k in range(n):
-                    akp, akq = a[k][p], a[k][q]
-                    a[k][p], a[k][q] = cs * akp - sn * akq, sn * akp + cs * akq
-                for k in range(n):
-                    apk, aqk = a[p][k], a[q][k]
-                    a[p][k], a[q][k] = cs * apk - sn * aqk, sn * apk + cs * aqk
-                for k in range(n):
-                    vkp, vkq = v[k][p], v[k][q]
-                    v[k][p], v[k][q] = cs * vkp - sn * vkq, sn * vkp + cs * vkq
-    return [a[i][i] for i in range(n)], v
 
 
 def spectral_map(x, g, h):
     """V diag(h(s_i)) V^T x for X X^T = g = V diag(s^2) V^T (h(s) = 0 where s is ~0)."""
-    lam, v = eig_vec(g)
+    lam, v = jacobi(g, vectors=True)
     top = max(lam)
     w = [h(math.sqrt(l)) if l > 1e-14 * top else 0.0 for l in lam]
     n, c = len(x), len(x[0])

@@ -32,13 +32,15 @@ def matrix(raw, base, d):
     return [list(v[i * c : (i + 1) * c]) for i in range(r)], r, c
 
 
-def eig_sym(g):
-    """Eigenvalues of a symmetric matrix by cyclic Jacobi rotations, largest first."""
+def jacobi(g, vectors=False):
+    """Eigenvalues of a symmetric matrix by cyclic Jacobi rotations, and with vectors=True its
+    eigenvectors too (the columns of V): (values, V), in the rotations' order."""
     n = len(g)
     a = [row[:] for row in g]
+    v = [[1.0 if i == j else 0.0 for j in range(n)] for i in range(n)] if vectors else None
     for _ in range(30):
         off = sum(a[i][j] ** 2 for i in range(n) for j in range(n) if i != j)
-        if off < 1e-18 * sum(a[i][i] ** 2 for i in range(n)):
+        if off < (1e-22 if vectors else 1e-18) * sum(a[i][i] ** 2 for i in range(n)):
             break
         for p in range(n - 1):
             for q in range(p + 1, n):
@@ -55,7 +57,16 @@ def eig_sym(g):
                 for k in range(n):
                     apk, aqk = a[p][k], a[q][k]
                     a[p][k], a[q][k] = cs * apk - sn * aqk, sn * apk + cs * aqk
-    return sorted((a[i][i] for i in range(n)), reverse=True)
+                if vectors:
+                    for k in range(n):
+                        vkp, vkq = v[k][p], v[k][q]
+                        v[k][p], v[k][q] = cs * vkp - sn * vkq, sn * vkp + cs * vkq
+    return [a[i][i] for i in range(n)], v
+
+
+def eig_sym(g):
+    """Eigenvalues of a symmetric matrix, largest first."""
+    return sorted(jacobi(g)[0], reverse=True)
 
 
 def main():
