@@ -121,7 +121,7 @@ struct zy_optim_cuda {
     int nbatches;
     bf16 *x[2], *ga, *gb; /* workspace: iterates, Gram A, polynomial B */
     float *part;          /* [count * nchunk] chunk sums of u^2 */
-    float *fold;          /* [3 * count]: inv, inv^2, a inv per matrix (the scale folded in) */
+    float *fold;          /* [4 * count]: inv, inv^2, a inv, a per matrix (the scale folded in) */
     float *aol_d;         /* [count * s]: AOL's row factors of each Gram matrix (aol only) */
     int keyed;            /* batches never span two keys (optim_cuda_init's key) */
     int legacy;
@@ -382,7 +382,7 @@ static void plan_muon(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, const 
     c->ga = (bf16 *)ops_alloc(ctx, max_s * sizeof(bf16));
     c->gb = (bf16 *)ops_alloc(ctx, max_s * sizeof(bf16));
     c->part = (float *)ops_alloc(ctx, max_part * sizeof(float));
-    c->fold = (float *)ops_alloc(ctx, 3 * max_count * sizeof(float));
+    c->fold = (float *)ops_alloc(ctx, 4 * max_count * sizeof(float));
     if (cfg->muon_ns_precond == ZY_NS_PRECOND_AOL)
         c->aol_d = (float *)ops_alloc(ctx, max_side * sizeof(float));
     /* the symmetric products by the Hopper SYRK where it runs and the layouts fit; then the GEMM
@@ -634,8 +634,8 @@ __global__ void __launch_bounds__(NT)
 
 /* The normalisation folded into the first Newton-Schulz step instead of a pass over X: per
  * matrix m (grid count, block 32) inv = 1 / (||u|| + 1e-7) from its chunk sums as
- * muon_scale_kernel computes it, and fold = [inv | inv^2 | a inv] (a: the first iteration's) for
- * the SYRKs of newton_schulz's first step. */
+ * muon_scale_kernel computes it, and fold = [inv | inv^2 | a inv | a] (a: the first iteration's)
+ * for the SYRKs of newton_schulz's first step (the last slot: AOL's B + a I, see there). */
 __global__ void muon_fold_kernel(const float *__restrict__ part, int nchunk, int count, float a,
                                  float *__restrict__ fold) {
     zy_pdl_begin();
@@ -647,6 +647,7 @@ __global__ void muon_fold_kernel(const float *__restrict__ part, int nchunk, int
         fold[m] = inv;
         fold[count + m] = __fmul_rn(inv, inv);
         fold[2 * count + m] = __fmul_rn(a, inv);
+        fold[3 * count + m] = a;
     }
 }
 
@@ -821,7 +822,8 @@ static void ns_aol_gram(zy_ctx *ctx, const zy_optim_cuda *c, const ns_shape *sh)
 }
 
 /* The first step's B'' = (B + a I) D (wide: X' = B'' X) or D (B + a I) (tall: X' = X B''), times
- * the folded normalisation where fold is given, in place of B. */
+ * the folded normalisation where fold is given, in place of B; a = 0 where B holds B + a I
+ * already (the SYRK added it before its one rounding). */
 static void ns_aol_poly(zy_ctx *ctx, const zy_optim_cuda *c, const ns_shape *sh, float a,
                         const float *fold) {
     ns_gram_scale(ctx, sh, c->gb, sh->tall ? c->aol_d : NULL, sh->tall ? NULL : c->aol_d, a, fold);
@@ -839,7 +841,7 @@ static void ns_mirror(zy_ctx *ctx, const ns_shape *sh, int kb, bf16 *G) {
  * by the Hopper SYRK where sh says so and `syrk` allows (cuda_syrk_bf16: lower tiles, mirrored),
  * the rest through the context's GEMM module (classic cuBLAS for every GEMM while the test hook
  * says so), A and B by kb block rows, mirrored. With fold (muon_fold_kernel's [inv | inv^2 |
- * a inv], A and B by the SYRK), *x holds u unnormalised and the first step takes the scale in:
+ * a inv | a], A and B by the SYRK), *x holds u unnormalised and the first step takes the scale in:
  *     A = inv^2 U U^T,   B' = inv (c A A + b A) + a inv I,   X' = B' U   (X U or U X: tall, wide)
  * which is the quintic step on X = inv U with the a X term inside B'. With aol (ns_coef.h) the
  * first step is the quintic step on X~ = D X (X = inv U where folded, D = diag(d)) without
@@ -853,6 +855,9 @@ static void newton_schulz(zy_ctx *ctx, zy_optim_cuda *c, const ns_shape *sh, int
     const int s = (int)sh->s, n = sh->count;
     for (int it = 0; it < steps; it++) {
         const int folded_a = fold && it == 0, folded = folded_a && !aol, aol0 = aol && it == 0;
+        /* AOL's first B + a I summed inside the B SYRK: B rounded alone to bf16 first would lose
+         * B_ii + a to cancellation where B_ii ~ -a (fold's last slot holds a) */
+        const int aol_syrk = aol0 && folded_a; /* fold: A and B by the SYRK */
         const float *kq = abc[it];
         for (int k = 0; k < 3; k++) {
             if (k == 1 && aol0) ns_aol_gram(ctx, c, sh);
@@ -862,10 +867,14 @@ static void newton_schulz(zy_ctx *ctx, zy_optim_cuda *c, const ns_shape *sh, int
                                                sh->sx, sh->lds, sh->ss, n, 1.0f, 0.0f,
                                                folded_a ? &pa : NULL, cuda_stream(ctx)));
             } else if (syrk && k == 1 && sh->syrk_b) { /* B = c A A^T + b A, A symmetric */
-                const cuda_syrk_scales pb = {fold, fold, fold + 2 * n};
+                const cuda_syrk_scales pb = {fold, fold, fold + 2 * n}, /* folded: B' */
+                    pb_aol = {NULL, NULL, fold + 3 * n};                /* AOL, folded: B + a I */
                 ZY_STATUS_CHECK(cuda_syrk_bf16(c->gb, c->ga, c->ga, s, s, 0, sh->lds, sh->ss,
                                                sh->lds, sh->ss, n, kq[2], kq[1],
-                                               folded ? &pb : NULL, cuda_stream(ctx)));
+                                               folded     ? &pb
+                                               : aol_syrk ? &pb_aol
+                                                          : NULL,
+                                               cuda_stream(ctx)));
             } else {
                 for (int i = 0; i < (k == 2 ? 1 : kb); i++) {
                     cuda_gemm_desc g = ns_desc(sh, k, i, kb, kq);
@@ -876,7 +885,8 @@ static void newton_schulz(zy_ctx *ctx, zy_optim_cuda *c, const ns_shape *sh, int
                 }
                 if (k < 2 && kb > 1) ns_mirror(ctx, sh, kb, k == 0 ? c->ga : c->gb);
             }
-            if (k == 1 && aol0) ns_aol_poly(ctx, c, sh, kq[0], folded_a ? fold : NULL);
+            if (k == 1 && aol0)
+                ns_aol_poly(ctx, c, sh, aol_syrk ? 0.0f : kq[0], folded_a ? fold : NULL);
         }
         bf16 *tmp = *x;
         *x = *y;
