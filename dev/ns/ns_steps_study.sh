@@ -16,6 +16,8 @@
 # the normalised singular values are smaller still.
 # LAYERS sets that model's depth (default 4; bench-small has 12).
 # SETS: more `--set` overrides (space-separated key=value).
+# DATA=DIR trains on a `zayac data prepare` folder other than the default job's (its own
+# tokenizer.json inside), e.g. a corpus larger than fortunes for runs longer than one pass.
 # PRUNE=1 deletes each run's checkpoints once it ends (only metrics.jsonl is read; at zaya1-base's
 # widths a run's final checkpoint is 6.7 GB).
 # NS entries ending in m (e.g. "4m") use the minimax coefficients (optimizer.ns_coefficients);
@@ -45,6 +47,9 @@ if [ -n "$width" ]; then
  "partial_rotary_factor": 0.5}}}'
     sets+=(--set "model=$model" --set seq_len=512 --set batch_size=8 --set steps=200
         --set eval_interval=25 --set checkpoint_interval=0)
+fi
+if [ -n "${DATA:-}" ]; then
+    sets+=(--set "tokenizer=\"$DATA/tokenizer.json\"" --set "data=[{\"path\": \"$DATA\", \"weight\": 1.0}]")
 fi
 for kv in ${SETS:-}; do sets+=(--set "$kv"); done
 runs=()
