@@ -165,11 +165,22 @@ static __device__ __forceinline__ void cca_ld8s(const float *p, float *v) {
     v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
 }
 
+/* The depthwise conv's tap count inside the kernels: T0 > 0 compiles for t0 == T0 (ZAYA1's 2:
+ * its loops unrolled, no registers for the taps it lacks), T0 = 0 for any t0 <= CCA_MAXTAP. */
+template <int T0> struct cca_taps0 {
+    static constexpr int N = T0 ? T0 : CCA_MAXTAP; /* register arrays' tap dimension */
+    static __device__ __forceinline__ int t0(const cca_args &a) {
+        return T0 ? T0 : a.t0;
+    }
+};
+
 /* Forward. Grid (Hq+Hk, ntiles, B): block (g, tile, b) owns output rows [tile*128, +128) of head
  * g of sequence b, and mid rows [tile*128, +128) (the last tile also the t1-1 rows after T). */
-template <int D> __global__ void __launch_bounds__(CCA_NTH, 2) cca_fwd_k(cca_args a) {
+template <int D, int T0> __global__ void __launch_bounds__(CCA_NTH, 2) cca_fwd_k(cca_args a) {
     zy_pdl_begin();
     typedef cca_cfg<D> K;
+    typedef cca_taps0<T0> W;
+    const int t0 = W::t0(a);
     extern __shared__ __align__(16) unsigned char cca_sm[];
     const int g = blockIdx.x, tile = blockIdx.y, b = blockIdx.z;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -191,23 +202,23 @@ template <int D> __global__ void __launch_bounds__(CCA_NTH, 2) cca_fwd_k(cca_arg
      * load of a round is issued before any of its stores, so the latency is paid once a round. */
     {
         const int v = tid % K::NV, rl = tid / K::NV, c = c0 + v * 8;
-        float wr[CCA_MAXTAP][8], bb[8];
+        float wr[W::N][8], bb[8];
 #pragma unroll
         for (int e = 0; e < 8; e++) {
             bb[e] = a.b1[c + e];
 #pragma unroll
-            for (int jj = 0; jj < CCA_MAXTAP; jj++)
-                wr[jj][e] = jj < a.t0 ? a.w1[(size_t)(c + e) * a.t0 + jj] : 0.0f;
+            for (int jj = 0; jj < W::N; jj++)
+                wr[jj][e] = jj < t0 ? a.w1[(size_t)(c + e) * t0 + jj] : 0.0f;
         }
         for (int r0 = rl; r0 < rows; r0 += CCA_ROWS_IN_FLIGHT * K::RL) {
-            uint4 xin[CCA_ROWS_IN_FLIGHT][CCA_MAXTAP]; /* 8 bf16 each, zero where xpad is 0 */
+            uint4 xin[CCA_ROWS_IN_FLIGHT][W::N]; /* 8 bf16 each, zero where xpad is 0 */
 #pragma unroll
             for (int u = 0; u < CCA_ROWS_IN_FLIGHT; u++) {
                 const int t = t_base + r0 + u * K::RL;
 #pragma unroll
-                for (int jj = 0; jj < CCA_MAXTAP; jj++) {
+                for (int jj = 0; jj < W::N; jj++) {
                     const int xr = t + jj;
-                    const bf16 *src = jj >= a.t0 || r0 + u * K::RL >= rows || t >= a.Tm ? nullptr
+                    const bf16 *src = jj >= t0 || r0 + u * K::RL >= rows || t >= a.Tm ? nullptr
                                       : xr >= a.P ? a.qk0 + ((size_t)b * a.T + (xr - a.P)) * a.C + c
                                       : a.state   ? a.state + ((size_t)b * a.P + xr) * a.C + c
                                                   : nullptr;
@@ -223,9 +234,9 @@ template <int D> __global__ void __launch_bounds__(CCA_NTH, 2) cca_fwd_k(cca_arg
 #pragma unroll
                 for (int e = 0; e < 8; e++) o[e] = t < a.Tm ? bb[e] : 0.0f;
 #pragma unroll
-                for (int jj = 0; jj < CCA_MAXTAP; jj++) {
+                for (int jj = 0; jj < W::N; jj++) {
                     float x[8];
-                    if (jj >= a.t0) break;
+                    if (jj >= t0) break;
                     zy_load<bf16, 8>(reinterpret_cast<const bf16 *>(&xin[u][jj]), x);
 #pragma unroll
                     for (int e = 0; e < 8; e++) o[e] = fmaf(wr[jj][e], x[e], o[e]);
@@ -314,9 +325,11 @@ template <int D> __global__ void __launch_bounds__(CCA_NTH, 2) cca_fwd_k(cca_arg
  * [s0 - (t1-1), s0 + 128) (the A tile), and owns dmid rows and dconv rows [s0, s0 + step) (for
  * db1, dw1, db2) and dqk0 rows [s0 - (t1-1), s0 - (t1-1) + step), whose dmid rows
  * u + t1 - 1 .. u + P all lie in the tile. */
-template <int D> __global__ void __launch_bounds__(CCA_NTH, 2) cca_bwd_k(cca_args a) {
+template <int D, int T0> __global__ void __launch_bounds__(CCA_NTH, 2) cca_bwd_k(cca_args a) {
     zy_pdl_begin();
     typedef cca_cfg<D> K;
+    typedef cca_taps0<T0> W;
+    const int t0 = W::t0(a);
     extern __shared__ __align__(16) unsigned char cca_sm[];
     const int g = blockIdx.x, tile = blockIdx.y, b = blockIdx.z;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -342,8 +355,7 @@ template <int D> __global__ void __launch_bounds__(CCA_NTH, 2) cca_bwd_k(cca_arg
     cp_async_commit();
     if (a.t1 > 1) cca_load_w<D>(sw + D * K::LD, wg + wtap);
     cp_async_commit();
-    for (int u = tid; u < a.t0 * D; u += CCA_NTH)
-        w1s[u] = a.w1[(size_t)(c0 + u % D) * a.t0 + u / D];
+    for (int u = tid; u < t0 * D; u += CCA_NTH) w1s[u] = a.w1[(size_t)(c0 + u % D) * t0 + u / D];
 
     /* dmid[s0 + m] = sum_j dconv[s0 + m - j] W_j: A rows m + t1 - 1 - j */
     float acc[K::MT][4][4];
@@ -352,12 +364,12 @@ template <int D> __global__ void __launch_bounds__(CCA_NTH, 2) cca_bwd_k(cca_arg
     __syncthreads();
 
     const int v = tid % K::NV, rl = tid / K::NV, c = c0 + v * 8;
-    float sb1[8], sb2[8], sw1[CCA_MAXTAP][8];
+    float sb1[8], sb2[8], sw1[W::N][8];
 #pragma unroll
     for (int e = 0; e < 8; e++) {
         sb1[e] = sb2[e] = 0.0f;
 #pragma unroll
-        for (int jj = 0; jj < CCA_MAXTAP; jj++) sw1[jj][e] = 0.0f;
+        for (int jj = 0; jj < W::N; jj++) sw1[jj][e] = 0.0f;
     }
     for (int m = rl; m < a.step; m += K::RL) {
         const int s = s0 + m;
@@ -369,8 +381,8 @@ template <int D> __global__ void __launch_bounds__(CCA_NTH, 2) cca_bwd_k(cca_arg
 #pragma unroll
             for (int e = 0; e < 8; e++) sb1[e] += dm[e];
 #pragma unroll
-            for (int jj = 0; jj < CCA_MAXTAP; jj++) {
-                if (jj >= a.t0) break;
+            for (int jj = 0; jj < W::N; jj++) {
+                if (jj >= t0) break;
                 const int xr = s + jj;
                 if (xr >= a.P) {
                     float x[8];
@@ -395,10 +407,10 @@ template <int D> __global__ void __launch_bounds__(CCA_NTH, 2) cca_bwd_k(cca_arg
 #pragma unroll
             for (int e = 0; e < 8; e++) o[e] = 0.0f;
 #pragma unroll
-            for (int jj = 0; jj < CCA_MAXTAP; jj++) {
-                if (jj >= a.t0) break;
+            for (int jj = 0; jj < W::N; jj++) {
+                if (jj >= t0) break;
                 float dm[8], wv[8];
-                cca_ld8s(stg + (m + a.t0 - 1 - jj) * K::LDS + v * 8, dm);
+                cca_ld8s(stg + (m + t0 - 1 - jj) * K::LDS + v * 8, dm);
                 cca_ld8s(w1s + jj * D + v * 8, wv);
 #pragma unroll
                 for (int e = 0; e < 8; e++) o[e] = fmaf(dm[e], wv[e], o[e]);
@@ -433,10 +445,10 @@ template <int D> __global__ void __launch_bounds__(CCA_NTH, 2) cca_bwd_k(cca_arg
      * db2 [C, 2C), dw1 [2C, 2C + C*t0) in dw1's [C, t0] order */
     __syncthreads(); /* the stage is free: it becomes red [RL][D] */
     float *red = stg;
-    float *pp = a.part + (size_t)(b * a.ntiles + tile) * ((size_t)a.C * (2 + a.t0));
+    float *pp = a.part + (size_t)(b * a.ntiles + tile) * ((size_t)a.C * (2 + t0));
 #pragma unroll
-    for (int qi = 0; qi < 2 + CCA_MAXTAP; qi++) {
-        if (qi >= 2 + a.t0) break;
+    for (int qi = 0; qi < 2 + W::N; qi++) {
+        if (qi >= 2 + t0) break;
 #pragma unroll
         for (int e = 0; e < 8; e++)
             red[rl * D + v * 8 + e] = qi == 0   ? sb1[e]
@@ -449,7 +461,7 @@ template <int D> __global__ void __launch_bounds__(CCA_NTH, 2) cca_bwd_k(cca_arg
             const int cc = c0 + tid;
             const size_t col = qi == 0   ? (size_t)cc
                                : qi == 1 ? (size_t)a.C + cc
-                                         : 2 * (size_t)a.C + (size_t)cc * a.t0 + (qi - 2);
+                                         : 2 * (size_t)a.C + (size_t)cc * t0 + (qi - 2);
             pp[col] = s;
         }
         __syncthreads();
@@ -644,24 +656,30 @@ static void cca_pack(bf16 *wp, const float *w2, int C, int d, int t1, int trans,
     ZY_CUDA_CHECK_LAUNCH();
 }
 
+/* Launches kernel<D, 2> where t0 == 2 (ZAYA1's), kernel<D, 0> otherwise, over the conv tiles. */
+#define CCA_TILE_LAUNCH(kernel, D, a, smem, st)                                                    \
+    do {                                                                                           \
+        const dim3 grid_((a).Hq + (a).Hk, (a).ntiles, (a).B);                                      \
+        if ((a).t0 == 2) {                                                                         \
+            ZY_CUDA_CHECK(cudaFuncSetAttribute(                                                    \
+                kernel<D, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)(smem)));          \
+            zy_launch(kernel<D, 2>, grid_, CCA_NTH, smem, st, a);                                  \
+        } else {                                                                                   \
+            ZY_CUDA_CHECK(cudaFuncSetAttribute(                                                    \
+                kernel<D, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)(smem)));          \
+            zy_launch(kernel<D, 0>, grid_, CCA_NTH, smem, st, a);                                  \
+        }                                                                                          \
+        ZY_CUDA_CHECK_LAUNCH();                                                                    \
+    } while (0)
+
 /* Launches the forward tiles for head dim D. */
 template <int D> static void cca_fwd_launch(const cca_args &a, cudaStream_t st) {
-    size_t smem = cca_tile_smem(D, a.t1, 0);
-    ZY_CUDA_CHECK(
-        cudaFuncSetAttribute(cca_fwd_k<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    dim3 grid(a.Hq + a.Hk, a.ntiles, a.B);
-    zy_launch(cca_fwd_k<D>, grid, CCA_NTH, smem, st, a);
-    ZY_CUDA_CHECK_LAUNCH();
+    CCA_TILE_LAUNCH(cca_fwd_k, D, a, cca_tile_smem(D, a.t1, 0), st);
 }
 
 /* Launches the backward tiles for head dim D. */
 template <int D> static void cca_bwd_launch(const cca_args &a, cudaStream_t st) {
-    size_t smem = cca_tile_smem(D, a.t1, 1);
-    ZY_CUDA_CHECK(
-        cudaFuncSetAttribute(cca_bwd_k<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    dim3 grid(a.Hq + a.Hk, a.ntiles, a.B);
-    zy_launch(cca_bwd_k<D>, grid, CCA_NTH, smem, st, a);
-    ZY_CUDA_CHECK_LAUNCH();
+    CCA_TILE_LAUNCH(cca_bwd_k, D, a, cca_tile_smem(D, a.t1, 1), st);
 }
 
 /* Launches the dw2 chunk GEMMs for head dim D (warps WMW x WNW). */
