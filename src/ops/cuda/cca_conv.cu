@@ -198,9 +198,11 @@ template <int D, int T0> __global__ void __launch_bounds__(CCA_NTH, 2) cca_fwd_k
     cp_async_commit();
 
     /* depthwise conv: mid[t, c] = b1[c] + sum_jj w1[c, jj] xpad[t + jj, c] (xpad row r is
-     * state row r for r < P, else qk0 row r - P). CCA_ROWS_IN_FLIGHT rows per round: every
-     * load of a round is issued before any of its stores, so the latency is paid once a round. */
+     * state row r for r < P, else qk0 row r - P). A thread convolves CCA_ROWS_IN_FLIGHT
+     * consecutive rows a round from the RR + t0 - 1 xpad rows they share, every load of the
+     * round issued before any of its stores, so the latency is paid once a round. */
     {
+        constexpr int RR = CCA_ROWS_IN_FLIGHT, NL = RR + W::N - 1;
         const int v = tid % K::NV, rl = tid / K::NV, c = c0 + v * 8;
         float wr[W::N][8], bb[8];
 #pragma unroll
@@ -210,38 +212,37 @@ template <int D, int T0> __global__ void __launch_bounds__(CCA_NTH, 2) cca_fwd_k
             for (int jj = 0; jj < W::N; jj++)
                 wr[jj][e] = jj < t0 ? a.w1[(size_t)(c + e) * t0 + jj] : 0.0f;
         }
-        for (int r0 = rl; r0 < rows; r0 += CCA_ROWS_IN_FLIGHT * K::RL) {
-            uint4 xin[CCA_ROWS_IN_FLIGHT][W::N]; /* 8 bf16 each, zero where xpad is 0 */
+        for (int r0 = rl * RR; r0 < rows; r0 += RR * K::RL) {
+            const int t_first = t_base + r0;
+            /* rows r0 .. r0 + nr - 1 are the tile's; the first nt of them are before Tm (the
+             * rest hold zeros) */
+            const int nr = min(RR, rows - r0), nt = min(nr, a.Tm - t_first);
+            uint4 xin[NL]; /* xpad rows t_first + q, 8 bf16 each, zero where xpad is 0 */
 #pragma unroll
-            for (int u = 0; u < CCA_ROWS_IN_FLIGHT; u++) {
-                const int t = t_base + r0 + u * K::RL;
-#pragma unroll
-                for (int jj = 0; jj < W::N; jj++) {
-                    const int xr = t + jj;
-                    const bf16 *src = jj >= t0 || r0 + u * K::RL >= rows || t >= a.Tm ? nullptr
-                                      : xr >= a.P ? a.qk0 + ((size_t)b * a.T + (xr - a.P)) * a.C + c
-                                      : a.state   ? a.state + ((size_t)b * a.P + xr) * a.C + c
-                                                  : nullptr;
-                    xin[u][jj] =
-                        src ? *reinterpret_cast<const uint4 *>(src) : make_uint4(0, 0, 0, 0);
-                }
+            for (int q = 0; q < NL; q++) {
+                const int xr = t_first + q;
+                const bf16 *src = q >= nt + t0 - 1 ? nullptr /* no row of the round reads it */
+                                  : xr >= a.P ? a.qk0 + ((size_t)b * a.T + (xr - a.P)) * a.C + c
+                                  : a.state   ? a.state + ((size_t)b * a.P + xr) * a.C + c
+                                              : nullptr;
+                xin[q] = src ? *reinterpret_cast<const uint4 *>(src) : make_uint4(0, 0, 0, 0);
             }
 #pragma unroll
-            for (int u = 0; u < CCA_ROWS_IN_FLIGHT; u++) {
-                const int r = r0 + u * K::RL, t = t_base + r;
-                if (r >= rows) break;
+            for (int u = 0; u < RR; u++) {
+                if (u >= nr) break;
+                const int r = r0 + u, t = t_first + u;
                 float o[8];
 #pragma unroll
-                for (int e = 0; e < 8; e++) o[e] = t < a.Tm ? bb[e] : 0.0f;
+                for (int e = 0; e < 8; e++) o[e] = u < nt ? bb[e] : 0.0f;
 #pragma unroll
                 for (int jj = 0; jj < W::N; jj++) {
                     float x[8];
-                    if (jj >= t0) break;
-                    zy_load<bf16, 8>(reinterpret_cast<const bf16 *>(&xin[u][jj]), x);
+                    if (jj >= t0 || u >= nt) break;
+                    zy_load<bf16, 8>(reinterpret_cast<const bf16 *>(&xin[u + jj]), x);
 #pragma unroll
                     for (int e = 0; e < 8; e++) o[e] = fmaf(wr[jj][e], x[e], o[e]);
                 }
-                if (a.mid && t < a.Tm && (r < CCA_BM || tile == a.ntiles - 1))
+                if (a.mid && u < nt && (r < CCA_BM || tile == a.ntiles - 1))
                     zy_store<bf16, 8>(a.mid + ((size_t)b * a.Tm + t) * a.C + c, o);
                 zy_store<bf16, 8>(sa + (size_t)r * K::LD + v * 8, o);
             }
