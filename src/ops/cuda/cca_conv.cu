@@ -37,7 +37,7 @@ typedef __nv_bfloat16 bf16;
 #define CCA_NSTAGE             4   /* dw2: pipeline stages */
 #define CCA_DW2_CTAS           256 /* dw2: blocks aimed at (one wave of 2 per SM on 128-132 SMs) */
 #define CCA_DW2_MINR           256 /* dw2: fewest rows per split-K chunk */
-#define CCA_ROWS_IN_FLIGHT     4   /* forward: rows whose global loads one thread issues together */
+#define CCA_ROWS_IN_FLIGHT     4   /* forward: rows a thread handles a round, loads together */
 #define CCA_BWD_ROWS_IN_FLIGHT 2   /* the same in the backward (more registers per row) */
 
 /* ---- the conv tile kernels (forward and dmid) ---- */
