@@ -14,6 +14,8 @@
 # An OPTIMS entry muon-nsK runs Muon with K Newton-Schulz iterations (--ns-steps K), muon-nsKm
 # the same with the minimax coefficients (--ns-coefficients minimax), an a in the suffix (muon-ns4a,
 # muon-ns3am) starting from AOL's rescaling (--ns-precondition aol).
+# The closing table gives each case's medians and, where AdamW ran beside too, each optimizer's
+# step against AdamW's from the same call (the Muon / AdamW ratio of issue 19).
 # Files land in $OUT: summary.txt, build.log, tests.log, mutant.log, bench_*.json.
 set -u
 export PATH=/usr/local/cuda/bin:$PATH
@@ -97,19 +99,21 @@ python3 - "$OUT" <<'EOF' | tee -a "$OUT/summary.txt"
 import glob, json, re, statistics, sys
 ms = {}
 for f in glob.glob(sys.argv[1] + "/bench_*.json"):
-    m = re.search(r"bench_(.+)_(adamw|muon(?:-ns\d+m?)?)_ov(\w+)_\d+\.json$", f)
+    m = re.search(r"bench_(.+)_(adamw|muon(?:-ns\d+[am]*)?)_ov(\w+)_\d+\.json$", f)
     try:
         ms.setdefault((m[1], m[2], m[3]), []).append(json.load(open(f))["step_ms"]["median"])
     except Exception:
         pass
 med = {k: statistics.median(v) for k, v in ms.items()}
-print("| case | optim | previous build ms | after the step ms | beside ms | previous / beside | after / beside |")
-print("|---|---|---|---|---|---|---|")
+print("| case | optim | previous build ms | after the step ms | beside ms | previous / beside | after / beside | beside / AdamW beside |")
+print("|---|---|---|---|---|---|---|---|")
 for case, optim in sorted({(k[0], k[1]) for k in ms}):
     p, a, b = (med.get((case, optim, v)) for v in ("prev", "0", "1"))
+    adamw = med.get((case, "adamw", "1"))
     f = lambda x: f"{x:.2f}" if x else "-"
     r = lambda x: f"{x / b:.3f}" if x and b else "-"
-    print(f"| {case} | {optim} | {f(p)} | {f(a)} | {f(b)} | {r(p)} | {r(a)} |")
+    q = f"{b / adamw:.3f}" if b and adamw else "-"  # Muon's step against AdamW's, same call
+    print(f"| {case} | {optim} | {f(p)} | {f(a)} | {f(b)} | {r(p)} | {r(a)} | {q} |")
 # one build's rounds should agree to a few percent: more means the machine's speed moved under
 # the runs (a GPU heating up to its limit, another tenant), and the ratios above mean nothing
 for k, v in sorted(ms.items()):
