@@ -17,7 +17,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from momentum_spectra import jacobi, matrix, read_header  # noqa: E402
+from momentum_spectra import aol_gram, gram, jacobi, layer_momenta  # noqa: E402
 from ns_spectrum import f  # noqa: E402
 
 
@@ -29,10 +29,6 @@ def spectral_map(x, g, h):
     n, c = len(x), len(x[0])
     vtx = [[sum(v[k][i] * x[k][j] for k in range(n)) for j in range(c)] for i in range(n)]
     return [[sum(v[i][k] * w[k] * vtx[k][j] for k in range(n)) for j in range(c)] for i in range(n)]
-
-
-def gram(x):
-    return [[sum(a * b for a, b in zip(x[i], x[j])) for j in range(len(x))] for i in range(len(x))]
 
 
 def dist(a, b):
@@ -50,29 +46,19 @@ def cosine(a, b):
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
-    layer = sys.argv[2] if len(sys.argv) > 2 else "1"
-    raw = open(sys.argv[1], "rb").read()
-    h, base = read_header(raw)
-    prefix = "muon_momentum.model.layers.%s." % layer
     print("| matrix | P(D X) | 5 Frobenius | 3 Frobenius | 3 AOL | 4 AOL | cos(5 F, 3 F) | "
           "cos(5 F, 3 AOL) | cos(5 F, 4 AOL) |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for k in sorted(x for x in h if x.startswith(prefix)):
-        x, r, c = matrix(raw, base, h[k])
-        if min(r, c) < 64:
-            continue
-        if r > c:
-            x, r, c = [list(t) for t in zip(*x)], c, r
+    for name, x, r, c in layer_momenta(sys.argv):
         g = gram(x)
         fro = math.sqrt(sum(g[i][i] for i in range(r)))
-        d = [1 / math.sqrt(sum(abs(t) for t in g[i])) for i in range(r)]
+        d, gd = aol_gram(g)
         dx = [[d[i] * t for t in x[i]] for i in range(r)]
-        gd = [[d[i] * g[i][j] * d[j] for j in range(r)] for i in range(r)]
         polar = spectral_map(x, g, lambda s: 1 / s)
         polar_d = spectral_map(dx, gd, lambda s: 1 / s)
         frob = {n: spectral_map(x, g, lambda s, n=n: f(s / fro, n) / s) for n in (3, 5)}
         aol = {n: spectral_map(dx, gd, lambda s, n=n: f(s, n) / s) for n in (3, 4)}
-        print(f"| {k[len(prefix):]} ({r} x {c}) | {dist(polar_d, polar):.3f} | "
+        print(f"| {name} ({r} x {c}) | {dist(polar_d, polar):.3f} | "
               f"{dist(frob[5], polar):.3f} | {dist(frob[3], polar):.3f} | {dist(aol[3], polar):.3f} | "
               f"{dist(aol[4], polar):.3f} | {cosine(frob[5], frob[3]):.3f} | "
               f"{cosine(frob[5], aol[3]):.3f} | {cosine(frob[5], aol[4]):.3f} |", flush=True)

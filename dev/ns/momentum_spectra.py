@@ -69,21 +69,41 @@ def eig_sym(g):
     return sorted(jacobi(g)[0], reverse=True)
 
 
-def main():
-    if len(sys.argv) < 2:
-        sys.exit(__doc__)
-    layer = sys.argv[2] if len(sys.argv) > 2 else "1"
-    raw = open(sys.argv[1], "rb").read()
+def gram(x):
+    """X X^T of a matrix given as rows."""
+    return [[sum(a * b for a, b in zip(x[i], x[j])) for j in range(len(x))] for i in range(len(x))]
+
+
+def aol_gram(g):
+    """AOL's factors d_i = (sum_j |G_ij|)^-1/2 of a Gram matrix G, and D G D."""
+    n = len(g)
+    d = [1 / math.sqrt(sum(abs(t) for t in g[i])) for i in range(n)]
+    return d, [[d[i] * g[i][j] * d[j] for j in range(n)] for i in range(n)]
+
+
+def layer_momenta(argv):
+    """(name, X, r, c) for each Muon momentum of the layer argv names (argv[1] the checkpoint's
+    train_state file, argv[2] the layer, default 1), X as r <= c rows (tall ones transposed),
+    skipping the router's narrow matrices (under 64 on a side: too few values to fit a decay)."""
+    layer = argv[2] if len(argv) > 2 else "1"
+    raw = open(argv[1], "rb").read()
     h, base = read_header(raw)
     prefix = "muon_momentum.model.layers.%s." % layer
-    rows, aol_rows = [], []
     for k in sorted(x for x in h if x.startswith(prefix)):
         m, r, c = matrix(raw, base, h[k])
-        if min(r, c) < 64:  # the router's narrow matrices: too few values to fit a decay
+        if min(r, c) < 64:
             continue
         if r > c:
             m, r, c = [list(x) for x in zip(*m)], c, r
-        g = [[sum(m[i][t] * m[j][t] for t in range(c)) for j in range(r)] for i in range(r)]
+        yield k[len(prefix):], m, r, c
+
+
+def main():
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    rows, aol_rows = [], []
+    for name, m, r, c in layer_momenta(sys.argv):
+        g = gram(m)
         sv = [math.sqrt(max(e, 0.0)) for e in eig_sym(g)]
         fro = math.sqrt(sum(x * x for x in sv))
         s = [x / fro for x in sv]
@@ -93,14 +113,13 @@ def main():
         slope = sum((a - mx) * (b - my) for a, b in zip(xs, ys)) / sum((a - mx) ** 2 for a in xs)
         low4 = sum(1 for x in s if f(x, 4) < 0.5) / r
         low5 = sum(1 for x in s if f(x, 5) < 0.5) / r
-        rows.append(f"| {k[len(prefix):]} | {r} x {c} | {-slope:.2f} | {s[0]:.3f} | {s[-1]:.5f} | "
+        rows.append(f"| {name} | {r} x {c} | {-slope:.2f} | {s[0]:.3f} | {s[-1]:.5f} | "
                     f"{100 * low4:.1f}% | {100 * low5:.1f}% |")
-        d = [1 / math.sqrt(sum(abs(x) for x in g[i])) for i in range(r)]
-        ga = [[d[i] * g[i][j] * d[j] for j in range(r)] for i in range(r)]
+        _, ga = aol_gram(g)
         sa = [math.sqrt(max(e, 0.0)) for e in eig_sym(ga)]
         low3 = sum(1 for x in s if f(x, 3) < 0.5) / r
         low3a = sum(1 for x in sa if f(x, 3) < 0.5) / r
-        aol_rows.append(f"| {k[len(prefix):]} | {s[0]:.3f} .. {s[-1]:.5f} | {sa[0]:.3f} .. "
+        aol_rows.append(f"| {name} | {s[0]:.3f} .. {s[-1]:.5f} | {sa[0]:.3f} .. "
                         f"{sa[-1]:.5f} | {100 * low3:.1f}% | {100 * low3a:.1f}% |")
     print("| matrix | shape | alpha | s_max | s_min | below 0.5 after 4 | after 5 |")
     print("|---|---|---|---|---|---|---|")
