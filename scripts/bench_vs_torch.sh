@@ -16,6 +16,8 @@
 # NO_EAGER: cases whose HF eager run is skipped (BASELINES.md: eager ran out of memory at base).
 # EAGER_FIRST (default small32k): cases whose eager run goes before the compiled one.
 # ZAYAC_ARGS: extra `zayac bench train` flags for every zayac run (e.g. "--recompute").
+# BF16M (default small,base): cases that also run zayac's AdamW with its moments in bf16
+# (--adam-moments bfloat16, optimizer.adam_moments), reported beside the default fp32 moments.
 set -u
 export PATH=/usr/local/cuda/bin:$PATH PYTHONUNBUFFERED=1 OMP_WAIT_POLICY=passive
 OUT=${OUT:-/tmp/bench_vs_torch}
@@ -23,6 +25,7 @@ TB=${TORCH_BASELINE:-.ext/torch_zaya_baseline.py}
 BUDGET_S=${BUDGET_S:-540}
 CASES=${CASES:-small,base,small32k}
 NO_EAGER=${NO_EAGER:-}
+BF16M=${BF16M-small,base}
 EAGER_FIRST=${EAGER_FIRST-small32k}
 STEPS=${STEPS:-20}
 mkdir -p "$OUT"
@@ -98,6 +101,10 @@ run_case() {
     [ -f "$TB" ] && step ${c}_hf_compile 240 python3 "$TB" $hf 1
     [ -x $Z ] && [ "$c" = small ] && step ${c}_zayac_muon 120 $Z "${zc[@]}" --optim muon \
         ${PEAK:+--peak-tflops "$PEAK"} --json "$OUT/${c}_zayac_muon.json"
+    case ",$BF16M," in
+    *",$c,"*) [ -x $Z ] && step ${c}_zayac_adamw_bf16m 150 $Z "${zc[@]}" --optim adamw \
+        --adam-moments bfloat16 ${PEAK:+--peak-tflops "$PEAK"} --json "$OUT/${c}_zayac_adamw_bf16m.json" ;;
+    esac
     case ",$EAGER_FIRST," in *",$c,"*) ;; *) hf_eager "$c" "$hf" ;; esac
 }
 # hf_eager CASE "HF_ARGS": the eager baseline, unless NO_EAGER names the case
@@ -138,6 +145,7 @@ def hf(name):  # the last JSON line with tokens_per_s in the baseline's log
 runs = {}
 for c in cases:
     runs[c] = dict(za=load(c + "_zayac_adamw.json"), zm=load(c + "_zayac_muon.json"),
+                   zb=load(c + "_zayac_adamw_bf16m.json"),
                    he=hf(c + "_hf_eager"), hc=hf(c + "_hf_compile"))
     for k, name in (("he", "_hf_eager"), ("hc", "_hf_compile")):
         if runs[c][k]: json.dump(runs[c][k], open(os.path.join(out, c + name + ".json"), "w"), indent=1)
@@ -170,7 +178,7 @@ tps = lambda r: r and r["tokens_per_s"]
 for c in cases:
     if c not in CASES: continue
     name, batch, target = CASES[c]
-    za, zm, he, hc = (runs[c][k] for k in ("za", "zm", "he", "hc"))
+    za, zm, zb, he, hc = (runs[c][k] for k in ("za", "zm", "zb", "he", "hc"))
     P("")
     P(f"## {name}, batch {batch}, AdamW")
     P("")
@@ -178,6 +186,7 @@ for c in cases:
     P("|---|---|---|---|---|---|")
     zrow("zayac, AdamW", za)
     if c == "small": zrow("zayac, Muon", zm)
+    if zb: zrow("zayac, AdamW, bf16 moments", zb)
     hrow("HF eager (sdpa)", he)
     hrow("HF + torch.compile", hc)
     if za and hc:
@@ -189,6 +198,9 @@ for c in cases:
     ratio(f"zayac AdamW / the faster HF ({which})", tps(za), tps(best), target)
     ratio("zayac AdamW / HF eager", tps(za), tps(he))
     ratio("zayac AdamW / HF + torch.compile", tps(za), tps(hc))
+    if zb:  # HF's baseline keeps bf16 weights and moments; this keeps fp32 weights, bf16 moments
+        ratio(f"zayac AdamW with bf16 moments / the faster HF ({which})", tps(zb), tps(best), target)
+        ratio("zayac AdamW with bf16 moments / with fp32 moments", tps(zb), tps(za))
     if c == "small":
         P("")
         P("### Muon against AdamW (zayac)")
@@ -201,7 +213,7 @@ for c in cases:
             P(f"- optimizer state: AdamW {za['memory']['optimizer_bytes'] / 2**30:.2f} GiB, Muon {zm['memory']['optimizer_bytes'] / 2**30:.2f} GiB")
         else:
             P("- n/a (a zayac run failed or was skipped)")
-    for label, z in (("AdamW", za), ("Muon", zm)):
+    for label, z in (("AdamW", za), ("Muon", zm), ("AdamW, bf16 moments", zb)):
         if not z or not z.get("breakdown"): continue
         P("")
         P(f"### zayac {label}, {name}: one profiled step, {z['profiled_step_ms']:.1f} ms wall")

@@ -13,7 +13,8 @@
 #       bash scripts/gpu_overlap_bench.sh
 # An OPTIMS entry muon-nsK runs Muon with K Newton-Schulz iterations (--ns-steps K), muon-nsKm
 # the same with the minimax coefficients (--ns-coefficients minimax), an a in the suffix (muon-ns4a,
-# muon-ns3am) starting from AOL's rescaling (--ns-precondition aol).
+# muon-ns3am) starting from AOL's rescaling (--ns-precondition aol). A -bf16m suffix (adamw-bf16m,
+# muon-ns4-bf16m) keeps AdamW's moments in bf16 (--adam-moments bfloat16).
 # The closing table gives each case's medians and, where AdamW ran beside too, each optimizer's
 # step against AdamW's from the same call (the Muon / AdamW ratio of issue 19).
 # Files land in $OUT: summary.txt, build.log, tests.log, mutant.log, bench_*.json.
@@ -74,10 +75,12 @@ for r in $(seq 1 "${ROUNDS:-2}"); do
             ns=()
             if [[ $optim == *-ns* ]]; then
                 k=${optim##*-ns}
+                k=${k%%-*}
                 ns=(--ns-steps "${k%%[am]*}")
                 [[ $k == *m* ]] && ns+=(--ns-coefficients minimax)
                 [[ $k == *a* ]] && ns+=(--ns-precondition aol)
             fi
+            [[ $optim == *-bf16m ]] && ns+=(--adam-moments bfloat16)
             for ov in $variants; do
                 f="$OUT/bench_${preset}_${optim}_ov${ov}_$r"
                 if [ "$ov" = prev ]; then
@@ -86,7 +89,7 @@ for r in $(seq 1 "${ROUNDS:-2}"); do
                     args=(build/zayac bench train --overlap-optimizer "$ov")
                 fi
                 timeout 240 "${args[@]}" --preset "$preset" --batch "$batch" --seq "$seq" \
-                    --optim "${optim%%-ns*}" "${ns[@]}" --steps 20 --warmup 5 --peak-tflops 989 --json "$f.json" \
+                    --optim "${optim%%-*}" "${ns[@]}" --steps 20 --warmup 5 --peak-tflops 989 --json "$f.json" \
                     >"$f.txt" 2>&1
                 row=$(python3 -c "import json;j=json.load(open('$f.json'));print('%.2f | %.0f | %.1f'%(j['step_ms']['median'],j['tokens_per_s'],j['memory']['device_used_gib']))" 2>/dev/null || echo "failed | - | -")
                 note "| $preset $batch x $seq | $optim | $ov | $r | $row |"
@@ -99,7 +102,7 @@ python3 - "$OUT" <<'EOF' | tee -a "$OUT/summary.txt"
 import glob, json, re, statistics, sys
 ms = {}
 for f in glob.glob(sys.argv[1] + "/bench_*.json"):
-    m = re.search(r"bench_(.+)_(adamw|muon(?:-ns\d+[am]*)?)_ov(\w+)_\d+\.json$", f)
+    m = re.search(r"bench_(.+)_((?:adamw|muon(?:-ns\d+[am]*)?)(?:-bf16m)?)_ov(\w+)_\d+\.json$", f)
     try:
         ms.setdefault((m[1], m[2], m[3]), []).append(json.load(open(f))["step_ms"]["median"])
     except Exception:

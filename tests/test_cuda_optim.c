@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include "base/bf16.h"
 #include "base/err.h"
 #include "base/rng.h"
 #include "base/timer.h"
@@ -181,12 +182,13 @@ static double max_abs(const float *x, size_t n) {
 /* AdamW on the GPU against the CPU, over whole entries (ranged 0) or over a slice of each
  * (ranged 1: ZeRO-1's split entries; each starts at a multiple of 16 and most end 3 short of
  * the entry, so the vector path's tail runs), where nothing outside the slices may change. */
-static void run_adamw_vs_cpu(int ranged) {
+static void run_adamw_vs_cpu(int ranged, int moments) {
     zy_param_table t;
     adam_table(&t);
     zy_optim_config cfg;
     optim_config_default(&cfg);
     cfg.use_muon = 0;
+    cfg.adam_moments = moments; /* bf16: the same stochastic roundings on both */
     cfg.weight_decay = 0.1f;
     size_t *range = NULL;
     if (ranged) {
@@ -235,9 +237,10 @@ static void run_adamw_vs_cpu(int ranged) {
         dstate = fmax(dstate, close_ratio(sg[i].data, sc[i].data, sc[i].numel, 1e-6 * mx, &k));
         nd_state += k;
     }
-    printf("AdamW%s: %zu params, 4 steps: worst |gpu - cpu| / (1e-6 change + 2 ulp) = %.3g (%zu "
-           "of %zu values differ in any bit); moments %.3g (%zu differ)\n",
-           ranged ? " over slices" : "", t.total, dpar, nd, t.total, dstate, nd_state);
+    printf("AdamW%s, %s moments: %zu params, 4 steps: worst |gpu - cpu| / (1e-6 change + 2 ulp) = "
+           "%.3g (%zu of %zu values differ in any bit); moments %.3g (%zu differ)\n",
+           ranged ? " over slices" : "", zy_adam_moments_names[moments], t.total, dpar, nd, t.total,
+           dstate, nd_state);
     worst_adam = fmax(worst_adam, fmax(dpar, dstate));
     assert_true(dpar <= 1.0);
     assert_true(dstate <= 1.0);
@@ -270,13 +273,25 @@ static void run_adamw_vs_cpu(int ranged) {
 static void test_adamw_vs_cpu(void **state) {
     (void)state;
     NEED_GPU();
-    run_adamw_vs_cpu(0);
+    run_adamw_vs_cpu(0, ZY_ADAM_MOMENTS_F32);
 }
 
 static void test_adamw_ranges_vs_cpu(void **state) {
     (void)state;
     NEED_GPU();
-    run_adamw_vs_cpu(1);
+    run_adamw_vs_cpu(1, ZY_ADAM_MOMENTS_F32);
+}
+
+/* Its own random stream, so the tests after it draw what they drew before it existed (the Muon
+ * cases' bf16 errors depend on their data). */
+static void test_adamw_bf16_moments_vs_cpu(void **state) {
+    (void)state;
+    NEED_GPU();
+    const zy_rng saved = rng;
+    rng = zy_rng_init(20261127, 3);
+    run_adamw_vs_cpu(0, ZY_ADAM_MOMENTS_BF16);
+    run_adamw_vs_cpu(1, ZY_ADAM_MOMENTS_BF16);
+    rng = saved;
 }
 
 /* ---- Muon ---- */
@@ -669,13 +684,31 @@ static void test_clip_vs_cpu(void **state) {
 
 /* ---- state round trip ---- */
 
-static void test_state_round_trip(void **state) {
-    (void)state;
-    NEED_GPU();
+/* A GPU optimizer's live AdamW moment (which 0: exp_avg, 1: exp_avg_sq) on the host as fp32. */
+static float *moment_to_host(const zy_optim *o, int which) {
+    const void *live = which ? o->exp_avg_sq : o->exp_avg;
+    if (!o->moments_bf16) return to_host(live, o->adam_total);
+    uint16_t *h = malloc(o->adam_total * sizeof *h);
+    ops_copy(&gpu, h, live, o->adam_total * sizeof *h);
+    float *f = malloc(o->adam_total * sizeof *f);
+    for (size_t i = 0; i < o->adam_total; i++) f[i] = zy_bf16_to_f32(h[i]);
+    free(h);
+    return f;
+}
+
+/* Steps, the state to the host mirror (bit for bit what the device holds), the mirror "saved" by
+ * name into a second optimizer and back to its device, then one more step on both: the same bits.
+ * bf16 moments: the mirror holds them widened, and a tensor longer than the staging buffer
+ * (OPTIM_STAGE_FLOATS) crosses it in pieces both ways. */
+static void run_state_round_trip(int moments) {
     zy_param_table t;
     muon_table(&t);
+    if (moments == ZY_ADAM_MOMENTS_BF16)
+        params_add(&t, "huge", 1, (int64_t[]){(int64_t)OPTIM_STAGE_FLOATS + 37}, ZY_PARAM_VECTOR,
+                   1);
     zy_optim_config cfg;
     optim_config_default(&cfg);
+    cfg.adam_moments = moments;
     zy_optim a, b, c;
     assert_int_equal(optim_init(&a, &gpu, &cfg, &t), ZY_OK);
     assert_int_equal(optim_init(&b, &gpu, &cfg, &t), ZY_OK);
@@ -690,7 +723,8 @@ static void test_state_round_trip(void **state) {
     }
     optim_state_to_host(&a);
     /* the mirror holds exactly the device state */
-    float *m = to_host(a.exp_avg, a.adam_total), *v = to_host(a.exp_avg_sq, a.adam_total);
+    assert_int_equal(a.moments_bf16, moments == ZY_ADAM_MOMENTS_BF16);
+    float *m = moment_to_host(&a, 0), *v = moment_to_host(&a, 1);
     float *mom = to_host(a.momentum, a.muon_total);
     assert_memory_equal(m, a.host_state, a.adam_total * sizeof(float));
     assert_memory_equal(v, a.host_state + a.adam_total, a.adam_total * sizeof(float));
@@ -738,6 +772,13 @@ static void test_state_round_trip(void **state) {
     params_free(&t);
     free(p);
     free(g);
+}
+
+static void test_state_round_trip(void **state) {
+    (void)state;
+    NEED_GPU();
+    run_state_round_trip(ZY_ADAM_MOMENTS_F32);
+    run_state_round_trip(ZY_ADAM_MOMENTS_BF16);
 }
 
 /* ---- balancing biases ---- */
@@ -907,11 +948,17 @@ static void test_bench_timing(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_adamw_vs_cpu),     cmocka_unit_test(test_adamw_ranges_vs_cpu),
-        cmocka_unit_test(test_muon_vs_cpu),      cmocka_unit_test(test_muon_by_runs),
-        cmocka_unit_test(test_muon_steps),       cmocka_unit_test(test_muon_batching),
-        cmocka_unit_test(test_muon_blocked),     cmocka_unit_test(test_clip_vs_cpu),
-        cmocka_unit_test(test_state_round_trip), cmocka_unit_test(test_balance_vs_cpu),
+        cmocka_unit_test(test_adamw_vs_cpu),
+        cmocka_unit_test(test_adamw_ranges_vs_cpu),
+        cmocka_unit_test(test_adamw_bf16_moments_vs_cpu),
+        cmocka_unit_test(test_muon_vs_cpu),
+        cmocka_unit_test(test_muon_by_runs),
+        cmocka_unit_test(test_muon_steps),
+        cmocka_unit_test(test_muon_batching),
+        cmocka_unit_test(test_muon_blocked),
+        cmocka_unit_test(test_clip_vs_cpu),
+        cmocka_unit_test(test_state_round_trip),
+        cmocka_unit_test(test_balance_vs_cpu),
         cmocka_unit_test(test_bench_timing),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

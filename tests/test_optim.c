@@ -355,6 +355,131 @@ static void test_adamw_hand_computed(void **state) {
     free(g);
 }
 
+/* ---- AdamW with bf16 moments (optimizer.adam_moments bfloat16) ---- */
+
+/* The two bf16 values next to x (lo <= x <= hi, equal when x is one), by truncation of the
+ * magnitude: an independent statement of what stochastic rounding may return. */
+static void bf16_neighbours(float x, float *lo, float *hi) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    uint32_t t = u & 0xffff0000u, up = t + 0x10000u;
+    float a, b;
+    memcpy(&a, &t, 4);
+    memcpy(&b, &up, 4);
+    if (t == u) b = a;
+    *lo = fminf(a, b);
+    *hi = fmaxf(a, b);
+}
+
+/* A table of one n-element entry of `kind`, and an AdamW-only config with bf16 moments. */
+static void bf16_moments_case(zy_param_table *t, int64_t n, zy_param_kind kind, float beta2,
+                              zy_optim_config *cfg) {
+    params_init(t);
+    params_add(t, "w", 1, (int64_t[]){n}, kind, -1);
+    optim_config_default(cfg);
+    cfg->use_muon = 0;
+    cfg->adam_moments = ZY_ADAM_MOMENTS_BF16;
+    cfg->beta2 = beta2;
+}
+
+/* Each step's moments are one of the two bf16 neighbours of the fp32 moments computed from the
+ * previous stored ones; the weights move by the formula from the stored (rounded) moments; over
+ * many elements the rounding is unbiased (the mean error a small fraction of its spread, where
+ * rounding towards zero would give minus half a unit, so this fails on truncation); and the bits
+ * are reproducible from (step, index) alone: a second optimizer gives the same. */
+static void test_adamw_bf16_moments(void **state) {
+    (void)state;
+    enum { N = 20000 };
+    zy_param_table t;
+    zy_optim_config cfg;
+    bf16_moments_case(&t, N, ZY_PARAM_EMBED, 0.99f, &cfg);
+    zy_optim opt, again;
+    assert_int_equal(optim_init(&opt, &cpu, &cfg, &t), ZY_OK);
+    assert_int_equal(optim_init(&again, &cpu, &cfg, &t), ZY_OK);
+    float *p = malloc(N * sizeof *p), *p2 = malloc(N * sizeof *p2), *g = malloc(N * sizeof *g);
+    for (int i = 0; i < N; i++) p[i] = p2[i] = 0.01f * (float)(i % 97) - 0.4f;
+    float *m = opt.exp_avg, *v = opt.exp_avg_sq; /* the CPU keeps them in fp32 buffers */
+    double err_sum = 0, err_abs = 0;
+    long n_err = 0;
+    for (int s = 1; s <= 4; s++) {
+        for (int i = 0; i < N; i++) g[i] = sinf(0.37f * (float)i + (float)s) * (s == 3 ? 1e-3f : 1);
+        float *m0 = malloc(N * sizeof *m0), *v0 = malloc(N * sizeof *v0);
+        float *pw = malloc(N * sizeof *pw);
+        memcpy(m0, m, N * sizeof *m0);
+        memcpy(v0, v, N * sizeof *v0);
+        memcpy(pw, p, N * sizeof *pw);
+        const float lr = 1e-2f;
+        optim_step(&opt, &t, p, g, lr, 1.0f);
+        optim_step(&again, &t, p2, g, lr, 1.0f);
+        const double bc1 = 1.0 - pow(0.9, s), bc2 = 1.0 - pow(0.99, s);
+        for (int i = 0; i < N; i++) {
+            const float me = 0.9f * m0[i] + (1.0f - 0.9f) * g[i];
+            const float ve = 0.99f * v0[i] + (1.0f - 0.99f) * g[i] * g[i];
+            float lo, hi;
+            bf16_neighbours(me, &lo, &hi);
+            assert_true(m[i] == lo || m[i] == hi);
+            bf16_neighbours(ve, &lo, &hi);
+            assert_true(v[i] == lo || v[i] == hi);
+            if (hi > lo) { /* the error in units of the gap, where there is a choice */
+                const double e = ((double)v[i] - ve) / ((double)hi - lo);
+                err_sum += e;
+                err_abs += fabs(e);
+                n_err++;
+            }
+            const double want =
+                pw[i] - lr * ((m[i] / bc1) / (sqrt(v[i] / bc2) + 1e-8) + 0.1 * pw[i]);
+            assert_true(fabs(p[i] - want) <= 1e-6 * (1 + fabs(want)));
+        }
+        free(m0);
+        free(v0);
+        free(pw);
+    }
+    const double bias = err_sum / (double)n_err;
+    printf("bf16 moments: %ld stochastic roundings, mean error %.4f of a unit (mean |error| "
+           "%.3f)\n",
+           n_err, bias, err_abs / (double)n_err);
+    assert_true(n_err > 10000);
+    assert_true(fabs(bias) < 0.02);
+    assert_memory_equal(p, p2, N * sizeof *p);
+    assert_memory_equal(opt.exp_avg, again.exp_avg, N * sizeof(float));
+    optim_free(&opt);
+    optim_free(&again);
+    params_free(&t);
+    free(p);
+    free(p2);
+    free(g);
+}
+
+/* Why the rounding is stochastic: with beta2 = 0.999 a second moment whose gradient stops decays by
+ * 0.1% a step, under half a bf16 unit, so rounding to nearest would keep it where it is (and
+ * truncation would halve it every ~140 steps). Stochastic rounding keeps the mean on 0.999^t. */
+static void test_adamw_bf16_moments_decay(void **state) {
+    (void)state;
+    enum { N = 4096, STEPS = 1000 };
+    zy_param_table t;
+    zy_optim_config cfg;
+    bf16_moments_case(&t, N, ZY_PARAM_VECTOR, 0.999f, &cfg);
+    zy_optim opt;
+    assert_int_equal(optim_init(&opt, &cpu, &cfg, &t), ZY_OK);
+    float *p = calloc(N, sizeof *p), *g = malloc(N * sizeof *g);
+    for (int i = 0; i < N; i++) g[i] = 1.0f;
+    optim_step(&opt, &t, p, g, 0.0f, 1.0f); /* v = 0.001 (rounded) */
+    double v1 = 0;
+    for (int i = 0; i < N; i++) v1 += ((float *)opt.exp_avg_sq)[i];
+    memset(g, 0, N * sizeof *g);
+    for (int s = 1; s < STEPS; s++) optim_step(&opt, &t, p, g, 0.0f, 1.0f);
+    double v = 0;
+    for (int i = 0; i < N; i++) v += ((float *)opt.exp_avg_sq)[i];
+    const double ratio = v / v1, want = pow(0.999, STEPS - 1);
+    printf("bf16 second moment after %d steps without gradient: %.4f of its start (exact %.4f)\n",
+           STEPS - 1, ratio, want);
+    assert_true(fabs(ratio / want - 1.0) < 0.02);
+    optim_free(&opt);
+    params_free(&t);
+    free(p);
+    free(g);
+}
+
 /* ---- an independent double-precision Muon (literal algorithm: transpose tall matrices) ---- */
 
 /* c[m, n] = a[m, k] b[k, n] (row-major, double) */
@@ -840,6 +965,10 @@ static void test_optim_bad_config(void **state) {
     c.embedding_update = 3;
     assert_int_equal(optim_config_check(&c), ZY_ERR);
     assert_non_null(strstr(zy_errmsg(), "embedding_update"));
+    optim_config_default(&c);
+    c.adam_moments = 2;
+    assert_int_equal(optim_config_check(&c), ZY_ERR);
+    assert_non_null(strstr(zy_errmsg(), "adam_moments"));
     params_free(&t);
 }
 
@@ -1266,6 +1395,8 @@ int main(void) {
         cmocka_unit_test(test_newton_schulz_aol_lifts),
         cmocka_unit_test(test_ns_minimax_schedule),
         cmocka_unit_test(test_adamw_hand_computed),
+        cmocka_unit_test(test_adamw_bf16_moments),
+        cmocka_unit_test(test_adamw_bf16_moments_decay),
         cmocka_unit_test(test_muon_vs_double_reference),
         cmocka_unit_test(test_muon_scale_rules),
         cmocka_unit_test(test_adamw_only_and_decay_kinds),

@@ -67,7 +67,7 @@ static const char *config_json =
     " \"tokenizer\": \"%s/tok.json\", \"data\": \"%s/data\", \"batch_size\": 2, \"seq_len\": 16,"
     " \"grad_accum\": 2, \"steps\": 8, \"eval_interval\": 4, \"eval_batches\": 2,"
     " \"checkpoint_interval\": 4, \"keep_checkpoints\": 3, \"log_interval\": 1, \"seed\": 5,"
-    " \"optimizer\": {\"name\": \"muon\", \"lr\": 0.01}, \"schedule\": {\"warmup\": 2},"
+    " \"optimizer\": {\"name\": \"muon\", \"lr\": 0.01%s}, \"schedule\": {\"warmup\": 2},"
     " \"samples\": {\"prompts\": [\"the cat\"], \"tokens\": 12}, \"device\": \"%s\"}";
 
 static int setup(void **state) {
@@ -83,11 +83,14 @@ static int setup(void **state) {
     path(data, sizeof data, "data");
     assert_int_equal(corpus_tokenize(bin, tmp, corpus, "320", "0.1", tok, data), 0);
     const char *devices[2] = {"cpu", "cuda"};
-    for (int i = 0; i < 2; i++) {
-        char cfg[256], text[2048];
-        snprintf(cfg, sizeof cfg, "%s/train_%s.json", tmp, devices[i]);
-        snprintf(text, sizeof text, config_json, tmp, tmp, devices[i]);
-        assert_int_equal(zy_write_file_atomic(cfg, text, strlen(text)), ZY_OK);
+    for (int i = 0; i < 2; i++) { /* train_DEV.json, and train_DEV_bf16m.json: bf16 AdamW moments */
+        for (int b = 0; b < 2; b++) {
+            char cfg[256], text[2048];
+            snprintf(cfg, sizeof cfg, "%s/train_%s%s.json", tmp, devices[i], b ? "_bf16m" : "");
+            snprintf(text, sizeof text, config_json, tmp, tmp,
+                     b ? ", \"adam_moments\": \"bfloat16\"" : "", devices[i]);
+            assert_int_equal(zy_write_file_atomic(cfg, text, strlen(text)), ZY_OK);
+        }
     }
     return 0;
 }
@@ -155,6 +158,43 @@ static void test_resume_is_exact_gpu(void **state) {
     (void)state;
     if (ops_cuda_device_count() == 0) skip();
     resume_is_exact("cuda");
+}
+
+/* bf16 AdamW moments: the checkpoint holds them widened to fp32 and a resume rounds them back
+ * (exactly), and the stochastic roundings are drawn from (step, index), so the resumed run is the
+ * straight one to the bit; on the GPU through the host mirror's staging. */
+static void test_resume_is_exact_bf16_moments(void **state) {
+    (void)state;
+    const char *devices[2] = {"cpu_bf16m", "cuda_bf16m"};
+    for (int i = 0; i < (ops_cuda_device_count() > 0 ? 2 : 1); i++) {
+        resume_is_exact(devices[i]);
+        /* the setting reached the optimizer: every saved moment is a bf16 value (its low 16 bits
+         * zero), which fp32 moments almost never are */
+        char p[512];
+        snprintf(p, sizeof p,
+                 "%s/a_%s/checkpoints/step_000000008/train/train_state.rank_0.safetensors", tmp,
+                 devices[i]);
+        zy_safetensors f;
+        assert_int_equal(safetensors_open(&f, p), ZY_OK);
+        size_t moments = 0, bf16_values = 0;
+        for (int k = 0; k < f.count; k++) {
+            if (strncmp(f.tensors[k].name, "exp_avg", 7) != 0) continue;
+            float *x = malloc(f.tensors[k].numel * sizeof *x);
+            assert_int_equal(safetensors_read_index_f32(&f, k, x), ZY_OK);
+            for (size_t j = 0; j < f.tensors[k].numel; j++) {
+                uint32_t u;
+                memcpy(&u, &x[j], 4);
+                moments++;
+                bf16_values += (u & 0xffffu) == 0;
+            }
+            free(x);
+        }
+        safetensors_close(&f);
+        print_message("%s: %zu of %zu saved AdamW moments are bf16 values\n", devices[i],
+                      bf16_values, moments);
+        assert_true(moments > 1000);
+        assert_int_equal(bf16_values, moments);
+    }
 }
 
 /* The losses of a run's metrics.jsonl as numbers: out[n] (n up to max); returns n. */
@@ -605,6 +645,7 @@ int main(void) {
         cmocka_unit_test(test_background_save_equals_sync),
         cmocka_unit_test(test_sigterm_checkpoints_and_exits_3),
         cmocka_unit_test(test_resume_is_exact_gpu),
+        cmocka_unit_test(test_resume_is_exact_bf16_moments),
         cmocka_unit_test(test_gpu_tracks_cpu),
         cmocka_unit_test(test_background_save_equals_sync_gpu),
     };

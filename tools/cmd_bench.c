@@ -525,6 +525,8 @@ static int train_parse(const zy_opt *opts, bench_train_opts *o) {
                        "--optim muon");
     ZY_TRY(
         args_choice(opts, "--ns-precondition", zy_ns_precond_names, o->ns_precond, &o->ns_precond));
+    ZY_TRY(args_choice(opts, "--adam-moments", zy_adam_moments_names, o->adam_moments,
+                       &o->adam_moments));
     double v;
     ZY_TRY(args_double_in(opts, "--lr", o->lr, "(0, 10]", &v));
     o->lr = (float)v;
@@ -604,6 +606,9 @@ static int bench_train(int argc, char **argv) {
          "fixed|minimax: Muon's Newton-Schulz coefficients (optimizer.ns_coefficients)", NULL},
         {"--ns-precondition", 1,
          "frobenius|aol: Muon's Newton-Schulz starting iterate (optimizer.ns_precondition)", NULL},
+        {"--adam-moments", 1,
+         "float32|bfloat16: AdamW's moments' precision (optimizer.adam_moments; default float32)",
+         NULL},
         {"--lr", 1, "constant learning rate (default 3e-4)", NULL},
         {"--profile", 0, "one extra step with the op profiler: the per-op time breakdown", NULL},
         {"--recompute", 0,

@@ -27,6 +27,7 @@ typedef struct {
     int ns_steps;         /* Muon's Newton-Schulz iterations (the optimizer.ns_steps setting) */
     int ns_coefs;         /* zy_ns_coefs: their coefficients (optimizer.ns_coefficients) */
     int ns_precond;       /* zy_ns_precond: the starting iterate (optimizer.ns_precondition) */
+    int adam_moments;     /* zy_adam_moments: AdamW's moments' precision (optimizer.adam_moments) */
     float lr;             /* constant learning rate */
     int profile;          /* 1: one extra profiled step for the per-op breakdown */
     int recompute;        /* 1: activation recomputation (the `recompute` setting) */

@@ -2,6 +2,7 @@
  * to the GPU (optim_cuda.h) for a CUDA context. */
 #include "optim/optim.h"
 #include "base/err.h"
+#include "optim/moments.h"
 #ifdef ZY_HAVE_CUDA
 #include "optim/optim_cuda.h"
 #endif
@@ -42,6 +43,7 @@ void optim_config_default(zy_optim_config *c) {
 }
 
 const char *const zy_embedding_update_names[] = {"owner", "replicated", "split", NULL};
+const char *const zy_adam_moments_names[] = {"float32", "bfloat16", NULL};
 
 /* 1 when lo <= x < hi (or <= hi when closed) and x is finite. */
 static int in_range(float x, float lo, float hi, int closed_hi) {
@@ -89,6 +91,9 @@ int optim_config_check(const zy_optim_config *c) {
     if (!(isfinite(c->muon_lr_ratio) && c->muon_lr_ratio > 0))
         return zy_fail("optimizer: muon_lr_ratio must be a finite number > 0, found %g",
                        c->muon_lr_ratio);
+    if (c->adam_moments != ZY_ADAM_MOMENTS_F32 && c->adam_moments != ZY_ADAM_MOMENTS_BF16)
+        return zy_fail("optimizer: adam_moments must be float32 or bfloat16 (0-1), found %d",
+                       c->adam_moments);
     return ZY_OK;
 }
 
@@ -108,19 +113,24 @@ static int on_cuda(const zy_ctx *ctx) {
     return 1;
 }
 
-size_t optim_state_floats(const zy_optim_config *cfg, const zy_param *p) {
+size_t optim_state_bytes(const zy_optim_config *cfg, const zy_param *p, int on_gpu) {
     if (p->kind == ZY_PARAM_BUFFER) return 0;
-    return (size_t)p->numel * (p->kind == ZY_PARAM_MATRIX && cfg->use_muon ? 1 : 2);
+    if (p->kind == ZY_PARAM_MATRIX && cfg->use_muon) return align16((size_t)p->numel) * 4;
+    const size_t moment = on_gpu && cfg->adam_moments == ZY_ADAM_MOMENTS_BF16 ? 2 : 4;
+    return 2 * align16((size_t)p->numel) * moment;
 }
 
 /* Bytes an update moves per element: AdamW reads weight, gradient and two moments and writes three
  * of them plus the bf16 copy; Muon's elementwise passes (momentum, normalisation, apply) about
  * as much without the second moment. */
-#define ADAMW_BYTES_PER_ELEMENT 30.0
-#define MUON_BYTES_PER_ELEMENT  20.0
+#define ADAMW_BYTES_PER_ELEMENT      30.0
+#define ADAMW_BF16_BYTES_PER_ELEMENT 22.0 /* the two moments read and written in bf16 */
+#define MUON_BYTES_PER_ELEMENT       20.0
 double optim_update_cost(const zy_optim_config *cfg, const zy_param *p, double flops_per_byte) {
     if (p->kind == ZY_PARAM_BUFFER) return 0;
-    if (!(p->kind == ZY_PARAM_MATRIX && cfg->use_muon)) return p->numel * ADAMW_BYTES_PER_ELEMENT;
+    if (!(p->kind == ZY_PARAM_MATRIX && cfg->use_muon))
+        return p->numel * (cfg->adam_moments == ZY_ADAM_MOMENTS_BF16 ? ADAMW_BF16_BYTES_PER_ELEMENT
+                                                                     : ADAMW_BYTES_PER_ELEMENT);
     int64_t r, c, n;
     matrix_dims(p, &r, &c, &n);
     /* one iteration on the Gram side s = min(r, c), l = max: A = X X^T (2 s^2 l), B = bA + cA^2
@@ -182,7 +192,11 @@ int optim_init_owned(zy_optim *opt, zy_ctx *ctx, const zy_optim_config *cfg,
             opt->sliced |= opt->upd_hi[i] - opt->upd_lo[i] != p->numel;
         }
     }
-    const size_t adam_bytes = (opt->adam_total ? opt->adam_total : 1) * sizeof(float);
+    /* bf16 moments take 2 bytes on a GPU; the CPU keeps their values in fp32 (moments.h) */
+    opt->moments_bf16 = cfg->adam_moments == ZY_ADAM_MOMENTS_BF16 && on_cuda(ctx);
+    ZY_CHECK(!opt->moments_bf16 || ops_act_size(ctx) == 2); /* they move as the context's zy_act */
+    const size_t adam_bytes =
+        (opt->adam_total ? opt->adam_total : 1) * (opt->moments_bf16 ? 2 : sizeof(float));
     opt->exp_avg = ops_alloc(ctx, adam_bytes);
     opt->exp_avg_sq = ops_alloc(ctx, adam_bytes);
     opt->momentum = ops_alloc(ctx, (opt->muon_total ? opt->muon_total : 1) * sizeof(float));
@@ -205,6 +219,7 @@ void optim_free(zy_optim *opt) {
         ops_free(opt->ctx, opt->exp_avg);
         ops_free(opt->ctx, opt->exp_avg_sq);
         ops_free(opt->ctx, opt->momentum);
+        if (opt->stage) ops_free(opt->ctx, opt->stage);
     }
     free(opt->method);
     free(opt->state_off);
@@ -219,12 +234,14 @@ void optim_free(zy_optim *opt) {
 }
 
 double optim_bytes(const zy_optim *opt) {
-    return (double)(2 * opt->adam_total + opt->muon_total + opt->work_floats) * sizeof(float);
+    const double moment = opt->moments_bf16 ? 2 : sizeof(float);
+    return 2.0 * (double)opt->adam_total * moment +
+           (double)(opt->muon_total + opt->work_floats) * sizeof(float);
 }
 
 void optim_adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr,
                         float beta1, float beta2, float eps, float wd, double bc1, double bc2,
-                        float gscale) {
+                        float gscale, int64_t round_step, uint64_t first) {
     const float step = (float)(lr / bc1), inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
     const float decay = lr * wd;
 #pragma omp parallel for simd if (n >= PAR_MIN) schedule(static)
@@ -232,6 +249,13 @@ void optim_adamw_update(float *p, const float *g, float *m, float *v, size_t n, 
         float gi = g[i] * gscale;
         float mi = beta1 * m[i] + (1.0f - beta1) * gi;
         float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+        if (round_step > 0) {
+            const uint64_t e = first + i;
+            const uint32_t r = zy_moment_bits(
+                zy_moment_key((uint64_t)round_step, (uint32_t)(e >> 32)), (uint32_t)e);
+            mi = zy_round_moment(mi, r & 0xffffu);
+            vi = zy_round_moment(vi, r >> 16);
+        }
         m[i] = mi;
         v[i] = vi;
         p[i] -= step * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps) + decay * p[i];
@@ -357,9 +381,11 @@ static void update_entry(zy_optim *opt, const zy_param *p, int i, float *params,
     switch ((zy_opt_method)opt->method[i]) {
     case ZY_OPT_ADAMW: {
         const size_t lo = opt->upd_lo[i];
-        optim_adamw_update(param + lo, grad + lo, opt->exp_avg + so, opt->exp_avg_sq + so,
-                           opt->upd_hi[i] - lo, lr_now, c->beta1, c->beta2, c->eps, wd, bc1, bc2,
-                           grad_scale);
+        /* the CPU's moments are fp32 buffers (bf16 values under ZY_ADAM_MOMENTS_BF16) */
+        optim_adamw_update(
+            param + lo, grad + lo, (float *)opt->exp_avg + so, (float *)opt->exp_avg_sq + so,
+            opt->upd_hi[i] - lo, lr_now, c->beta1, c->beta2, c->eps, wd, bc1, bc2, grad_scale,
+            c->adam_moments == ZY_ADAM_MOMENTS_BF16 ? opt->step : 0, (uint64_t)p->offset + lo);
         break;
     }
     case ZY_OPT_MUON:
@@ -489,15 +515,22 @@ static void host_views(zy_optim *opt, float **m, float **v, float **mom) {
         *v = opt->host_state + opt->adam_host_total;
         *mom = opt->host_state + 2 * opt->adam_host_total;
     } else {
-        *m = opt->exp_avg;
+        *m = opt->exp_avg; /* no mirror: the CPU, whose moments are fp32 */
         *v = opt->exp_avg_sq;
         *mom = opt->momentum;
     }
 }
 
-float *optim_adam_live(zy_optim *opt, int i, int which) {
+void optim_adam_live_to(zy_optim *opt, int i, int which, float *dst) {
     ZY_CHECK(0 <= i && i < opt->n_params && opt->method[i] == ZY_OPT_ADAMW);
-    return (which ? opt->exp_avg_sq : opt->exp_avg) + opt->state_off[i];
+    const size_t n = opt->upd_hi[i] - opt->upd_lo[i];
+    void *live = which ? opt->exp_avg_sq : opt->exp_avg;
+    if (opt->moments_bf16) {
+        ops_act_to_f32(opt->ctx, dst, (const zy_act *)((uint16_t *)live + opt->state_off[i]), n);
+        ops_sync(opt->ctx);
+    } else {
+        ops_copy(opt->ctx, dst, (float *)live + opt->state_off[i], n * sizeof(float));
+    }
 }
 
 float *optim_adam_host(zy_optim *opt, int i, int which) {
@@ -536,10 +569,36 @@ zy_state_tensor *optim_state_tensors_of(zy_optim *opt, const zy_param_table *t, 
     return s;
 }
 
+/* n moments between the host mirror (fp32) and the live state from element `at` on. fp32 moments:
+ * one queued copy. bf16 ones go through the fp32 staging buffer in pieces, widened or rounded
+ * (to nearest: a mirror of bf16 moments holds bf16 values, exact both ways) on the device; each
+ * piece's copy is queued on the stream before the next piece's kernel reuses the buffer. */
+static void moment_copy(zy_optim *opt, float *host, void *live, size_t at, size_t n, int to_host) {
+    if (!n) return;
+    if (!opt->moments_bf16) {
+        float *l = (float *)live + at;
+        ops_copy_async(opt->ctx, to_host ? host : l, to_host ? l : host, n * sizeof(float));
+        return;
+    }
+    if (!opt->stage) opt->stage = ops_alloc(opt->ctx, OPTIM_STAGE_FLOATS * sizeof(float));
+    zy_act *l = (zy_act *)((uint16_t *)live + at);
+    for (size_t k = 0; k < n; k += OPTIM_STAGE_FLOATS) {
+        const size_t len = n - k < OPTIM_STAGE_FLOATS ? n - k : OPTIM_STAGE_FLOATS;
+        zy_act *lk = (zy_act *)((uint16_t *)l + k);
+        if (to_host) {
+            ops_act_to_f32(opt->ctx, opt->stage, lk, len);
+            ops_copy_async(opt->ctx, host + k, opt->stage, len * sizeof(float));
+        } else {
+            ops_copy_async(opt->ctx, opt->stage, host + k, len * sizeof(float));
+            ops_cast_to_act(opt->ctx, lk, opt->stage, len);
+        }
+    }
+}
+
 /* The AdamW moments between the live layout (a sliced entry holds its slice) and the mirror's
  * (every entry whole): the whole entries between two sliced ones in one copy (the layouts agree
- * there, alignment padding included), each slice on its own. Queued (ops_copy_async). */
-static void adam_copy(zy_optim *opt, float *host, float *live, int to_host) {
+ * there, alignment padding included), each slice on its own. Queued. */
+static void adam_copy(zy_optim *opt, float *host, void *live, int to_host) {
     size_t run_live = 0, run_host = 0; /* where the current run of whole entries starts */
     for (int i = 0; i <= opt->n_params; i++) {
         const int end = i == opt->n_params;
@@ -547,13 +606,11 @@ static void adam_copy(zy_optim *opt, float *host, float *live, int to_host) {
             (opt->method[i] != ZY_OPT_ADAMW || opt->upd_hi[i] - opt->upd_lo[i] == opt->numel[i]))
             continue;
         const size_t stop = end ? opt->adam_total : opt->state_off[i], n = stop - run_live;
-        float *h = host + run_host, *l = live + run_live;
-        if (n) ops_copy_async(opt->ctx, to_host ? h : l, to_host ? l : h, n * sizeof(float));
+        moment_copy(opt, host + run_host, live, run_live, n, to_host);
         if (end) break;
         const size_t len = opt->upd_hi[i] - opt->upd_lo[i];
-        h = host + opt->host_off[i] + opt->upd_lo[i];
-        l = live + opt->state_off[i];
-        if (len) ops_copy_async(opt->ctx, to_host ? h : l, to_host ? l : h, len * sizeof(float));
+        moment_copy(opt, host + opt->host_off[i] + opt->upd_lo[i], live, opt->state_off[i], len,
+                    to_host);
         run_live = opt->state_off[i] + align16(len);
         run_host = opt->host_off[i] + align16(opt->numel[i]);
     }

@@ -65,7 +65,17 @@ typedef struct {
     float muon_lr_ratio;      /* Muon lr = lr_now * muon_lr_ratio (1 with MATCH_ADAMW_RMS) */
     int embedding_update;     /* data parallel (train/zero1.h): who updates the tied embedding,
                                  a zy_embedding_update (the `dist.embedding_update` setting) */
+    int adam_moments;         /* zy_adam_moments: the precision AdamW's moments are kept in */
 } zy_optim_config;
+
+/* AdamW's moments: fp32 (the default), or rounded to bf16 after each update, stochastically with
+ * hashed bits (optim/moments.h), as DeepSeek-V3 keeps them. On a GPU bf16 moments take 2 bytes
+ * each (the update moves 22 bytes an element instead of 30, the state is half as large); on the
+ * CPU, the reference, they stay in fp32 buffers holding the bf16 values. The weights, gradients
+ * and the checkpoints' state stay fp32 (a bf16 value is exact in fp32), so a checkpoint resumes
+ * under either setting: bf16 moments load exactly, fp32 ones into a bf16 run round to nearest. */
+typedef enum { ZY_ADAM_MOMENTS_F32 = 0, ZY_ADAM_MOMENTS_BF16 = 1 } zy_adam_moments;
+extern const char *const zy_adam_moments_names[]; /* "float32", "bfloat16", NULL */
 
 /* Data parallel: who updates the tied embedding (train/zero1.h). OWNER: its owner alone (its
  * gradient reduced to it, the weights broadcast after the update); REPLICATED: every rank, the
@@ -96,8 +106,12 @@ typedef struct {
                                 mirror's layout (every entry whole); Muon: state_off */
     size_t adam_host_total;  /* floats of each moment in the host layout */
     int sliced;              /* some AdamW entry holds a slice: the host layout differs */
-    float *exp_avg;    /* [adam_total] AdamW first moments, laid out param by param (ctx memory) */
-    float *exp_avg_sq; /* [adam_total] AdamW second moments (ctx memory) */
+    void *exp_avg;     /* [adam_total] AdamW first moments, laid out param by param (ctx memory):
+                          fp32, or bf16 where moments_bf16 */
+    void *exp_avg_sq;  /* [adam_total] AdamW second moments (ctx memory), the same type */
+    int moments_bf16;  /* the live moments are bf16 (cfg.adam_moments bf16 on a GPU) */
+    float *stage;      /* CUDA with bf16 moments: fp32 device staging between them and the host
+                          mirror, OPTIM_STAGE_FLOATS (made at first use) */
     float *momentum;   /* [muon_total] Muon momentum buffers (ctx memory) */
     size_t adam_total; /* floats (each tensor 16-float aligned) */
     size_t muon_total; /* floats */
@@ -131,8 +145,12 @@ int optim_init(zy_optim *opt, zy_ctx *ctx, const zy_optim_config *cfg, const zy_
 int optim_init_owned(zy_optim *opt, zy_ctx *ctx, const zy_optim_config *cfg,
                      const zy_param_table *t, const unsigned char *mine, const size_t *range,
                      const int *runs);
-/* The optimizer state floats entry i needs under cfg (AdamW 2 per element, Muon 1, buffers 0). */
-size_t optim_state_floats(const zy_optim_config *cfg, const zy_param *p);
+/* The optimizer state bytes entry p needs under cfg, as optim_init lays it out (16-element
+ * aligned): AdamW 2 moments an element (2 bytes each for bf16 moments on a GPU, else 4), Muon one
+ * fp32 momentum, buffers none. */
+size_t optim_state_bytes(const zy_optim_config *cfg, const zy_param *p, int on_gpu);
+/* Floats of fp32 staging between bf16 moments and the host mirror (64 MiB). */
+#define OPTIM_STAGE_FLOATS ((size_t)1 << 24)
 /* The time one update of p takes, relative to other tensors, in bytes of memory traffic: its
  * elementwise passes plus, for a Muon matrix, its Newton-Schulz FLOPs (each expert's matrix
  * separately) at flops_per_byte, the device's Newton-Schulz FLOP rate over its memory bandwidth
@@ -209,18 +227,21 @@ void optim_state_to_host(zy_optim *opt);
  * loading the entries of optim_state_tensors. No-op without a mirror. */
 void optim_state_from_host(zy_optim *opt);
 /* AdamW entry i's moment (which 0: exp_avg, 1: exp_avg_sq): the live state of its elements
- * [upd_lo, upd_hi) (ctx memory), and its whole host-mirror copy (makes the mirror). */
-float *optim_adam_live(zy_optim *opt, int i, int which);
+ * [upd_lo, upd_hi) copied as fp32 into dst (ctx memory, upd_hi - upd_lo floats; waits), and its
+ * whole host-mirror copy (makes the mirror). */
+void optim_adam_live_to(zy_optim *opt, int i, int which, float *dst);
 float *optim_adam_host(zy_optim *opt, int i, int which);
 
 /* ---- the math, over flat arrays (each a future CUDA kernel) ---- */
 
 /* AdamW on n elements of the gradient g * gscale (each product rounded to float, as if g had
  * been scaled in place): m, v moments; p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p) with
- * mhat = m / bc1, vhat = v / bc2, bc = 1 - beta^t. */
+ * mhat = m / bc1, vhat = v / bc2, bc = 1 - beta^t. round_step > 0: the new m and v are rounded to
+ * bf16 (optim/moments.h; the update uses the rounded values) with the bits of (round_step, the
+ * element's index first + i in the parameter buffer); 0: kept in fp32. */
 void optim_adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr,
                         float beta1, float beta2, float eps, float wd, double bc1, double bc2,
-                        float gscale);
+                        float gscale, int64_t round_step, uint64_t first);
 /* Muon momentum on n elements of the gradient g * gscale: mom = mu * mom + g; u = nesterov ?
  * g + mu * mom : mom. */
 void optim_muon_momentum(float *u, const float *g, float *mom, size_t n, float mu, int nesterov,

@@ -41,6 +41,7 @@ extern "C" { /* ops.h has no C++ guards of its own: include it with C linkage fi
 #include "ops/cuda/cuda_state.h"
 #include "ops/cuda/launch.h"
 #include "ops/cuda/syrk.h"
+#include "optim/moments.h"
 
 #include <cuda_bf16.h>
 #include <math.h>
@@ -50,12 +51,13 @@ extern "C" { /* ops.h has no C++ guards of its own: include it with C linkage fi
 
 typedef __nv_bfloat16 bf16;
 
-#define NT      256  /* threads per block of the element-wise kernels */
-#define ADAM_CH 8192 /* elements per AdamW block */
-#define ADAM_U  4    /* float4 groups per thread in flight in the AdamW kernel */
-#define MUON_CH 8192 /* elements per Muon element-wise block */
-#define CLIP_CH 8192 /* elements per clipping block */
-#define SEG_MAX 96   /* segments per clipping launch (passed by value: ~2 KB) */
+#define NT          256  /* threads per block of the element-wise kernels */
+#define ADAM_CH     8192 /* elements per AdamW block */
+#define ADAM_U      4    /* float4 groups per thread in flight in the AdamW kernel */
+#define ADAM_U_BF16 3    /* the same with bf16 moments (measured: 3 beats 2, 4, 6 and 8 there) */
+#define MUON_CH     8192 /* elements per Muon element-wise block */
+#define CLIP_CH     8192 /* elements per clipping block */
+#define SEG_MAX     96   /* segments per clipping launch (passed by value: ~2 KB) */
 
 /* The Newton-Schulz normalisation epsilon, as optim.c's. */
 #define NS_EPS 1e-7
@@ -76,7 +78,7 @@ static void prof_end(zy_ctx *ctx, int slot, const char *name) {
 
 /* A piece of one AdamW tensor. */
 typedef struct {
-    uint64_t p, s; /* float offsets into params/grads and into exp_avg/exp_avg_sq */
+    uint64_t p, s; /* element offsets into params/grads and into exp_avg/exp_avg_sq */
     uint32_t n;    /* elements, <= ADAM_CH */
     float wd;      /* weight decay of the tensor's kind */
 } adam_chunk;
@@ -478,59 +480,117 @@ void optim_cuda_plan_info(const zy_optim_cuda *c, zy_optim_cuda_info *info) {
 
 typedef struct {
     float lr, beta1, beta2, omb1, omb2, eps, step, inv_sqrt_bc2, gscale;
+    uint64_t round_step; /* bf16 moments: the step whose bits round them (moments.h) */
 } adam_args;
 
-/* optim_adamw_update on one element, operation by operation (IEEE rounding, no FMA). */
+/* optim_adamw_update on one element, operation by operation (IEEE rounding, no FMA); with bf16
+ * moments (RND) the new m and v rounded as optim.c rounds them, with the element's random bits r
+ * (zy_moment_bits), before the weight's update reads them. */
+template <bool RND>
 __device__ __forceinline__ void adam_one(float &p, float g, float &m, float &v, const adam_args &a,
-                                         float decay) {
+                                         float decay, uint32_t r) {
     g = __fmul_rn(g, a.gscale); /* clipping's factor, as if applied in place */
-    const float mi = __fadd_rn(__fmul_rn(a.beta1, m), __fmul_rn(a.omb1, g));
-    const float vi = __fadd_rn(__fmul_rn(a.beta2, v), __fmul_rn(__fmul_rn(a.omb2, g), g));
+    float mi = __fadd_rn(__fmul_rn(a.beta1, m), __fmul_rn(a.omb1, g));
+    float vi = __fadd_rn(__fmul_rn(a.beta2, v), __fmul_rn(__fmul_rn(a.omb2, g), g));
+    if (RND) {
+        mi = zy_round_moment(mi, r & 0xffffu);
+        vi = zy_round_moment(vi, r >> 16);
+    }
     m = mi;
     v = vi;
     const float den = __fadd_rn(__fmul_rn(__fsqrt_rn(vi), a.inv_sqrt_bc2), a.eps);
     p = __fsub_rn(p, __fadd_rn(__fdiv_rn(__fmul_rn(a.step, mi), den), __fmul_rn(decay, p)));
 }
 
+/* Four moments from fp32 or bf16 storage (16-byte or 8-byte aligned) and back. */
+__device__ __forceinline__ float4 load_moment4(const float *q) {
+    return *reinterpret_cast<const float4 *>(q);
+}
+__device__ __forceinline__ float4 load_moment4(const bf16 *q) {
+    float f[4];
+    zy_load_bf16x4(q, f);
+    return make_float4(f[0], f[1], f[2], f[3]);
+}
+__device__ __forceinline__ void store_moment4(float *q, float4 x) {
+    *reinterpret_cast<float4 *>(q) = x;
+}
+__device__ __forceinline__ void store_moment4(bf16 *q, float4 x) {
+    const float f[4] = {x.x, x.y, x.z, x.w}; /* already bf16 values: the conversion is exact */
+    zy_store_bf16x4(q, f);
+}
+__device__ __forceinline__ float load_moment(const float *q) {
+    return *q;
+}
+__device__ __forceinline__ float load_moment(const bf16 *q) {
+    return __bfloat162float(*q);
+}
+__device__ __forceinline__ void store_moment(float *q, float x) {
+    *q = x;
+}
+__device__ __forceinline__ void store_moment(bf16 *q, float x) {
+    *q = __float2bfloat16_rn(x);
+}
+
+/* Element e's random bits for the moments' rounding: key is the chunk's (zy_moment_key of its
+ * first element's high index bits hi0); an element past a 2^32 boundary computes its own. */
+__device__ __forceinline__ uint32_t moment_bits(uint64_t e, uint32_t key, uint32_t hi0,
+                                                uint64_t step) {
+    const uint32_t hi = (uint32_t)(e >> 32);
+    return zy_moment_bits(hi == hi0 ? key : zy_moment_key(step, hi), (uint32_t)e);
+}
+
 /* One block per chunk; 16-byte accesses when the parameter offset allows (state offsets are
- * 16-float aligned). */
+ * 16-element aligned). MT: the moments' storage, float or bf16 (rounded stochastically); U: float4
+ * groups a thread has in flight. bench-small's update on one H100
+ * (dev/scripts/gpu_adam_variants.sh): fp32 moments 7.28 ms at U = 4 (2 and 3 slower); bf16
+ * moments 5.59 ms at U = 3, 5.71 at 2, 5.89 at 4 and 6, 7.94 at 8 (one block an SM); a one-multiply
+ * hash instead of murmur's finaliser saved 0.1 ms. */
+template <typename MT, int U>
 __global__ void __launch_bounds__(NT)
-    adamw_kernel(float *__restrict__ p, const float *__restrict__ g, float *__restrict__ m,
-                 float *__restrict__ v, const adam_chunk *__restrict__ chunks, adam_args a,
+    adamw_kernel(float *__restrict__ p, const float *__restrict__ g, MT *__restrict__ m,
+                 MT *__restrict__ v, const adam_chunk *__restrict__ chunks, adam_args a,
                  bf16 *__restrict__ pc) {
     zy_pdl_begin();
+    constexpr bool RND = sizeof(MT) == 2;
     const adam_chunk ch = chunks[blockIdx.x];
-    float *pp = p + ch.p, *mm = m + ch.s, *vv = v + ch.s;
+    float *pp = p + ch.p;
+    MT *mm = m + ch.s, *vv = v + ch.s;
     bf16 *cc = pc ? pc + ch.p : NULL; /* the bf16 compute copy, refreshed in the same pass */
     const float *gg = g + ch.p;
     const float decay = __fmul_rn(a.lr, ch.wd);
+    const uint32_t hi0 = (uint32_t)(ch.p >> 32);
+    const uint32_t key = RND ? zy_moment_key(a.round_step, hi0) : 0;
     uint32_t done = 0;
     if (ch.p % 4 == 0) {
-        /* ADAM_U float4 groups per thread per round, every load issued before any arithmetic so
-         * that enough bytes are in flight to keep HBM busy (the chunks are short) */
+        /* U float4 groups per thread per round, every load issued before any arithmetic so that
+         * enough bytes are in flight to keep HBM busy (the chunks are short) */
         const uint32_t n4 = ch.n / 4;
-        for (uint32_t i0 = threadIdx.x; i0 < n4; i0 += NT * ADAM_U) {
-            float4 P[ADAM_U], M[ADAM_U], V[ADAM_U], G[ADAM_U];
+        for (uint32_t i0 = threadIdx.x; i0 < n4; i0 += NT * U) {
+            float4 P[U], M[U], V[U], G[U];
 #pragma unroll
-            for (int u = 0; u < ADAM_U; u++) {
+            for (int u = 0; u < U; u++) {
                 const uint32_t i = i0 + u * NT;
                 if (i >= n4) break;
                 P[u] = reinterpret_cast<float4 *>(pp)[i];
-                M[u] = reinterpret_cast<float4 *>(mm)[i];
-                V[u] = reinterpret_cast<float4 *>(vv)[i];
+                M[u] = load_moment4(mm + 4 * (size_t)i);
+                V[u] = load_moment4(vv + 4 * (size_t)i);
                 G[u] = reinterpret_cast<const float4 *>(gg)[i];
             }
 #pragma unroll
-            for (int u = 0; u < ADAM_U; u++) {
+            for (int u = 0; u < U; u++) {
                 const uint32_t i = i0 + u * NT;
                 if (i >= n4) break;
-                adam_one(P[u].x, G[u].x, M[u].x, V[u].x, a, decay);
-                adam_one(P[u].y, G[u].y, M[u].y, V[u].y, a, decay);
-                adam_one(P[u].z, G[u].z, M[u].z, V[u].z, a, decay);
-                adam_one(P[u].w, G[u].w, M[u].w, V[u].w, a, decay);
+                const uint64_t e = ch.p + 4 * (uint64_t)i;
+                uint32_t r[4] = {0, 0, 0, 0};
+                if (RND)
+                    for (int k = 0; k < 4; k++) r[k] = moment_bits(e + k, key, hi0, a.round_step);
+                adam_one<RND>(P[u].x, G[u].x, M[u].x, V[u].x, a, decay, r[0]);
+                adam_one<RND>(P[u].y, G[u].y, M[u].y, V[u].y, a, decay, r[1]);
+                adam_one<RND>(P[u].z, G[u].z, M[u].z, V[u].z, a, decay, r[2]);
+                adam_one<RND>(P[u].w, G[u].w, M[u].w, V[u].w, a, decay, r[3]);
                 reinterpret_cast<float4 *>(pp)[i] = P[u];
-                reinterpret_cast<float4 *>(mm)[i] = M[u];
-                reinterpret_cast<float4 *>(vv)[i] = V[u];
+                store_moment4(mm + 4 * (size_t)i, M[u]);
+                store_moment4(vv + 4 * (size_t)i, V[u]);
                 if (cc) {
                     const float pv[4] = {P[u].x, P[u].y, P[u].z, P[u].w};
                     zy_store_bf16x4(cc + 4 * (size_t)i, pv); /* ch.p % 4 == 0: 8-byte aligned */
@@ -540,11 +600,12 @@ __global__ void __launch_bounds__(NT)
         done = n4 * 4;
     }
     for (uint32_t i = done + threadIdx.x; i < ch.n; i += NT) {
-        float P = pp[i], M = mm[i], V = vv[i];
-        adam_one(P, gg[i], M, V, a, decay);
+        const uint32_t r = RND ? moment_bits(ch.p + i, key, hi0, a.round_step) : 0;
+        float P = pp[i], M = load_moment(mm + i), V = load_moment(vv + i);
+        adam_one<RND>(P, gg[i], M, V, a, decay, r);
         pp[i] = P;
-        mm[i] = M;
-        vv[i] = V;
+        store_moment(mm + i, M);
+        store_moment(vv + i, V);
         if (cc) cc[i] = __float2bfloat16_rn(P);
     }
 }
@@ -922,8 +983,15 @@ void optim_cuda_adamw(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, float 
     a.step = (float)(lr_now / bc1);
     a.inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
     a.gscale = gscale;
-    zy_launch(adamw_kernel, (unsigned)(k1 - k0), NT, 0, cuda_stream(ctx), params, grads,
-              opt->exp_avg, opt->exp_avg_sq, c->chunks + k0, a, (bf16 *)opt->compute_copy);
+    a.round_step = (uint64_t)opt->step;
+    if (opt->moments_bf16)
+        zy_launch(adamw_kernel<bf16, ADAM_U_BF16>, (unsigned)(k1 - k0), NT, 0, cuda_stream(ctx),
+                  params, grads, (bf16 *)opt->exp_avg, (bf16 *)opt->exp_avg_sq, c->chunks + k0, a,
+                  (bf16 *)opt->compute_copy);
+    else
+        zy_launch(adamw_kernel<float, ADAM_U>, (unsigned)(k1 - k0), NT, 0, cuda_stream(ctx), params,
+                  grads, (float *)opt->exp_avg, (float *)opt->exp_avg_sq, c->chunks + k0, a,
+                  (bf16 *)opt->compute_copy);
     ZY_CUDA_CHECK_LAUNCH();
     prof_end(ctx, slot, "optim_adamw");
 }

@@ -26,7 +26,7 @@ void mem_need(zy_ctx *ctx, const zy_config *mc, int B, int T, int recompute,
     double matrices = 0;     /* floats of the matrices */
     for (int i = 0; oc && i < t.count; i++) { /* the optimizer keeps 16-float aligned blocks */
         if (t.items[i].kind == ZY_PARAM_MATRIX) matrices += (double)t.items[i].numel;
-        const double f = (double)((optim_state_floats(oc, &t.items[i]) + 15) & ~(size_t)15);
+        const double f = (double)optim_state_bytes(oc, &t.items[i], on_gpu) / f32;
         if (world > 1 && zero1_replicates(oc, &t.items[i]) && !zero1_splits(oc, &t.items[i]))
             everywhere += f;
         else

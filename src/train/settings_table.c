@@ -332,6 +332,10 @@ const zy_setting zy_settings[] = {
     NUM("optimizer.beta2", ZY_SET_FLOAT, optim.beta2, 0, 0.999999, "0.95",
         "AdamW second-moment decay"),
     NUM("optimizer.eps", ZY_SET_FLOAT, optim.eps, 1e-30, 1, "1e-8", "AdamW epsilon"),
+    PICK("optimizer.adam_moments", ZY_SET_ENUM, optim.adam_moments, zy_adam_moments_names,
+         "\"float32\"",
+         "precision of AdamW's moments: float32, or bfloat16 rounded stochastically (half the "
+         "state and 22 instead of 30 bytes an element a step on a GPU; optim/optim.h)"),
     NUM("optimizer.weight_decay", ZY_SET_FLOAT, optim.weight_decay, 0, 10, "0.1",
         "decoupled weight decay of matrices and embeddings"),
     NUM("optimizer.muon_momentum", ZY_SET_FLOAT, optim.muon_momentum, 0, 0.999999, "0.95",

@@ -300,12 +300,12 @@ int zero1_gather_split_state(zy_zero1 *z, zy_optim *opt) {
     for (int i = 0; i < t->count; i++) {
         if (!z->split[i]) continue;
         const zy_param *p = &t->items[i];
-        const size_t lo = z->range[2 * i], n = z->range[2 * i + 1] - lo;
+        const size_t lo = z->range[2 * i];
         /* assembled in the entry's gradient, which nothing needs between steps (the next backward
          * overwrites it whole) */
         float *whole = m->grads + p->offset;
-        for (int k = 0; k < 2; k++) { /* exp_avg, exp_avg_sq */
-            ops_copy(m->ctx, whole + lo, optim_adam_live(opt, i, k), n * sizeof(float));
+        for (int k = 0; k < 2; k++) {                  /* exp_avg, exp_avg_sq */
+            optim_adam_live_to(opt, i, k, whole + lo); /* fp32, whatever the moments' type */
             ZY_TRY(split_gather(z, whole, p));
             if (z->owner[i] == z->comm->rank) /* it alone saves them */
                 ops_copy(m->ctx, optim_adam_host(opt, i, k), whole, p->numel * sizeof(float));
