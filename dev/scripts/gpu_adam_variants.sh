@@ -4,7 +4,7 @@
 # kernel alone, the GPU synchronised around it) and the step, with fp32 and bf16 moments, in one
 # call.
 # Variants: uN / bN (ADAM_U / ADAM_U_BF16 = N: float4 groups in flight a thread with fp32 / bf16
-# moments; the tree's are 4 and 3), and
+# moments; the tree's are 4 and 3), lbN (at least N blocks an SM: registers capped to fit), and
 # cheaphash (one multiply instead of murmur's finaliser: what the hash costs; not for use).
 # Usage (from the zayac root): DEBS=.ext/debs [VARIANTS="u6 b4 cheaphash"] [ROUNDS=2] OUT=dir \
 #     bash dev/scripts/gpu_adam_variants.sh
@@ -20,6 +20,7 @@ for v in ${VARIANTS:-u6 b4 cheaphash}; do
     case $v in
     u*) sed -i "s/^#define ADAM_U  4 /#define ADAM_U  ${v#u} /" $d/$K ;;
     b*) sed -i "s/^#define ADAM_U_BF16 3 /#define ADAM_U_BF16 ${v#b} /" $d/$K ;;
+    lb*) sed -i "/^template <typename MT, int U>/{n;s/__launch_bounds__(NT)/__launch_bounds__(NT, ${v#lb})/}" $d/$K ;;
     cheaphash) sed -i 's/return zy_moment_bits(hi == hi0 ? key : zy_moment_key(step, hi), (uint32_t)e);/return ((uint32_t)e ^ key) * 0x9e3779b1u;/' $d/$K ;;
     esac
     if cmp -s $K $d/$K; then echo "$v: the change did not apply"; continue; fi
