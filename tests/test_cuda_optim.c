@@ -244,6 +244,22 @@ static void run_adamw_vs_cpu(int ranged, int moments) {
     worst_adam = fmax(worst_adam, fmax(dpar, dstate));
     assert_true(dpar <= 1.0);
     assert_true(dstate <= 1.0);
+    /* each entry's live moments as fp32 (what ZeRO-1 gathers its split entries' state from):
+     * the CPU's live slice, bit for bit, whatever the GPU stores */
+    for (int i = 0; i < t.count; i++) {
+        if (og.method[i] != ZY_OPT_ADAMW) continue;
+        const size_t n = og.upd_hi[i] - og.upd_lo[i];
+        if (!n) continue;
+        float *d = ops_alloc(&gpu, n * sizeof *d);
+        for (int which = 0; which < 2; which++) {
+            optim_adam_live_to(&og, i, which, d);
+            float *h = to_host(d, n);
+            const float *cpu_live = (const float *)(which ? oc.exp_avg_sq : oc.exp_avg);
+            assert_memory_equal(h, cpu_live + oc.state_off[i], n * sizeof *h);
+            free(h);
+        }
+        ops_free(&gpu, d);
+    }
     const zy_param *b = &t.items[params_find(&t, "buf")];
     assert_memory_equal(hp + b->offset, p0 + b->offset, b->numel * sizeof(float));
     for (int i = 0; ranged && i < t.count;
