@@ -179,6 +179,26 @@ static double max_abs(const float *x, size_t n) {
     return m;
 }
 
+/* Each AdamW entry's live moments on the GPU, as fp32 (optim_adam_live_to: what ZeRO-1 gathers
+ * its split entries' state from), equal the CPU's live slice bit for bit, whatever the GPU
+ * stores. */
+static void assert_live_moments_equal(zy_optim *og, const zy_optim *oc, const zy_param_table *t) {
+    for (int i = 0; i < t->count; i++) {
+        if (og->method[i] != ZY_OPT_ADAMW) continue;
+        const size_t n = og->upd_hi[i] - og->upd_lo[i];
+        if (!n) continue;
+        float *d = ops_alloc(&gpu, n * sizeof *d);
+        for (int which = 0; which < 2; which++) {
+            optim_adam_live_to(og, i, which, d);
+            float *h = to_host(d, n);
+            const float *cpu_live = (const float *)(which ? oc->exp_avg_sq : oc->exp_avg);
+            assert_memory_equal(h, cpu_live + oc->state_off[i], n * sizeof *h);
+            free(h);
+        }
+        ops_free(&gpu, d);
+    }
+}
+
 /* AdamW on the GPU against the CPU, over whole entries (ranged 0) or over a slice of each
  * (ranged 1: ZeRO-1's split entries; each starts at a multiple of 16 and most end 3 short of
  * the entry, so the vector path's tail runs), where nothing outside the slices may change. */
@@ -244,22 +264,7 @@ static void run_adamw_vs_cpu(int ranged, int moments) {
     worst_adam = fmax(worst_adam, fmax(dpar, dstate));
     assert_true(dpar <= 1.0);
     assert_true(dstate <= 1.0);
-    /* each entry's live moments as fp32 (what ZeRO-1 gathers its split entries' state from):
-     * the CPU's live slice, bit for bit, whatever the GPU stores */
-    for (int i = 0; i < t.count; i++) {
-        if (og.method[i] != ZY_OPT_ADAMW) continue;
-        const size_t n = og.upd_hi[i] - og.upd_lo[i];
-        if (!n) continue;
-        float *d = ops_alloc(&gpu, n * sizeof *d);
-        for (int which = 0; which < 2; which++) {
-            optim_adam_live_to(&og, i, which, d);
-            float *h = to_host(d, n);
-            const float *cpu_live = (const float *)(which ? oc.exp_avg_sq : oc.exp_avg);
-            assert_memory_equal(h, cpu_live + oc.state_off[i], n * sizeof *h);
-            free(h);
-        }
-        ops_free(&gpu, d);
-    }
+    assert_live_moments_equal(&og, &oc, &t);
     const zy_param *b = &t.items[params_find(&t, "buf")];
     assert_memory_equal(hp + b->offset, p0 + b->offset, b->numel * sizeof(float));
     for (int i = 0; ranged && i < t.count;
@@ -307,6 +312,64 @@ static void test_adamw_bf16_moments_vs_cpu(void **state) {
     rng = zy_rng_init(20261127, 3);
     run_adamw_vs_cpu(0, ZY_ADAM_MOMENTS_BF16);
     run_adamw_vs_cpu(1, ZY_ADAM_MOMENTS_BF16);
+    rng = saved;
+}
+
+/* A fp32 state (a checkpoint of a fp32-moments run) loaded into bf16-moments optimizers on the CPU
+ * and the GPU: both round it to nearest on load, so one more step gives the same bits. */
+static void test_fp32_state_into_bf16_moments(void **state) {
+    (void)state;
+    NEED_GPU();
+    const zy_rng saved = rng; /* its own stream, as test_adamw_bf16_moments_vs_cpu */
+    rng = zy_rng_init(20261127, 5);
+    zy_param_table t;
+    adam_table(&t);
+    zy_optim_config c32, c16;
+    optim_config_default(&c32);
+    c32.use_muon = 0;
+    c16 = c32;
+    c16.adam_moments = ZY_ADAM_MOMENTS_BF16;
+    zy_optim a, bc, bg;
+    assert_int_equal(optim_init(&a, &cpu, &c32, &t), ZY_OK);
+    assert_int_equal(optim_init(&bc, &cpu, &c16, &t), ZY_OK);
+    assert_int_equal(optim_init(&bg, &gpu, &c16, &t), ZY_OK);
+    float *p = malloc(t.total * sizeof *p), *g = malloc(t.total * sizeof *g);
+    fill_normal(p, t.total, 1.0f);
+    for (int s = 0; s < 2; s++) {
+        fill_normal(g, t.total, 0.5f);
+        optim_step(&a, &t, p, g, 1e-2f, 1.0f);
+    }
+    int na, nc, ng;
+    zy_state_tensor *sa = optim_state_tensors(&a, &t, &na), *sc = optim_state_tensors(&bc, &t, &nc),
+                    *sg = optim_state_tensors(&bg, &t, &ng);
+    assert_int_equal(na, nc);
+    assert_int_equal(na, ng);
+    for (int k = 0; k < na; k++) {
+        memcpy(sc[k].data, sa[k].data, sa[k].numel * sizeof(float));
+        memcpy(sg[k].data, sa[k].data, sa[k].numel * sizeof(float));
+    }
+    optim_state_from_host(&bc);
+    optim_state_from_host(&bg);
+    bc.step = bg.step = a.step;
+    fill_normal(g, t.total, 0.5f);
+    float *dp = to_dev(p, t.total), *dg = to_dev(g, t.total);
+    optim_step(&bc, &t, p, g, 1e-2f, 1.0f);
+    optim_step(&bg, &t, dp, dg, 1e-2f, 1.0f);
+    float *hp = to_host(dp, t.total);
+    assert_memory_equal(hp, p, t.total * sizeof *p);
+    assert_live_moments_equal(&bg, &bc, &t);
+    free(hp);
+    free(sa);
+    free(sc);
+    free(sg);
+    ops_free(&gpu, dp);
+    ops_free(&gpu, dg);
+    optim_free(&a);
+    optim_free(&bc);
+    optim_free(&bg);
+    params_free(&t);
+    free(p);
+    free(g);
     rng = saved;
 }
 
@@ -967,6 +1030,7 @@ int main(void) {
         cmocka_unit_test(test_adamw_vs_cpu),
         cmocka_unit_test(test_adamw_ranges_vs_cpu),
         cmocka_unit_test(test_adamw_bf16_moments_vs_cpu),
+        cmocka_unit_test(test_fp32_state_into_bf16_moments),
         cmocka_unit_test(test_muon_vs_cpu),
         cmocka_unit_test(test_muon_by_runs),
         cmocka_unit_test(test_muon_steps),

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include "base/bf16.h"
 #include "base/err.h"
 #include "base/rng.h"
 #include "base/timer.h"
@@ -398,9 +399,9 @@ static void test_adamw_bf16_moments(void **state) {
     assert_int_equal(optim_init(&again, &cpu, &cfg, &t), ZY_OK);
     float *p = malloc(N * sizeof *p), *p2 = malloc(N * sizeof *p2), *g = malloc(N * sizeof *g);
     for (int i = 0; i < N; i++) p[i] = p2[i] = 0.01f * (float)(i % 97) - 0.4f;
-    float *m = opt.exp_avg, *v = opt.exp_avg_sq; /* the CPU keeps them in fp32 buffers */
-    double err_sum = 0, err_abs = 0;
-    long n_err = 0;
+    float *m = opt.exp_avg, *v = opt.exp_avg_sq;     /* the CPU keeps them in fp32 buffers */
+    double err_sum[2] = {0, 0}, err_abs[2] = {0, 0}; /* m, v: errors in units of the gap */
+    long n_err[2] = {0, 0};
     for (int s = 1; s <= 4; s++) {
         for (int i = 0; i < N; i++) g[i] = sinf(0.37f * (float)i + (float)s) * (s == 3 ? 1e-3f : 1);
         float *m0 = malloc(N * sizeof *m0), *v0 = malloc(N * sizeof *v0);
@@ -415,16 +416,17 @@ static void test_adamw_bf16_moments(void **state) {
         for (int i = 0; i < N; i++) {
             const float me = 0.9f * m0[i] + (1.0f - 0.9f) * g[i];
             const float ve = 0.99f * v0[i] + (1.0f - 0.99f) * g[i] * g[i];
-            float lo, hi;
-            bf16_neighbours(me, &lo, &hi);
-            assert_true(m[i] == lo || m[i] == hi);
-            bf16_neighbours(ve, &lo, &hi);
-            assert_true(v[i] == lo || v[i] == hi);
-            if (hi > lo) { /* the error in units of the gap, where there is a choice */
-                const double e = ((double)v[i] - ve) / ((double)hi - lo);
-                err_sum += e;
-                err_abs += fabs(e);
-                n_err++;
+            const float exact[2] = {me, ve}, got[2] = {m[i], v[i]};
+            for (int k = 0; k < 2; k++) {
+                float lo, hi;
+                bf16_neighbours(exact[k], &lo, &hi);
+                assert_true(got[k] == lo || got[k] == hi);
+                if (hi > lo) { /* where there is a choice (m takes both signs) */
+                    const double e = ((double)got[k] - exact[k]) / ((double)hi - lo);
+                    err_sum[k] += e;
+                    err_abs[k] += fabs(e);
+                    n_err[k]++;
+                }
             }
             const double want =
                 pw[i] - lr * ((m[i] / bc1) / (sqrt(v[i] / bc2) + 1e-8) + 0.1 * pw[i]);
@@ -434,19 +436,89 @@ static void test_adamw_bf16_moments(void **state) {
         free(v0);
         free(pw);
     }
-    const double bias = err_sum / (double)n_err;
-    printf("bf16 moments: %ld stochastic roundings, mean error %.4f of a unit (mean |error| "
-           "%.3f)\n",
-           n_err, bias, err_abs / (double)n_err);
-    assert_true(n_err > 10000);
-    assert_true(fabs(bias) < 0.02);
+    for (int k = 0; k < 2; k++) {
+        const double bias = err_sum[k] / (double)n_err[k];
+        printf("bf16 moments, %s: %ld stochastic roundings, mean error %.4f of a unit (mean "
+               "|error| %.3f)\n",
+               k ? "v" : "m", n_err[k], bias, err_abs[k] / (double)n_err[k]);
+        assert_true(n_err[k] > 10000);
+        assert_true(fabs(bias) < 0.02);
+    }
     assert_memory_equal(p, p2, N * sizeof *p);
     assert_memory_equal(opt.exp_avg, again.exp_avg, N * sizeof(float));
+    assert_memory_equal(opt.exp_avg_sq, again.exp_avg_sq, N * sizeof(float));
     optim_free(&opt);
     optim_free(&again);
     params_free(&t);
     free(p);
     free(p2);
+    free(g);
+}
+
+/* The random bits follow the element's index in the parameter buffer: two entries with the same
+ * values round differently (with indices counted within an entry they would round alike). */
+static void test_adamw_bf16_moments_by_index(void **state) {
+    (void)state;
+    enum { N = 4096 };
+    zy_param_table t;
+    zy_optim_config cfg;
+    bf16_moments_case(&t, N, ZY_PARAM_VECTOR, 0.95f, &cfg);
+    params_add(&t, "w2", 1, (int64_t[]){N}, ZY_PARAM_VECTOR, -1);
+    zy_optim opt;
+    assert_int_equal(optim_init(&opt, &cpu, &cfg, &t), ZY_OK);
+    float *p = calloc(t.total, sizeof *p), *g = calloc(t.total, sizeof *g);
+    const size_t o2 = t.items[1].offset;
+    for (int i = 0; i < N; i++) g[i] = g[o2 + i] = sinf(0.61f * (float)i);
+    optim_step(&opt, &t, p, g, 1e-3f, 1.0f);
+    const float *m = opt.exp_avg, *v = opt.exp_avg_sq;
+    const size_t s2 = opt.state_off[1];
+    int differ = 0;
+    for (int i = 0; i < N; i++) differ += m[i] != m[s2 + i] || v[i] != v[s2 + i];
+    printf("bf16 moments of two equal entries: %d of %d elements rounded differently\n", differ, N);
+    assert_true(differ > N / 4);
+    optim_free(&opt);
+    params_free(&t);
+    free(p);
+    free(g);
+}
+
+/* A fp32 state loaded into a bf16-moments optimizer (a checkpoint of a fp32 run, resumed with the
+ * setting changed) is rounded to nearest once loaded, as the GPU's copy rounds it. */
+static void test_adamw_bf16_moments_load_fp32(void **state) {
+    (void)state;
+    enum { N = 1000 };
+    zy_param_table t;
+    zy_optim_config cfg, cfg32;
+    bf16_moments_case(&t, N, ZY_PARAM_VECTOR, 0.95f, &cfg);
+    cfg32 = cfg;
+    cfg32.adam_moments = ZY_ADAM_MOMENTS_F32;
+    zy_optim a, b;
+    assert_int_equal(optim_init(&a, &cpu, &cfg32, &t), ZY_OK);
+    assert_int_equal(optim_init(&b, &cpu, &cfg, &t), ZY_OK);
+    float *p = calloc(t.total, sizeof *p), *g = calloc(t.total, sizeof *g);
+    for (int i = 0; i < N; i++) g[i] = cosf(0.3f * (float)i);
+    optim_step(&a, &t, p, g, 1e-3f, 1.0f);
+    int na, nb;
+    zy_state_tensor *sa = optim_state_tensors(&a, &t, &na), *sb = optim_state_tensors(&b, &t, &nb);
+    assert_int_equal(na, nb);
+    int not_bf16 = 0;
+    for (int k = 0; k < na; k++) {
+        memcpy(sb[k].data, sa[k].data, sa[k].numel * sizeof(float));
+        for (size_t i = 0; i < sa[k].numel; i++)
+            not_bf16 += zy_bf16_to_f32(zy_f32_to_bf16(sa[k].data[i])) != sa[k].data[i];
+    }
+    optim_state_from_host(&b);
+    assert_true(not_bf16 > N); /* the fp32 state was not bf16 already */
+    const float *live[2] = {b.exp_avg, b.exp_avg_sq}, *src[2] = {a.exp_avg, a.exp_avg_sq};
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < N; i++)
+            assert_true(live[k][i] == zy_bf16_to_f32(zy_f32_to_bf16(src[k][i])));
+    free(sa);
+    free(sb);
+    optim_free(&a);
+    optim_free(&b);
+    params_free(&t);
+    free(p);
     free(g);
 }
 
@@ -1397,6 +1469,8 @@ int main(void) {
         cmocka_unit_test(test_adamw_hand_computed),
         cmocka_unit_test(test_adamw_bf16_moments),
         cmocka_unit_test(test_adamw_bf16_moments_decay),
+        cmocka_unit_test(test_adamw_bf16_moments_by_index),
+        cmocka_unit_test(test_adamw_bf16_moments_load_fp32),
         cmocka_unit_test(test_muon_vs_double_reference),
         cmocka_unit_test(test_muon_scale_rules),
         cmocka_unit_test(test_adamw_only_and_decay_kinds),

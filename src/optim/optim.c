@@ -2,6 +2,7 @@
  * to the GPU (optim_cuda.h) for a CUDA context. */
 #include "optim/optim.h"
 #include "base/err.h"
+#include "base/bf16.h"
 #include "optim/moments.h"
 #ifdef ZY_HAVE_CUDA
 #include "optim/optim_cuda.h"
@@ -629,11 +630,20 @@ void optim_state_to_host(zy_optim *opt) {
 }
 
 void optim_state_from_host(zy_optim *opt) {
-    if (!optim_state_mirrored(opt)) return;
-    float *hm, *hv, *hmom;
-    host_views(opt, &hm, &hv, &hmom);
-    adam_copy(opt, hm, opt->exp_avg, 0);
-    adam_copy(opt, hv, opt->exp_avg_sq, 0);
-    ops_copy_async(opt->ctx, opt->momentum, hmom, opt->muon_total * sizeof(float));
-    ops_sync(opt->ctx);
+    if (optim_state_mirrored(opt)) {
+        float *hm, *hv, *hmom;
+        host_views(opt, &hm, &hv, &hmom);
+        adam_copy(opt, hm, opt->exp_avg, 0);
+        adam_copy(opt, hv, opt->exp_avg_sq, 0);
+        ops_copy_async(opt->ctx, opt->momentum, hmom, opt->muon_total * sizeof(float));
+        ops_sync(opt->ctx);
+    }
+    /* bf16 moments kept in fp32 buffers (the CPU): a loaded fp32 state rounded to nearest, as
+     * the GPU's narrowing does, so both continue from the same values (exact for bf16 ones) */
+    if (opt->cfg.adam_moments == ZY_ADAM_MOMENTS_BF16 && !opt->moments_bf16) {
+        float *live[2] = {opt->exp_avg, opt->exp_avg_sq};
+        for (int k = 0; k < 2; k++)
+            for (size_t i = 0; i < opt->adam_total; i++)
+                live[k][i] = zy_bf16_to_f32(zy_f32_to_bf16(live[k][i]));
+    }
 }

@@ -224,7 +224,8 @@ int optim_state_mirrored(const zy_optim *opt);
  * without a mirror. */
 void optim_state_to_host(zy_optim *opt);
 /* Copies the host mirror into the live state (waits; a sliced entry's slice only); call after
- * loading the entries of optim_state_tensors. No-op without a mirror. */
+ * loading the entries of optim_state_tensors. Without a mirror only bf16 moments need it: it
+ * rounds what was loaded to bf16 (the GPU rounds in the copy). */
 void optim_state_from_host(zy_optim *opt);
 /* AdamW entry i's moment (which 0: exp_avg, 1: exp_avg_sq): the live state of its elements
  * [upd_lo, upd_hi) copied as fp32 into dst (ctx memory, upd_hi - upd_lo floats; waits), and its

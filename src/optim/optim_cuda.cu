@@ -514,9 +514,13 @@ __device__ __forceinline__ float4 load_moment4(const bf16 *q) {
 __device__ __forceinline__ void store_moment4(float *q, float4 x) {
     *reinterpret_cast<float4 *>(q) = x;
 }
+/* x already holds a bf16 value (zy_round_moment): its high half is the bf16, NaNs included (a
+ * conversion instruction would make a NaN canonical, where the CPU keeps its bits) */
+__device__ __forceinline__ uint32_t bf16_pair(float lo, float hi) {
+    return (__float_as_uint(lo) >> 16) | (__float_as_uint(hi) & 0xffff0000u);
+}
 __device__ __forceinline__ void store_moment4(bf16 *q, float4 x) {
-    const float f[4] = {x.x, x.y, x.z, x.w}; /* already bf16 values: the conversion is exact */
-    zy_store_bf16x4(q, f);
+    *reinterpret_cast<uint2 *>(q) = make_uint2(bf16_pair(x.x, x.y), bf16_pair(x.z, x.w));
 }
 __device__ __forceinline__ float load_moment(const float *q) {
     return *q;
@@ -528,7 +532,7 @@ __device__ __forceinline__ void store_moment(float *q, float x) {
     *q = x;
 }
 __device__ __forceinline__ void store_moment(bf16 *q, float x) {
-    *q = __float2bfloat16_rn(x);
+    *q = __ushort_as_bfloat16((unsigned short)(__float_as_uint(x) >> 16));
 }
 
 /* Element e's random bits for the moments' rounding: key is the chunk's (zy_moment_key of its

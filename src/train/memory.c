@@ -22,18 +22,26 @@ void mem_need(zy_ctx *ctx, const zy_config *mc, int B, int T, int recompute,
     if (ops_act_size(ctx) != sizeof(float)) need->weights += floats * (double)ops_act_size(ctx);
     need->grads = oc ? floats * f32 : 0;
     double shared = 0, everywhere = 0; /* state floats: split over the ranks, on every rank */
+    double mirror = 0;       /* floats of the host mirror (fp32 whatever the device keeps) */
     double mirror_extra = 0; /* floats the host mirror holds whole of split entries' slices */
     double matrices = 0;     /* floats of the matrices */
     for (int i = 0; oc && i < t.count; i++) { /* the optimizer keeps 16-float aligned blocks */
         if (t.items[i].kind == ZY_PARAM_MATRIX) matrices += (double)t.items[i].numel;
         const double f = (double)optim_state_bytes(oc, &t.items[i], on_gpu) / f32;
-        if (world > 1 && zero1_replicates(oc, &t.items[i]) && !zero1_splits(oc, &t.items[i]))
+        const double h = (double)optim_state_bytes(oc, &t.items[i], 0) / f32;
+        if (world > 1 && zero1_replicates(oc, &t.items[i]) && !zero1_splits(oc, &t.items[i])) {
             everywhere += f;
-        else
+            mirror += h;
+        } else {
             shared += f;
-        if (world > 1 && zero1_splits(oc, &t.items[i])) mirror_extra += f * (1.0 - 1.0 / world);
+            mirror += h / (world > 1 ? world : 1);
+        }
+        if (world > 1 && zero1_splits(oc, &t.items[i])) mirror_extra += h * (1.0 - 1.0 / world);
     }
     need->optim = (shared / (world > 1 ? world : 1) + everywhere) * f32;
+    /* bf16 moments on a GPU: the staging buffer between them and the mirror */
+    if (oc && on_gpu && oc->adam_moments == ZY_ADAM_MOMENTS_BF16)
+        need->optim += (double)OPTIM_STAGE_FLOATS * f32;
     params_free(&t);
     size_t arena = B > 0 ? acts_bytes(mc, ctx, B, T, recompute) : 0;
     need->acts = arena == SIZE_MAX ? INFINITY : (double)arena;
@@ -50,7 +58,7 @@ void mem_need(zy_ctx *ctx, const zy_config *mc, int B, int T, int recompute,
     if (setup > need->device) need->device = setup;
     /* a GPU job: the weights whole in host memory (initialisation and loads go through it; a
      * checkpoint's pinned copy holds what the rank keeps, less) and the state's mirror */
-    need->host = on_gpu ? floats * f32 + need->optim + mirror_extra * f32 : 0;
+    need->host = on_gpu ? floats * f32 + (mirror + mirror_extra) * f32 : 0;
 }
 
 size_t mem_workspace_wanted(zy_ctx *ctx, const zy_config *mc, int B, int T) {
