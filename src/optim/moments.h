@@ -46,6 +46,14 @@ ZY_MOMENTS_FN uint32_t zy_moment_bits(uint32_t key, uint32_t index_lo) {
     return zy_mix32(index_lo ^ key);
 }
 
+/* Element e's random bits, given key = zy_moment_key(step, hi0) of a loop's first element's high
+ * index bits hi0: the key is recomputed only past a 2^32 boundary, so a loop hashes once an
+ * element. */
+ZY_MOMENTS_FN uint32_t zy_moment_bits_at(uint64_t e, uint64_t step, uint32_t key, uint32_t hi0) {
+    const uint32_t hi = (uint32_t)(e >> 32);
+    return zy_moment_bits(hi == hi0 ? key : zy_moment_key(step, hi), (uint32_t)e);
+}
+
 /* x rounded to bf16 stochastically with the random r16 (0 to 0xffff), returned as the fp32 value
  * it stands for (the low 16 bits zero): up with probability equal to the dropped bits' share of a
  * unit. Only the magnitude's bits move, so negative values round like positive ones. NaN and inf

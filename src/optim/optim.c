@@ -245,15 +245,15 @@ void optim_adamw_update(float *p, const float *g, float *m, float *v, size_t n, 
                         float gscale, int64_t round_step, uint64_t first) {
     const float step = (float)(lr / bc1), inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
     const float decay = lr * wd;
+    const uint32_t hi0 = (uint32_t)(first >> 32);
+    const uint32_t key = round_step > 0 ? zy_moment_key((uint64_t)round_step, hi0) : 0;
 #pragma omp parallel for simd if (n >= PAR_MIN) schedule(static)
     for (size_t i = 0; i < n; i++) {
         float gi = g[i] * gscale;
         float mi = beta1 * m[i] + (1.0f - beta1) * gi;
         float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
         if (round_step > 0) {
-            const uint64_t e = first + i;
-            const uint32_t r = zy_moment_bits(
-                zy_moment_key((uint64_t)round_step, (uint32_t)(e >> 32)), (uint32_t)e);
+            const uint32_t r = zy_moment_bits_at(first + i, (uint64_t)round_step, key, hi0);
             mi = zy_round_moment(mi, r & 0xffffu);
             vi = zy_round_moment(vi, r >> 16);
         }
@@ -582,10 +582,9 @@ static void moment_copy(zy_optim *opt, float *host, void *live, size_t at, size_
         return;
     }
     if (!opt->stage) opt->stage = ops_alloc(opt->ctx, OPTIM_STAGE_FLOATS * sizeof(float));
-    zy_act *l = (zy_act *)((uint16_t *)live + at);
     for (size_t k = 0; k < n; k += OPTIM_STAGE_FLOATS) {
         const size_t len = n - k < OPTIM_STAGE_FLOATS ? n - k : OPTIM_STAGE_FLOATS;
-        zy_act *lk = (zy_act *)((uint16_t *)l + k);
+        zy_act *lk = (zy_act *)((uint16_t *)live + at + k);
         if (to_host) {
             ops_act_to_f32(opt->ctx, opt->stage, lk, len);
             ops_copy_async(opt->ctx, host + k, opt->stage, len * sizeof(float));

@@ -535,14 +535,6 @@ __device__ __forceinline__ void store_moment(bf16 *q, float x) {
     *q = __ushort_as_bfloat16((unsigned short)(__float_as_uint(x) >> 16));
 }
 
-/* Element e's random bits for the moments' rounding: key is the chunk's (zy_moment_key of its
- * first element's high index bits hi0); an element past a 2^32 boundary computes its own. */
-__device__ __forceinline__ uint32_t moment_bits(uint64_t e, uint32_t key, uint32_t hi0,
-                                                uint64_t step) {
-    const uint32_t hi = (uint32_t)(e >> 32);
-    return zy_moment_bits(hi == hi0 ? key : zy_moment_key(step, hi), (uint32_t)e);
-}
-
 /* One block per chunk; 16-byte accesses when the parameter offset allows (state offsets are
  * 16-element aligned). MT: the moments' storage, float or bf16 (rounded stochastically); U: float4
  * groups a thread has in flight. bench-small's update on one H100
@@ -587,7 +579,8 @@ __global__ void __launch_bounds__(NT)
                 const uint64_t e = ch.p + 4 * (uint64_t)i;
                 uint32_t r[4] = {0, 0, 0, 0};
                 if (RND)
-                    for (int k = 0; k < 4; k++) r[k] = moment_bits(e + k, key, hi0, a.round_step);
+                    for (int k = 0; k < 4; k++)
+                        r[k] = zy_moment_bits_at(e + k, a.round_step, key, hi0);
                 adam_one<RND>(P[u].x, G[u].x, M[u].x, V[u].x, a, decay, r[0]);
                 adam_one<RND>(P[u].y, G[u].y, M[u].y, V[u].y, a, decay, r[1]);
                 adam_one<RND>(P[u].z, G[u].z, M[u].z, V[u].z, a, decay, r[2]);
@@ -604,7 +597,7 @@ __global__ void __launch_bounds__(NT)
         done = n4 * 4;
     }
     for (uint32_t i = done + threadIdx.x; i < ch.n; i += NT) {
-        const uint32_t r = RND ? moment_bits(ch.p + i, key, hi0, a.round_step) : 0;
+        const uint32_t r = RND ? zy_moment_bits_at(ch.p + i, a.round_step, key, hi0) : 0;
         float P = pp[i], M = load_moment(mm + i), V = load_moment(vv + i);
         adam_one<RND>(P, gg[i], M, V, a, decay, r);
         pp[i] = P;
