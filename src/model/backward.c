@@ -129,7 +129,7 @@ static void grads_ready(zy_model *m, int layer) {
  * (the norm reading layer l-1's output; model_grads_final_at). With recomputation each layer but
  * the last (whose activations the forward left in the shared set) first runs its forward again from
  * what it kept; its weights are there since the forward, so weights_needed is not called. */
-static void backward_from_dlogits(zy_model *m, zy_acts *a) {
+void model_backward_from_dlogits(zy_model *m, zy_acts *a) {
     ZY_CHECKF(m->grads != NULL, "model built without gradients");
     zy_ctx *ctx = m->ctx;
     const zy_config *c = &m->cfg;
@@ -159,12 +159,12 @@ void model_backward(zy_model *m, zy_acts *a, float loss_scale) {
     /* logits -> dlogits in place */
     ops_xent_fwd_bwd(m->ctx, a->logits, a->logits, a->targets, N, m->cfg.vocab_size,
                      ZY_IGNORE_INDEX, loss_scale, &count);
-    backward_from_dlogits(m, a);
+    model_backward_from_dlogits(m, a);
 }
 
 double model_forward_backward(zy_model *m, zy_acts *a, const int32_t *ids, const int32_t *targets,
                               float loss_scale) {
     double loss = model_forward_loss(m, a, ids, targets, loss_scale);
-    backward_from_dlogits(m, a);
+    model_backward_from_dlogits(m, a);
     return loss;
 }

@@ -36,8 +36,4 @@ void layer_forward(zy_model *mo, zy_acts *a, int l, zy_layer_cache *cache, int n
 /* The model from a->ids (and a->pos, written beforehand) to a->logits [N,V]: the embedding, every
  * layer (layer l with caches[l] when caches != NULL) and the tied head. */
 void trunk_forward(zy_model *m, zy_acts *a, zy_layer_cache *caches);
-/* model_forward; when grad_scale != 0 the loss pass also writes dlogits (scaled) over a->logits,
- * the first step of the backward. */
-double model_forward_loss(zy_model *m, zy_acts *a, const int32_t *ids, const int32_t *targets,
-                          float grad_scale);
 #endif

@@ -225,6 +225,13 @@ double model_forward(zy_model *m, zy_acts *a, const int32_t *ids, const int32_t 
  * recomputation it runs each layer's forward again first (not the last layer's: the shared set
  * still holds it), without calling weights_needed: the forward had every weight. */
 void model_backward(zy_model *m, zy_acts *a, float loss_scale);
+/* model_forward; when grad_scale != 0 the loss pass also writes dlogits (scaled) over a->logits,
+ * the first step of the backward. */
+double model_forward_loss(zy_model *m, zy_acts *a, const int32_t *ids, const int32_t *targets,
+                          float grad_scale);
+/* The backward once a->logits holds dlogits (model_forward_loss with a gradient scale): what
+ * model_backward runs after its loss pass. */
+void model_backward_from_dlogits(zy_model *m, zy_acts *a);
 /* model_forward then model_backward, with the loss and dlogits computed in one pass over the
  * logits. Returns the summed loss like model_forward. */
 double model_forward_backward(zy_model *m, zy_acts *a, const int32_t *ids, const int32_t *targets,

@@ -250,10 +250,11 @@ int step_run(zy_step *s, const zy_step_hooks *hooks, float lr, double *loss, dou
         /* the last micro-batch's backward completes each gradient: reduce them as it goes */
         const int reduce = s->have_zero && micro == s->cfg.grad_accum - 1;
         if (reduce) zero1_reduce_in_backward(&s->zero);
-        if (timed) {
-            sum += model_forward(m, &s->acts, s->ids, s->targets);
+        if (timed) { /* the same ops as below, split between the phases: the loss pass writes
+                      * dlogits in the forward's phase, as the untimed step's does */
+            sum += model_forward_loss(m, &s->acts, s->ids, s->targets, (float)(1.0 / tokens));
             phase_end(hooks, ZY_PHASE_FORWARD);
-            model_backward(m, &s->acts, (float)(1.0 / tokens));
+            model_backward_from_dlogits(m, &s->acts);
         } else {
             sum += model_forward_backward(m, &s->acts, s->ids, s->targets, (float)(1.0 / tokens));
         }
