@@ -54,7 +54,8 @@ typedef __nv_bfloat16 bf16;
 #define NT          256  /* threads per block of the element-wise kernels */
 #define ADAM_CH     8192 /* elements per AdamW block */
 #define ADAM_U      4    /* float4 groups per thread in flight in the AdamW kernel */
-#define ADAM_U_BF16 3    /* the same with bf16 moments (measured: 3 beats 2, 4, 6 and 8 there) */
+#define ADAM_W_BF16 8    /* elements per group with bf16 moments: 16-byte moment accesses */
+#define ADAM_U_BF16 2    /* groups in flight with bf16 moments (measured: see adamw_kernel) */
 #define MUON_CH     8192 /* elements per Muon element-wise block */
 #define CLIP_CH     8192 /* elements per clipping block */
 #define SEG_MAX     96   /* segments per clipping launch (passed by value: ~2 KB) */
@@ -502,25 +503,48 @@ __device__ __forceinline__ void adam_one(float &p, float g, float &m, float &v, 
     p = __fsub_rn(p, __fadd_rn(__fdiv_rn(__fmul_rn(a.step, mi), den), __fmul_rn(decay, p)));
 }
 
-/* Four moments from fp32 or bf16 storage (16-byte or 8-byte aligned) and back. */
-__device__ __forceinline__ float4 load_moment4(const float *q) {
-    return *reinterpret_cast<const float4 *>(q);
+/* W moments from fp32 or bf16 storage (one 16-byte access, or 8 bytes for four bf16) and back.
+ * A bf16 moment is stored as the raw high half of its fp32 value, which zy_round_moment already
+ * made a bf16 value: a conversion instruction would make a NaN canonical, where the CPU keeps its
+ * bits. */
+template <int W> __device__ __forceinline__ void load_moments(const float *q, float *x) {
+    zy_load<float, W>(q, x);
 }
-__device__ __forceinline__ float4 load_moment4(const bf16 *q) {
-    float f[4];
-    zy_load_bf16x4(q, f);
-    return make_float4(f[0], f[1], f[2], f[3]);
+template <int W> __device__ __forceinline__ void store_moments(float *q, const float *x) {
+    zy_store<float, W>(q, x);
 }
-__device__ __forceinline__ void store_moment4(float *q, float4 x) {
-    *reinterpret_cast<float4 *>(q) = x;
+template <int W> __device__ __forceinline__ void load_moments(const bf16 *q, float *x) {
+    static_assert(W == 4 || W == 8, "bf16 moments: 4 or 8 a group");
+    uint32_t u[W / 2];
+    if constexpr (W == 8) {
+        const uint4 t = *reinterpret_cast<const uint4 *>(q);
+        u[0] = t.x, u[1] = t.y, u[2] = t.z, u[3] = t.w;
+    } else {
+        const uint2 t = *reinterpret_cast<const uint2 *>(q);
+        u[0] = t.x, u[1] = t.y;
+    }
+#pragma unroll
+    for (int k = 0; k < W / 2; k++) {
+        x[2 * k] = __uint_as_float(u[k] << 16);
+        x[2 * k + 1] = __uint_as_float(u[k] & 0xffff0000u);
+    }
 }
-/* x already holds a bf16 value (zy_round_moment): its high half is the bf16, NaNs included (a
- * conversion instruction would make a NaN canonical, where the CPU keeps its bits) */
-__device__ __forceinline__ uint32_t bf16_pair(float lo, float hi) {
-    return (__float_as_uint(lo) >> 16) | (__float_as_uint(hi) & 0xffff0000u);
+template <int W> __device__ __forceinline__ void store_moments(bf16 *q, const float *x) {
+    uint32_t u[W / 2];
+#pragma unroll
+    for (int k = 0; k < W / 2; k++)
+        u[k] = (__float_as_uint(x[2 * k]) >> 16) | (__float_as_uint(x[2 * k + 1]) & 0xffff0000u);
+    if constexpr (W == 8)
+        *reinterpret_cast<uint4 *>(q) = make_uint4(u[0], u[1], u[2], u[3]);
+    else
+        *reinterpret_cast<uint2 *>(q) = make_uint2(u[0], u[1]);
 }
-__device__ __forceinline__ void store_moment4(bf16 *q, float4 x) {
-    *reinterpret_cast<uint2 *>(q) = make_uint2(bf16_pair(x.x, x.y), bf16_pair(x.z, x.w));
+/* The bf16 compute copy of W weights (16 bytes for 8, 8 bytes for 4). */
+template <int W> __device__ __forceinline__ void store_copy(bf16 *q, const float *x) {
+    if constexpr (W == 4)
+        zy_store_bf16x4(q, x);
+    else
+        zy_store<bf16, W>(q, x);
 }
 __device__ __forceinline__ float load_moment(const float *q) {
     return *q;
@@ -535,13 +559,16 @@ __device__ __forceinline__ void store_moment(bf16 *q, float x) {
     *q = __ushort_as_bfloat16((unsigned short)(__float_as_uint(x) >> 16));
 }
 
-/* One block per chunk; 16-byte accesses when the parameter offset allows (state offsets are
- * 16-element aligned). MT: the moments' storage, float or bf16 (rounded stochastically); U: float4
- * groups a thread has in flight. bench-small's update on one H100
- * (dev/scripts/gpu_adam_variants.sh): fp32 moments 7.28 ms at U = 4 (2 and 3 slower); bf16
- * moments 5.59 ms at U = 3, 5.71 at 2, 5.89 at 4 and 6, 7.94 at 8 (one block an SM); a one-multiply
+/* One block per chunk; groups of W elements (16-byte accesses of the weights, gradients and fp32
+ * moments; of bf16 moments with W = 8) when the parameter offset allows (state offsets are
+ * 16-element aligned), then the chunk's tail one element at a time. MT: the moments' storage,
+ * float or bf16 (rounded stochastically); U: groups a thread has in flight. bench-small's update on
+ * one H100 (dev/scripts/gpu_adam_variants.sh): fp32 moments 7.28 ms at W = 4, U = 4 (2 and 3
+ * slower); bf16 moments at W = 4: 5.59 ms at U = 3, 5.71 at 2, 5.89 at 4 and 6, 7.94 at 8 (one
+ * block an SM); at W = 8 (same call as W = 4, U = 3 at 5.60): 5.32 ms at U = 2 (94 registers,
+ * 2.81 TB/s, fp32's rate), 5.54 at U = 1, 5.64 at U = 2 held to 3 blocks an SM; a one-multiply
  * hash instead of murmur's finaliser saved 0.1 ms. */
-template <typename MT, int U>
+template <typename MT, int W, int U>
 __global__ void __launch_bounds__(NT)
     adamw_kernel(float *__restrict__ p, const float *__restrict__ g, MT *__restrict__ m,
                  MT *__restrict__ v, const adam_chunk *__restrict__ chunks, adam_args a,
@@ -557,44 +584,38 @@ __global__ void __launch_bounds__(NT)
     const uint32_t hi0 = (uint32_t)(ch.p >> 32);
     const uint32_t key = RND ? zy_moment_key(a.round_step, hi0) : 0;
     uint32_t done = 0;
-    if (ch.p % 4 == 0) {
-        /* U float4 groups per thread per round, every load issued before any arithmetic so that
-         * enough bytes are in flight to keep HBM busy (the chunks are short) */
-        const uint32_t n4 = ch.n / 4;
-        for (uint32_t i0 = threadIdx.x; i0 < n4; i0 += NT * U) {
-            float4 P[U], M[U], V[U], G[U];
+    if (ch.p % W == 0) {
+        /* U groups per thread per round, every load issued before any arithmetic so that enough
+         * bytes are in flight to keep HBM busy (the chunks are short) */
+        const uint32_t nw = ch.n / W;
+        for (uint32_t i0 = threadIdx.x; i0 < nw; i0 += NT * U) {
+            float P[U][W], M[U][W], V[U][W], G[U][W];
 #pragma unroll
             for (int u = 0; u < U; u++) {
-                const uint32_t i = i0 + u * NT;
-                if (i >= n4) break;
-                P[u] = reinterpret_cast<float4 *>(pp)[i];
-                M[u] = load_moment4(mm + 4 * (size_t)i);
-                V[u] = load_moment4(vv + 4 * (size_t)i);
-                G[u] = reinterpret_cast<const float4 *>(gg)[i];
+                const size_t e = (size_t)W * (i0 + u * NT);
+                if (i0 + u * NT >= nw) break;
+                zy_load<float, W>(pp + e, P[u]);
+                load_moments<W>(mm + e, M[u]);
+                load_moments<W>(vv + e, V[u]);
+                zy_load<float, W>(gg + e, G[u]);
             }
 #pragma unroll
             for (int u = 0; u < U; u++) {
-                const uint32_t i = i0 + u * NT;
-                if (i >= n4) break;
-                const uint64_t e = ch.p + 4 * (uint64_t)i;
-                uint32_t r[4] = {0, 0, 0, 0};
-                if (RND)
-                    for (int k = 0; k < 4; k++)
-                        r[k] = zy_moment_bits_at(e + k, a.round_step, key, hi0);
-                adam_one<RND>(P[u].x, G[u].x, M[u].x, V[u].x, a, decay, r[0]);
-                adam_one<RND>(P[u].y, G[u].y, M[u].y, V[u].y, a, decay, r[1]);
-                adam_one<RND>(P[u].z, G[u].z, M[u].z, V[u].z, a, decay, r[2]);
-                adam_one<RND>(P[u].w, G[u].w, M[u].w, V[u].w, a, decay, r[3]);
-                reinterpret_cast<float4 *>(pp)[i] = P[u];
-                store_moment4(mm + 4 * (size_t)i, M[u]);
-                store_moment4(vv + 4 * (size_t)i, V[u]);
-                if (cc) {
-                    const float pv[4] = {P[u].x, P[u].y, P[u].z, P[u].w};
-                    zy_store_bf16x4(cc + 4 * (size_t)i, pv); /* ch.p % 4 == 0: 8-byte aligned */
+                const size_t e = (size_t)W * (i0 + u * NT);
+                if (i0 + u * NT >= nw) break;
+#pragma unroll
+                for (int k = 0; k < W; k++) {
+                    const uint32_t r =
+                        RND ? zy_moment_bits_at(ch.p + e + k, a.round_step, key, hi0) : 0;
+                    adam_one<RND>(P[u][k], G[u][k], M[u][k], V[u][k], a, decay, r);
                 }
+                zy_store<float, W>(pp + e, P[u]);
+                store_moments<W>(mm + e, M[u]);
+                store_moments<W>(vv + e, V[u]);
+                if (cc) store_copy<W>(cc + e, P[u]); /* ch.p % W == 0: aligned */
             }
         }
-        done = n4 * 4;
+        done = nw * W;
     }
     for (uint32_t i = done + threadIdx.x; i < ch.n; i += NT) {
         const uint32_t r = RND ? zy_moment_bits_at(ch.p + i, a.round_step, key, hi0) : 0;
@@ -982,12 +1003,12 @@ void optim_cuda_adamw(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, float 
     a.gscale = gscale;
     a.round_step = (uint64_t)opt->step;
     if (opt->moments_bf16)
-        zy_launch(adamw_kernel<bf16, ADAM_U_BF16>, (unsigned)(k1 - k0), NT, 0, cuda_stream(ctx),
-                  params, grads, (bf16 *)opt->exp_avg, (bf16 *)opt->exp_avg_sq, c->chunks + k0, a,
-                  (bf16 *)opt->compute_copy);
+        zy_launch(adamw_kernel<bf16, ADAM_W_BF16, ADAM_U_BF16>, (unsigned)(k1 - k0), NT, 0,
+                  cuda_stream(ctx), params, grads, (bf16 *)opt->exp_avg, (bf16 *)opt->exp_avg_sq,
+                  c->chunks + k0, a, (bf16 *)opt->compute_copy);
     else
-        zy_launch(adamw_kernel<float, ADAM_U>, (unsigned)(k1 - k0), NT, 0, cuda_stream(ctx), params,
-                  grads, (float *)opt->exp_avg, (float *)opt->exp_avg_sq, c->chunks + k0, a,
+        zy_launch(adamw_kernel<float, 4, ADAM_U>, (unsigned)(k1 - k0), NT, 0, cuda_stream(ctx),
+                  params, grads, (float *)opt->exp_avg, (float *)opt->exp_avg_sq, c->chunks + k0, a,
                   (bf16 *)opt->compute_copy);
     ZY_CUDA_CHECK_LAUNCH();
     prof_end(ctx, slot, "optim_adamw");
