@@ -14,7 +14,8 @@
 # An OPTIMS entry muon-nsK runs Muon with K Newton-Schulz iterations (--ns-steps K), muon-nsKm
 # the same with the minimax coefficients (--ns-coefficients minimax), an a in the suffix (muon-ns4a,
 # muon-ns3am) starting from AOL's rescaling (--ns-precondition aol). A -bf16m suffix (adamw-bf16m,
-# muon-ns4-bf16m) keeps AdamW's moments in bf16 (--adam-moments bfloat16).
+# muon-ns4-bf16m) keeps AdamW's moments in bf16 (--adam-moments bfloat16), a -bf16u suffix after it
+# (muon-bf16u, muon-bf16m-bf16u) Muon's momentum (--muon-momentum-dtype bfloat16).
 # The closing table gives each case's medians and, where AdamW ran beside too, each optimizer's
 # step against AdamW's from the same call (the Muon / AdamW ratio of issue 19).
 # Files land in $OUT: summary.txt, build.log, tests.log, mutant.log, bench_*.json.
@@ -80,7 +81,8 @@ for r in $(seq 1 "${ROUNDS:-2}"); do
                 [[ $k == *m* ]] && ns+=(--ns-coefficients minimax)
                 [[ $k == *a* ]] && ns+=(--ns-precondition aol)
             fi
-            [[ $optim == *-bf16m ]] && ns+=(--adam-moments bfloat16)
+            [[ $optim == *-bf16m || $optim == *-bf16m-* ]] && ns+=(--adam-moments bfloat16)
+            [[ $optim == *-bf16u ]] && ns+=(--muon-momentum-dtype bfloat16)
             for ov in $variants; do
                 f="$OUT/bench_${preset}_${optim}_ov${ov}_$r"
                 if [ "$ov" = prev ]; then
@@ -102,7 +104,7 @@ python3 - "$OUT" <<'EOF' | tee -a "$OUT/summary.txt"
 import glob, json, re, statistics, sys
 ms = {}
 for f in glob.glob(sys.argv[1] + "/bench_*.json"):
-    m = re.search(r"bench_(.+)_((?:adamw|muon(?:-ns\d+[am]*)?)(?:-bf16m)?)_ov(\w+)_\d+\.json$", f)
+    m = re.search(r"bench_(.+)_((?:adamw|muon(?:-ns\d+[am]*)?)(?:-bf16m)?(?:-bf16u)?)_ov(\w+)_\d+\.json$", f)
     try:
         ms.setdefault((m[1], m[2], m[3]), []).append(json.load(open(f))["step_ms"]["median"])
     except Exception:

@@ -177,6 +177,13 @@ static void test_run_adamw_and_muon(void **state) {
     assert_true(mm.loss_first == m.loss_first && mm.loss_last != m.loss_last &&
                 mm.loss_last != ns2.loss_last);
     o.ns_coefs = ZY_NS_FIXED;
+    /* a bf16 momentum reaches the optimizer: the same first loss, other updates (its rounding) */
+    bench_train_result mb;
+    o.muon_momentum_dtype = ZY_ADAM_MOMENTS_BF16;
+    assert_int_equal(bench_train_run(&o, &mb), ZY_OK);
+    assert_true(mb.loss_first == m.loss_first && mb.loss_last != m.loss_last);
+    bench_train_result_free(&mb);
+    o.muon_momentum_dtype = ZY_ADAM_MOMENTS_F32;
     /* the same seed draws the same weights and tokens: same first loss, and AdamW's run replays */
     assert_true(m.loss_first == a.loss_first);
     o.use_muon = 0;
@@ -379,6 +386,8 @@ static void test_cli_errors(void **state) {
         {"--preset tiny --device cpu --optim muon --ns-steps 0", "--ns-steps"},
         {"--preset tiny --device cpu --ns-steps 4", "needs --optim muon"},
         {"--preset tiny --device cpu --ns-coefficients minimax", "needs --optim muon"},
+        {"--preset tiny --device cpu --muon-momentum-dtype bfloat16", "needs --optim muon"},
+        {"--preset tiny --device cpu --optim muon --muon-momentum-dtype half", "half"},
         {"--preset tiny --device cpu --optim muon --ns-coefficients best", "best"},
         {"--preset tiny --device cpu --peak-tflops -5", "--peak-tflops"},
         {"--preset tiny --device cpu --seed -1", "--seed"},

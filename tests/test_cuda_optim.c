@@ -597,19 +597,21 @@ static void test_muon_by_runs(void **state) {
     params_free(&t);
 }
 
-/* Several steps with every knob on: momentum state exact, the parameter change within bf16. */
-static void test_muon_steps(void **state) {
-    (void)state;
-    NEED_GPU();
+/* Several steps with every knob on: momentum state exact, the parameter change within bf16. A
+ * bf16 momentum (dtype): 2 bytes an element on the GPU, and the CPU's bits exactly (the same
+ * momentum before rounding, rounded with the same hashed bits). */
+static void run_muon_steps(int dtype) {
     zy_param_table t;
     muon_table(&t);
     zy_optim_config cfg;
     optim_config_default(&cfg);
     cfg.weight_decay = 0.05f;
     cfg.muon_lr_ratio = 1.5f;
+    cfg.muon_momentum_dtype = dtype;
     zy_optim oc, og;
     assert_int_equal(optim_init(&oc, &cpu, &cfg, &t), ZY_OK);
     assert_int_equal(optim_init(&og, &gpu, &cfg, &t), ZY_OK);
+    assert_int_equal(og.momentum_bf16, dtype == ZY_ADAM_MOMENTS_BF16);
     float *p = malloc(t.total * sizeof *p), *g = malloc(t.total * sizeof *g);
     float *p0 = malloc(t.total * sizeof *p0);
     fill_normal(p, t.total, 1.0f);
@@ -629,12 +631,18 @@ static void test_muon_steps(void **state) {
     zy_state_tensor *sc = optim_state_tensors(&oc, &t, &nc),
                     *sg = optim_state_tensors(&og, &t, &ng);
     assert_int_equal(nc, ng);
+    size_t momenta = 0;
     for (int i = 0; i < nc; i++) { /* moments and momentum: element-wise, the CPU's bits */
         assert_string_equal(sc[i].name, sg[i].name);
         size_t nd;
         double mx = max_abs(sc[i].data, sc[i].numel);
         assert_true(close_ratio(sg[i].data, sc[i].data, sc[i].numel, 1e-6 * mx, &nd) <= 1.0);
+        if (dtype == ZY_ADAM_MOMENTS_BF16 && !strncmp(sc[i].name, "muon_momentum.", 14)) {
+            assert_memory_equal(sg[i].data, sc[i].data, sc[i].numel * sizeof(float));
+            momenta += sc[i].numel;
+        }
     }
+    if (dtype == ZY_ADAM_MOMENTS_BF16) assert_true(momenta > 1000);
     free(sc);
     free(sg);
     free(hp);
@@ -646,6 +654,13 @@ static void test_muon_steps(void **state) {
     free(p);
     free(g);
     free(p0);
+}
+
+static void test_muon_steps(void **state) {
+    (void)state;
+    NEED_GPU();
+    run_muon_steps(ZY_ADAM_MOMENTS_F32);
+    run_muon_steps(ZY_ADAM_MOMENTS_BF16);
 }
 
 /* Three "layers" of q [32, 48], o [48, 32] and experts [4, 32, 48]: two shape groups (15 matrices
@@ -763,22 +778,26 @@ static void test_clip_vs_cpu(void **state) {
 
 /* ---- state round trip ---- */
 
-/* A GPU optimizer's live AdamW moment (which 0: exp_avg, 1: exp_avg_sq) on the host as fp32. */
-static float *moment_to_host(const zy_optim *o, int which) {
-    const void *live = which ? o->exp_avg_sq : o->exp_avg;
-    if (!o->moments_bf16) return to_host(live, o->adam_total);
-    uint16_t *h = malloc(o->adam_total * sizeof *h);
-    ops_copy(&gpu, h, live, o->adam_total * sizeof *h);
-    float *f = malloc(o->adam_total * sizeof *f);
-    for (size_t i = 0; i < o->adam_total; i++) f[i] = zy_bf16_to_f32(h[i]);
+/* n live state values (fp32, or bf16 where bf16) on the host as fp32. */
+static float *state_to_host(const void *live, size_t n, int bf16) {
+    if (!bf16) return to_host(live, n);
+    uint16_t *h = malloc(n * sizeof *h);
+    ops_copy(&gpu, h, live, n * sizeof *h);
+    float *f = malloc(n * sizeof *f);
+    for (size_t i = 0; i < n; i++) f[i] = zy_bf16_to_f32(h[i]);
     free(h);
     return f;
 }
 
+/* A GPU optimizer's live AdamW moment (which 0: exp_avg, 1: exp_avg_sq) on the host as fp32. */
+static float *moment_to_host(const zy_optim *o, int which) {
+    return state_to_host(which ? o->exp_avg_sq : o->exp_avg, o->adam_total, o->moments_bf16);
+}
+
 /* Steps, the state to the host mirror (bit for bit what the device holds), the mirror "saved" by
  * name into a second optimizer and back to its device, then one more step on both: the same bits.
- * bf16 moments: the mirror holds them widened, and a tensor longer than the staging buffer
- * (OPTIM_STAGE_FLOATS) crosses it in pieces both ways. */
+ * bf16 (AdamW's moments and Muon's momentum): the mirror holds them widened, and a tensor longer
+ * than the staging buffer (OPTIM_STAGE_FLOATS) crosses it in pieces both ways. */
 static void run_state_round_trip(int moments) {
     zy_param_table t;
     muon_table(&t);
@@ -788,6 +807,7 @@ static void run_state_round_trip(int moments) {
     zy_optim_config cfg;
     optim_config_default(&cfg);
     cfg.adam_moments = moments;
+    cfg.muon_momentum_dtype = moments;
     zy_optim a, b, c;
     assert_int_equal(optim_init(&a, &gpu, &cfg, &t), ZY_OK);
     assert_int_equal(optim_init(&b, &gpu, &cfg, &t), ZY_OK);
@@ -803,8 +823,9 @@ static void run_state_round_trip(int moments) {
     optim_state_to_host(&a);
     /* the mirror holds exactly the device state */
     assert_int_equal(a.moments_bf16, moments == ZY_ADAM_MOMENTS_BF16);
+    assert_int_equal(a.momentum_bf16, moments == ZY_ADAM_MOMENTS_BF16);
     float *m = moment_to_host(&a, 0), *v = moment_to_host(&a, 1);
-    float *mom = to_host(a.momentum, a.muon_total);
+    float *mom = state_to_host(a.momentum, a.muon_total, a.momentum_bf16);
     assert_memory_equal(m, a.host_state, a.adam_total * sizeof(float));
     assert_memory_equal(v, a.host_state + a.adam_total, a.adam_total * sizeof(float));
     assert_memory_equal(mom, a.host_state + 2 * a.adam_total, a.muon_total * sizeof(float));

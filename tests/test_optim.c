@@ -372,6 +372,35 @@ static void bf16_neighbours(float x, float *lo, float *hi) {
     *hi = fmaxf(a, b);
 }
 
+/* Stochastic roundings seen: errors in units of the gap between the two neighbours. */
+typedef struct {
+    double sum, abs;
+    long n;
+} rounding_stats;
+
+/* got is one of exact's two bf16 neighbours; where there is a choice its error is counted. */
+static void check_rounding(float got, float exact, rounding_stats *st) {
+    float lo, hi;
+    bf16_neighbours(exact, &lo, &hi);
+    assert_true(got == lo || got == hi);
+    if (hi > lo) {
+        const double e = ((double)got - exact) / ((double)hi - lo);
+        st->sum += e;
+        st->abs += fabs(e);
+        st->n++;
+    }
+}
+
+/* At least min_n roundings, unbiased: the mean error a small fraction of a unit, where rounding
+ * towards zero would give minus half a unit, so this fails on truncation. */
+static void check_unbiased(const rounding_stats *st, const char *what, long min_n) {
+    const double bias = st->sum / (double)st->n;
+    printf("%s: %ld stochastic roundings, mean error %.4f of a unit (mean |error| %.3f)\n", what,
+           st->n, bias, st->abs / (double)st->n);
+    assert_true(st->n > min_n);
+    assert_true(fabs(bias) < 0.02);
+}
+
 /* A table of one n-element entry of `kind`, and an AdamW-only config with bf16 moments. */
 static void bf16_moments_case(zy_param_table *t, int64_t n, zy_param_kind kind, float beta2,
                               zy_optim_config *cfg) {
@@ -399,9 +428,8 @@ static void test_adamw_bf16_moments(void **state) {
     assert_int_equal(optim_init(&again, &cpu, &cfg, &t), ZY_OK);
     float *p = malloc(N * sizeof *p), *p2 = malloc(N * sizeof *p2), *g = malloc(N * sizeof *g);
     for (int i = 0; i < N; i++) p[i] = p2[i] = 0.01f * (float)(i % 97) - 0.4f;
-    float *m = opt.exp_avg, *v = opt.exp_avg_sq;     /* the CPU keeps them in fp32 buffers */
-    double err_sum[2] = {0, 0}, err_abs[2] = {0, 0}; /* m, v: errors in units of the gap */
-    long n_err[2] = {0, 0};
+    float *m = opt.exp_avg, *v = opt.exp_avg_sq;   /* the CPU keeps them in fp32 buffers */
+    rounding_stats st[2] = {{0, 0, 0}, {0, 0, 0}}; /* m, v */
     for (int s = 1; s <= 4; s++) {
         for (int i = 0; i < N; i++) g[i] = sinf(0.37f * (float)i + (float)s) * (s == 3 ? 1e-3f : 1);
         float *m0 = malloc(N * sizeof *m0), *v0 = malloc(N * sizeof *v0);
@@ -416,18 +444,8 @@ static void test_adamw_bf16_moments(void **state) {
         for (int i = 0; i < N; i++) {
             const float me = 0.9f * m0[i] + (1.0f - 0.9f) * g[i];
             const float ve = 0.99f * v0[i] + (1.0f - 0.99f) * g[i] * g[i];
-            const float exact[2] = {me, ve}, got[2] = {m[i], v[i]};
-            for (int k = 0; k < 2; k++) {
-                float lo, hi;
-                bf16_neighbours(exact[k], &lo, &hi);
-                assert_true(got[k] == lo || got[k] == hi);
-                if (hi > lo) { /* where there is a choice (m takes both signs) */
-                    const double e = ((double)got[k] - exact[k]) / ((double)hi - lo);
-                    err_sum[k] += e;
-                    err_abs[k] += fabs(e);
-                    n_err[k]++;
-                }
-            }
+            check_rounding(m[i], me, &st[0]);
+            check_rounding(v[i], ve, &st[1]);
             const double want =
                 pw[i] - lr * ((m[i] / bc1) / (sqrt(v[i] / bc2) + 1e-8) + 0.1 * pw[i]);
             assert_true(fabs(p[i] - want) <= 1e-6 * (1 + fabs(want)));
@@ -436,14 +454,8 @@ static void test_adamw_bf16_moments(void **state) {
         free(v0);
         free(pw);
     }
-    for (int k = 0; k < 2; k++) {
-        const double bias = err_sum[k] / (double)n_err[k];
-        printf("bf16 moments, %s: %ld stochastic roundings, mean error %.4f of a unit (mean "
-               "|error| %.3f)\n",
-               k ? "v" : "m", n_err[k], bias, err_abs[k] / (double)n_err[k]);
-        assert_true(n_err[k] > 10000);
-        assert_true(fabs(bias) < 0.02);
-    }
+    check_unbiased(&st[0], "bf16 moments, m", 10000);
+    check_unbiased(&st[1], "bf16 moments, v", 10000);
     assert_memory_equal(p, p2, N * sizeof *p);
     assert_memory_equal(opt.exp_avg, again.exp_avg, N * sizeof(float));
     assert_memory_equal(opt.exp_avg_sq, again.exp_avg_sq, N * sizeof(float));
@@ -482,6 +494,32 @@ static void test_adamw_bf16_moments_by_index(void **state) {
     free(g);
 }
 
+/* x rounded to the nearest bf16 value. */
+static float bf16_nearest(float x) {
+    return zy_bf16_to_f32(zy_f32_to_bf16(x));
+}
+
+/* A checkpoint of one step under cfg_a "resumed" under cfg_b: a (cfg_a) takes a step, its state
+ * tensors are copied by order into b (cfg_b) and loaded (optim_state_from_host). The caller frees
+ * both optimizers. */
+static void resume_state_into(const zy_param_table *t, const zy_optim_config *cfg_a,
+                              const zy_optim_config *cfg_b, zy_optim *a, zy_optim *b) {
+    assert_int_equal(optim_init(a, &cpu, cfg_a, t), ZY_OK);
+    assert_int_equal(optim_init(b, &cpu, cfg_b, t), ZY_OK);
+    float *p = calloc(t->total, sizeof *p), *g = calloc(t->total, sizeof *g);
+    for (size_t i = 0; i < t->total; i++) g[i] = cosf(0.3f * (float)i);
+    optim_step(a, t, p, g, 1e-3f, 1.0f);
+    int na, nb;
+    zy_state_tensor *sa = optim_state_tensors(a, t, &na), *sb = optim_state_tensors(b, t, &nb);
+    assert_int_equal(na, nb);
+    for (int k = 0; k < na; k++) memcpy(sb[k].data, sa[k].data, sa[k].numel * sizeof(float));
+    optim_state_from_host(b);
+    free(sa);
+    free(sb);
+    free(p);
+    free(g);
+}
+
 /* A fp32 state loaded into a bf16-moments optimizer (a checkpoint of a fp32 run, resumed with the
  * setting changed) is rounded to nearest once loaded, as the GPU's copy rounds it. */
 static void test_adamw_bf16_moments_load_fp32(void **state) {
@@ -493,33 +531,18 @@ static void test_adamw_bf16_moments_load_fp32(void **state) {
     cfg32 = cfg;
     cfg32.adam_moments = ZY_ADAM_MOMENTS_F32;
     zy_optim a, b;
-    assert_int_equal(optim_init(&a, &cpu, &cfg32, &t), ZY_OK);
-    assert_int_equal(optim_init(&b, &cpu, &cfg, &t), ZY_OK);
-    float *p = calloc(t.total, sizeof *p), *g = calloc(t.total, sizeof *g);
-    for (int i = 0; i < N; i++) g[i] = cosf(0.3f * (float)i);
-    optim_step(&a, &t, p, g, 1e-3f, 1.0f);
-    int na, nb;
-    zy_state_tensor *sa = optim_state_tensors(&a, &t, &na), *sb = optim_state_tensors(&b, &t, &nb);
-    assert_int_equal(na, nb);
-    int not_bf16 = 0;
-    for (int k = 0; k < na; k++) {
-        memcpy(sb[k].data, sa[k].data, sa[k].numel * sizeof(float));
-        for (size_t i = 0; i < sa[k].numel; i++)
-            not_bf16 += zy_bf16_to_f32(zy_f32_to_bf16(sa[k].data[i])) != sa[k].data[i];
-    }
-    optim_state_from_host(&b);
-    assert_true(not_bf16 > N); /* the fp32 state was not bf16 already */
+    resume_state_into(&t, &cfg32, &cfg, &a, &b);
     const float *live[2] = {b.exp_avg, b.exp_avg_sq}, *src[2] = {a.exp_avg, a.exp_avg_sq};
+    int not_bf16 = 0;
     for (int k = 0; k < 2; k++)
-        for (int i = 0; i < N; i++)
-            assert_true(live[k][i] == zy_bf16_to_f32(zy_f32_to_bf16(src[k][i])));
-    free(sa);
-    free(sb);
+        for (int i = 0; i < N; i++) {
+            not_bf16 += bf16_nearest(src[k][i]) != src[k][i];
+            assert_true(live[k][i] == bf16_nearest(src[k][i]));
+        }
+    assert_true(not_bf16 > N); /* the fp32 state was not bf16 already */
     optim_free(&a);
     optim_free(&b);
     params_free(&t);
-    free(p);
-    free(g);
 }
 
 /* Why the rounding is stochastic: with beta2 = 0.999 a second moment whose gradient stops decays by
@@ -550,6 +573,106 @@ static void test_adamw_bf16_moments_decay(void **state) {
     params_free(&t);
     free(p);
     free(g);
+}
+
+/* ---- Muon with a bf16 momentum (optimizer.muon_momentum_dtype bfloat16) ---- */
+
+/* A table of one Muon stack [S, R, C] (S equal-shaped matrices) and a config with a bf16 momentum
+ * (AdamW's moments left fp32, so only the momentum is rounded). */
+enum { MB_S = 3, MB_R = 48, MB_C = 96, MB_N = MB_S * MB_R * MB_C };
+static void bf16_momentum_case(zy_param_table *t, zy_optim_config *cfg) {
+    params_init(t);
+    params_add(t, "w", 3, (int64_t[]){MB_S, MB_R, MB_C}, ZY_PARAM_MATRIX, -1);
+    optim_config_default(cfg);
+    cfg->muon_momentum_dtype = ZY_ADAM_MOMENTS_BF16;
+}
+
+/* Each step's momentum is one of the two bf16 neighbours of mu * (the stored momentum) + g, the
+ * rounding unbiased over many elements (truncation would give minus half a unit); the update is
+ * Newton-Schulz of the Nesterov u formed from the stored (rounded) momentum, applied exactly as
+ * optim_apply_update does; equal matrices of the stack round differently (the bits follow the
+ * element's index in the parameter buffer, not its index within a matrix); a second optimizer
+ * draws the same bits. */
+static void test_muon_bf16_momentum(void **state) {
+    (void)state;
+    const int MN = MB_R * MB_C;
+    zy_param_table t;
+    zy_optim_config cfg;
+    bf16_momentum_case(&t, &cfg);
+    zy_optim opt, again;
+    assert_int_equal(optim_init(&opt, &cpu, &cfg, &t), ZY_OK);
+    assert_int_equal(optim_init(&again, &cpu, &cfg, &t), ZY_OK);
+    assert_int_equal(opt.momentum_bf16, 0); /* the CPU keeps the values in an fp32 buffer */
+    float *p = malloc(MB_N * sizeof *p), *p2 = malloc(MB_N * sizeof *p2);
+    float *g = malloc(MB_N * sizeof *g), *m0 = malloc(MB_N * sizeof *m0);
+    float *pw = malloc(MB_N * sizeof *pw), *u = malloc(MN * sizeof *u);
+    float *work = malloc(optim_ns_work_floats(MB_R, MB_C) * sizeof *work);
+    for (int i = 0; i < MB_N; i++) p[i] = p2[i] = 0.02f * (float)(i % 89) - 0.9f;
+    const float *mom = opt.momentum, mu = cfg.muon_momentum, lr = 1e-2f;
+    const float scale = optim_muon_scale(cfg.muon_scale, MB_R, MB_C);
+    rounding_stats st = {0, 0, 0};
+    int differ = 0;
+    for (int s = 1; s <= 4; s++) {
+        /* the stack's matrices get the same gradient: their momenta differ by the rounding alone */
+        for (int i = 0; i < MB_N; i++) g[i] = sinf(0.37f * (float)(i % MN) + (float)s);
+        memcpy(m0, mom, MB_N * sizeof *m0);
+        memcpy(pw, p, MB_N * sizeof *pw);
+        optim_step(&opt, &t, p, g, lr, 1.0f);
+        optim_step(&again, &t, p2, g, lr, 1.0f);
+        for (int i = 0; i < MB_N; i++) check_rounding(mom[i], mu * m0[i] + g[i], &st);
+        for (int k = 0; k < MB_S; k++) {
+            const size_t o = (size_t)k * MN;
+            for (int i = 0; i < MN; i++) u[i] = g[o + i] + mu * mom[o + i];
+            optim_newton_schulz(u, MB_R, MB_C, cfg.muon_ns_steps, opt.ns_abc, cfg.muon_ns_precond,
+                                work);
+            optim_apply_update(pw + o, u, MN, lr * cfg.muon_lr_ratio, scale, cfg.weight_decay);
+            if (k > 0)
+                for (int i = 0; i < MN; i++) differ += mom[o + i] != mom[i];
+        }
+        assert_memory_equal(p, pw, MB_N * sizeof *p);
+    }
+    check_unbiased(&st, "bf16 Muon momentum", 40000);
+    printf("bf16 Muon momentum: equal matrices rounded differently at %d of %d elements\n", differ,
+           4 * (MB_S - 1) * MN);
+    assert_true(differ > (MB_S - 1) * MN); /* over 4 steps: a quarter of the chances or more */
+    assert_memory_equal(p, p2, MB_N * sizeof *p);
+    assert_memory_equal(opt.momentum, again.momentum, MB_N * sizeof(float));
+    optim_free(&opt);
+    optim_free(&again);
+    params_free(&t);
+    free(p);
+    free(p2);
+    free(g);
+    free(m0);
+    free(pw);
+    free(u);
+    free(work);
+}
+
+/* A fp32 momentum loaded into a bf16-momentum optimizer is rounded to nearest once loaded (as the
+ * GPU's copy rounds it); AdamW's fp32 moments, not asked to be bf16, are left as loaded. */
+static void test_muon_bf16_momentum_load_fp32(void **state) {
+    (void)state;
+    zy_param_table t;
+    zy_optim_config cfg, cfg32;
+    bf16_momentum_case(&t, &cfg);
+    params_add(&t, "b", 1, (int64_t[]){256}, ZY_PARAM_VECTOR, -1);
+    cfg32 = cfg;
+    cfg32.muon_momentum_dtype = ZY_ADAM_MOMENTS_F32;
+    zy_optim a, b;
+    resume_state_into(&t, &cfg32, &cfg, &a, &b);
+    const float *ma = a.momentum, *mb = b.momentum;
+    int not_bf16 = 0;
+    for (int i = 0; i < MB_N; i++) {
+        not_bf16 += bf16_nearest(ma[i]) != ma[i];
+        assert_true(mb[i] == bf16_nearest(ma[i]));
+    }
+    assert_true(not_bf16 > MB_N / 2); /* the fp32 momentum was not bf16 already */
+    assert_memory_equal(b.exp_avg, a.exp_avg, a.adam_total * sizeof(float));
+    assert_memory_equal(b.exp_avg_sq, a.exp_avg_sq, a.adam_total * sizeof(float));
+    optim_free(&a);
+    optim_free(&b);
+    params_free(&t);
 }
 
 /* ---- an independent double-precision Muon (literal algorithm: transpose tall matrices) ---- */
@@ -1041,6 +1164,10 @@ static void test_optim_bad_config(void **state) {
     c.adam_moments = 2;
     assert_int_equal(optim_config_check(&c), ZY_ERR);
     assert_non_null(strstr(zy_errmsg(), "adam_moments"));
+    optim_config_default(&c);
+    c.muon_momentum_dtype = -1;
+    assert_int_equal(optim_config_check(&c), ZY_ERR);
+    assert_non_null(strstr(zy_errmsg(), "muon_momentum_dtype"));
     params_free(&t);
 }
 
@@ -1471,6 +1598,8 @@ int main(void) {
         cmocka_unit_test(test_adamw_bf16_moments_decay),
         cmocka_unit_test(test_adamw_bf16_moments_by_index),
         cmocka_unit_test(test_adamw_bf16_moments_load_fp32),
+        cmocka_unit_test(test_muon_bf16_momentum),
+        cmocka_unit_test(test_muon_bf16_momentum_load_fp32),
         cmocka_unit_test(test_muon_vs_double_reference),
         cmocka_unit_test(test_muon_scale_rules),
         cmocka_unit_test(test_adamw_only_and_decay_kinds),

@@ -83,12 +83,15 @@ static int setup(void **state) {
     path(data, sizeof data, "data");
     assert_int_equal(corpus_tokenize(bin, tmp, corpus, "320", "0.1", tok, data), 0);
     const char *devices[2] = {"cpu", "cuda"};
-    for (int i = 0; i < 2; i++) { /* train_DEV.json, and train_DEV_bf16m.json: bf16 AdamW moments */
+    for (int i = 0; i < 2; i++) { /* train_DEV.json, and train_DEV_bf16m.json: bf16 AdamW moments
+                                     and Muon momentum */
         for (int b = 0; b < 2; b++) {
             char cfg[256], text[2048];
             snprintf(cfg, sizeof cfg, "%s/train_%s%s.json", tmp, devices[i], b ? "_bf16m" : "");
             snprintf(text, sizeof text, config_json, tmp, tmp,
-                     b ? ", \"adam_moments\": \"bfloat16\"" : "", devices[i]);
+                     b ? ", \"adam_moments\": \"bfloat16\", \"muon_momentum_dtype\": \"bfloat16\""
+                       : "",
+                     devices[i]);
             assert_int_equal(zy_write_file_atomic(cfg, text, strlen(text)), ZY_OK);
         }
     }
@@ -160,40 +163,43 @@ static void test_resume_is_exact_gpu(void **state) {
     resume_is_exact("cuda");
 }
 
-/* bf16 AdamW moments: the checkpoint holds them widened to fp32 and a resume rounds them back
- * (exactly), and the stochastic roundings are drawn from (step, index), so the resumed run is the
- * straight one to the bit; on the GPU through the host mirror's staging. */
+/* bf16 AdamW moments and Muon momentum: the checkpoint holds them widened to fp32 and a resume
+ * rounds them back (exactly), and the stochastic roundings are drawn from (step, index), so the
+ * resumed run is the straight one to the bit; on the GPU through the host mirror's staging. */
 static void test_resume_is_exact_bf16_moments(void **state) {
     (void)state;
     const char *devices[2] = {"cpu_bf16m", "cuda_bf16m"};
     for (int i = 0; i < (ops_cuda_device_count() > 0 ? 2 : 1); i++) {
         resume_is_exact(devices[i]);
-        /* the setting reached the optimizer: every saved moment is a bf16 value (its low 16 bits
-         * zero), which fp32 moments almost never are */
+        /* the settings reached the optimizer: every saved moment and momentum is a bf16 value
+         * (its low 16 bits zero), which fp32 ones almost never are */
         char p[512];
         snprintf(p, sizeof p,
                  "%s/a_%s/checkpoints/step_000000008/train/train_state.rank_0.safetensors", tmp,
                  devices[i]);
         zy_safetensors f;
         assert_int_equal(safetensors_open(&f, p), ZY_OK);
-        size_t moments = 0, bf16_values = 0;
+        size_t moments = 0, bf16_values = 0, momenta = 0, bf16_momenta = 0;
         for (int k = 0; k < f.count; k++) {
-            if (strncmp(f.tensors[k].name, "exp_avg", 7) != 0) continue;
+            const int muon = strncmp(f.tensors[k].name, "muon_momentum.", 14) == 0;
+            if (!muon && strncmp(f.tensors[k].name, "exp_avg", 7) != 0) continue;
             float *x = malloc(f.tensors[k].numel * sizeof *x);
             assert_int_equal(safetensors_read_index_f32(&f, k, x), ZY_OK);
             for (size_t j = 0; j < f.tensors[k].numel; j++) {
                 uint32_t u;
                 memcpy(&u, &x[j], 4);
-                moments++;
-                bf16_values += (u & 0xffffu) == 0;
+                *(muon ? &momenta : &moments) += 1;
+                *(muon ? &bf16_momenta : &bf16_values) += (u & 0xffffu) == 0;
             }
             free(x);
         }
         safetensors_close(&f);
-        print_message("%s: %zu of %zu saved AdamW moments are bf16 values\n", devices[i],
-                      bf16_values, moments);
-        assert_true(moments > 1000);
+        print_message("%s: %zu of %zu saved AdamW moments and %zu of %zu Muon momenta are bf16 "
+                      "values\n",
+                      devices[i], bf16_values, moments, bf16_momenta, momenta);
+        assert_true(moments > 1000 && momenta > 1000);
         assert_int_equal(bf16_values, moments);
+        assert_int_equal(bf16_momenta, momenta);
     }
 }
 

@@ -527,6 +527,11 @@ static int train_parse(const zy_opt *opts, bench_train_opts *o) {
         args_choice(opts, "--ns-precondition", zy_ns_precond_names, o->ns_precond, &o->ns_precond));
     ZY_TRY(args_choice(opts, "--adam-moments", zy_adam_moments_names, o->adam_moments,
                        &o->adam_moments));
+    if (args_get(opts, "--muon-momentum-dtype") && !o->use_muon)
+        return zy_fail(
+            "--muon-momentum-dtype sets Muon's momentum precision: it needs --optim muon");
+    ZY_TRY(args_choice(opts, "--muon-momentum-dtype", zy_adam_moments_names, o->muon_momentum_dtype,
+                       &o->muon_momentum_dtype));
     double v;
     ZY_TRY(args_double_in(opts, "--lr", o->lr, "(0, 10]", &v));
     o->lr = (float)v;
@@ -608,6 +613,10 @@ static int bench_train(int argc, char **argv) {
          "frobenius|aol: Muon's Newton-Schulz starting iterate (optimizer.ns_precondition)", NULL},
         {"--adam-moments", 1,
          "float32|bfloat16: AdamW's moments' precision (optimizer.adam_moments; default float32)",
+         NULL},
+        {"--muon-momentum-dtype", 1,
+         "float32|bfloat16: Muon's momentum precision (optimizer.muon_momentum_dtype; default "
+         "float32)",
          NULL},
         {"--lr", 1, "constant learning rate (default 3e-4)", NULL},
         {"--profile", 0, "one extra step with the op profiler: the per-op time breakdown", NULL},

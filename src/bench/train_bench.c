@@ -41,6 +41,7 @@ void bench_train_opts_default(bench_train_opts *o) {
     o->ns_coefs = oc.muon_ns_coefs;
     o->ns_precond = oc.muon_ns_precond;
     o->adam_moments = oc.adam_moments;
+    o->muon_momentum_dtype = oc.muon_momentum_dtype;
     o->seed = 1;
     o->embedding_update = ZY_EMB_SPLIT;
 }
@@ -169,6 +170,7 @@ static int bt_init(bt_state *s, const bench_train_opts *o, const dist_env *e,
     oc.muon_ns_coefs = o->ns_coefs;
     oc.muon_ns_precond = o->ns_precond;
     oc.adam_moments = o->adam_moments;
+    oc.muon_momentum_dtype = o->muon_momentum_dtype;
     oc.lr = o->lr;
     oc.embedding_update = o->embedding_update;
     char what[128];
@@ -491,6 +493,11 @@ void bench_train_print(FILE *f, const bench_train_opts *o, const bench_train_res
         snprintf(optim + len, sizeof optim - len, " (AdamW moments in %s)",
                  zy_adam_moments_names[o->adam_moments]);
     }
+    if (o->use_muon && o->muon_momentum_dtype != ZY_ADAM_MOMENTS_F32) {
+        const size_t len = strlen(optim);
+        snprintf(optim + len, sizeof optim - len, " (Muon momentum in %s)",
+                 zy_adam_moments_names[o->muon_momentum_dtype]);
+    }
     fprintf(f,
             "# zayac bench train: %s on %s, batch %d x %d = %lld tokens/step, %s, lr %g, "
             "%d timed steps after %d warm-up%s\n",
@@ -593,6 +600,8 @@ cJSON *bench_train_to_json(const bench_train_opts *o, const bench_train_result *
     cJSON_AddNumberToObject(j, "warmup", o->warmup);
     cJSON_AddStringToObject(j, "optim", o->use_muon ? "muon" : "adamw");
     cJSON_AddStringToObject(j, "adam_moments", zy_adam_moments_names[o->adam_moments]);
+    cJSON_AddStringToObject(j, "muon_momentum_dtype",
+                            zy_adam_moments_names[o->muon_momentum_dtype]);
     if (o->use_muon) {
         cJSON_AddNumberToObject(j, "ns_steps", o->ns_steps);
         cJSON_AddStringToObject(j, "ns_coefficients", zy_ns_coefs_names[o->ns_coefs]);

@@ -18,24 +18,25 @@ typedef struct {
     zy_config model;      /* validated model config */
     char model_name[512]; /* preset name or config path, for the report */
     zy_device device;
-    int gpu;              /* CUDA device index */
-    zy_cuda_opts cuda;    /* how the CUDA context runs the expert GEMMs (the cuda.* settings) */
-    int threads;          /* CPU threads (0 = OpenMP's default) */
-    int batch, seq;       /* B, T */
-    int steps, warmup;    /* timed steps, untimed steps before them */
-    int use_muon;         /* 0: AdamW everywhere; 1: Muon for the matrices, AdamW for the rest */
-    int ns_steps;         /* Muon's Newton-Schulz iterations (the optimizer.ns_steps setting) */
-    int ns_coefs;         /* zy_ns_coefs: their coefficients (optimizer.ns_coefficients) */
-    int ns_precond;       /* zy_ns_precond: the starting iterate (optimizer.ns_precondition) */
-    int adam_moments;     /* zy_adam_moments: AdamW's moments' precision (optimizer.adam_moments) */
-    float lr;             /* constant learning rate */
-    int profile;          /* 1: one extra profiled step for the per-op breakdown */
-    int recompute;        /* 1: activation recomputation (the `recompute` setting) */
-    int embedding_update; /* ranks: who updates the embedding, a zy_embedding_update (the
-                             `dist.embedding_update` setting; default split) */
-    double peak_tflops;   /* > 0: the peak to compute MFU against; 0: measure it (CUDA only) */
-    uint64_t seed;        /* weights and synthetic data */
-    FILE *progress;       /* progress lines (NULL: quiet) */
+    int gpu;           /* CUDA device index */
+    zy_cuda_opts cuda; /* how the CUDA context runs the expert GEMMs (the cuda.* settings) */
+    int threads;       /* CPU threads (0 = OpenMP's default) */
+    int batch, seq;    /* B, T */
+    int steps, warmup; /* timed steps, untimed steps before them */
+    int use_muon;      /* 0: AdamW everywhere; 1: Muon for the matrices, AdamW for the rest */
+    int ns_steps;      /* Muon's Newton-Schulz iterations (the optimizer.ns_steps setting) */
+    int ns_coefs;      /* zy_ns_coefs: their coefficients (optimizer.ns_coefficients) */
+    int ns_precond;    /* zy_ns_precond: the starting iterate (optimizer.ns_precondition) */
+    int adam_moments;  /* zy_adam_moments: AdamW's moments' precision (optimizer.adam_moments) */
+    int muon_momentum_dtype; /* the same for Muon's momentum (optimizer.muon_momentum_dtype) */
+    float lr;                /* constant learning rate */
+    int profile;             /* 1: one extra profiled step for the per-op breakdown */
+    int recompute;           /* 1: activation recomputation (the `recompute` setting) */
+    int embedding_update;    /* ranks: who updates the embedding, a zy_embedding_update (the
+                                `dist.embedding_update` setting; default split) */
+    double peak_tflops;      /* > 0: the peak to compute MFU against; 0: measure it (CUDA only) */
+    uint64_t seed;           /* weights and synthetic data */
+    FILE *progress;          /* progress lines (NULL: quiet) */
 } bench_train_opts;
 
 /* Batch 8 x 2048, 20 steps after 3 warm-up steps, AdamW at lr 3e-4, seed 1, no profiling, CPU;

@@ -95,6 +95,10 @@ int optim_config_check(const zy_optim_config *c) {
     if (c->adam_moments != ZY_ADAM_MOMENTS_F32 && c->adam_moments != ZY_ADAM_MOMENTS_BF16)
         return zy_fail("optimizer: adam_moments must be float32 or bfloat16 (0-1), found %d",
                        c->adam_moments);
+    if (c->muon_momentum_dtype != ZY_ADAM_MOMENTS_F32 &&
+        c->muon_momentum_dtype != ZY_ADAM_MOMENTS_BF16)
+        return zy_fail("optimizer: muon_momentum_dtype must be float32 or bfloat16 (0-1), found %d",
+                       c->muon_momentum_dtype);
     return ZY_OK;
 }
 
@@ -116,7 +120,9 @@ static int on_cuda(const zy_ctx *ctx) {
 
 size_t optim_state_bytes(const zy_optim_config *cfg, const zy_param *p, int on_gpu) {
     if (p->kind == ZY_PARAM_BUFFER) return 0;
-    if (p->kind == ZY_PARAM_MATRIX && cfg->use_muon) return align16((size_t)p->numel) * 4;
+    if (p->kind == ZY_PARAM_MATRIX && cfg->use_muon)
+        return align16((size_t)p->numel) *
+               (on_gpu && cfg->muon_momentum_dtype == ZY_ADAM_MOMENTS_BF16 ? 2 : 4);
     const size_t moment = on_gpu && cfg->adam_moments == ZY_ADAM_MOMENTS_BF16 ? 2 : 4;
     return 2 * align16((size_t)p->numel) * moment;
 }
@@ -127,6 +133,7 @@ size_t optim_state_bytes(const zy_optim_config *cfg, const zy_param *p, int on_g
 #define ADAMW_BYTES_PER_ELEMENT      30.0
 #define ADAMW_BF16_BYTES_PER_ELEMENT 22.0 /* the two moments read and written in bf16 */
 #define MUON_BYTES_PER_ELEMENT       20.0
+#define MUON_BF16_BYTES_PER_ELEMENT  16.0 /* the momentum read and written in bf16 */
 double optim_update_cost(const zy_optim_config *cfg, const zy_param *p, double flops_per_byte) {
     if (p->kind == ZY_PARAM_BUFFER) return 0;
     if (!(p->kind == ZY_PARAM_MATRIX && cfg->use_muon))
@@ -138,7 +145,10 @@ double optim_update_cost(const zy_optim_config *cfg, const zy_param *p, double f
      * (2 s^3), X' = aX + B X (2 s^2 l) */
     const double s = (double)(r < c ? r : c), l = (double)(r < c ? c : r);
     const double flops = (double)n * cfg->muon_ns_steps * (4 * s * s * l + 2 * s * s * s);
-    return p->numel * MUON_BYTES_PER_ELEMENT + flops / flops_per_byte;
+    return p->numel * (cfg->muon_momentum_dtype == ZY_ADAM_MOMENTS_BF16
+                           ? MUON_BF16_BYTES_PER_ELEMENT
+                           : MUON_BYTES_PER_ELEMENT) +
+           flops / flops_per_byte;
 }
 
 int optim_init(zy_optim *opt, zy_ctx *ctx, const zy_optim_config *cfg, const zy_param_table *t) {
@@ -200,7 +210,10 @@ int optim_init_owned(zy_optim *opt, zy_ctx *ctx, const zy_optim_config *cfg,
         (opt->adam_total ? opt->adam_total : 1) * (opt->moments_bf16 ? 2 : sizeof(float));
     opt->exp_avg = ops_alloc(ctx, adam_bytes);
     opt->exp_avg_sq = ops_alloc(ctx, adam_bytes);
-    opt->momentum = ops_alloc(ctx, (opt->muon_total ? opt->muon_total : 1) * sizeof(float));
+    opt->momentum_bf16 = cfg->muon_momentum_dtype == ZY_ADAM_MOMENTS_BF16 && on_cuda(ctx);
+    ZY_CHECK(!opt->momentum_bf16 || ops_act_size(ctx) == 2);
+    opt->momentum =
+        ops_alloc(ctx, (opt->muon_total ? opt->muon_total : 1) * (opt->momentum_bf16 ? 2 : 4));
     if (on_cuda(ctx)) {
 #ifdef ZY_HAVE_CUDA
         if (!runs) opt->cuda = optim_cuda_init(ctx, opt, t, 0, NULL); /* else planned just below */
@@ -237,7 +250,8 @@ void optim_free(zy_optim *opt) {
 double optim_bytes(const zy_optim *opt) {
     const double moment = opt->moments_bf16 ? 2 : sizeof(float);
     return 2.0 * (double)opt->adam_total * moment +
-           (double)(opt->muon_total + opt->work_floats) * sizeof(float);
+           (double)opt->muon_total * (opt->momentum_bf16 ? 2 : sizeof(float)) +
+           (double)opt->work_floats * sizeof(float);
 }
 
 void optim_adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr,
@@ -264,11 +278,16 @@ void optim_adamw_update(float *p, const float *g, float *m, float *v, size_t n, 
 }
 
 void optim_muon_momentum(float *u, const float *g, float *mom, size_t n, float mu, int nesterov,
-                         float gscale) {
+                         float gscale, int64_t round_step, uint64_t first) {
+    const uint32_t hi0 = (uint32_t)(first >> 32);
+    const uint32_t key = round_step > 0 ? zy_moment_key((uint64_t)round_step, hi0) : 0;
 #pragma omp parallel for simd if (n >= PAR_MIN) schedule(static)
     for (size_t i = 0; i < n; i++) {
         const float gi = g[i] * gscale;
         float mi = mu * mom[i] + gi;
+        if (round_step > 0)
+            mi = zy_round_moment(mi, zy_moment_bits_at(first + i, (uint64_t)round_step, key, hi0) &
+                                         0xffffu);
         mom[i] = mi;
         u[i] = nesterov ? gi + mu * mi : mi;
     }
@@ -355,7 +374,9 @@ void optim_apply_update(float *p, const float *u, size_t n, float lr, float scal
 /* Muon on one tensor: momentum over the whole stack, then each [rows, cols] matrix on its own. */
 static void muon_tensor(zy_optim *opt, const zy_param *p, float *param, const float *grad,
                         float *mom, float lr, float wd, float gscale) {
+    /* the CPU's momentum is an fp32 buffer (bf16 values under a bf16 muon_momentum_dtype) */
     const zy_optim_config *c = &opt->cfg;
+    const int64_t round_step = c->muon_momentum_dtype == ZY_ADAM_MOMENTS_BF16 ? opt->step : 0;
     int64_t rows, cols, count;
     matrix_dims(p, &rows, &cols, &count);
     const size_t mn = (size_t)(rows * cols);
@@ -364,7 +385,7 @@ static void muon_tensor(zy_optim *opt, const zy_param *p, float *param, const fl
     for (int64_t e = 0; e < count; e++) {
         size_t off = (size_t)e * mn;
         optim_muon_momentum(u, grad + off, mom + off, mn, c->muon_momentum, c->muon_nesterov,
-                            gscale);
+                            gscale, round_step, (uint64_t)p->offset + off);
         optim_newton_schulz(u, rows, cols, c->muon_ns_steps, opt->ns_abc, c->muon_ns_precond,
                             ns_work);
         optim_apply_update(param + off, u, mn, lr, scale, wd);
@@ -390,7 +411,7 @@ static void update_entry(zy_optim *opt, const zy_param *p, int i, float *params,
         break;
     }
     case ZY_OPT_MUON:
-        muon_tensor(opt, p, param, grad, opt->momentum + so, lr_now * c->muon_lr_ratio, wd,
+        muon_tensor(opt, p, param, grad, (float *)opt->momentum + so, lr_now * c->muon_lr_ratio, wd,
                     grad_scale);
         break;
     case ZY_OPT_SKIP:
@@ -570,13 +591,15 @@ zy_state_tensor *optim_state_tensors_of(zy_optim *opt, const zy_param_table *t, 
     return s;
 }
 
-/* n moments between the host mirror (fp32) and the live state from element `at` on. fp32 moments:
- * one queued copy. bf16 ones go through the fp32 staging buffer in pieces, widened or rounded
- * (to nearest: a mirror of bf16 moments holds bf16 values, exact both ways) on the device; each
- * piece's copy is queued on the stream before the next piece's kernel reuses the buffer. */
-static void moment_copy(zy_optim *opt, float *host, void *live, size_t at, size_t n, int to_host) {
+/* n moments (or momenta) between the host mirror (fp32) and the live state from element `at` on.
+ * fp32 ones (bf16 0): one queued copy. bf16 ones go through the fp32 staging buffer in pieces,
+ * widened or rounded (to nearest: a mirror of bf16 moments holds bf16 values, exact both ways) on
+ * the device; each piece's copy is queued on the stream before the next piece's kernel reuses the
+ * buffer. */
+static void moment_copy(zy_optim *opt, float *host, void *live, size_t at, size_t n, int to_host,
+                        int bf16) {
     if (!n) return;
-    if (!opt->moments_bf16) {
+    if (!bf16) {
         float *l = (float *)live + at;
         ops_copy_async(opt->ctx, to_host ? host : l, to_host ? l : host, n * sizeof(float));
         return;
@@ -606,14 +629,19 @@ static void adam_copy(zy_optim *opt, float *host, void *live, int to_host) {
             (opt->method[i] != ZY_OPT_ADAMW || opt->upd_hi[i] - opt->upd_lo[i] == opt->numel[i]))
             continue;
         const size_t stop = end ? opt->adam_total : opt->state_off[i], n = stop - run_live;
-        moment_copy(opt, host + run_host, live, run_live, n, to_host);
+        moment_copy(opt, host + run_host, live, run_live, n, to_host, opt->moments_bf16);
         if (end) break;
         const size_t len = opt->upd_hi[i] - opt->upd_lo[i];
         moment_copy(opt, host + opt->host_off[i] + opt->upd_lo[i], live, opt->state_off[i], len,
-                    to_host);
+                    to_host, opt->moments_bf16);
         run_live = opt->state_off[i] + align16(len);
         run_host = opt->host_off[i] + align16(opt->numel[i]);
     }
+}
+
+/* x[0, n) rounded to bf16 values (to nearest) in place. */
+static void round_to_bf16(float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] = zy_bf16_to_f32(zy_f32_to_bf16(x[i]));
 }
 
 /* Copies queued into the mirror (pinned memory on CUDA), then one wait: the time is the
@@ -624,7 +652,7 @@ void optim_state_to_host(zy_optim *opt) {
     host_views(opt, &hm, &hv, &hmom);
     adam_copy(opt, hm, opt->exp_avg, 1);
     adam_copy(opt, hv, opt->exp_avg_sq, 1);
-    ops_copy_async(opt->ctx, hmom, opt->momentum, opt->muon_total * sizeof(float));
+    moment_copy(opt, hmom, opt->momentum, 0, opt->muon_total, 1, opt->momentum_bf16);
     ops_sync(opt->ctx);
 }
 
@@ -634,15 +662,15 @@ void optim_state_from_host(zy_optim *opt) {
         host_views(opt, &hm, &hv, &hmom);
         adam_copy(opt, hm, opt->exp_avg, 0);
         adam_copy(opt, hv, opt->exp_avg_sq, 0);
-        ops_copy_async(opt->ctx, opt->momentum, hmom, opt->muon_total * sizeof(float));
+        moment_copy(opt, hmom, opt->momentum, 0, opt->muon_total, 0, opt->momentum_bf16);
         ops_sync(opt->ctx);
     }
     /* bf16 moments kept in fp32 buffers (the CPU): a loaded fp32 state rounded to nearest, as
      * the GPU's narrowing does, so both continue from the same values (exact for bf16 ones) */
     if (opt->cfg.adam_moments == ZY_ADAM_MOMENTS_BF16 && !opt->moments_bf16) {
         float *live[2] = {opt->exp_avg, opt->exp_avg_sq};
-        for (int k = 0; k < 2; k++)
-            for (size_t i = 0; i < opt->adam_total; i++)
-                live[k][i] = zy_bf16_to_f32(zy_f32_to_bf16(live[k][i]));
+        for (int k = 0; k < 2; k++) round_to_bf16(live[k], opt->adam_total);
     }
+    if (opt->cfg.muon_momentum_dtype == ZY_ADAM_MOMENTS_BF16 && !opt->momentum_bf16)
+        round_to_bf16(opt->momentum, opt->muon_total);
 }

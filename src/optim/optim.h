@@ -66,6 +66,7 @@ typedef struct {
     int embedding_update;     /* data parallel (train/zero1.h): who updates the tied embedding,
                                  a zy_embedding_update (the `dist.embedding_update` setting) */
     int adam_moments;         /* zy_adam_moments: the precision AdamW's moments are kept in */
+    int muon_momentum_dtype;  /* zy_adam_moments: the precision Muon's momentum is kept in */
 } zy_optim_config;
 
 /* AdamW's moments: fp32 (the default), or rounded to bf16 after each update, stochastically with
@@ -75,6 +76,9 @@ typedef struct {
  * and the checkpoints' state stay fp32 (a bf16 value is exact in fp32), so a checkpoint resumes
  * under either setting: bf16 moments load exactly, fp32 ones into a bf16 run round to nearest. */
 typedef enum { ZY_ADAM_MOMENTS_F32 = 0, ZY_ADAM_MOMENTS_BF16 = 1 } zy_adam_moments;
+/* Muon's momentum (optimizer.muon_momentum_dtype) takes the same two values, rounded the same way
+ * with the low half of the same hashed bits (a Muon element is never an AdamW one): on a GPU 2
+ * bytes an element instead of 4 (its momentum pass reads and writes 4 bytes less). */
 extern const char *const zy_adam_moments_names[]; /* "float32", "bfloat16", NULL */
 
 /* Data parallel: who updates the tied embedding (train/zero1.h). OWNER: its owner alone (its
@@ -112,7 +116,9 @@ typedef struct {
     int moments_bf16;  /* the live moments are bf16 (cfg.adam_moments bf16 on a GPU) */
     float *stage;      /* CUDA with bf16 moments: fp32 device staging between them and the host
                           mirror, OPTIM_STAGE_FLOATS (made at first use) */
-    float *momentum;   /* [muon_total] Muon momentum buffers (ctx memory) */
+    void *momentum;    /* [muon_total] Muon momentum buffers (ctx memory): fp32, or bf16 where
+                          momentum_bf16 */
+    int momentum_bf16; /* the live momentum is bf16 (cfg.muon_momentum_dtype bf16 on a GPU) */
     size_t adam_total; /* floats (each tensor 16-float aligned) */
     size_t muon_total; /* floats */
     float *work; /* CPU: [work_floats] Muon update + Newton-Schulz workspace, largest matrix */
@@ -147,7 +153,7 @@ int optim_init_owned(zy_optim *opt, zy_ctx *ctx, const zy_optim_config *cfg,
                      const int *runs);
 /* The optimizer state bytes entry p needs under cfg, as optim_init lays it out (16-element
  * aligned): AdamW 2 moments an element (2 bytes each for bf16 moments on a GPU, else 4), Muon one
- * fp32 momentum, buffers none. */
+ * momentum (2 bytes in bf16 on a GPU, else 4), buffers none. */
 size_t optim_state_bytes(const zy_optim_config *cfg, const zy_param *p, int on_gpu);
 /* Floats of fp32 staging between bf16 moments and the host mirror (64 MiB). */
 #define OPTIM_STAGE_FLOATS ((size_t)1 << 24)
@@ -244,9 +250,10 @@ void optim_adamw_update(float *p, const float *g, float *m, float *v, size_t n, 
                         float beta1, float beta2, float eps, float wd, double bc1, double bc2,
                         float gscale, int64_t round_step, uint64_t first);
 /* Muon momentum on n elements of the gradient g * gscale: mom = mu * mom + g; u = nesterov ?
- * g + mu * mom : mom. */
+ * g + mu * mom : mom. round_step > 0: the new mom is rounded to bf16 first (as AdamW's m, with the
+ * bits of (round_step, first + i)); 0: kept in fp32. */
 void optim_muon_momentum(float *u, const float *g, float *mom, size_t n, float mu, int nesterov,
-                         float gscale);
+                         float gscale, int64_t round_step, uint64_t first);
 /* Floats of workspace optim_newton_schulz needs for a rows x cols matrix. */
 size_t optim_ns_work_floats(int64_t rows, int64_t cols);
 /* Orthogonalises x [rows, cols] in place: x /= (||x||_F + 1e-7), then `steps` quintic iterations

@@ -640,33 +640,56 @@ __device__ __forceinline__ float muon_u(float g, float mi, float mu, int nestero
     return nesterov ? __fadd_rn(g, __fmul_rn(mu, mi)) : mi;
 }
 
-/* mom = mu mom + g; part[m * nchunk + chunk] = sum of u^2 over the block's chunk; X = bf16(u)
- * unless X is NULL (the previous scheme, whose normalise kernel recomputes u). */
-template <int VEC>
+/* VEC momenta from fp32 or bf16 storage and back (VEC 1, or 8: 16-byte aligned). */
+template <int VEC, typename MT> __device__ __forceinline__ void load_mom(const MT *q, float *x) {
+    if constexpr (VEC == 1)
+        x[0] = load_moment(q);
+    else
+        load_moments<VEC>(q, x);
+}
+template <int VEC, typename MT> __device__ __forceinline__ void store_mom(MT *q, const float *x) {
+    if constexpr (VEC == 1)
+        store_moment(q, x[0]);
+    else
+        store_moments<VEC>(q, x);
+}
+
+/* mom = mu mom + g (with a bf16 momentum, MT, rounded as optim_muon_momentum rounds it with the
+ * bits of (round_step, the element's index in params) before u reads it); part[m * nchunk +
+ * chunk] = sum of u^2 over the block's chunk; X = bf16(u) unless X is NULL (the previous scheme,
+ * whose normalise kernel recomputes u). */
+template <int VEC, typename MT>
 __global__ void __launch_bounds__(NT)
-    muon_momentum_kernel(const float *__restrict__ g, float *__restrict__ mom,
+    muon_momentum_kernel(const float *__restrict__ g, MT *__restrict__ mom,
                          const uint64_t *__restrict__ goff, const uint64_t *__restrict__ moff,
                          int64_t mn, float mu, int nesterov, float gscale, float *__restrict__ part,
-                         int64_t cols, int64_t ldx, int64_t sx, bf16 *__restrict__ X) {
+                         int64_t cols, int64_t ldx, int64_t sx, bf16 *__restrict__ X,
+                         uint64_t round_step) {
     zy_pdl_begin();
+    constexpr bool RND = sizeof(MT) == 2;
     const int m = blockIdx.y;
     const float *gm = g + goff[m];
-    float *mm = mom + moff[m];
+    MT *mm = mom + moff[m];
     bf16 *xm = X ? X + (int64_t)m * sx : NULL;
     const int64_t lo = (int64_t)blockIdx.x * MUON_CH, hi = min(mn, lo + MUON_CH);
+    const uint32_t hi0 = (uint32_t)((goff[m] + lo) >> 32);
+    const uint32_t key = RND ? zy_moment_key(round_step, hi0) : 0;
     float acc = 0.0f;
     for (int64_t e = lo + (int64_t)threadIdx.x * VEC; e < hi; e += NT * VEC) {
         float gv[VEC], mv[VEC], uv[VEC];
         zy_load<float, VEC>(gm + e, gv);
-        zy_load<float, VEC>(mm + e, mv);
+        load_mom<VEC>(mm + e, mv);
 #pragma unroll
         for (int k = 0; k < VEC; k++) {
             gv[k] = __fmul_rn(gv[k], gscale);
             mv[k] = __fadd_rn(__fmul_rn(mu, mv[k]), gv[k]);
+            if (RND)
+                mv[k] = zy_round_moment(
+                    mv[k], zy_moment_bits_at(goff[m] + e + k, round_step, key, hi0) & 0xffffu);
             uv[k] = muon_u(gv[k], mv[k], mu, nesterov);
             acc += uv[k] * uv[k];
         }
-        zy_store<float, VEC>(mm + e, mv);
+        store_mom<VEC>(mm + e, mv);
         if (!xm) continue;
         if (VEC > 1) /* cols % 8 == 0: rows are not padded */
             zy_store<bf16, VEC>(xm + e, uv);
@@ -751,9 +774,9 @@ __global__ void __launch_bounds__(MIRROR_T * 8)
 /* The previous scheme's normalisation (optim_cuda_set_previous):
  * X = bf16(u * inv), inv = 1 / (||u|| + 1e-7) from the matrix's chunk sums (fixed order, double),
  * u recomputed from g and the advanced momentum exactly as the momentum kernel made it. */
-template <int VEC>
+template <int VEC, typename MT>
 __global__ void __launch_bounds__(NT)
-    muon_normalise_kernel(const float *__restrict__ g, const float *__restrict__ mom,
+    muon_normalise_kernel(const float *__restrict__ g, const MT *__restrict__ mom,
                           const uint64_t *__restrict__ goff, const uint64_t *__restrict__ moff,
                           int64_t mn, int64_t cols, int64_t ldx, int64_t sx, float mu, int nesterov,
                           float gscale, const float *__restrict__ part, bf16 *__restrict__ X) {
@@ -762,13 +785,14 @@ __global__ void __launch_bounds__(NT)
     const int m = blockIdx.y;
     muon_inv_norm(part, m, gridDim.x, &s_inv);
     const float inv = s_inv;
-    const float *gm = g + goff[m], *mm = mom + moff[m];
+    const float *gm = g + goff[m];
+    const MT *mm = mom + moff[m];
     bf16 *xm = X + (int64_t)m * sx;
     const int64_t lo = (int64_t)blockIdx.x * MUON_CH, hi = min(mn, lo + MUON_CH);
     for (int64_t e = lo + (int64_t)threadIdx.x * VEC; e < hi; e += NT * VEC) {
         float gv[VEC], mv[VEC], xv[VEC];
         zy_load<float, VEC>(gm + e, gv);
-        zy_load<float, VEC>(mm + e, mv);
+        load_mom<VEC>(mm + e, mv);
 #pragma unroll
         for (int k = 0; k < VEC; k++)
             xv[k] = __fmul_rn(muon_u(__fmul_rn(gv[k], gscale), mv[k], mu, nesterov), inv);
@@ -983,6 +1007,23 @@ static void newton_schulz(zy_ctx *ctx, zy_optim_cuda *c, const ns_shape *sh, int
             zy_launch(kernel<1>, grid_, NT, 0, cuda_stream(ctx), __VA_ARGS__);                     \
         ZY_CUDA_CHECK_LAUNCH();                                                                    \
     } while (0)
+/* The same for a kernel over the momentum (kernel<VEC, MT>(g, mom, ...)), MT its live type. */
+#define MUON_LAUNCH_MT(kernel, MT, b, ...)                                                         \
+    do {                                                                                           \
+        dim3 grid_((unsigned)(b)->nchunk, (unsigned)(b)->count);                                   \
+        if ((b)->vec == 8)                                                                         \
+            zy_launch(kernel<8, MT>, grid_, NT, 0, cuda_stream(ctx), __VA_ARGS__);                 \
+        else                                                                                       \
+            zy_launch(kernel<1, MT>, grid_, NT, 0, cuda_stream(ctx), __VA_ARGS__);                 \
+        ZY_CUDA_CHECK_LAUNCH();                                                                    \
+    } while (0)
+#define MUON_LAUNCH_MOM(kernel, b, g, ...)                                                         \
+    do {                                                                                           \
+        if (opt->momentum_bf16)                                                                    \
+            MUON_LAUNCH_MT(kernel, bf16, b, g, (bf16 *)opt->momentum, __VA_ARGS__);                \
+        else                                                                                       \
+            MUON_LAUNCH_MT(kernel, float, b, g, (float *)opt->momentum, __VA_ARGS__);              \
+    } while (0)
 
 void optim_cuda_adamw(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, float *params,
                       const float *grads, float lr_now, float gscale, double bc1, double bc2,
@@ -1034,23 +1075,25 @@ static void muon_batches(zy_ctx *ctx, zy_optim_cuda *c, const zy_optim *opt, flo
     const float wd = (cfg->decay_kinds & ZY_KIND_BIT(ZY_PARAM_MATRIX)) ? cfg->weight_decay : 0.0f;
     const float decay = lr * wd;
     const int nesterov = cfg->muon_nesterov;
+    /* a bf16 momentum's rounding bits (optim_muon_momentum) */
+    const uint64_t round_step = opt->momentum_bf16 ? (uint64_t)opt->step : 0;
     for (int i = b0; i < b1; i++) {
         const muon_batch *b = &c->batches[i];
         const ns_shape *sh = &c->shapes[b->shape];
         const int64_t mn = sh->rows * sh->cols;
         const uint64_t *goff = c->goff + b->first, *moff = c->moff + b->first;
         if (c->previous) { /* momentum, then u recomputed, normalised and cast; whole products */
-            MUON_LAUNCH(muon_momentum_kernel, b, grads, opt->momentum, goff, moff, mn, mu, nesterov,
-                        gscale, c->part, sh->cols, sh->ldx, sh->sx, (bf16 *)NULL);
-            MUON_LAUNCH(muon_normalise_kernel, b, grads, opt->momentum, goff, moff, mn, sh->cols,
-                        sh->ldx, sh->sx, mu, nesterov, gscale, c->part, c->x[0]);
+            MUON_LAUNCH_MOM(muon_momentum_kernel, b, grads, goff, moff, mn, mu, nesterov, gscale,
+                            c->part, sh->cols, sh->ldx, sh->sx, (bf16 *)NULL, round_step);
+            MUON_LAUNCH_MOM(muon_normalise_kernel, b, grads, goff, moff, mn, sh->cols, sh->ldx,
+                            sh->sx, mu, nesterov, gscale, c->part, c->x[0]);
         }
         const int syrk = !c->previous && !c->legacy && !c->no_syrk;
         const int fold = syrk && sh->syrk_a && sh->syrk_b && cfg->muon_ns_steps > 0;
         if (!c->previous) { /* momentum writing bf16 u; then X scaled in place, or the scale
                              * folded into the first Newton-Schulz step */
-            MUON_LAUNCH(muon_momentum_kernel, b, grads, opt->momentum, goff, moff, mn, mu, nesterov,
-                        gscale, c->part, sh->cols, sh->ldx, sh->sx, c->x[0]);
+            MUON_LAUNCH_MOM(muon_momentum_kernel, b, grads, goff, moff, mn, mu, nesterov, gscale,
+                            c->part, sh->cols, sh->ldx, sh->sx, c->x[0], round_step);
             if (fold) {
                 zy_launch(muon_fold_kernel, (unsigned)b->count, 32, 0, cuda_stream(ctx), c->part,
                           b->nchunk, b->count, opt->ns_abc[0][0], c->fold);

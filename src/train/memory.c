@@ -39,8 +39,10 @@ void mem_need(zy_ctx *ctx, const zy_config *mc, int B, int T, int recompute,
         if (world > 1 && zero1_splits(oc, &t.items[i])) mirror_extra += h * (1.0 - 1.0 / world);
     }
     need->optim = (shared / (world > 1 ? world : 1) + everywhere) * f32;
-    /* bf16 moments on a GPU: the staging buffer between them and the mirror */
-    if (oc && on_gpu && oc->adam_moments == ZY_ADAM_MOMENTS_BF16)
+    /* bf16 moments or momentum on a GPU: the staging buffer between them and the mirror */
+    if (oc && on_gpu &&
+        (oc->adam_moments == ZY_ADAM_MOMENTS_BF16 ||
+         (oc->use_muon && oc->muon_momentum_dtype == ZY_ADAM_MOMENTS_BF16)))
         need->optim += (double)OPTIM_STAGE_FLOATS * f32;
     params_free(&t);
     size_t arena = B > 0 ? acts_bytes(mc, ctx, B, T, recompute) : 0;

@@ -340,6 +340,10 @@ const zy_setting zy_settings[] = {
         "decoupled weight decay of matrices and embeddings"),
     NUM("optimizer.muon_momentum", ZY_SET_FLOAT, optim.muon_momentum, 0, 0.999999, "0.95",
         "Muon momentum"),
+    PICK("optimizer.muon_momentum_dtype", ZY_SET_ENUM, optim.muon_momentum_dtype,
+         zy_adam_moments_names, "\"float32\"",
+         "precision of Muon's momentum: float32, or bfloat16 rounded stochastically as AdamW's "
+         "moments are (half its state and 4 bytes an element less a step on a GPU; optim/optim.h)"),
     BOOL("optimizer.nesterov", optim.muon_nesterov, "true", "Nesterov momentum for Muon"),
     NUM("optimizer.ns_steps", ZY_SET_INT, optim.muon_ns_steps, 1, 100, "5",
         "Newton-Schulz iterations of Muon"),
