@@ -103,6 +103,37 @@ static void test_plan_cache(void **state) {
     free(A), free(B);
 }
 
+/* The expert weight gradients' form, dW = A^T B with A [K, M] and B [K, N] (K: the expert's row
+ * count, a new one every step): K is no operand's leading dimension, so K = 40..48 with every
+ * power-of-two divisor share the bucket's one plan (before, each divisor made its own, and on
+ * bench-small those keys overflowed the cache), and each result is still the CPU's. */
+static void test_plan_cache_row_counts(void **state) {
+    (void)state;
+    if (!ngpu) skip();
+    enum { M = 64, N = 48, KMAX = 48 };
+    const int ks[5] = {40, 41, 42, 44, 48}; /* divisors 8, 1, 2, 4, 16; bucket 64 */
+    float *A = rand_vals(KMAX * M, CUDA_GEMM_BF16), *B = rand_vals(KMAX * N, CUDA_GEMM_BF16);
+    void *dA = upload(A, KMAX * M, CUDA_GEMM_BF16), *dB = upload(B, KMAX * N, CUDA_GEMM_BF16);
+    float *ref = malloc(M * N * sizeof *ref);
+    double *dref = malloc(M * N * sizeof *dref);
+    const long m0 = g.misses;
+    for (int i = 0; i < 5; i++) {
+        void *dC = poisoned(M * N, CUDA_GEMM_FP32);
+        assert_int_equal(cuda_gemm(&g, dC, dA, dB, M, N, ks[i], 1, 0, 1.0f, 0.0f, CUDA_GEMM_BF16,
+                                   CUDA_GEMM_FP32, NULL),
+                         ZY_OK);
+        float *got = download(dC, M * N, CUDA_GEMM_FP32);
+        ops_matmul(&cpu, ref, A, B, M, N, ks[i], 1, 0, 1.0f, 0.0f);
+        for (int j = 0; j < M * N; j++) dref[j] = ref[j];
+        check_err(rel_l2(got, dref, M * N), 1, "C M=%d N=%d K=%d tA=1", M, N, ks[i]);
+        free(got);
+        cudaFree(dC);
+    }
+    assert_int_equal(g.misses - m0, 1);
+    cudaFree(dA), cudaFree(dB);
+    free(A), free(B), free(ref), free(dref);
+}
+
 /* cuda_gemm_run on `batch` products whose rows are padded past their widths and whose matrices
  * have gaps between them, D apart from C (alpha 0.75, beta 0.5), against ops_matmul per matrix;
  * classic = 1 forces classic cuBLAS (C copied into D first). C must come back unchanged. */
@@ -396,9 +427,13 @@ static void test_bad_arguments(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_bad_arguments), cmocka_unit_test(test_plan_cache),
-        cmocka_unit_test(test_prepare),       cmocka_unit_test(test_gemm_run_k0),
-        cmocka_unit_test(test_gemm_run),      cmocka_unit_test(test_ns_same),
+        cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_plan_cache),
+        cmocka_unit_test(test_plan_cache_row_counts),
+        cmocka_unit_test(test_prepare),
+        cmocka_unit_test(test_gemm_run_k0),
+        cmocka_unit_test(test_gemm_run),
+        cmocka_unit_test(test_ns_same),
         cmocka_unit_test(test_gemm_shapes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

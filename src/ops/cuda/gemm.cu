@@ -35,7 +35,8 @@ typedef struct {
 } batch_strides;
 
 struct cuda_gemm_plan {
-    plan_key key; /* M and K rounded up to their bucket (plan_for) unless exact */
+    plan_key key;  /* M and K rounded up to their bucket (plan_for) unless exact */
+    uint32_t hash; /* key_hash(&key): the lookup compares it before the whole key */
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, lc; /* cuBLAS's A (our B), B (our A), C = D */
     int cur_m, cur_k;                  /* the actual M, K the layouts describe now */
@@ -209,10 +210,11 @@ static void log_plan(cuda_gemm_ctx *c, const cuda_gemm_plan *p, const plan_key *
         n = 0;
     algo_desc(n > 0 ? &h.algo : NULL, b, sizeof b);
     fprintf(stderr,
-            "gemm plan M=%d N=%d K=%d tA=%d tB=%d ab=%s c=%s batch=%d lds=%d,%d,%d: %s (any "
-            "reduction: %s)\n",
+            "gemm plan M=%d N=%d K=%d tA=%d tB=%d ab=%s c=%s batch=%d lds=%d,%d,%d align=%d,%d,%d "
+            "div=%d,%d,%d beta=%d (%d plans cached): %s (any reduction: %s)\n",
             k->M, k->N, k->K, k->transA, k->transB, k->dab == CUDA_GEMM_BF16 ? "bf16" : "f32",
-            k->dc == CUDA_GEMM_BF16 ? "bf16" : "f32", k->batch, k->lda, k->ldb, k->ldc, a, b);
+            k->dc == CUDA_GEMM_BF16 ? "bf16" : "f32", k->batch, k->lda, k->ldb, k->ldc, k->align_a,
+            k->align_b, k->align_c, k->div_m, k->div_k, k->div_s, k->beta_nz, c->nplans, a, b);
 }
 
 /* Descriptors for key k (batch strides bs when k->strided) and the heuristic's first algorithm;
@@ -276,9 +278,20 @@ static int plan_build(cuda_gemm_ctx *c, cuda_gemm_plan *p, const plan_key *k,
     return ZY_OK;
 }
 
+/* FNV-1a over the key's bytes (keys are zeroed before they are filled: no stray padding). */
+static uint32_t key_hash(const plan_key *k) {
+    const unsigned char *b = (const unsigned char *)k;
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < sizeof *k; i++) h = (h ^ b[i]) * 16777619u;
+    return h;
+}
+
+/* Every GEMM call looks its plan up, so the scan compares one word per entry. */
 static cuda_gemm_plan *plan_find(cuda_gemm_ctx *c, const plan_key *k) {
+    const uint32_t h = key_hash(k);
     for (int i = 0; i < c->nplans; i++)
-        if (memcmp(&c->plans[i].key, k, sizeof *k) == 0) return &c->plans[i];
+        if (c->plans[i].hash == h && memcmp(&c->plans[i].key, k, sizeof *k) == 0)
+            return &c->plans[i];
     return NULL;
 }
 
@@ -314,6 +327,7 @@ static int plan_get(cuda_gemm_ctx *c, const plan_key *k, const batch_strides *bs
     }
     p->classic = !found; /* the classic cuBLAS API takes any layout */
     p->key = *k;
+    p->hash = key_hash(k);
     *out = p;
     return ZY_OK;
 }
@@ -447,7 +461,13 @@ static plan_key key_of(const cuda_gemm_desc *g, int batch, const batch_strides *
     k.align_a = ptr_align(A), k.align_b = ptr_align(B), k.align_c = ac < ad ? ac : ad;
     if (batch < 0) /* A, B, C are arrays of pointers: the caller measured their alignment */
         k.align_a = bs->align_a, k.align_b = bs->align_b, k.align_c = bs->align_c;
-    k.div_m = pow2_divisor(g->M), k.div_k = pow2_divisor(g->K);
+    /* M's and K's divisors only where they are a packed operand's leading dimension (M: A stored
+     * [K, M]; K: A stored [M, K] or B stored [N, K]). Elsewhere they would split one bucket's plan
+     * into five: the expert weight gradients' K is the expert's row count, a new one every step,
+     * and those five-fold keys overflowed the cache (a plan rebuilt ~26 times a bench-small step).
+     */
+    k.div_m = k.transA ? pow2_divisor(g->M) : 1;
+    k.div_k = k.transB || !k.transA ? pow2_divisor(g->K) : 1;
     k.batch = batch, k.div_s = 1;
     k.strided = batch != 1 || bs->a != 0 || bs->b != 0 || bs->c != 0;
     if (batch >= 1 && k.strided) { /* the strides' alignment, like the leading dimensions' */
