@@ -6,6 +6,7 @@ run, after warm-up), how much of it the other kernels fill, how long the same ke
 and outside NCCL's intervals, how long after the host submitted them they start, and which
 hardware channels each side used. Usage: kernel_trace_summary.py [--tail 0.4] FILE..."""
 import argparse
+import bisect
 import collections
 import statistics
 
@@ -119,16 +120,28 @@ def step_accounting(rows, nu, cu, top):
     print(f"per step ({steps} in the window): span {per(t1 - t0):.2f} ms, compute "
           f"busy {per(comp_busy):.2f} (kernel time summed {per(kernel_sum):.2f}), NCCL alone "
           f"{per(nccl_only):.2f}, nothing {per(idle):.2f}")
-    # gaps with no kernel of any kind, and gaps with only NCCL, keyed by the compute kernels around them
-    comp = sorted((r for r in rows if "nccl" not in r["name"].lower()), key=lambda r: r["s"])
+    # gaps with no compute kernel on any stream (between the union's intervals), keyed by the
+    # kernel that ended last before the gap and the first to start after it; "host" where that one
+    # was submitted by the host only after the gap began (the GPU waited for the host), else
+    # "queued" (it waited for a dependency: an event, a stream, a memcpy)
+    comp = [r for r in rows if "nccl" not in r["name"].lower()]
+    by_end = sorted(comp, key=lambda r: r["e"])
+    by_start = sorted(comp, key=lambda r: r["s"])
+    ends = [r["e"] for r in by_end]
+    starts = [r["s"] for r in by_start]
     gaps = collections.defaultdict(lambda: [0, 0])
-    for a, b in zip(comp, comp[1:]):
-        if b["s"] - a["e"] > 10_000:  # over 10 us without compute
-            during = overlap(a["e"], b["s"], nu)
-            key = (short(a["name"])[:40], short(b["name"])[:40], "NCCL" if during > 0 else "idle")
-            gaps[key][0] += 1
-            gaps[key][1] += b["s"] - a["e"]
-    print(f"| compute gaps > 10 us, after | before | meanwhile | per step | ms per step |")
+    for (a0, a1), (b0, b1) in zip(cu, cu[1:]):
+        if b0 - a1 <= 10_000:  # over 10 us without compute
+            continue
+        a = by_end[bisect.bisect_right(ends, a1) - 1]
+        b = by_start[bisect.bisect_left(starts, b0)]
+        during = overlap(a1, b0, nu)
+        why = "host" if b["sub"] and b["sub"] > a1 else "queued"
+        key = (short(a["name"])[:40], short(b["name"])[:40],
+               ("NCCL, " if during > 0 else "idle, ") + why)
+        gaps[key][0] += 1
+        gaps[key][1] += b0 - a1
+    print(f"| compute gaps > 10 us, after | before | meanwhile, next kernel | per step | ms per step |")
     print("|---|---|---|---|---|")
     for k, (n, t) in sorted(gaps.items(), key=lambda kv: -kv[1][1])[:top]:
         print(f"| {k[0]} | {k[1]} | {k[2]} | {n / steps:.1f} | {t / steps / 1e6:.3f} |")
