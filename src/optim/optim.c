@@ -644,27 +644,23 @@ static void round_to_bf16(float *x, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] = zy_bf16_to_f32(zy_f32_to_bf16(x[i]));
 }
 
-/* Copies queued into the mirror (pinned memory on CUDA), then one wait: the time is the
- * device-to-host transfer alone. */
-void optim_state_to_host(zy_optim *opt) {
-    if (!optim_state_mirrored(opt)) return;
+/* The whole state between the live arrays and the mirror (pinned memory on CUDA): the copies
+ * queued, then one wait, so the time is the transfer alone. */
+static void mirror_copy(zy_optim *opt, int to_host) {
     float *hm, *hv, *hmom;
     host_views(opt, &hm, &hv, &hmom);
-    adam_copy(opt, hm, opt->exp_avg, 1);
-    adam_copy(opt, hv, opt->exp_avg_sq, 1);
-    moment_copy(opt, hmom, opt->momentum, 0, opt->muon_total, 1, opt->momentum_bf16);
+    adam_copy(opt, hm, opt->exp_avg, to_host);
+    adam_copy(opt, hv, opt->exp_avg_sq, to_host);
+    moment_copy(opt, hmom, opt->momentum, 0, opt->muon_total, to_host, opt->momentum_bf16);
     ops_sync(opt->ctx);
 }
 
+void optim_state_to_host(zy_optim *opt) {
+    if (optim_state_mirrored(opt)) mirror_copy(opt, 1);
+}
+
 void optim_state_from_host(zy_optim *opt) {
-    if (optim_state_mirrored(opt)) {
-        float *hm, *hv, *hmom;
-        host_views(opt, &hm, &hv, &hmom);
-        adam_copy(opt, hm, opt->exp_avg, 0);
-        adam_copy(opt, hv, opt->exp_avg_sq, 0);
-        moment_copy(opt, hmom, opt->momentum, 0, opt->muon_total, 0, opt->momentum_bf16);
-        ops_sync(opt->ctx);
-    }
+    if (optim_state_mirrored(opt)) mirror_copy(opt, 0);
     /* bf16 moments kept in fp32 buffers (the CPU): a loaded fp32 state rounded to nearest, as
      * the GPU's narrowing does, so both continue from the same values (exact for bf16 ones) */
     if (opt->cfg.adam_moments == ZY_ADAM_MOMENTS_BF16 && !opt->moments_bf16) {
