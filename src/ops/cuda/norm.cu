@@ -1,7 +1,8 @@
 /* CUDA RMSNorm forward/backward and the fused residual scaling + RMSNorm forward/backward, plus
  * the column-sum machinery shared with the embedding backward (per-chunk partials in a workspace,
  * then a fixed-order total). Same math as ops/cpu/cpu_norm.c and cpu_resscale_* in cpu_dense.c,
- * with fp32 reductions. One block per row; a row is read twice (the second read hits L1/L2). */
+ * with fp32 reductions. One block per row, a row read twice (the second read hits L1/L2); rows of
+ * at most one 16-byte vector a lane (the router's) one warp each, the backward in one pass. */
 #include "ops/cuda/cuda_util.h"
 #include "ops/cuda/launch.h"
 #include "ops/cuda/kernels.h"
@@ -139,6 +140,48 @@ __global__ void __launch_bounds__(ZY_ROW_THREADS)
     }
 }
 
+/* ---- rows of at most one vector a lane (the router's 256 columns) ----
+ * One warp per row, NORM_WARP_ROWS rows a block: a block per row would be 32 threads doing one
+ * load each (16,384 blocks of one warp at bench-small's router: 4x the time of the bytes). A
+ * lane holds its W elements in registers. The sums are formed as the block kernels form them
+ * for such a row (each thread's W products in order, then the warp's xor-shuffle sum, which the
+ * block sum of a single warp passes on unchanged). */
+#define NORM_WARP_ROWS (ZY_ROW_THREADS / 32)
+
+static unsigned norm_warp_blocks(int N) {
+    return (unsigned)((N + NORM_WARP_ROWS - 1) / NORM_WARP_ROWS);
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* y = w * (x * rstd) for rows of C <= 32 W columns, lane l owning columns [l W, l W + W). */
+template <typename TX, typename TY, int W>
+__global__ void __launch_bounds__(ZY_ROW_THREADS)
+    rmsnorm_fwd_warp_k(TY *y, float *rstd, const TX *x, const float *w, int N, int C, float eps) {
+    zy_pdl_begin();
+    const int lane = threadIdx.x & 31, c = lane * W;
+    const int row = blockIdx.x * NORM_WARP_ROWS + (threadIdx.x >> 5);
+    if (row >= N) return; /* a whole warp: the shuffles below see only live lanes' warps */
+    float v[W], ss = 0;
+    if (c < C) {
+        zy_load<TX, W>(x + (size_t)row * C + c, v);
+#pragma unroll
+        for (int k = 0; k < W; k++) ss += v[k] * v[k];
+    }
+    ss = warp_sum(ss);
+    const float r = 1.0f / sqrtf(ss / (float)C + eps);
+    if (lane == 0) rstd[row] = r;
+    if (c >= C) return;
+    float wv[W], o[W];
+    zy_load<float, W>(w + c, wv);
+#pragma unroll
+    for (int k = 0; k < W; k++) o[k] = wv[k] * (v[k] * r);
+    zy_store<TY, W>(y + (size_t)row * C + c, o);
+}
+
 template <typename TX, typename TY>
 static int rmsnorm_fwd(TY *y, float *rstd, const TX *x, const float *w, int N, int C, float eps,
                        void *stream) {
@@ -146,7 +189,11 @@ static int rmsnorm_fwd(TY *y, float *rstd, const TX *x, const float *w, int N, i
     if (N == 0) return ZY_OK;
     cudaStream_t st = (cudaStream_t)stream;
     constexpr int W = 16 / (sizeof(TX) < sizeof(TY) ? sizeof(TX) : sizeof(TY));
-    if (C % W == 0 && zy_aligned(y, 16) && zy_aligned(x, 16) && zy_aligned(w, 16))
+    const int vec = C % W == 0 && zy_aligned(y, 16) && zy_aligned(x, 16) && zy_aligned(w, 16);
+    if (vec && C <= 32 * W)
+        zy_launch(rmsnorm_fwd_warp_k<TX, TY, W>, norm_warp_blocks(N), ZY_ROW_THREADS, 0, st, y,
+                  rstd, x, w, N, C, eps);
+    else if (vec)
         zy_launch(rmsnorm_fwd_k<TX, TY, W>, N, zy_row_threads(C / W), 0, st, y, rstd, x, w, C, eps);
     else
         zy_launch(rmsnorm_fwd_k<TX, TY, 1>, N, zy_row_threads(C), 0, st, y, rstd, x, w, C, eps);
@@ -342,6 +389,95 @@ __global__ void __launch_bounds__(ZY_COL_TX *ZY_COL_TY)
     }
 }
 
+/* ---- backward of rows of at most one vector a lane, in one pass ----
+ * dx and the chunk partials of dw together (the column kernel and the row kernel read dy and x
+ * once each otherwise). Block p takes chunk p's rows [p R, p R + R), warp j the rows p R + j,
+ * + NORM_WARP_ROWS, ... in order: the rows norm_col_k's row lane j takes, summed the same way,
+ * then the warps' sums added in warp order as its lanes' are (and dx as the row kernel forms it).
+ * NORM_BWD_RR rows' loads are issued together. dx may alias dy and add: a lane reads its
+ * elements of a row before it writes them, and no other lane touches them. */
+#define NORM_BWD_RR 2
+static_assert(NORM_WARP_ROWS == ZY_COL_TY, "the warps play norm_col_k's row lanes");
+
+template <typename TX, typename TY, typename TD, int W>
+__global__ void __launch_bounds__(ZY_ROW_THREADS)
+    rmsnorm_bwd_warp_k(float *part, int R, int N, int C, TD *dx, const TD *add, const TY *dy,
+                       const TX *x, const float *w, const float *rstd) {
+    zy_pdl_begin();
+    __shared__ float red[NORM_WARP_ROWS][32 * W];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, c = lane * W, p = blockIdx.x;
+    const int n0 = p * R, n1 = min(N, n0 + R);
+    const bool live = c < C;
+    float wv[W], s[W];
+#pragma unroll
+    for (int k = 0; k < W; k++) wv[k] = s[k] = 0.0f;
+    if (live) zy_load<float, W>(w + c, wv);
+    for (int nb = n0 + warp; nb < n1; nb += NORM_BWD_RR * NORM_WARP_ROWS) {
+        float g[NORM_BWD_RR][W], xv[NORM_BWD_RR][W], a[NORM_BWD_RR][W], r[NORM_BWD_RR];
+#pragma unroll
+        for (int u = 0; u < NORM_BWD_RR; u++) {
+            const int n = nb + u * NORM_WARP_ROWS;
+            r[u] = 0.0f;
+#pragma unroll
+            for (int k = 0; k < W; k++) g[u][k] = xv[u][k] = a[u][k] = 0.0f;
+            if (n >= n1) continue;
+            r[u] = rstd[n];
+            if (!live) continue;
+            const size_t i = (size_t)n * C + c;
+            zy_load<TY, W>(dy + i, g[u]);
+            zy_load<TX, W>(x + i, xv[u]);
+            if (add) zy_load<TD, W>(add + i, a[u]);
+        }
+#pragma unroll
+        for (int u = 0; u < NORM_BWD_RR; u++) {
+            const int n = nb + u * NORM_WARP_ROWS;
+            if (n >= n1) break; /* the same for the whole warp */
+            float dot = 0.0f;
+#pragma unroll
+            for (int k = 0; k < W; k++) {
+                dot += g[u][k] * wv[k] * xv[u][k];
+                s[k] += g[u][k] * xv[u][k] * r[u];
+            }
+            dot = warp_sum(dot);
+            const float kk = r[u] * r[u] * r[u] * dot / (float)C;
+            if (!live) continue;
+            float d[W];
+#pragma unroll
+            for (int k = 0; k < W; k++) {
+                d[k] = r[u] * g[u][k] * wv[k] - kk * xv[u][k];
+                if (add) d[k] += a[u][k];
+            }
+            zy_store<TD, W>(dx + (size_t)n * C + c, d);
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < W; k++) red[warp][c + k] = s[k]; /* columns past C: zeros, unread */
+    __syncthreads();
+    for (int col = threadIdx.x; col < C; col += ZY_ROW_THREADS) {
+        float t = 0.0f;
+#pragma unroll
+        for (int j = 0; j < NORM_WARP_ROWS; j++) t += red[j][col];
+        part[(size_t)p * C + col] = t;
+    }
+}
+
+/* The one-pass backward where rows fit a warp's vectors and the pointers allow 16-byte access
+ * (else ZY_ERR without a launch). */
+template <typename TX, typename TY, typename TD>
+static int rmsnorm_bwd_warp(TD *dx, float *ws, const TY *dy, const TX *x, const float *w,
+                            const float *rstd, int N, int C, int R, int P, int accumulate,
+                            cudaStream_t st) {
+    constexpr size_t MN = sizeof(TX) < sizeof(TY) ? sizeof(TX) : sizeof(TY);
+    constexpr int W = 16 / (MN < sizeof(TD) ? MN : sizeof(TD));
+    const void *ptrs[] = {dx, dy, x, w};
+    int ok = C % W == 0 && C <= 32 * W;
+    for (const void *q : ptrs) ok = ok && zy_aligned(q, 16);
+    if (!ok) return ZY_ERR;
+    zy_launch(rmsnorm_bwd_warp_k<TX, TY, TD, W>, P, ZY_ROW_THREADS, 0, st, ws, R, N, C, dx,
+              accumulate ? (const TD *)dx : (const TD *)nullptr, dy, x, w, rstd);
+    return ZY_OK;
+}
+
 template <typename TX, typename TY, typename TD>
 static int rmsnorm_bwd(TD *dx, float *dw, float *ws, const TY *dy, const TX *x, const float *w,
                        const float *rstd, int N, int C, int accumulate, void *stream) {
@@ -350,6 +486,10 @@ static int rmsnorm_bwd(TD *dx, float *dw, float *ws, const TY *dy, const TX *x, 
     cudaStream_t st = (cudaStream_t)stream;
     int R, P;
     zy_col_chunks(N, &R, &P);
+    if (rmsnorm_bwd_warp<TX, TY, TD>(dx, ws, dy, x, w, rstd, N, C, R, P, accumulate, st) == ZY_OK) {
+        ZY_CUDA_TRY_LAUNCH();
+        return zy_col_finish(dw, ws, NULL, P, C, st);
+    }
     /* dw first: dx may alias dy */
     dim3 grid((C + ZY_COL_TX - 1) / ZY_COL_TX, P), block(ZY_COL_TX, ZY_COL_TY);
     zy_launch(norm_col_k<0, TX, TY>, grid, block, 0, st, ws, P, R, N, C, dy, x, rstd, nullptr,
