@@ -2,7 +2,8 @@
 # Kernel timeline of the 2-GPU step on the GPU machine (dev/trace/kernel_trace.c, CUPTI): zayac bench
 # train -n 1 and -n 2 on bench-small (AdamW; MODEL and OPTIM change them) traced, then dev/trace/kernel_trace_summary.py over each rank's file:
 # what the step's kernels do while the gradient reduces' NCCL kernels run (SUMMARY_ARGS="--kernels 40":
-# also the kernels with the most time a step). Prints as it goes;
+# also the kernels with the most time a step; ZYTRACE_API=1: also the host's CUDA runtime calls a
+# step and the ones that held it over 1 ms, from trace_n1.*.api.tsv, one GPU). Prints as it goes;
 # files in $OUT. Usage (from the zayac root): DEBS=.ext/debs bash dev/scripts/gpu_kernel_trace.sh
 set -u
 export PATH=/usr/local/cuda/bin:$PATH NCCL_NVLS_ENABLE=0
@@ -22,5 +23,7 @@ for n in ${RANKS:-1 2}; do
     CUDA_INJECTION64_PATH=$OUT/libzytrace.so ZYTRACE_OUT=$OUT/trace_n$n timeout 180 build/zayac bench train \
         -n $n $MODEL --optim ${OPTIM:-adamw} --steps 10 --warmup 3 --peak-tflops 989 >"$OUT/bench_n$n.txt" 2>&1
     echo "bench -n $n rc=$?: $(grep -E 'step time|tokens/s' "$OUT/bench_n$n.txt" | head -2 | tr '\n' ' ')"
-    python3 dev/trace/kernel_trace_summary.py ${SUMMARY_ARGS:-} "$OUT"/trace_n$n.*.tsv
+    API=; [ "$n" = 1 ] && API=$(ls "$OUT"/trace_n$n.*.api.tsv 2>/dev/null | head -1) # one process
+    python3 dev/trace/kernel_trace_summary.py ${SUMMARY_ARGS:-} ${API:+--api "$API"} \
+        $(ls "$OUT"/trace_n$n.*.tsv | grep -v "\.api\.tsv$")
 done

@@ -4,7 +4,8 @@
 For each file: the NCCL kernels' time (the union of their intervals, over the last part of the
 run, after warm-up), how much of it the other kernels fill, how long the same kernels take inside
 and outside NCCL's intervals, how long after the host submitted them they start, and which
-hardware channels each side used. Usage: kernel_trace_summary.py [--tail 0.4] FILE..."""
+hardware channels each side used; with --api, where the host's time goes (its CUDA runtime calls).
+Usage: kernel_trace_summary.py [--tail 0.4] [--kernels N] [--api FILE.api.tsv] FILE..."""
 import argparse
 import bisect
 import collections
@@ -200,6 +201,42 @@ def kernel_table(path, tail, top):
               f"{100 * t / total:.1f} | {g} |")
 
 
+def api_table(path, api_path, top, block_ms=1.0):
+    """The host's CUDA runtime calls per step (kernel_trace.c's .api.tsv, ZYTRACE_API=1): time by
+    call, and the calls that held the host over block_ms (a copy to or from pageable memory
+    waits for the stream, as a synchronize does). Steps start where the host queued embed_fwd_k."""
+    starts = sorted(r["q"] for r in load(path) if "embed_fwd_k" in r["name"])
+    calls = []
+    with open(api_path) as f:
+        for line in f:
+            p = line.rstrip("\n").split("\t")
+            if len(p) == 4 and p[0].isdigit() and p[3].startswith("cuda"):
+                calls.append((int(p[0]), int(p[1]), p[3]))
+    calls.sort()
+    lo, hi = len(starts) // 3, len(starts) - 1 # after the warm-up, whole steps only
+    if hi - lo < 1:
+        print(f"{api_path}: fewer than two whole steps")
+        return
+    a, b, steps = starts[lo], starts[hi], hi - lo
+    by, n = collections.Counter(), collections.Counter()
+    for s, e, name in calls:
+        if a <= s < b:
+            by[name] += e - s
+            n[name] += 1
+    print(f"== {api_path}: the host's CUDA runtime calls, {steps} steps "
+          f"({(b - a) / steps / 1e6:.2f} ms a step on the host)")
+    print("| call | calls/step | mean us | ms/step |")
+    print("|---|---|---|---|")
+    for name, t in by.most_common(top):
+        print(f"| {name} | {n[name] / steps:.1f} | {t / n[name] / 1e3:.2f} | {t / steps / 1e6:.3f} |")
+    step0 = starts[lo + 1] if lo + 1 < hi else a
+    step1 = starts[lo + 2] if lo + 2 <= hi else b
+    print(f"calls over {block_ms} ms in one step (offset from its start):")
+    for s, e, name in calls:
+        if step0 <= s < step1 and e - s > block_ms * 1e6:
+            print(f"  at {(s - step0) / 1e6:7.2f} ms: {name} {(e - s) / 1e6:.2f} ms")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--tail", type=float, default=0.4)
@@ -207,6 +244,8 @@ def main():
                     help="also print one step's NCCL kernels and compute gaps longer than US us")
     ap.add_argument("--kernels", type=int, metavar="N", default=0,
                     help="also print the N kernels with the most time a step")
+    ap.add_argument("--api", metavar="FILE",
+                    help="also print the host's runtime calls per step from FILE (.api.tsv)")
     ap.add_argument("files", nargs="+")
     a = ap.parse_args()
     for f in a.files:
@@ -215,6 +254,8 @@ def main():
             timeline(f, a.timeline)
         if a.kernels > 0:
             kernel_table(f, a.tail, a.kernels)
+        if a.api:
+            api_table(f, a.api, a.kernels or 12)
 
 
 if __name__ == "__main__":
