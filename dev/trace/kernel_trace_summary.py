@@ -122,9 +122,10 @@ def step_accounting(rows, nu, cu, top):
           f"busy {per(comp_busy):.2f} (kernel time summed {per(kernel_sum):.2f}), NCCL alone "
           f"{per(nccl_only):.2f}, nothing {per(idle):.2f}")
     # gaps with no compute kernel on any stream (between the union's intervals), keyed by the
-    # kernel that ended last before the gap and the first to start after it; "host" where that one
-    # was submitted by the host only after the gap began (the GPU waited for the host), else
-    # "queued" (it waited for a dependency: an event, a stream, a memcpy)
+    # kernel that ended last before the gap and the first to start after it; "host" where the host
+    # launched that one (CUPTI's queued) only after the gap began, "driver" where it was launched
+    # before but its command buffer reached the GPU (submitted) after, else "queued" (it waited
+    # for a dependency: an event, a stream, a memcpy)
     comp = [r for r in rows if "nccl" not in r["name"].lower()]
     by_end = sorted(comp, key=lambda r: r["e"])
     by_start = sorted(comp, key=lambda r: r["s"])
@@ -137,7 +138,8 @@ def step_accounting(rows, nu, cu, top):
         a = by_end[bisect.bisect_right(ends, a1) - 1]
         b = by_start[bisect.bisect_left(starts, b0)]
         during = overlap(a1, b0, nu)
-        why = "host" if b["sub"] and b["sub"] > a1 else "queued"
+        why = ("host" if b["q"] and b["q"] > a1 else
+               "driver" if b["sub"] and b["sub"] > a1 else "queued")
         key = (short(a["name"])[:40], short(b["name"])[:40],
                ("NCCL, " if during > 0 else "idle, ") + why)
         gaps[key][0] += 1
