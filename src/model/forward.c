@@ -22,7 +22,8 @@ static void moe_forward(zy_model *mo, zy_acts *a, zy_layer_acts *x, const zy_lay
     if (grouped && !a->recompute) {
         ops_moe_dispatch_async(ctx, x->counts, x->offsets, x->offsets_host, x->perm, x->choice, N,
                                E);
-        x->nrouted = -1; /* on the host after model_routing_fetch */
+        ops_mark(ctx, a->routing_mark); /* this layer's offsets are on the host past it */
+        x->nrouted = -1;                /* on the host after model_routing_fetch */
     } else {
         x->nrouted =
             ops_moe_dispatch(ctx, x->counts, x->offsets, x->offsets_host, x->perm, x->choice, N, E);
@@ -49,7 +50,9 @@ void model_routing_fetch(zy_model *m, zy_acts *a) {
     for (int l = 0; l < L; l++) {
         zy_layer_acts *x = &a->layers[l];
         if (x->nrouted >= 0) continue;
-        if (!synced) ops_sync(m->ctx); /* the dispatches' copies have landed */
+        /* the last dispatch's copy has landed, and with it the earlier ones (one stream); the
+         * host does not wait for the rest of the forward */
+        if (!synced) ops_mark_wait_host(m->ctx, a->routing_mark);
         synced = 1;
         x->nrouted = ops_moe_routed(x->offsets_host, N, E);
     }
@@ -202,8 +205,8 @@ double model_forward(zy_model *m, zy_acts *a, const int32_t *ids, const int32_t 
     return model_forward_loss(m, a, ids, targets, 0.0f);
 }
 
-double model_forward_loss(zy_model *m, zy_acts *a, const int32_t *ids, const int32_t *targets,
-                          float grad_scale) {
+void model_forward_loss_queued(zy_model *m, zy_acts *a, const int32_t *ids, const int32_t *targets,
+                               float grad_scale) {
     const zy_config *c = &m->cfg;
     const int N = a->B * a->T;
     ops_copy(m->ctx, a->ids, ids, (size_t)N * sizeof *ids);
@@ -211,11 +214,24 @@ double model_forward_loss(zy_model *m, zy_acts *a, const int32_t *ids, const int
     fill_positions(m, a, 0);
     trunk_forward(m, a, NULL);
     a->count = 0;
-    if (!targets) return 0.0;
+    if (!targets) return;
     /* with a gradient scale the same pass leaves dlogits in place of the logits */
-    return ops_xent_fwd_bwd(m->ctx, grad_scale != 0.0f ? a->logits : NULL, a->logits, a->targets, N,
+    ops_xent_fwd_bwd_queued(m->ctx, grad_scale != 0.0f ? a->logits : NULL, a->logits, a->targets, N,
                             c->vocab_size, ZY_IGNORE_INDEX, grad_scale != 0.0f ? grad_scale : 1.0f,
-                            &a->count);
+                            a->loss_host);
+    ops_mark(m->ctx, a->loss_mark);
+}
+
+double model_loss_wait(zy_model *m, zy_acts *a) {
+    ops_mark_wait_host(m->ctx, a->loss_mark);
+    a->count = a->loss_host->count;
+    return a->loss_host->sum;
+}
+
+double model_forward_loss(zy_model *m, zy_acts *a, const int32_t *ids, const int32_t *targets,
+                          float grad_scale) {
+    model_forward_loss_queued(m, a, ids, targets, grad_scale);
+    return targets ? model_loss_wait(m, a) : 0.0;
 }
 
 void model_route_counts(zy_model *m, zy_acts *a, int64_t *out) {

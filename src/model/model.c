@@ -546,6 +546,10 @@ int acts_init(zy_acts *a, const zy_model *m, int B, int T, int recompute) {
     a->host_offsets = ops_host_alloc(m->ctx, (size_t)L * E1 * sizeof *a->host_offsets);
     memset(a->host_offsets, 0, (size_t)L * E1 * sizeof *a->host_offsets);
     for (int l = 0; l < L; l++) a->layers[l].offsets_host = a->host_offsets + (size_t)l * E1;
+    a->loss_host = ops_host_alloc(m->ctx, sizeof *a->loss_host);
+    memset(a->loss_host, 0, sizeof *a->loss_host);
+    a->loss_mark = ops_mark_new(m->ctx);
+    a->routing_mark = ops_mark_new(m->ctx);
     return ZY_OK;
 }
 
@@ -553,6 +557,9 @@ void acts_free(zy_acts *a, const zy_model *m) {
     if (a->arena) ops_free(m->ctx, a->arena);
     free(a->layers);
     ops_host_free(m->ctx, a->host_offsets);
+    if (a->loss_host) ops_host_free(m->ctx, a->loss_host);
+    if (a->loss_mark) ops_mark_free(m->ctx, a->loss_mark);
+    if (a->routing_mark) ops_mark_free(m->ctx, a->routing_mark);
     memset(a, 0, sizeof *a);
 }
 

@@ -205,7 +205,10 @@ typedef struct {
     int count;     /* counted targets of the last forward */
     int recompute; /* 1: layers share their buffers but h_in, a, rstd_a, z (see zy_layer_acts) */
     void *arena;
-    int32_t *host_offsets; /* [L, E+1] backing of the layers' offsets_host */
+    int32_t *host_offsets;   /* [L, E+1] backing of the layers' offsets_host */
+    zy_loss_host *loss_host; /* page-locked: the queued loss of the last forward */
+    zy_mark *loss_mark;      /* after the loss's copy (model_forward_loss_queued) */
+    zy_mark *routing_mark;   /* after the last dispatch that did not wait (moe_forward) */
 } zy_acts;
 
 /* Bytes of the arena acts_init allocates for [B, T] on ctx; SIZE_MAX when that is past size_t. */
@@ -232,8 +235,13 @@ double model_forward_loss(zy_model *m, zy_acts *a, const int32_t *ids, const int
 /* The backward once a->logits holds dlogits (model_forward_loss with a gradient scale): what
  * model_backward runs after its loss pass. */
 void model_backward_from_dlogits(zy_model *m, zy_acts *a);
+/* model_forward_loss without waiting for the loss: it arrives in a->loss_host, read by
+ * model_loss_wait (which also sets a->count), so the host can issue more work first. */
+void model_forward_loss_queued(zy_model *m, zy_acts *a, const int32_t *ids, const int32_t *targets,
+                               float grad_scale);
+double model_loss_wait(zy_model *m, zy_acts *a);
 /* model_forward then model_backward, with the loss and dlogits computed in one pass over the
- * logits. Returns the summed loss like model_forward. */
+ * logits. Returns the summed loss like model_forward, read after the backward is issued. */
 double model_forward_backward(zy_model *m, zy_acts *a, const int32_t *ids, const int32_t *targets,
                               float loss_scale);
 /* Per-layer routed class counts of the last forward: out [L, E+1] (host); fetches the routing of a

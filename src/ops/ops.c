@@ -225,6 +225,13 @@ void ops_wait_mark(zy_ctx *ctx, zy_mark *m) {
     (void)ctx, (void)m;
 }
 
+void ops_mark_wait_host(zy_ctx *ctx, zy_mark *m) {
+#ifdef ZY_HAVE_CUDA
+    if (ctx->device == ZY_DEV_CUDA) cuda_ops_mark_wait_host(m);
+#endif
+    (void)ctx, (void)m;
+}
+
 /* ---- activation dtype helpers ---- */
 
 size_t ops_act_size(const zy_ctx *ctx) {
@@ -797,13 +804,25 @@ void ops_scatter_add_rows(zy_ctx *ctx, zy_act *dx, const zy_act *dxs, const int3
 }
 
 /* Summed cross-entropy over counted rows, with the optional logits gradient. */
+void ops_xent_fwd_bwd_queued(zy_ctx *ctx, zy_act *dlogits, const zy_act *logits,
+                             const int32_t *targets, int N, int V, int ignore_index,
+                             float grad_scale, zy_loss_host *out) {
+    ON_CUDA(ctx, "xent_fwd_bwd",
+            cuda_ops_xent_fwd_bwd_queued(ctx, dlogits, logits, targets, N, V, ignore_index,
+                                         grad_scale, out));
+    out->sum = cpu_xent_fwd_bwd(cpu_threads(ctx), dlogits, logits, targets, N, V, ignore_index,
+                                grad_scale, &out->count);
+}
+
+/* The queued pass into host memory of this frame (on a GPU a copy to pageable memory, which the
+ * driver completes before returning), then a wait for the context. */
 double ops_xent_fwd_bwd(zy_ctx *ctx, zy_act *dlogits, const zy_act *logits, const int32_t *targets,
                         int N, int V, int ignore_index, float grad_scale, int *count) {
-    ON_CUDA_RET(ctx, "xent_fwd_bwd",
-                cuda_ops_xent_fwd_bwd(ctx, dlogits, logits, targets, N, V, ignore_index, grad_scale,
-                                      count));
-    return cpu_xent_fwd_bwd(cpu_threads(ctx), dlogits, logits, targets, N, V, ignore_index,
-                            grad_scale, count);
+    zy_loss_host h = {0.0, 0};
+    ops_xent_fwd_bwd_queued(ctx, dlogits, logits, targets, N, V, ignore_index, grad_scale, &h);
+    ops_sync(ctx);
+    if (count) *count = h.count;
+    return h.sum;
 }
 
 /* z += r_prev * g. */

@@ -109,6 +109,8 @@ void ops_mark_free(zy_ctx *ctx, zy_mark *m);
 void ops_mark(zy_ctx *ctx, zy_mark *m);
 /* Work issued on ctx from now on starts after m completes; the host does not wait. */
 void ops_wait_mark(zy_ctx *ctx, zy_mark *m);
+/* The host waits until m completes (the work before it, not the work issued after). */
+void ops_mark_wait_host(zy_ctx *ctx, zy_mark *m);
 
 /* ---- activation dtype helpers ---- */
 /* Bytes of one zy_act element of ctx. */
@@ -415,6 +417,18 @@ void ops_scatter_add_rows(zy_ctx *ctx, zy_act *dx, const zy_act *dxs, const int3
  * ignored rows. dlogits may alias logits. The softmax is computed in fp32 and never stored. */
 double ops_xent_fwd_bwd(zy_ctx *ctx, zy_act *dlogits, const zy_act *logits, const int32_t *targets,
                         int N, int V, int ignore_index, float grad_scale, int *count);
+/* The loss's sum and count as ops_xent_fwd_bwd_queued leaves them. */
+typedef struct {
+    double sum;
+    int count;
+} zy_loss_host;
+/* ops_xent_fwd_bwd with the sum and count copied to *out after it, queued: the host does not
+ * wait, so it can issue the backward while the forward still runs. *out must be page-locked
+ * (ops_host_alloc) on a GPU and is valid once the host waited for a mark issued after this call
+ * (ops_mark_wait_host) or for the context (ops_sync); the CPU writes it before returning. */
+void ops_xent_fwd_bwd_queued(zy_ctx *ctx, zy_act *dlogits, const zy_act *logits,
+                             const int32_t *targets, int N, int V, int ignore_index,
+                             float grad_scale, zy_loss_host *out);
 
 /* ---- router depth averaging (EDA), activation dtype ----
  * z[N,R] += r_prev[N,R] * g[R] (g broadcast over rows). */

@@ -27,6 +27,7 @@ zy_mark *cuda_ops_mark_new(zy_ctx *ctx);
 void cuda_ops_mark_free(zy_mark *m);
 void cuda_ops_mark(zy_ctx *ctx, zy_mark *m);
 void cuda_ops_wait_mark(zy_ctx *ctx, zy_mark *m);
+void cuda_ops_mark_wait_host(zy_mark *m);
 /* Profiler hooks used by ops.c around every op when ctx->prof is set: begin records a start event
  * and returns a slot, end records the stop event for that slot under name (a static string). */
 int cuda_ops_prof_begin(zy_ctx *ctx);
@@ -154,9 +155,9 @@ void cuda_ops_moe_combine_bwd(zy_ctx *ctx, zy_act *dys, float *dgate, const zy_a
                               int N, int D);
 void cuda_ops_scatter_add_rows(zy_ctx *ctx, zy_act *dx, const zy_act *dxs, const int32_t *perm,
                                int nrows, int C);
-double cuda_ops_xent_fwd_bwd(zy_ctx *ctx, zy_act *dlogits, const zy_act *logits,
-                             const int32_t *targets, int N, int V, int ignore_index,
-                             float grad_scale, int *count);
+void cuda_ops_xent_fwd_bwd_queued(zy_ctx *ctx, zy_act *dlogits, const zy_act *logits,
+                                  const int32_t *targets, int N, int V, int ignore_index,
+                                  float grad_scale, zy_loss_host *out);
 void cuda_ops_eda_fwd(zy_ctx *ctx, zy_act *z, const zy_act *r_prev, const float *g, int N, int R);
 void cuda_ops_eda_bwd(zy_ctx *ctx, zy_act *dr_prev, float *dg, const zy_act *dz,
                       const zy_act *r_prev, const float *g, int N, int R);

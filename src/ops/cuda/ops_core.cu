@@ -116,6 +116,10 @@ void cuda_ops_wait_mark(zy_ctx *ctx, zy_mark *m) {
     ZY_CUDA_CHECK(cudaStreamWaitEvent(cuda_stream(ctx), m->ev, 0));
 }
 
+void cuda_ops_mark_wait_host(zy_mark *m) {
+    ZY_CUDA_CHECK(cudaEventSynchronize(m->ev));
+}
+
 void cuda_ops_ctx_free(zy_ctx *ctx) {
     cuda_state *s = cuda_st(ctx);
     if (!s) return;

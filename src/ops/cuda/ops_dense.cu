@@ -15,6 +15,7 @@
 #include "ops/cuda/kernels.h"
 
 #include <cuda_bf16.h>
+#include <stddef.h>
 #include <string.h>
 
 typedef __nv_bfloat16 bf16;
@@ -512,29 +513,26 @@ void cuda_ops_swiglu_bwd(zy_ctx *ctx, zy_act *dgu, const zy_act *dy, const zy_ac
 /* The fused kernel writes the per-row losses, their sum (double) and the counted rows into the
  * workspace ([sum | count | pad | loss rows]); the 16-byte head is copied to the host after a
  * stream sync, the one host synchronisation of this file (ops.h: the op returns the sum). */
-double cuda_ops_xent_fwd_bwd(zy_ctx *ctx, zy_act *dlogits, const zy_act *logits,
-                             const int32_t *targets, int N, int V, int ignore_index,
-                             float grad_scale, int *count) {
+void cuda_ops_xent_fwd_bwd_queued(zy_ctx *ctx, zy_act *dlogits, const zy_act *logits,
+                                  const int32_t *targets, int N, int V, int ignore_index,
+                                  float grad_scale, zy_loss_host *out) {
     ZY_CHECKF(N >= 0 && V > 0, "xent: impossible shape N=%d V=%d", N, V);
     if (N == 0) {
-        if (count) *count = 0;
-        return 0.0;
+        out->sum = 0.0, out->count = 0;
+        return;
     }
     cudaStream_t st = cuda_stream(ctx);
-    char *ws = (char *)cuda_ws(ctx, 16 + (size_t)N * sizeof(float));
+    /* workspace: the sum (double) and count (int) as zy_loss_host lays them out, then the rows'
+     * losses */
+    static_assert(sizeof(zy_loss_host) == 16 && offsetof(zy_loss_host, count) == 8,
+                  "zy_loss_host: the device writes a double and an int at 0 and 8");
+    char *ws = (char *)cuda_ws(ctx, sizeof(zy_loss_host) + (size_t)N * sizeof(float));
     double *dsum = (double *)ws;
-    int *dcnt = (int *)(ws + sizeof(double));
-    float *rows = (float *)(ws + 16);
+    int *dcnt = (int *)(ws + offsetof(zy_loss_host, count));
+    float *rows = (float *)(ws + sizeof(zy_loss_host));
     ZY_STATUS_CHECK(cuda_xent_fwd_bwd_bf16((zy_bf16 *)dlogits, rows, dsum, dcnt,
                                            (const zy_bf16 *)logits, targets, N, V, ignore_index,
                                            grad_scale, st));
-    char head[16];
-    ZY_CUDA_CHECK(cudaMemcpyAsync(head, ws, sizeof head, cudaMemcpyDeviceToHost, st));
-    ZY_CUDA_CHECK(cudaStreamSynchronize(st));
-    double sum;
-    int cnt;
-    memcpy(&sum, head, sizeof sum);
-    memcpy(&cnt, head + sizeof(double), sizeof cnt);
-    if (count) *count = cnt;
-    return sum;
+    /* stream order keeps the workspace's head unchanged until the copy has read it */
+    ZY_CUDA_CHECK(cudaMemcpyAsync(out, ws, sizeof *out, cudaMemcpyDeviceToHost, st));
 }
