@@ -218,6 +218,49 @@ static void case_xent(oh_run *r, const int *p) {
                              (double)dl[(size_t)n * V + v], v);
 }
 
+/* ---- the router's input block (ops_router_norm_fwd/bwd) ----
+ * p: rows, width, r_prev (the EDA term), carry_in. Against the reference's composition of the
+ * same ops in fp32: the compared backend rounds z and dz to the activation dtype between the steps
+ * (as its separate ops store them), so rstd (from the rounded z) and the sums over dz (dg, dbias)
+ * are held to the activation tolerance; dw sums exact inputs and keeps fp32's. */
+static void case_router_norm(oh_run *r, const int *p) {
+    zy_ctx *c = oh_ctx(r);
+    const int N = p[0], R = p[1], prev = p[2], cin = p[3];
+    const size_t n = (size_t)N * R;
+    float *z = oh_randn_bf(r, n, 1.0f), *rp = oh_randn_bf(r, n, 1.0f);
+    float *bias = oh_randn(r, R, 0.5f), *g = oh_randu(r, R, 0.5f, 1.5f);
+    float *w = oh_randu(r, R, 0.5f, 1.5f);
+    zy_act *dzf = oh_act(r, z, n), *du0 = oh_nan_act(r, n), *drp = prev ? oh_act(r, rp, n) : NULL;
+    float *drstd = oh_nan_f32(r, N), *dg = oh_f32(r, g, R), *dw = oh_f32(r, w, R);
+    ops_router_norm_fwd(c, dzf, du0, drstd, oh_f32(r, bias, R), drp, dg, dw, N, R, EPS);
+    oh_out_act(r, m_out(1, 0), dzf, n, "router_norm_fwd N=%d R=%d prev=%d z", N, R, prev);
+    oh_out_act(r, m_out(1, 0), du0, n, "router_norm_fwd N=%d R=%d prev=%d u0", N, R, prev);
+    oh_out_f32(r, m_out(1, 0), drstd, N, "router_norm_fwd N=%d R=%d prev=%d rstd", N, R, prev);
+
+    /* backward from bf16 inputs and the reference's rstd of them */
+    float *gy = oh_randn_bf(r, n, 1.0f), *zz = oh_randn_bf(r, n, 1.5f);
+    float *carry = oh_randn_bf(r, n, 1.0f);
+    float *yr = oh_const(r, n, 0.0f), *rr = oh_const(r, N, 0.0f);
+    ops_rmsnorm_fwd(oh_cpu(), yr, rr, zz, ZY_DTYPE_F32, w, N, R, EPS);
+    float *w0 = oh_randn(r, R, 0.1f), *g0 = oh_randn(r, R, 0.1f), *b0 = oh_randn(r, R, 0.1f);
+    zy_act *ddz = oh_nan_act(r, n), *dcarry = oh_act(r, carry, n);
+    float *ddw = oh_f32(r, w0, R), *ddg = oh_f32(r, g0, R), *ddb = oh_f32(r, b0, R);
+    ops_router_norm_bwd(c, ddz, ddw, ddg, ddb, dcarry, cin, oh_act(r, gy, n), oh_act(r, zz, n), drp,
+                        dw, oh_f32(r, rr, N), dg, N, R);
+    const double dterms = oh_norm_terms(rr, gy, w, N, R) + (cin ? oh_maxabs(carry, n) : 0.0);
+    oh_out_act(r, m_out(1, dterms), ddz, n, "router_norm_bwd N=%d R=%d prev=%d cin=%d dz", N, R,
+               prev, cin);
+    if (prev)
+        oh_out_act(r, m_out(1, dterms * oh_maxabs(g, R)), dcarry, n,
+                   "router_norm_bwd N=%d R=%d prev=%d cin=%d carry", N, R, prev, cin);
+    oh_out_f32(r, oh_inc(w0, TOL_F32), ddw, R, "router_norm_bwd N=%d R=%d prev=%d cin=%d dw", N, R,
+               prev, cin);
+    oh_out_f32(r, oh_inc(g0, TOL_BF16), ddg, R, "router_norm_bwd N=%d R=%d prev=%d cin=%d dg", N, R,
+               prev, cin);
+    oh_out_f32(r, oh_inc(b0, TOL_BF16), ddb, R, "router_norm_bwd N=%d R=%d prev=%d cin=%d dbias", N,
+               R, prev, cin);
+}
+
 const oh_case oh_cases_elem[] = {
     {"rmsnorm_grid", case_rmsnorm, {1, 1, 1}},
     {"rmsnorm_grid", case_rmsnorm, {1, 7, 0}},
@@ -240,5 +283,16 @@ const oh_case oh_cases_elem[] = {
     {"xent_grid", case_xent, {7, 32768, 1}},
     {"xent_grid", case_xent, {1000, 50, 1}},
     {"xent_grid", case_xent, {1000, 32768, 0}},
+    /* appended last: a case's inputs are seeded by its place in the list. The router's width
+     * (256: CUDA's one-pass kernels) over several row chunks, with and without the EDA term and
+     * the carried gradient; lanes left idle (200); widths the one-pass kernels leave to the
+     * separate ops (1000, 3) */
+    {"router_norm", case_router_norm, {7, 256, 1, 1}},
+    {"router_norm", case_router_norm, {1000, 256, 1, 1}},
+    {"router_norm", case_router_norm, {1000, 256, 0, 1}},
+    {"router_norm", case_router_norm, {1000, 256, 1, 0}},
+    {"router_norm", case_router_norm, {300, 200, 1, 1}},
+    {"router_norm", case_router_norm, {64, 1000, 1, 1}},
+    {"router_norm", case_router_norm, {5, 3, 1, 0}},
 };
 const int oh_ncases_elem = (int)(sizeof oh_cases_elem / sizeof oh_cases_elem[0]);

@@ -61,15 +61,13 @@ static void router_backward(zy_model *mo, zy_acts *a, int l) {
     ops_gelu_bias_bwd(ctx, a->dr, g->r_fc1_b, a->dr, x->f1, N, R);
     ops_matmul_f32(ctx, g->r_fc1_w, a->dr, x->u0, R, R, N, 1, 0, 1.0f, gb);
     ops_matmul(ctx, a->dr2, a->dr, wc->r_fc1_w, N, R, R, 0, 0, 1.0f, 0.0f);
-    ops_rmsnorm_bwd(ctx, a->dz, g->r_norm, a->dr2, x->z, ctx->act_dtype, w->r_norm, x->rstd_z, N, R,
-                    0);
-    /* z is also the next layer's r_prev: its gradient arrives in dz_carry */
-    if (l + 1 < c->num_hidden_layers) ops_add_act(ctx, a->dz, a->dz_carry, (size_t)N * R);
-    if (l > 0)
-        ops_eda_bwd(ctx, a->dz_carry, g->r_scale, a->dz, a->layers[l - 1].z, w->r_scale, N, R);
+    /* z is also the next layer's r_prev: its gradient arrives in dz_carry, and the one for the
+     * layer below leaves there (r_prev = its z) */
+    ops_router_norm_bwd(ctx, a->dz, g->r_norm, g->r_scale, g->r_down_b, a->dz_carry,
+                        l + 1 < c->num_hidden_layers, a->dr2, x->z,
+                        l > 0 ? a->layers[l - 1].z : NULL, w->r_norm, x->rstd_z, w->r_scale, N, R);
     /* z = m @ down^T + b */
     ops_matmul_f32(ctx, g->r_down_w, a->dz, x->m, R, D, N, 1, 0, 1.0f, gb);
-    ops_bias_bwd(ctx, g->r_down_b, a->dz, N, R);
     ops_matmul(ctx, a->dm, a->dz, wc->r_down_w, N, D, R, 0, 0, 1.0f, 0.0f);
 }
 

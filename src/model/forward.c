@@ -65,10 +65,8 @@ static void router_forward(zy_model *mo, zy_layer_acts *x, const zy_layer_w *w,
     const zy_config *c = &mo->cfg;
     const int D = c->hidden_size, R = c->router_hidden_size, E1 = c->num_experts + 1;
     ops_matmul(ctx, x->z, x->m, wc->r_down_w, N, R, D, 0, 1, 1.0f, 0.0f);
-    ops_add_bias(ctx, x->z, w->r_down_b, N, R);
-    if (r_prev) ops_eda_fwd(ctx, x->z, r_prev, w->r_scale, N, R);
-    ops_rmsnorm_fwd(ctx, x->u0, x->rstd_z, x->z, ctx->act_dtype, w->r_norm, N, R,
-                    (float)c->rms_norm_eps);
+    ops_router_norm_fwd(ctx, x->z, x->u0, x->rstd_z, w->r_down_b, r_prev, w->r_scale, w->r_norm, N,
+                        R, (float)c->rms_norm_eps);
     ops_matmul(ctx, x->f1, x->u0, wc->r_fc1_w, N, R, R, 0, 1, 1.0f, 0.0f);
     ops_bias_gelu_fwd(ctx, x->g1, x->f1, w->r_fc1_b, N, R);
     ops_matmul(ctx, x->f2, x->g1, wc->r_fc2_w, N, R, R, 0, 1, 1.0f, 0.0f);

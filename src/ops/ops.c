@@ -568,6 +568,37 @@ void ops_rmsnorm_bwd(zy_ctx *ctx, void *dx, float *dw, const zy_act *dy, const v
     cpu_rmsnorm_bwd(cpu_threads(ctx), dx, dw, dy, x, w, rstd, N, C, accumulate);
 }
 
+void ops_router_norm_fwd(zy_ctx *ctx, zy_act *z, zy_act *u0, float *rstd, const float *bias,
+                         const zy_act *r_prev, const float *g, const float *w, int N, int R,
+                         float eps) {
+#ifdef ZY_HAVE_CUDA
+    if (ctx->device == ZY_DEV_CUDA && cuda_ops_router_norm_fwd_fits(R, z, u0, bias, r_prev, g, w)) {
+        ON_CUDA(ctx, "router_norm_fwd",
+                cuda_ops_router_norm_fwd(ctx, z, u0, rstd, bias, r_prev, g, w, N, R, eps));
+    }
+#endif
+    ops_add_bias(ctx, z, bias, N, R);
+    if (r_prev) ops_eda_fwd(ctx, z, r_prev, g, N, R);
+    ops_rmsnorm_fwd(ctx, u0, rstd, z, ctx->act_dtype, w, N, R, eps);
+}
+
+void ops_router_norm_bwd(zy_ctx *ctx, zy_act *dz, float *dw, float *dg, float *dbias, zy_act *carry,
+                         int carry_in, const zy_act *du0, const zy_act *z, const zy_act *r_prev,
+                         const float *w, const float *rstd, const float *g, int N, int R) {
+#ifdef ZY_HAVE_CUDA
+    if (ctx->device == ZY_DEV_CUDA &&
+        cuda_ops_router_norm_bwd_fits(R, dz, carry, du0, z, r_prev, w, g)) {
+        ON_CUDA(ctx, "router_norm_bwd",
+                cuda_ops_router_norm_bwd(ctx, dz, dw, dg, dbias, carry, carry_in, du0, z, r_prev, w,
+                                         rstd, g, N, R));
+    }
+#endif
+    ops_rmsnorm_bwd(ctx, dz, dw, du0, z, ctx->act_dtype, w, rstd, N, R, 0);
+    if (carry_in) ops_add_act(ctx, dz, carry, (size_t)N * R);
+    if (r_prev) ops_eda_bwd(ctx, carry, dg, dz, r_prev, g, N, R);
+    ops_bias_bwd(ctx, dbias, dz, N, R);
+}
+
 /* out = (o + ob) * os + (h + rb) * rs. */
 void ops_resscale_fwd(zy_ctx *ctx, float *out, const zy_act *o, const float *h, const float *ob,
                       const float *os, const float *rb, const float *rs, int N, int D) {

@@ -251,6 +251,20 @@ void ops_rmsnorm_fwd(zy_ctx *ctx, zy_act *y, float *rstd, const void *x, zy_dtyp
 void ops_rmsnorm_bwd(zy_ctx *ctx, void *dx, float *dw, const zy_act *dy, const void *x, zy_dtype xt,
                      const float *w, const float *rstd, int N, int C, int accumulate);
 
+/* ---- the router's input block (activation dtype) ----
+ * z[N,R] += bias (+ r_prev * g when r_prev != NULL), then u0 = RMSNorm(z) * w, rstd saved:
+ * ops_add_bias, ops_eda_fwd and ops_rmsnorm_fwd in one call (one pass on a GPU where the rows
+ * allow it; the same bits either way). */
+void ops_router_norm_fwd(zy_ctx *ctx, zy_act *z, zy_act *u0, float *rstd, const float *bias,
+                         const zy_act *r_prev, const float *g, const float *w, int N, int R,
+                         float eps);
+/* Its backward: dz = RMSNorm backward of du0 (overwrite), + carry when carry_in; dw +=; with
+ * r_prev, carry = dz * g (overwrite: the gradient the layer below adds) and dg += sum dz * r_prev;
+ * dbias += sum dz. ops_rmsnorm_bwd, ops_add_act, ops_eda_bwd and ops_bias_bwd in one call. */
+void ops_router_norm_bwd(zy_ctx *ctx, zy_act *dz, float *dw, float *dg, float *dbias, zy_act *carry,
+                         int carry_in, const zy_act *du0, const zy_act *z, const zy_act *r_prev,
+                         const float *w, const float *rstd, const float *g, int N, int R);
+
 /* ---- residual scaling: out = (o + ob) * os + (h + rb) * rs, all [N,D], vectors [D] ----
  * o: a block's output (activation dtype); h, out: the fp32 residual stream. */
 void ops_resscale_fwd(zy_ctx *ctx, float *out, const zy_act *o, const float *h, const float *ob,

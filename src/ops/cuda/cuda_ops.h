@@ -89,6 +89,19 @@ void cuda_ops_rmsnorm_fwd(zy_ctx *ctx, zy_act *y, float *rstd, const void *x, zy
 void cuda_ops_rmsnorm_bwd(zy_ctx *ctx, void *dx, float *dw, const zy_act *dy, const void *x,
                           zy_dtype xt, const float *w, const float *rstd, int N, int C,
                           int accumulate);
+/* ops_router_norm_fwd/bwd in one pass (the rows and pointers fit: the _fits calls). */
+int cuda_ops_router_norm_fwd_fits(int R, const zy_act *z, const zy_act *u0, const float *bias,
+                                  const zy_act *r_prev, const float *g, const float *w);
+int cuda_ops_router_norm_bwd_fits(int R, const zy_act *dz, const zy_act *carry, const zy_act *du0,
+                                  const zy_act *z, const zy_act *r_prev, const float *w,
+                                  const float *g);
+void cuda_ops_router_norm_fwd(zy_ctx *ctx, zy_act *z, zy_act *u0, float *rstd, const float *bias,
+                              const zy_act *r_prev, const float *g, const float *w, int N, int R,
+                              float eps);
+void cuda_ops_router_norm_bwd(zy_ctx *ctx, zy_act *dz, float *dw, float *dg, float *dbias,
+                              zy_act *carry, int carry_in, const zy_act *du0, const zy_act *z,
+                              const zy_act *r_prev, const float *w, const float *rstd,
+                              const float *g, int N, int R);
 void cuda_ops_resscale_fwd(zy_ctx *ctx, float *out, const zy_act *o, const float *h,
                            const float *ob, const float *os, const float *rb, const float *rs,
                            int N, int D);

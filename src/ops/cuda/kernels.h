@@ -46,6 +46,22 @@ int cuda_rmsnorm_bwd_f32_bf16(float *dx, float *dw, float *ws, const zy_bf16 *dy
                               const float *w, const float *rstd, int N, int C, int accumulate,
                               void *stream);
 
+/* 1 when rows of C bf16 and these pointers (NULL ones skipped) suit the two below. */
+int cuda_router_norm_fits(int C, const void *const *ptrs, int n);
+/* The router's input block in one pass where its rows are at most 256 bf16 (whole 16-byte
+ * vectors, aligned pointers; else ZY_ERR and nothing launched): z[N,C] += bias (+ r_prev * g),
+ * u0 = RMSNorm(z) * w, rstd saved; the same bits as ops_add_bias, ops_eda_fwd, ops_rmsnorm_fwd. */
+int cuda_router_norm_fwd_bf16(zy_bf16 *z, zy_bf16 *u0, float *rstd, const float *bias,
+                              const zy_bf16 *r_prev, const float *g, const float *w, int N, int C,
+                              float eps, void *stream);
+/* Its backward: dz = RMSNorm backward of du0 (overwrite; + carry when carry_in), dw +=; with
+ * r_prev, carry = dz * g (overwrite) and dg += sum dz * r_prev; dbias += sum dz. ws: 3 P C floats
+ * (zy_col_chunks). The bits of ops_rmsnorm_bwd, ops_add_act, ops_eda_bwd and ops_bias_bwd. */
+int cuda_router_norm_bwd_bf16(zy_bf16 *dz, float *dw, float *dg, float *dbias, float *ws,
+                              zy_bf16 *carry, int carry_in, const zy_bf16 *du0, const zy_bf16 *z,
+                              const zy_bf16 *r_prev, const float *w, const float *rstd,
+                              const float *g, int N, int C, void *stream);
+
 /* ---- residual scaling + RMSNorm, all rows [N,D], vectors [D]:
  * out = (o + ob) * os + (h + rb) * rs (fp32 residual stream), y = RMSNorm(out) * w (rstd saved) */
 int cuda_resnorm_fwd_bf16(float *out, zy_bf16 *y, float *rstd, const zy_bf16 *o, const float *h,

@@ -478,6 +478,181 @@ static int rmsnorm_bwd_warp(TD *dx, float *ws, const TY *dy, const TX *x, const 
     return ZY_OK;
 }
 
+/* ---- the router's input block: z += bias (+ r_prev g), u0 = RMSNorm(z) w, and its backward ----
+ * What ops_add_bias, ops_eda_fwd and ops_rmsnorm_fwd do one after another (and, backward,
+ * ops_rmsnorm_bwd, ops_add_act, ops_eda_bwd and ops_bias_bwd), for rows of at most one 16-byte
+ * vector a lane, one warp a row: each intermediate rounded to bf16 where those ops store it, and
+ * the column sums in their order (norm_col_k's row lanes are the warps), so the same bits in one
+ * pass over the rows instead of three (four backward). */
+/* v rounded to bf16 and back (round to nearest even, as zy_store does). */
+template <int W> __device__ __forceinline__ void bf16_round(float (&v)[W]) {
+#pragma unroll
+    for (int k = 0; k < W; k++) v[k] = __bfloat162float(__float2bfloat16_rn(v[k]));
+}
+
+__global__ void __launch_bounds__(ZY_ROW_THREADS)
+    router_norm_fwd_k(bf16 *z, bf16 *u0, float *rstd, const float *bias, const bf16 *rp,
+                      const float *g, const float *w, int N, int C, float eps) {
+    zy_pdl_begin();
+    constexpr int W = 8;
+    const int lane = threadIdx.x & 31, c = lane * W;
+    const int row = blockIdx.x * NORM_WARP_ROWS + (threadIdx.x >> 5);
+    if (row >= N) return; /* a whole warp */
+    const size_t i = (size_t)row * C + c;
+    float v[W], ss = 0.0f;
+    if (c < C) {
+        float b[W];
+        zy_load<bf16, W>(z + i, v);
+        zy_load<float, W>(bias + c, b);
+#pragma unroll
+        for (int k = 0; k < W; k++) v[k] += b[k];
+        bf16_round<W>(v); /* what add_bias stores */
+        if (rp) {
+            float rv[W], gv[W];
+            zy_load<bf16, W>(rp + i, rv);
+            zy_load<float, W>(g + c, gv);
+#pragma unroll
+            for (int k = 0; k < W; k++) v[k] += rv[k] * gv[k];
+            bf16_round<W>(v);
+        }
+        zy_store<bf16, W>(z + i, v);
+#pragma unroll
+        for (int k = 0; k < W; k++) ss += v[k] * v[k];
+    }
+    ss = warp_sum(ss);
+    const float r = 1.0f / sqrtf(ss / (float)C + eps);
+    if (lane == 0) rstd[row] = r;
+    if (c >= C) return;
+    float wv[W], o[W];
+    zy_load<float, W>(w + c, wv);
+#pragma unroll
+    for (int k = 0; k < W; k++) o[k] = wv[k] * (v[k] * r);
+    zy_store<bf16, W>(u0 + i, o);
+}
+
+/* Backward: dz = the norm's backward of du0 (+ carry when carry_in); then carry = dz g and
+ * part sum 1 += dz r_prev when rp; part sums 0 (dw: du0 z rstd) and 2 (dbias: dz). */
+__global__ void __launch_bounds__(ZY_ROW_THREADS)
+    router_norm_bwd_k(float *part, int P, int R, int N, int C, bf16 *dz, bf16 *carry, int carry_in,
+                      const bf16 *du0, const bf16 *z, const bf16 *rp, const float *w,
+                      const float *rstd, const float *g) {
+    zy_pdl_begin();
+    constexpr int W = 8;
+    __shared__ float red[NORM_WARP_ROWS][32 * W];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, c = lane * W, p = blockIdx.x;
+    const int n0 = p * R, n1 = min(N, n0 + R);
+    const bool live = c < C;
+    float wv[W], gv[W], s0[W], s1[W], s2[W];
+#pragma unroll
+    for (int k = 0; k < W; k++) wv[k] = gv[k] = s0[k] = s1[k] = s2[k] = 0.0f;
+    if (live) {
+        zy_load<float, W>(w + c, wv);
+        if (rp) zy_load<float, W>(g + c, gv);
+    }
+    for (int n = n0 + warp; n < n1; n += NORM_WARP_ROWS) {
+        const size_t i = (size_t)n * C + c;
+        const float r = rstd[n];
+        float gy[W], x[W];
+#pragma unroll
+        for (int k = 0; k < W; k++) gy[k] = x[k] = 0.0f;
+        if (live) {
+            zy_load<bf16, W>(du0 + i, gy);
+            zy_load<bf16, W>(z + i, x);
+        }
+        float dot = 0.0f;
+#pragma unroll
+        for (int k = 0; k < W; k++) {
+            dot += gy[k] * wv[k] * x[k];
+            s0[k] += gy[k] * x[k] * r;
+        }
+        dot = warp_sum(dot);
+        const float kk = r * r * r * dot / (float)C;
+        if (!live) continue;
+        float d[W];
+#pragma unroll
+        for (int k = 0; k < W; k++) d[k] = r * gy[k] * wv[k] - kk * x[k];
+        bf16_round<W>(d); /* each step's bf16 value, as the separate ops store it */
+        if (carry_in) {
+            float a[W];
+            zy_load<bf16, W>(carry + i, a);
+#pragma unroll
+            for (int k = 0; k < W; k++) d[k] += a[k];
+            bf16_round<W>(d);
+        }
+        zy_store<bf16, W>(dz + i, d);
+        if (rp) {
+            float b[W], o[W];
+            zy_load<bf16, W>(rp + i, b);
+#pragma unroll
+            for (int k = 0; k < W; k++) {
+                o[k] = d[k] * gv[k];
+                s1[k] += d[k] * b[k];
+            }
+            zy_store<bf16, W>(carry + i, o);
+        }
+#pragma unroll
+        for (int k = 0; k < W; k++) s2[k] += d[k];
+    }
+    float *sums[3] = {s0, s1, s2};
+#pragma unroll
+    for (int q = 0; q < 3; q++) {
+        if (q > 0) __syncthreads(); /* the previous sum's reads are done */
+#pragma unroll
+        for (int k = 0; k < W; k++) red[warp][c + k] = sums[q][k];
+        __syncthreads();
+        for (int col = threadIdx.x; col < C; col += ZY_ROW_THREADS) {
+            float t = 0.0f;
+#pragma unroll
+            for (int j = 0; j < NORM_WARP_ROWS; j++) t += red[j][col];
+            part[((size_t)q * P + p) * C + col] = t;
+        }
+    }
+}
+
+/* 1 when the router's rows fit the kernels above: C <= 256 bf16, whole 16-byte vectors. */
+int cuda_router_norm_fits(int C, const void *const *ptrs, int n) {
+    if (C <= 0 || C % 8 != 0 || C > 32 * 8) return 0;
+    for (int k = 0; k < n; k++)
+        if (ptrs[k] && !zy_aligned(ptrs[k], 16)) return 0;
+    return 1;
+}
+
+int cuda_router_norm_fwd_bf16(zy_bf16 *z, zy_bf16 *u0, float *rstd, const float *bias,
+                              const zy_bf16 *r_prev, const float *g, const float *w, int N, int C,
+                              float eps, void *stream) {
+    const void *ptrs[] = {z, u0, bias, r_prev, r_prev ? g : NULL, w};
+    if (N < 0 || !cuda_router_norm_fits(C, ptrs, 6)) return ZY_ERR;
+    if (N == 0) return ZY_OK;
+    zy_launch(router_norm_fwd_k, norm_warp_blocks(N), ZY_ROW_THREADS, 0, (cudaStream_t)stream,
+              (bf16 *)z, (bf16 *)u0, rstd, bias, (const bf16 *)r_prev, g, w, N, C, eps);
+    ZY_CUDA_TRY_LAUNCH();
+    return ZY_OK;
+}
+
+int cuda_router_norm_bwd_bf16(zy_bf16 *dz, float *dw, float *dg, float *dbias, float *ws,
+                              zy_bf16 *carry, int carry_in, const zy_bf16 *du0, const zy_bf16 *z,
+                              const zy_bf16 *r_prev, const float *w, const float *rstd,
+                              const float *g, int N, int C, void *stream) {
+    const void *ptrs[] = {dz, carry, du0, z, r_prev, w, r_prev ? g : NULL, ws};
+    if (N < 0 || !cuda_router_norm_fits(C, ptrs, 8) || ((carry_in || r_prev) && !carry))
+        return ZY_ERR;
+    if (N == 0) return ZY_OK;
+    cudaStream_t st = (cudaStream_t)stream;
+    int R, P;
+    zy_col_chunks(N, &R, &P);
+    zy_launch(router_norm_bwd_k, P, ZY_ROW_THREADS, 0, st, ws, P, R, N, C, (bf16 *)dz,
+              (bf16 *)carry, carry_in, (const bf16 *)du0, (const bf16 *)z, (const bf16 *)r_prev, w,
+              rstd, g);
+    ZY_CUDA_TRY_LAUNCH();
+    zy_col_outs f; /* sums: 0 du0 z rstd (dw), 1 dz r_prev (dg), 2 dz (dbias) */
+    memset(&f, 0, sizeof f);
+    f.dst[0] = dw, f.src[0] = 0;
+    f.dst[1] = dbias, f.src[1] = 2;
+    f.n = 2;
+    if (r_prev) f.dst[2] = dg, f.src[2] = 1, f.n = 3;
+    return zy_col_finish_multi(&f, 3, ws, P, C, st);
+}
+
 template <typename TX, typename TY, typename TD>
 static int rmsnorm_bwd(TD *dx, float *dw, float *ws, const TY *dy, const TX *x, const float *w,
                        const float *rstd, int N, int C, int accumulate, void *stream) {

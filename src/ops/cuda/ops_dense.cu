@@ -330,6 +330,40 @@ void cuda_ops_rmsnorm_bwd(zy_ctx *ctx, void *dx, float *dw, const zy_act *dy, co
                                               (const zy_bf16 *)x, w, rstd, N, C, accumulate, st));
 }
 
+/* ---- the router's input block (norm.cu's one-pass kernels) ---- */
+
+int cuda_ops_router_norm_fwd_fits(int R, const zy_act *z, const zy_act *u0, const float *bias,
+                                  const zy_act *r_prev, const float *g, const float *w) {
+    const void *ptrs[] = {z, u0, bias, r_prev, r_prev ? g : NULL, w};
+    return cuda_router_norm_fits(R, ptrs, 6);
+}
+
+int cuda_ops_router_norm_bwd_fits(int R, const zy_act *dz, const zy_act *carry, const zy_act *du0,
+                                  const zy_act *z, const zy_act *r_prev, const float *w,
+                                  const float *g) {
+    const void *ptrs[] = {dz, carry, du0, z, r_prev, w, r_prev ? g : NULL};
+    return cuda_router_norm_fits(R, ptrs, 7);
+}
+
+void cuda_ops_router_norm_fwd(zy_ctx *ctx, zy_act *z, zy_act *u0, float *rstd, const float *bias,
+                              const zy_act *r_prev, const float *g, const float *w, int N, int R,
+                              float eps) {
+    ZY_STATUS_CHECK(cuda_router_norm_fwd_bf16((zy_bf16 *)z, (zy_bf16 *)u0, rstd, bias,
+                                              (const zy_bf16 *)r_prev, g, w, N, R, eps,
+                                              cuda_stream(ctx)));
+}
+
+void cuda_ops_router_norm_bwd(zy_ctx *ctx, zy_act *dz, float *dw, float *dg, float *dbias,
+                              zy_act *carry, int carry_in, const zy_act *du0, const zy_act *z,
+                              const zy_act *r_prev, const float *w, const float *rstd,
+                              const float *g, int N, int R) {
+    float *ws = NULL; /* 3 P R floats: within cuda_ops_ws_bytes's 4 */
+    if (N > 0) ws = (float *)cuda_ws(ctx, cuda_ops_ws_bytes(N, R));
+    ZY_STATUS_CHECK(cuda_router_norm_bwd_bf16(
+        (zy_bf16 *)dz, dw, dg, dbias, ws, (zy_bf16 *)carry, carry_in, (const zy_bf16 *)du0,
+        (const zy_bf16 *)z, (const zy_bf16 *)r_prev, w, rstd, g, N, R, cuda_stream(ctx)));
+}
+
 /* ---- residual scaling: out = (o + ob) * os + (h + rb) * rs ---- */
 
 /* Tile kernel of the forward: 10 bytes per element (o bf16 in, h fp32 in, out fp32 out). */
