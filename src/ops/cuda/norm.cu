@@ -157,6 +157,23 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
+/* The end of a warp's row norm: rstd from the lanes' sums of squares ss, then y = w * (v * rstd)
+ * for this lane's W columns from c (none past C). */
+template <typename TY, int W>
+__device__ __forceinline__ void warp_norm_out(TY *y, float *rstd, const float *w,
+                                              const float (&v)[W], float ss, int row, int c, int C,
+                                              float eps) {
+    ss = warp_sum(ss);
+    const float r = 1.0f / sqrtf(ss / (float)C + eps);
+    if ((threadIdx.x & 31) == 0) rstd[row] = r;
+    if (c >= C) return;
+    float wv[W], o[W];
+    zy_load<float, W>(w + c, wv);
+#pragma unroll
+    for (int k = 0; k < W; k++) o[k] = wv[k] * (v[k] * r);
+    zy_store<TY, W>(y + (size_t)row * C + c, o);
+}
+
 /* y = w * (x * rstd) for rows of C <= 32 W columns, lane l owning columns [l W, l W + W). */
 template <typename TX, typename TY, int W>
 __global__ void __launch_bounds__(ZY_ROW_THREADS)
@@ -171,15 +188,7 @@ __global__ void __launch_bounds__(ZY_ROW_THREADS)
 #pragma unroll
         for (int k = 0; k < W; k++) ss += v[k] * v[k];
     }
-    ss = warp_sum(ss);
-    const float r = 1.0f / sqrtf(ss / (float)C + eps);
-    if (lane == 0) rstd[row] = r;
-    if (c >= C) return;
-    float wv[W], o[W];
-    zy_load<float, W>(w + c, wv);
-#pragma unroll
-    for (int k = 0; k < W; k++) o[k] = wv[k] * (v[k] * r);
-    zy_store<TY, W>(y + (size_t)row * C + c, o);
+    warp_norm_out<TY, W>(y, rstd, w, v, ss, row, c, C, eps);
 }
 
 template <typename TX, typename TY>
@@ -519,15 +528,7 @@ __global__ void __launch_bounds__(ZY_ROW_THREADS)
 #pragma unroll
         for (int k = 0; k < W; k++) ss += v[k] * v[k];
     }
-    ss = warp_sum(ss);
-    const float r = 1.0f / sqrtf(ss / (float)C + eps);
-    if (lane == 0) rstd[row] = r;
-    if (c >= C) return;
-    float wv[W], o[W];
-    zy_load<float, W>(w + c, wv);
-#pragma unroll
-    for (int k = 0; k < W; k++) o[k] = wv[k] * (v[k] * r);
-    zy_store<bf16, W>(u0 + i, o);
+    warp_norm_out<bf16, W>(u0, rstd, w, v, ss, row, c, C, eps);
 }
 
 /* Backward: dz = the norm's backward of du0 (+ carry when carry_in); then carry = dz g and
