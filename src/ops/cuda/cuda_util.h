@@ -164,6 +164,18 @@ __device__ __forceinline__ float zy_block_max(float v) {
     return zy_block_reduce(v, -INFINITY, [](float a, float b) { return fmaxf(a, b); });
 }
 
+/* EDA's backward on W elements (ops_eda_bwd): dr = dz * g, and the column sums s += dz * r_prev.
+ * One definition for eda_bwd_k and the router's one-pass backward, so both give the same bits. */
+template <int W>
+__device__ __forceinline__ void zy_eda_bwd(const float *dz, const float *rp, const float *g,
+                                           float *dr, float *s) {
+#pragma unroll
+    for (int k = 0; k < W; k++) {
+        dr[k] = dz[k] * g[k];
+        s[k] += dz[k] * rp[k];
+    }
+}
+
 /* 1 when p is aligned to `bytes` (the vector paths need 16- or 8-byte alignment). */
 static inline int zy_aligned(const void *p, size_t bytes) {
     return ((uintptr_t)p % bytes) == 0;

@@ -174,6 +174,43 @@ __device__ __forceinline__ void warp_norm_out(TY *y, float *rstd, const float *w
     zy_store<TY, W>(y + (size_t)row * C + c, o);
 }
 
+/* One row of the RMSNorm backward in a warp, the row kernels' expressions: the column sums
+ * s += dy x rstd, then dx = rstd dy w - (rstd^3 dot / C) x with dot the warp's sum of dy w x.
+ * Lanes past the row hold zeros. */
+template <int W>
+__device__ __forceinline__ void warp_norm_bwd_row(const float (&gy)[W], const float (&x)[W],
+                                                  const float (&wv)[W], float r, int C,
+                                                  float (&s)[W], float (&d)[W]) {
+    float dot = 0.0f;
+#pragma unroll
+    for (int k = 0; k < W; k++) {
+        dot += gy[k] * wv[k] * x[k];
+        s[k] += gy[k] * x[k] * r;
+    }
+    dot = warp_sum(dot);
+    const float kk = r * r * r * dot / (float)C;
+#pragma unroll
+    for (int k = 0; k < W; k++) d[k] = r * gy[k] * wv[k] - kk * x[k];
+}
+
+/* out[0..C) = the block's warps' column sums s (lane l's W columns from l W), added in warp order
+ * as norm_col_k adds its row lanes, through red [NORM_WARP_ROWS][32 W]. Every thread calls it;
+ * a caller that reuses red calls __syncthreads first. */
+template <int W>
+__device__ __forceinline__ void warp_col_sums(float (*red)[32 * W], const float (&s)[W], float *out,
+                                              int C) {
+    const int warp = threadIdx.x >> 5, c = (threadIdx.x & 31) * W;
+#pragma unroll
+    for (int k = 0; k < W; k++) red[warp][c + k] = s[k]; /* columns past C: zeros, unread */
+    __syncthreads();
+    for (int col = threadIdx.x; col < C; col += ZY_ROW_THREADS) {
+        float t = 0.0f;
+#pragma unroll
+        for (int j = 0; j < NORM_WARP_ROWS; j++) t += red[j][col];
+        out[col] = t;
+    }
+}
+
 /* y = w * (x * rstd) for rows of C <= 32 W columns, lane l owning columns [l W, l W + W). */
 template <typename TX, typename TY, int W>
 __global__ void __launch_bounds__(ZY_ROW_THREADS)
@@ -441,33 +478,16 @@ __global__ void __launch_bounds__(ZY_ROW_THREADS)
         for (int u = 0; u < NORM_BWD_RR; u++) {
             const int n = nb + u * NORM_WARP_ROWS;
             if (n >= n1) break; /* the same for the whole warp */
-            float dot = 0.0f;
-#pragma unroll
-            for (int k = 0; k < W; k++) {
-                dot += g[u][k] * wv[k] * xv[u][k];
-                s[k] += g[u][k] * xv[u][k] * r[u];
-            }
-            dot = warp_sum(dot);
-            const float kk = r[u] * r[u] * r[u] * dot / (float)C;
-            if (!live) continue;
             float d[W];
+            warp_norm_bwd_row<W>(g[u], xv[u], wv, r[u], C, s, d);
+            if (!live) continue;
+            if (add)
 #pragma unroll
-            for (int k = 0; k < W; k++) {
-                d[k] = r[u] * g[u][k] * wv[k] - kk * xv[u][k];
-                if (add) d[k] += a[u][k];
-            }
+                for (int k = 0; k < W; k++) d[k] += a[u][k];
             zy_store<TD, W>(dx + (size_t)n * C + c, d);
         }
     }
-#pragma unroll
-    for (int k = 0; k < W; k++) red[warp][c + k] = s[k]; /* columns past C: zeros, unread */
-    __syncthreads();
-    for (int col = threadIdx.x; col < C; col += ZY_ROW_THREADS) {
-        float t = 0.0f;
-#pragma unroll
-        for (int j = 0; j < NORM_WARP_ROWS; j++) t += red[j][col];
-        part[(size_t)p * C + col] = t;
-    }
+    warp_col_sums<W>(red, s, part + (size_t)p * C, C);
 }
 
 /* The one-pass backward where rows fit a warp's vectors and the pointers allow 16-byte access
@@ -560,18 +580,9 @@ __global__ void __launch_bounds__(ZY_ROW_THREADS)
             zy_load<bf16, W>(du0 + i, gy);
             zy_load<bf16, W>(z + i, x);
         }
-        float dot = 0.0f;
-#pragma unroll
-        for (int k = 0; k < W; k++) {
-            dot += gy[k] * wv[k] * x[k];
-            s0[k] += gy[k] * x[k] * r;
-        }
-        dot = warp_sum(dot);
-        const float kk = r * r * r * dot / (float)C;
-        if (!live) continue;
         float d[W];
-#pragma unroll
-        for (int k = 0; k < W; k++) d[k] = r * gy[k] * wv[k] - kk * x[k];
+        warp_norm_bwd_row<W>(gy, x, wv, r, C, s0, d);
+        if (!live) continue;
         bf16_round<W>(d); /* each step's bf16 value, as the separate ops store it */
         if (carry_in) {
             float a[W];
@@ -584,30 +595,17 @@ __global__ void __launch_bounds__(ZY_ROW_THREADS)
         if (rp) {
             float b[W], o[W];
             zy_load<bf16, W>(rp + i, b);
-#pragma unroll
-            for (int k = 0; k < W; k++) {
-                o[k] = d[k] * gv[k];
-                s1[k] += d[k] * b[k];
-            }
+            zy_eda_bwd<W>(d, b, gv, o, s1);
             zy_store<bf16, W>(carry + i, o);
         }
 #pragma unroll
         for (int k = 0; k < W; k++) s2[k] += d[k];
     }
-    float *sums[3] = {s0, s1, s2};
-#pragma unroll
-    for (int q = 0; q < 3; q++) {
-        if (q > 0) __syncthreads(); /* the previous sum's reads are done */
-#pragma unroll
-        for (int k = 0; k < W; k++) red[warp][c + k] = sums[q][k];
-        __syncthreads();
-        for (int col = threadIdx.x; col < C; col += ZY_ROW_THREADS) {
-            float t = 0.0f;
-#pragma unroll
-            for (int j = 0; j < NORM_WARP_ROWS; j++) t += red[j][col];
-            part[((size_t)q * P + p) * C + col] = t;
-        }
-    }
+    warp_col_sums<W>(red, s0, part + (size_t)p * C, C);
+    __syncthreads(); /* red is read again below */
+    warp_col_sums<W>(red, s1, part + ((size_t)P + p) * C, C);
+    __syncthreads();
+    warp_col_sums<W>(red, s2, part + ((size_t)2 * P + p) * C, C);
 }
 
 /* 1 when the router's rows fit the kernels above: C <= 256 bf16, whole 16-byte vectors. */

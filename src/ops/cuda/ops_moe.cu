@@ -571,11 +571,7 @@ __global__ void __launch_bounds__(ZY_COL_TX *ZY_COL_TY)
             float a[W], b[W], o[W];
             zy_load<bf16, W>(dz + i, a);
             zy_load<bf16, W>(rp + i, b);
-#pragma unroll
-            for (int k = 0; k < W; k++) {
-                o[k] = a[k] * gv[k];
-                s[k] += a[k] * b[k];
-            }
+            zy_eda_bwd<W>(a, b, gv, o, s);
             zy_store<bf16, W>(dr + i, o);
         }
     }
