@@ -188,20 +188,27 @@ static void case_swiglu(oh_run *r, const int *p) {
 
 /* ---- cross-entropy ---- */
 
-/* p: rows, V, dlogits in place over the logits on the compared backend */
+/* p: rows, V, dlogits in place over the logits on the compared backend, logits masked to -inf
+ * at the start of every row */
 static void case_xent(oh_run *r, const int *p) {
     const float scale = 0.37f;
-    const int N = p[0], V = p[1], inplace = p[2];
+    const int N = p[0], V = p[1], inplace = p[2], masked = p[3];
     size_t nv = (size_t)N * V;
     float *x = oh_randn_bf(r, nv, 2.0f);
+    for (int n = 0; n < N; n++) /* a masked prefix of every row: logits -inf */
+        for (int v = 0; v < masked; v++) x[(size_t)n * V + v] = -INFINITY;
     int32_t *t = oh_ints(r, N, 0);
     for (int n = 0; n < N; n++)
-        t[n] = n % 4 == 3 ? IGNORE : (int32_t)zy_rng_below(oh_rng(), (uint64_t)V);
+        t[n] =
+            n % 4 == 3 ? IGNORE : masked + (int32_t)zy_rng_below(oh_rng(), (uint64_t)(V - masked));
     int cnt_ref = 0;
     double sum_ref = ops_xent_fwd_bwd(oh_cpu(), NULL, x, t, N, V, IGNORE, scale, &cnt_ref);
     /* the loss is max + log(sum) - logit: terms of the size of the logits */
     double *tol = oh_zeros(r, 1);
-    tol[0] = TOL_F32 * fmax(fabs(sum_ref), oh_maxabs(x, nv) * cnt_ref + 1e-30);
+    double xmax = 0; /* over the finite logits */
+    for (size_t i = 0; i < nv; i++)
+        if (isfinite(x[i]) && fabs(x[i]) > xmax) xmax = fabs(x[i]);
+    tol[0] = TOL_F32 * fmax(fabs(sum_ref), xmax * cnt_ref + 1e-30);
     zy_act *dx = oh_act(r, x, nv), *ddl = inplace && !oh_is_ref(r) ? dx : oh_nan_act(r, nv);
     int cnt = -1;
     double sum = ops_xent_fwd_bwd(oh_ctx(r), ddl, dx, oh_i32(r, t, N), N, V, IGNORE, scale, &cnt);
@@ -294,5 +301,11 @@ const oh_case oh_cases_elem[] = {
     {"router_norm", case_router_norm, {300, 200, 1, 1}},
     {"router_norm", case_router_norm, {64, 1000, 1, 1}},
     {"router_norm", case_router_norm, {5, 3, 1, 0}},
+    /* appended last (inputs seeded by place): rows whose first logits are -inf (masked), on the
+     * kernels for widths that are no whole vector: a thread whose first logit is -inf, then one
+     * that is -inf or finite (50 and 32,773 wide) */
+    {"xent_masked", case_xent, {7, 50, 0, 9}},
+    {"xent_masked", case_xent, {7, 32773, 0, 3000}},
+    {"xent_masked", case_xent, {7, 32768, 0, 3000}},
 };
 const int oh_ncases_elem = (int)(sizeof oh_cases_elem / sizeof oh_cases_elem[0]);

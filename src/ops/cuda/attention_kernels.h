@@ -367,6 +367,11 @@ __global__ void __launch_bounds__(NW * 32)
     /* rows of the dS^T tile: the stored path stages each warp's 16 rows there on their way to
      * global memory */
     constexpr int SR = DQM != ATT_DQ_RECOMPUTE ? BC : 0;
+    /* att_dq_stored_kernel reads every element of a 64 x 64 dS tile: the blocks must write whole
+     * tiles (a key block of whole tiles, query steps that tile 64), or it would read scratch no
+     * kernel wrote, and 0 times a leftover Inf is NaN */
+    static_assert(DQM != ATT_DQ_STORED || (BC % ATT_DT == 0 && ATT_DT % BR == 0),
+                  "stored dS: key blocks of whole 64-key tiles, query steps dividing 64");
     extern __shared__ __align__(16) unsigned char att_smem[];
     bf16 *sK = (bf16 *)att_smem;          /* [BC][LD] */
     bf16 *sV = sK + BC * LD;              /* [BC][LD] */

@@ -243,7 +243,7 @@ __global__ void __launch_bounds__(ZY_ROW_THREADS)
             if (e[k] > m) {
                 s = s * exp_shift(m, e[k]) + 1.0f;
                 m = e[k];
-            } else {
+            } else if (e[k] != -INFINITY) { /* a masked logit adds 0, and -inf - -inf is NaN */
                 s += exp_shift(e[k], m);
             }
         }
