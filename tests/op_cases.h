@@ -15,7 +15,8 @@ extern const int oh_ncases_moe;
 extern const oh_case oh_cases_elem[]; /* op_cases_elem.c */
 extern const int oh_ncases_elem;
 
-/* max |x[i]| over n elements (op_cases_elem.c). */
+/* max |x[i]| over the finite ones of n elements (op_cases_elem.c): the size of terms a tolerance
+ * scales with, which a masked -inf would make vacuous. */
 double oh_maxabs(const float *x, size_t n);
 /* max over rows n, columns c of |rstd[n] g[n,c] w[c]|: the size of RMSNorm's dx terms. */
 double oh_norm_terms(const float *rstd, const float *g, const float *w, int N, int C);
