@@ -545,8 +545,8 @@ void cuda_ops_swiglu_bwd(zy_ctx *ctx, zy_act *dgu, const zy_act *dy, const zy_ac
 /* ---- loss ---- */
 
 /* The fused kernel writes the per-row losses, their sum (double) and the counted rows into the
- * workspace ([sum | count | pad | loss rows]); the 16-byte head is copied to the host after a
- * stream sync, the one host synchronisation of this file (ops.h: the op returns the sum). */
+ * workspace ([sum | count | pad | loss rows]); the 16-byte head is copied to *out (page-locked)
+ * behind it on the stream, without a host wait: the caller waits for a mark (ops.h). */
 void cuda_ops_xent_fwd_bwd_queued(zy_ctx *ctx, zy_act *dlogits, const zy_act *logits,
                                   const int32_t *targets, int N, int V, int ignore_index,
                                   float grad_scale, zy_loss_host *out) {
