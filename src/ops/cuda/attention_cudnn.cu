@@ -257,11 +257,15 @@ static void shape_refusal(const cudnn_attn_shape *sh, long version, char *why, s
         snprintf(why, n, "scores index past int64");
 }
 
-/* A device copy of n int32 values; NULL with a runtime error. */
-static int32_t *device_ints(const int32_t *host, size_t n) {
+/* A device copy of n int32 values, queued on the stream of a's kernels; NULL with a runtime
+ * error. Not cudaMemcpy: from pageable memory it returns once the values are staged, and its
+ * transfer runs on the legacy stream, which a's non-blocking stream does not wait for, so a
+ * kernel could read the buffer before it lands. */
+static int32_t *device_ints(const cudnn_attn *a, const int32_t *host, size_t n) {
     int32_t *dev = NULL;
     cudaError_t e = cudaMalloc((void **)&dev, n * sizeof *host);
-    if (e == cudaSuccess) e = cudaMemcpy(dev, host, n * sizeof *host, cudaMemcpyHostToDevice);
+    if (e == cudaSuccess)
+        e = cudaMemcpyAsync(dev, host, n * sizeof *host, cudaMemcpyHostToDevice, a->stream);
     if (e == cudaSuccess) return dev;
     if (dev) cudaFree(dev);
     zy_fail_runtime("sequence lengths: %s", cudaGetErrorString(e));
@@ -283,7 +287,7 @@ static int build_single(cudnn_attn *a, attn_plan *p) {
             goto fail;
         }
         for (size_t i = 0; i < n; i++) host[i] = sh->T;
-        p->seqlen = device_ints(host, n);
+        p->seqlen = device_ints(a, host, n);
         free(host);
         if (!p->seqlen) goto fail;
     }
@@ -410,7 +414,7 @@ static int build_all_chunks(cudnn_attn *a, attn_plan *p, int tc, size_t *ws) {
             host[(size_t)i * 2 * p->key.B + b] = p->chunks[i].Tq;
             host[(size_t)i * 2 * p->key.B + p->key.B + b] = p->chunks[i].Tkv;
         }
-    p->chunk_seqlen = device_ints(host, (size_t)n * 2 * p->key.B);
+    p->chunk_seqlen = device_ints(a, host, (size_t)n * 2 * p->key.B);
     free(host);
     if (!p->chunk_seqlen) {
         free_chunks(p);

@@ -56,8 +56,10 @@ static inline cudaStream_t cuda_stream(zy_ctx *ctx) {
  * input) when CUDNN is asked for and cuDNN cannot load. */
 int cuda_attention_ctx_init(zy_ctx *ctx, const zy_cuda_opts *opts);
 void cuda_attention_ctx_free(cuda_state *s);
-/* A workspace of at least bytes (reallocated after a device sync when too small: only the first
- * steps of a run grow it). Not for two ops at once. */
+/* A workspace of at least bytes (reallocated when too small, after waiting for ctx's own stream
+ * only: only the first steps of a run grow it). Not for two ops at once, and no op may leave work
+ * that reads it running on another stream when it returns (cca_conv_bwd's side stream joins
+ * first): a later grow would free it under that work. */
 void *cuda_ws(zy_ctx *ctx, size_t bytes);
 
 #endif
