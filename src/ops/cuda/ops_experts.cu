@@ -91,11 +91,9 @@ static void run_jobs(zy_ctx *ctx, expert_job *jobs, int n, const chunk_call *cc,
                                   j->g.K, j->g.transA, j->g.transB, 1.0f, j->beta, CUDA_GEMM_BF16,
                                   j->dc, s->side[best]));
     }
-    if (!wait) return;
-    for (int i = 0; i < ns; i++) {
-        ZY_CUDA_CHECK(cudaEventRecord(s->join[i], s->side[i]));
-        ZY_CUDA_CHECK(cudaStreamWaitEvent(s->stream, s->join[i], 0));
-    }
+    /* every side stream, not only the ns used here: an earlier call with wait = 0 may have left
+     * work running on the others */
+    if (wait) cuda_ops_expert_join(ctx);
 }
 
 /* Appends the forward (data_grad 0) or input-gradient (1) GEMM of every expert with rows to
