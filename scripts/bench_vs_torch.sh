@@ -18,6 +18,11 @@
 # ZAYAC_ARGS: extra `zayac bench train` flags for every zayac run (e.g. "--recompute").
 # BF16M (default small,base): cases that also run zayac's AdamW with its moments in bf16
 # (--adam-moments bfloat16, optimizer.adam_moments), reported beside the default fp32 moments.
+# HF_NOCACHE (default small): cases that also run the compiled baseline with use_cache=False (a
+# copy of $TORCH_BASELINE with that one argument added): the baseline trains with the config's
+# default use_cache=True, building ZAYA's hybrid cache, which the model says is not compileable,
+# every forward. The faster HF run is the one compared. Both compiled runs log torch.compile's
+# graph breaks (TORCH_LOGS=graph_breaks); the summary counts them.
 set -u
 export PATH=/usr/local/cuda/bin:$PATH PYTHONUNBUFFERED=1 OMP_WAIT_POLICY=passive
 OUT=${OUT:-/tmp/bench_vs_torch}
@@ -27,6 +32,7 @@ CASES=${CASES:-small,base,small32k}
 NO_EAGER=${NO_EAGER:-}
 BF16M=${BF16M-small,base}
 EAGER_FIRST=${EAGER_FIRST-small32k}
+HF_NOCACHE=${HF_NOCACHE-small}
 STEPS=${STEPS:-20}
 mkdir -p "$OUT"
 T0=$(date +%s)
@@ -98,7 +104,8 @@ run_case() {
     # the cases of EAGER_FIRST eager goes first, where it is the faster baseline and the compile
     # the one an exhausted budget should drop (32k: eager 448 ms a step against compile's 741)
     case ",$EAGER_FIRST," in *",$c,"*) hf_eager "$c" "$hf" ;; esac
-    [ -f "$TB" ] && step ${c}_hf_compile 240 python3 "$TB" $hf 1
+    [ -f "$TB" ] && TORCH_LOGS=graph_breaks step ${c}_hf_compile 240 python3 "$TB" $hf 1
+    case ",$HF_NOCACHE," in *",$c,"*) hf_nocache "$c" "$hf" ;; esac
     [ -x $Z ] && [ "$c" = small ] && step ${c}_zayac_muon 120 $Z "${zc[@]}" --optim muon \
         ${PEAK:+--peak-tflops "$PEAK"} --json "$OUT/${c}_zayac_muon.json"
     case ",$BF16M," in
@@ -106,6 +113,18 @@ run_case() {
         --adam-moments bfloat16 ${PEAK:+--peak-tflops "$PEAK"} --json "$OUT/${c}_zayac_adamw_bf16m.json" ;;
     esac
     case ",$EAGER_FIRST," in *",$c,"*) ;; *) hf_eager "$c" "$hf" ;; esac
+}
+# hf_nocache CASE "HF_ARGS": the compiled baseline with use_cache=False in its training call
+hf_nocache() {
+    [ -f "$TB" ] || return 0
+    local nc="$OUT/torch_zaya_baseline_nocache.py"
+    sed 's/step(input_ids=x, labels=x)/step(input_ids=x, labels=x, use_cache=False)/' "$TB" >"$nc"
+    if ! grep -q "use_cache=False" "$nc"; then
+        echo "${1}_hf_compile_nocache skipped: $TB has no 'step(input_ids=x, labels=x)' to change" |
+            tee -a "$OUT/steps.txt"
+        return 0
+    fi
+    TORCH_LOGS=graph_breaks step ${1}_hf_compile_nocache 240 python3 "$nc" $2 1
 }
 # hf_eager CASE "HF_ARGS": the eager baseline, unless NO_EAGER names the case
 hf_eager() {
@@ -146,8 +165,9 @@ runs = {}
 for c in cases:
     runs[c] = dict(za=load(c + "_zayac_adamw.json"), zm=load(c + "_zayac_muon.json"),
                    zb=load(c + "_zayac_adamw_bf16m.json"),
-                   he=hf(c + "_hf_eager"), hc=hf(c + "_hf_compile"))
-    for k, name in (("he", "_hf_eager"), ("hc", "_hf_compile")):
+                   he=hf(c + "_hf_eager"), hc=hf(c + "_hf_compile"),
+                   hn=hf(c + "_hf_compile_nocache"))
+    for k, name in (("he", "_hf_eager"), ("hc", "_hf_compile"), ("hn", "_hf_compile_nocache")):
         if runs[c][k]: json.dump(runs[c][k], open(os.path.join(out, c + name + ".json"), "w"), indent=1)
 zs = [z for r in runs.values() for z in (r["za"], r["zm"]) if z]
 peak = zs[0].get("peak_tflops") if zs else None
@@ -175,10 +195,13 @@ def ratio(label, a, b, target=None):
     else:
         P(f"- {label}: n/a (a run failed or was skipped)")
 tps = lambda r: r and r["tokens_per_s"]
+def graph_breaks(name):  # torch.compile's graph-break records in a run's log (TORCH_LOGS)
+    try: return sum("Graph break" in ln for ln in open(os.path.join(out, name + ".log")))
+    except OSError: return None
 for c in cases:
     if c not in CASES: continue
     name, batch, target = CASES[c]
-    za, zm, zb, he, hc = (runs[c][k] for k in ("za", "zm", "zb", "he", "hc"))
+    za, zm, zb, he, hc, hn = (runs[c][k] for k in ("za", "zm", "zb", "he", "hc", "hn"))
     P("")
     P(f"## {name}, batch {batch}, AdamW")
     P("")
@@ -189,12 +212,17 @@ for c in cases:
     if zb: zrow("zayac, AdamW, bf16 moments", zb)
     hrow("HF eager (sdpa)", he)
     hrow("HF + torch.compile", hc)
+    if hn: hrow("HF + torch.compile, use_cache=False", hn)
     if za and hc:
         flz, flh = za["flops_per_token"], hc["tflops"] * 1e12 / hc["tokens_per_s"]
         P(f"\nModel FLOPs per token: zayac {flz / 1e6:.1f} M, the baseline's count {flh / 1e6:.1f} M.")
     P("")
-    best = max([h for h in (he, hc) if h], key=lambda h: h["tokens_per_s"], default=None)
-    which = "n/a" if not best else ("HF eager" if best is he else "HF + torch.compile")
+    for k, label in (("_hf_compile", "HF + torch.compile"), ("_hf_compile_nocache", "the same, use_cache=False")):
+        n = graph_breaks(c + k)
+        if n is not None: P(f"\n{label}: {n} graph-break records in its log (TORCH_LOGS=graph_breaks).")
+    best = max([h for h in (he, hc, hn) if h], key=lambda h: h["tokens_per_s"], default=None)
+    which = ("n/a" if not best else "HF eager" if best is he else "HF + torch.compile" if best is hc
+             else "HF + torch.compile, use_cache=False")
     ratio(f"zayac AdamW / the faster HF ({which})", tps(za), tps(best), target)
     ratio("zayac AdamW / HF eager", tps(za), tps(he))
     ratio("zayac AdamW / HF + torch.compile", tps(za), tps(hc))
