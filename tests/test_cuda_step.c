@@ -1,8 +1,9 @@
 /* The training step on a GPU with the optimizer update beside the next step's forward
  * (cuda.overlap_optimizer, train/step.h) against the update after the step: the same losses,
- * gradient norms, weights, bf16 compute copy and optimizer state to the bit, AdamW and Muon, with
- * a forward of its own (an evaluation) and a read of the weights (a checkpoint) between steps;
- * and every trained tensor changed.
+ * gradient norms, weights, bf16 compute copy and optimizer state to the bit, AdamW and Muon, and
+ * AdamW with two micro-batches a step and recomputation, with a forward of its own (an
+ * evaluation) and a read of the weights (a checkpoint) between steps; and every trained tensor
+ * changed.
  * The model is large enough that each group's update takes longer than a launch, so a forward
  * that did not wait for a group would read some weights before their update. Skips without a
  * GPU. */
@@ -46,7 +47,12 @@ typedef struct {
     size_t state_floats;
 } run;
 
-static void train(int use_muon, int overlap, run *r) {
+/* What a pair of runs trains with. */
+typedef struct {
+    int use_muon, grad_accum, recompute;
+} variant;
+
+static void train(const variant *v, int overlap, run *r) {
     zy_config cfg;
     if (config_parse_json(&cfg, config_json, "test config") != ZY_OK) fail_msg("%s", zy_errmsg());
     zy_ctx gpu;
@@ -56,14 +62,14 @@ static void train(int use_muon, int overlap, run *r) {
     zy_step s;
     assert_int_equal(step_init_model(&s, &gpu, &cfg, B, T, 1), ZY_OK);
     model_init_weights(&s.model, 3);
-    assert_int_equal(step_init_acts(&s, 0), ZY_OK);
+    assert_int_equal(step_init_acts(&s, v->recompute), ZY_OK);
     zy_optim_config oc;
     optim_config_default(&oc);
-    oc.use_muon = use_muon;
+    oc.use_muon = v->use_muon;
     zy_balance_config bc;
     balance_config_default(&bc);
     zy_step_config sc = {
-        .grad_accum = 1, .grad_clip = 1, .balance = 1, .overlap_optimizer = overlap};
+        .grad_accum = v->grad_accum, .grad_clip = 1, .balance = 1, .overlap_optimizer = overlap};
     assert_int_equal(step_init_training(&s, &sc, &oc, &bc), ZY_OK);
     assert_int_equal(step_update_ctx(&s) != &gpu, overlap);
     uint64_t k = 0;
@@ -104,14 +110,15 @@ static void run_free(run *r) {
     free(r->state);
 }
 
-static void same_bits(int use_muon) {
+static void same_bits(const variant *v) {
     if (ops_cuda_device_count() == 0) skip();
     run after, beside;
-    train(use_muon, 0, &after);
-    train(use_muon, 1, &beside);
-    print_message("%s: loss %.6f -> %.6f (eval %.6f), the update after the step and beside the "
-                  "next forward\n",
-                  use_muon ? "Muon" : "AdamW", after.loss[0], after.loss[STEPS - 1],
+    train(v, 0, &after);
+    train(v, 1, &beside);
+    print_message("%s, %d micro-batches a step%s: loss %.6f -> %.6f (eval %.6f), the update after "
+                  "the step and beside the next forward\n",
+                  v->use_muon ? "Muon" : "AdamW", v->grad_accum,
+                  v->recompute ? ", recomputation" : "", after.loss[0], after.loss[STEPS - 1],
                   after.eval_loss);
     assert_true(after.loss[STEPS - 1] != after.loss[0]); /* the weights moved */
     assert_memory_equal(beside.loss, after.loss, sizeof after.loss);
@@ -143,16 +150,25 @@ static void same_bits(int use_muon) {
 
 static void test_adamw_beside_same_bits(void **state) {
     (void)state;
-    same_bits(0);
+    same_bits(&(variant){.use_muon = 0, .grad_accum = 1});
 }
 
 static void test_muon_beside_same_bits(void **state) {
     (void)state;
-    same_bits(1);
+    same_bits(&(variant){.use_muon = 1, .grad_accum = 1});
+}
+
+/* Paths the two above do not take: several micro-batches a step (the gradients accumulate, only
+ * the last backward's are final) and recomputation (each layer's forward again in the backward,
+ * in buffers the layers share). */
+static void test_adamw_beside_accum_recompute_same_bits(void **state) {
+    (void)state;
+    same_bits(&(variant){.use_muon = 0, .grad_accum = 2, .recompute = 1});
 }
 
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_adamw_beside_same_bits),
-                                       cmocka_unit_test(test_muon_beside_same_bits)};
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_adamw_beside_same_bits), cmocka_unit_test(test_muon_beside_same_bits),
+        cmocka_unit_test(test_adamw_beside_accum_recompute_same_bits)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
