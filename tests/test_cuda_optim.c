@@ -455,20 +455,19 @@ static void compare_muon(const zy_param_table *t, const float *got, const float 
     worst_ns_sv = fmax(worst_ns_sv, worst_sv);
 }
 
-/* 1: muon_one_step runs the symmetric products through cuBLAS, not the Hopper SYRK. */
+/* 1: muon_step_on runs the symmetric products through cuBLAS, not the Hopper SYRK. */
 static int no_syrk;
-/* 1: muon_one_step uses 4 iterations of the minimax coefficients (optim/ns_coef.h) */
+/* 1: muon_step_on uses 4 iterations of the minimax coefficients (optim/ns_coef.h) */
 static int minimax4;
-/* 1: muon_one_step starts Newton-Schulz from AOL's rescaling (optimizer.ns_precondition aol) */
+/* 1: muon_step_on starts Newton-Schulz from AOL's rescaling (optimizer.ns_precondition aol) */
 static int aol;
-/* 1: muon_one_step runs 3 fixed iterations */
+/* 1: muon_step_on runs 3 fixed iterations */
 static int three;
 
-/* One step from zero parameters at lr 1 with no scale rule: the parameters become minus the
- * orthogonalised update (AdamW tensors take a sign step), on the CPU and on the GPU. */
-/* One step from zero weights of the GPU's Muon on gradient g (host, [t->total]) into *out_gpu
- * and, where out_cpu is not NULL, of the CPU's into *out_cpu (host arrays the caller frees), under
- * the flags above. */
+/* One step from zero parameters at lr 1 with no scale rule on gradient g (host, [t->total]): the
+ * parameters become minus the orthogonalised update (AdamW tensors take a sign step). The GPU's
+ * into *out_gpu and, where out_cpu is not NULL, the CPU's into *out_cpu (host arrays the caller
+ * frees), under the flags above. */
 static void muon_step_on(const zy_param_table *t, const float *g, size_t batch_elems, int legacy,
                          int previous, const int *group, float **out_gpu, float **out_cpu) {
     zy_optim_config cfg;
